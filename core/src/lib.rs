@@ -1,0 +1,10 @@
+//! `recovery-core`: the sans-IO engine of Recovery.
+//!
+//! Plain data in, decisions out. No runtime, no sockets, no clock calls: time,
+//! sleep, randomness and connectivity come in through the [`timing`] traits so
+//! the same engine drives the tower layer and the wasm/`fetch` driver, and is
+//! tested exhaustively on a virtual clock.
+#![deny(unsafe_code, missing_docs)]
+
+pub mod progress;
+pub mod safe;

@@ -1,0 +1,206 @@
+//! What one attempt's response stream has shown so far: progress counters,
+//! terminal proof, in-stream provider errors and the resume cursor.
+//!
+//! These are the facts the decision function reasons about. Decoders produce
+//! them; drivers copy them into reports. None of them carries body text.
+
+use serde::{Deserialize, Serialize};
+
+use crate::safe::SafeToken;
+
+/// Which kind of semantic output a fragment was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SemanticKind {
+    /// Visible text or a refusal.
+    Content,
+    /// Reasoning, including opaque or signed reasoning that shows no text.
+    Reasoning,
+    /// Any fragment of a tool call (a revealed tool name counts).
+    Tool,
+    /// A server-side tool started executing (web search, code interpreter).
+    SideEffect,
+}
+
+/// Counters of what an attempt's stream carried.
+///
+/// `observed_*` counts what the decoder saw; `delivered_*` counts what reached
+/// the consumer. Both block a replay on their own once non-zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Whether the response head was received.
+    pub headers_received: bool,
+    /// Bytes of response body read from the wire.
+    pub raw_bytes: u64,
+    /// Complete frames decoded (SSE events or NDJSON lines).
+    pub frames: u64,
+    /// Keepalive frames (SSE comments, `ping`, `keepalive`).
+    pub keepalives: u64,
+    /// Content fragments observed.
+    pub observed_content: u64,
+    /// Reasoning fragments observed.
+    pub observed_reasoning: u64,
+    /// Tool-call fragments observed.
+    pub observed_tool_fragments: u64,
+    /// Server-side tool executions observed.
+    pub observed_side_effects: u64,
+    /// Tool calls seen complete (executable only after terminal success).
+    pub completed_tool_calls: u64,
+    /// Content fragments delivered to the consumer.
+    pub delivered_content: u64,
+    /// Reasoning fragments delivered to the consumer.
+    pub delivered_reasoning: u64,
+    /// Tool-call fragments delivered to the consumer.
+    pub delivered_tool_fragments: u64,
+    /// Server-side tool executions delivered to the consumer.
+    pub delivered_side_effects: u64,
+    /// Body bytes delivered to the consumer.
+    pub delivered_bytes: u64,
+}
+
+impl Progress {
+    /// Whether any semantic fragment (or side effect) was observed.
+    pub fn semantic_observed(&self) -> bool {
+        self.observed_content
+            + self.observed_reasoning
+            + self.observed_tool_fragments
+            + self.observed_side_effects
+            + self.completed_tool_calls
+            > 0
+    }
+
+    /// Whether any semantic fragment reached the consumer.
+    pub fn semantic_delivered(&self) -> bool {
+        self.delivered_content
+            + self.delivered_reasoning
+            + self.delivered_tool_fragments
+            + self.delivered_side_effects
+            > 0
+    }
+
+    /// Whether a resend would repeat or change output somebody already saw.
+    pub fn blocks_replay(&self) -> bool {
+        self.semantic_observed() || self.semantic_delivered()
+    }
+
+    /// Counts one observed fragment of `kind`.
+    pub fn observe(&mut self, kind: SemanticKind) {
+        match kind {
+            SemanticKind::Content => self.observed_content += 1,
+            SemanticKind::Reasoning => self.observed_reasoning += 1,
+            SemanticKind::Tool => self.observed_tool_fragments += 1,
+            SemanticKind::SideEffect => self.observed_side_effects += 1,
+        }
+    }
+
+    /// Marks everything observed so far as delivered (used when held-back
+    /// frames are released to the consumer).
+    pub fn deliver_observed(&mut self) {
+        self.delivered_content = self.observed_content;
+        self.delivered_reasoning = self.observed_reasoning;
+        self.delivered_tool_fragments = self.observed_tool_fragments;
+        self.delivered_side_effects = self.observed_side_effects;
+    }
+}
+
+/// How strong a success proof is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Proof {
+    /// An explicit end marker the protocol defines (`[DONE]`, `message_stop`,
+    /// `response.completed`, Ollama `done`).
+    Strong,
+    /// A finish marker on every choice followed by a clean end of body, with
+    /// no sentinel (Chat without `[DONE]`, Gemini).
+    FinishReasonOnly,
+}
+
+/// Why a generation ended without success, by the provider's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum UnsuccessfulReason {
+    /// Output token limit (`length`).
+    Length,
+    /// `max_tokens` / `MAX_TOKENS` / `max_output_tokens`.
+    MaxTokens,
+    /// Content filter or safety block.
+    ContentFilter,
+    /// The model refused.
+    Refusal,
+    /// The provider marked the response incomplete.
+    Incomplete,
+    /// A sentinel arrived but a choice never carried a finish reason.
+    MissingFinishReason,
+    /// The context window was exceeded.
+    ContextWindowExceeded,
+    /// The provider reported the response failed (`response.failed`).
+    Failed(Option<SafeToken>),
+    /// A terminal reason this crate does not know, kept when its shape is safe.
+    Other(Option<SafeToken>),
+}
+
+/// Protocol proof of how a stream ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "terminal")]
+pub enum Terminal {
+    /// The generation finished normally.
+    Success {
+        /// Strength of the proof.
+        proof: Proof,
+    },
+    /// The generation ended by the provider's decision; never retried.
+    Unsuccessful {
+        /// Why.
+        reason: UnsuccessfulReason,
+    },
+}
+
+impl Terminal {
+    /// Whether this is a success terminal.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Terminal::Success { .. })
+    }
+}
+
+/// Whether an error is expected to go away on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transience {
+    /// Overload, rate limit, server error: a later attempt may succeed.
+    Transient,
+    /// Invalid request, auth, quota, billing: a resend cannot help.
+    Permanent,
+    /// The provider does not say (Ollama's free-text errors).
+    Unknown,
+}
+
+/// An error the provider reported inside a stream (or in an error body).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProviderError {
+    /// The provider's code when it is on the allowlist, else `None`.
+    pub code: Option<SafeToken>,
+    /// The numeric code some providers put in the body (Gemini, OpenRouter).
+    pub status: Option<u16>,
+    /// Classification of the code.
+    pub transience: Transience,
+}
+
+/// Where a resumable stream can be continued from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ResumeCursor {
+    /// The last SSE `id:` seen (the `Last-Event-ID` to send).
+    pub last_event_id: Option<String>,
+    /// The Responses API response id (`resp_…`).
+    pub response_id: Option<String>,
+    /// The last Responses `sequence_number` seen.
+    pub sequence_number: Option<u64>,
+}
+
+impl ResumeCursor {
+    /// Whether the cursor carries nothing to resume from.
+    pub fn is_empty(&self) -> bool {
+        self.last_event_id.as_deref().is_none_or(str::is_empty)
+            && self.response_id.is_none()
+            && self.sequence_number.is_none()
+    }
+}

@@ -1,0 +1,2 @@
+//! Runnable examples of the project.
+#![deny(unsafe_code, missing_docs)]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test of the project, in the order a failure is cheapest to read.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  rustup target add wasm32-unknown-unknown
+fi
+
+step "format"
+cargo fmt --all --check
+
+step "lints"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "core stays runtime-free (wasm32)"
+cargo check -p recovery-core --target wasm32-unknown-unknown
+if cargo tree -p recovery-core -e normal --prefix none | grep -Eq '^(tokio|web-sys|hyper) '; then
+  echo "recovery-core depends on a runtime crate:" >&2
+  cargo tree -p recovery-core -e normal >&2
+  exit 1
+fi
+
+step "native tests"
+cargo test --workspace

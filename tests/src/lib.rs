@@ -1,0 +1,2 @@
+//! The loopback fault provider and cross-crate integration tests.
+#![deny(unsafe_code, missing_docs)]

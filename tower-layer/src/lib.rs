@@ -1,0 +1,2 @@
+//! The tower driver: `ObserveLayer` and `RecoveryLayer` (in progress).
+#![deny(unsafe_code, missing_docs)]
