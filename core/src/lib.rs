@@ -7,4 +7,7 @@
 #![deny(unsafe_code, missing_docs)]
 
 pub mod progress;
+pub mod protocol;
 pub mod safe;
+pub mod timing;
+pub mod wire;

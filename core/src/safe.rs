@@ -133,9 +133,7 @@ pub fn safe_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
                 safe_request_id(value).is_some()
             } else {
                 value.len() <= MAX_TOKEN_LEN
-                    && value
-                        .bytes()
-                        .all(|b| b.is_ascii_graphic() || b == b' ')
+                    && value.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
             };
             if keep {
                 out.push(((*name).to_owned(), value.to_owned()));

@@ -1,0 +1,1 @@
+//! Provider protocols: classify decoded frames into progress, terminal proof, provider errors and resume cursors.

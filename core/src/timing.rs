@@ -1,0 +1,442 @@
+//! Time, sleep, randomness and connectivity, injected.
+//!
+//! `core` never reads a clock itself: `std::time::Instant::now()` and
+//! `SystemTime::now()` trap on `wasm32-unknown-unknown`, and tests must control
+//! time exactly. Drivers implement [`Timing`] on their runtime (tokio, gloo
+//! timers); tests use [`ManualTiming`], a virtual clock.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::ops::{Add, Sub};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// A point on a driver's monotonic clock, as the time since that clock's
+/// origin. Only differences between two `Instant`s of one clock mean anything.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Instant(Duration);
+
+impl Instant {
+    /// The instant `since_origin` after the clock's origin.
+    pub const fn from_origin(since_origin: Duration) -> Self {
+        Instant(since_origin)
+    }
+
+    /// The time since the clock's origin.
+    pub const fn since_origin(self) -> Duration {
+        self.0
+    }
+
+    /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Instant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// `self + d`, saturating at the far future.
+    pub fn saturating_add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d))
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, rhs: Duration) -> Instant {
+        self.saturating_add(rhs)
+    }
+}
+
+impl Sub<Instant> for Instant {
+    type Output = Duration;
+    fn sub(self, rhs: Instant) -> Duration {
+        self.saturating_since(rhs)
+    }
+}
+
+/// A uniform random fraction in `[0, 1]`, used to draw full jitter.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+pub struct Fraction(f64);
+
+impl Fraction {
+    /// Zero.
+    pub const ZERO: Fraction = Fraction(0.0);
+    /// One half (the pinned value of the reference test vectors).
+    pub const HALF: Fraction = Fraction(0.5);
+    /// One.
+    pub const ONE: Fraction = Fraction(1.0);
+
+    /// Clamps `value` into `[0, 1]`; NaN becomes 0.
+    pub fn new(value: f64) -> Self {
+        if value.is_nan() {
+            Fraction(0.0)
+        } else {
+            Fraction(value.clamp(0.0, 1.0))
+        }
+    }
+
+    /// From 64 random bits (uniform over `[0, 1)` with 53 bits of precision).
+    pub fn from_bits(bits: u64) -> Self {
+        Fraction((bits >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    /// The value in `[0, 1]`.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// `d · self`, rounded down to whole microseconds.
+    pub fn of(self, d: Duration) -> Duration {
+        let micros = d.as_micros() as f64 * self.0;
+        Duration::from_micros(micros as u64)
+    }
+}
+
+/// The driver's clocks, timer and random source.
+///
+/// `Sleep` carries no `Send` bound: browser timers are not `Send`. A driver
+/// that needs `Send` futures (tower over a multi-threaded runtime) asks for it
+/// on its own impl.
+pub trait Timing {
+    /// The future returned by [`Timing::sleep`].
+    type Sleep: Future<Output = ()>;
+
+    /// Now, on the monotonic clock.
+    fn now(&self) -> Instant;
+
+    /// Now, on the wall clock (only used to read HTTP-date `Retry-After`).
+    fn wall_now(&self) -> SystemTime;
+
+    /// A future that completes `duration` after it was created.
+    fn sleep(&self, duration: Duration) -> Self::Sleep;
+
+    /// A fresh uniform random fraction for jitter. Never a fixed seed in
+    /// production drivers: clients must not retry in lockstep.
+    fn jitter(&self) -> Fraction;
+}
+
+/// Whether the network is reachable, as far as the platform can tell.
+pub trait Connectivity {
+    /// The future returned by [`Connectivity::wait_until_online`].
+    type Online: Future<Output = ()>;
+
+    /// Whether the platform believes it is online now.
+    fn is_online(&self) -> bool;
+
+    /// Completes once the platform reports it is online again.
+    fn wait_until_online(&self) -> Self::Online;
+}
+
+/// Connectivity for platforms that cannot tell: always online.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysOnline;
+
+impl Connectivity for AlwaysOnline {
+    type Online = std::future::Ready<()>;
+
+    fn is_online(&self) -> bool {
+        true
+    }
+
+    fn wait_until_online(&self) -> Self::Online {
+        std::future::ready(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct ManualState {
+    now: Duration,
+    wall_origin: Duration,
+    next_timer: u64,
+    timers: BTreeMap<u64, (Duration, Option<Waker>)>,
+    jitter: Vec<Fraction>,
+    jitter_default: Option<Fraction>,
+    seed: u64,
+}
+
+/// A virtual clock for tests: time moves only when [`ManualTiming::advance`]
+/// is called, sleeps complete when their deadline is reached, and jitter is
+/// scripted, pinned or drawn from a seeded generator.
+///
+/// Clones share one clock. It is `Send + Sync` so it can drive tower futures.
+#[derive(Debug, Clone, Default)]
+pub struct ManualTiming {
+    state: Arc<Mutex<ManualState>>,
+}
+
+impl ManualTiming {
+    /// A clock at its origin whose wall clock reads the Unix epoch and whose
+    /// jitter is drawn from a generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        let t = ManualTiming::default();
+        t.state.lock().expect("clock").seed = seed;
+        t
+    }
+
+    /// Pins every jitter draw to `fraction` (grpc-java pins 0.5).
+    pub fn with_pinned_jitter(self, fraction: Fraction) -> Self {
+        self.state.lock().expect("clock").jitter_default = Some(fraction);
+        self
+    }
+
+    /// Sets the wall clock so that the origin reads `since_epoch` after the
+    /// Unix epoch.
+    pub fn with_wall_clock(self, since_epoch: Duration) -> Self {
+        self.state.lock().expect("clock").wall_origin = since_epoch;
+        self
+    }
+
+    /// Queues jitter draws returned before any pinned or seeded value.
+    pub fn script_jitter(&self, draws: impl IntoIterator<Item = Fraction>) {
+        let mut s = self.state.lock().expect("clock");
+        let mut draws: Vec<_> = draws.into_iter().collect();
+        draws.reverse();
+        draws.append(&mut s.jitter);
+        s.jitter = draws;
+    }
+
+    /// Moves time forward by `d`, waking every sleep whose deadline passed.
+    pub fn advance(&self, d: Duration) {
+        let wakers = {
+            let mut s = self.state.lock().expect("clock");
+            s.now = s.now.saturating_add(d);
+            let now = s.now;
+            let mut wakers = Vec::new();
+            for (deadline, waker) in s.timers.values_mut() {
+                if *deadline <= now {
+                    if let Some(w) = waker.take() {
+                        wakers.push(w);
+                    }
+                }
+            }
+            wakers
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Sleeps that were created and are neither complete nor dropped.
+    pub fn pending_timers(&self) -> usize {
+        self.state.lock().expect("clock").timers.len()
+    }
+
+    /// The earliest pending sleep deadline, if any.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let s = self.state.lock().expect("clock");
+        s.timers.values().map(|(d, _)| Instant(*d)).min()
+    }
+}
+
+impl Timing for ManualTiming {
+    type Sleep = ManualSleep;
+
+    fn now(&self) -> Instant {
+        Instant(self.state.lock().expect("clock").now)
+    }
+
+    fn wall_now(&self) -> SystemTime {
+        let s = self.state.lock().expect("clock");
+        SystemTime::UNIX_EPOCH + s.wall_origin + s.now
+    }
+
+    fn sleep(&self, duration: Duration) -> ManualSleep {
+        let mut s = self.state.lock().expect("clock");
+        let id = s.next_timer;
+        s.next_timer += 1;
+        let deadline = s.now.saturating_add(duration);
+        s.timers.insert(id, (deadline, None));
+        ManualSleep {
+            state: Arc::clone(&self.state),
+            id,
+        }
+    }
+
+    fn jitter(&self) -> Fraction {
+        let mut s = self.state.lock().expect("clock");
+        if let Some(f) = s.jitter.pop() {
+            return f;
+        }
+        if let Some(f) = s.jitter_default {
+            return f;
+        }
+        // splitmix64: small, deterministic, good enough for test jitter.
+        s.seed = s.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Fraction::from_bits(z ^ (z >> 31))
+    }
+}
+
+/// The sleep future of [`ManualTiming`]. Dropping it removes the timer.
+#[derive(Debug)]
+pub struct ManualSleep {
+    state: Arc<Mutex<ManualState>>,
+    id: u64,
+}
+
+impl Future for ManualSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.state.lock().expect("clock");
+        let now = s.now;
+        match s.timers.get_mut(&self.id) {
+            Some((deadline, _)) if *deadline <= now => {
+                s.timers.remove(&self.id);
+                Poll::Ready(())
+            }
+            Some((_, waker)) => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+impl Drop for ManualSleep {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.timers.remove(&self.id);
+        }
+    }
+}
+
+/// Connectivity scripted by a test: starts online or offline, flipped with
+/// [`ScriptedConnectivity::set_online`].
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedConnectivity {
+    inner: Arc<Mutex<(bool, Vec<Waker>)>>,
+}
+
+impl ScriptedConnectivity {
+    /// Starts in the given state.
+    pub fn new(online: bool) -> Self {
+        ScriptedConnectivity {
+            inner: Arc::new(Mutex::new((online, Vec::new()))),
+        }
+    }
+
+    /// Changes the state; going online wakes every waiter.
+    pub fn set_online(&self, online: bool) {
+        let wakers = {
+            let mut s = self.inner.lock().expect("connectivity");
+            s.0 = online;
+            if online {
+                std::mem::take(&mut s.1)
+            } else {
+                Vec::new()
+            }
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Tasks waiting for the online signal.
+    pub fn waiters(&self) -> usize {
+        self.inner.lock().expect("connectivity").1.len()
+    }
+}
+
+impl Connectivity for ScriptedConnectivity {
+    type Online = WaitOnline;
+
+    fn is_online(&self) -> bool {
+        self.inner.lock().expect("connectivity").0
+    }
+
+    fn wait_until_online(&self) -> WaitOnline {
+        WaitOnline {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// Future of [`ScriptedConnectivity::wait_until_online`].
+#[derive(Debug)]
+pub struct WaitOnline {
+    inner: Arc<Mutex<(bool, Vec<Waker>)>>,
+}
+
+impl Future for WaitOnline {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.inner.lock().expect("connectivity");
+        if s.0 {
+            Poll::Ready(())
+        } else {
+            s.1.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn sleep_fires_exactly_at_its_deadline() {
+        let t = ManualTiming::new(1);
+        let mut sleep = Box::pin(t.sleep(Duration::from_millis(500)));
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(Arc::clone(&flag));
+        let mut cx = Context::from_waker(&waker);
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        t.advance(Duration::from_millis(499));
+        assert!(!flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        t.advance(Duration::from_millis(1));
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(sleep.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(t.pending_timers(), 0);
+    }
+
+    #[test]
+    fn dropped_sleep_leaves_no_timer() {
+        let t = ManualTiming::new(1);
+        let s = t.sleep(Duration::from_secs(1));
+        assert_eq!(t.pending_timers(), 1);
+        drop(s);
+        assert_eq!(t.pending_timers(), 0);
+    }
+
+    #[test]
+    fn jitter_is_scripted_then_pinned_then_seeded() {
+        let t = ManualTiming::new(7);
+        t.script_jitter([Fraction::new(0.25), Fraction::new(0.75)]);
+        assert_eq!(t.jitter(), Fraction::new(0.25));
+        assert_eq!(t.jitter(), Fraction::new(0.75));
+        let a = t.jitter();
+        let b = t.jitter();
+        assert_ne!(a, b, "seeded draws differ");
+        assert!((0.0..=1.0).contains(&a.get()));
+        let pinned = ManualTiming::new(7).with_pinned_jitter(Fraction::HALF);
+        assert_eq!(pinned.jitter(), Fraction::HALF);
+    }
+
+    #[test]
+    fn wall_clock_moves_with_virtual_time() {
+        let t = ManualTiming::new(0).with_wall_clock(Duration::from_secs(1000));
+        t.advance(Duration::from_secs(2));
+        assert_eq!(
+            t.wall_now(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1002)
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! Incremental framing of response bodies (SSE, NDJSON).
