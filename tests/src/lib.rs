@@ -1,2 +1,4 @@
 //! The loopback fault provider and cross-crate integration tests.
 #![deny(unsafe_code, missing_docs)]
+
+pub mod fault;
