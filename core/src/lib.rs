@@ -6,8 +6,20 @@
 //! tested exhaustively on a virtual clock.
 #![deny(unsafe_code, missing_docs)]
 
+pub mod backoff;
+pub mod budget;
+pub mod call;
+pub mod decision;
+pub mod engine;
+pub mod error;
+pub mod failure;
+pub mod lifecycle;
+pub mod outcome;
+pub mod policy;
 pub mod progress;
 pub mod protocol;
+pub mod report;
+pub mod retry_after;
 pub mod safe;
 pub mod timing;
 pub mod wire;

@@ -1,0 +1,182 @@
+//! Per-call handle: cancellation, the shared attempt allowance and per-call
+//! policy overrides, carried in request extensions by the drivers.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use crate::budget::AttemptAllowance;
+use crate::policy::RecoveryPolicy;
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: bool,
+    wakers: Vec<Waker>,
+}
+
+/// A runtime-free cancellation signal. Clones share it.
+#[derive(Clone, Default)]
+pub struct Cancellation {
+    state: Arc<Mutex<CancelState>>,
+}
+
+impl fmt::Debug for Cancellation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cancellation")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+impl Cancellation {
+    /// A signal not yet raised.
+    pub fn new() -> Self {
+        Cancellation::default()
+    }
+
+    /// Raises the signal and wakes every waiter.
+    pub fn cancel(&self) {
+        let wakers = {
+            let mut s = self.state.lock().expect("cancellation");
+            s.cancelled = true;
+            std::mem::take(&mut s.wakers)
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Whether the signal was raised.
+    pub fn is_cancelled(&self) -> bool {
+        self.state.lock().expect("cancellation").cancelled
+    }
+
+    /// A future that completes once the signal is raised.
+    pub fn cancelled(&self) -> Cancelled {
+        Cancelled {
+            state: Arc::clone(&self.state),
+        }
+    }
+}
+
+/// Future of [`Cancellation::cancelled`].
+#[derive(Debug)]
+pub struct Cancelled {
+    state: Arc<Mutex<CancelState>>,
+}
+
+impl Future for Cancelled {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.state.lock().expect("cancellation");
+        if s.cancelled {
+            Poll::Ready(())
+        } else {
+            if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                s.wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        }
+    }
+}
+
+/// What a caller (or an outer recovery layer) attaches to one logical request.
+///
+/// A nested recovery layer that finds a `RecoveryCall` joins its allowance
+/// instead of starting its own, so two stacked layers make at most
+/// `max_attempts` physical sends in total, not the product.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryCall {
+    cancellation: Cancellation,
+    policy: Option<Arc<RecoveryPolicy>>,
+    allowance: Option<AttemptAllowance>,
+    logical_id: Option<u64>,
+}
+
+impl RecoveryCall {
+    /// A call with nothing overridden.
+    pub fn new() -> Self {
+        RecoveryCall::default()
+    }
+
+    /// Uses `policy` for this call instead of the layer's.
+    #[must_use]
+    pub fn with_policy(mut self, policy: RecoveryPolicy) -> Self {
+        self.policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// Cancels this call when `cancellation` is raised.
+    #[must_use]
+    pub fn with_cancellation(mut self, cancellation: Cancellation) -> Self {
+        self.cancellation = cancellation;
+        self
+    }
+
+    /// The call's cancellation signal.
+    pub fn cancellation(&self) -> &Cancellation {
+        &self.cancellation
+    }
+
+    /// The per-call policy override, if any.
+    pub fn policy(&self) -> Option<&RecoveryPolicy> {
+        self.policy.as_deref()
+    }
+
+    /// The shared allowance, once a recovery layer has joined the call.
+    pub fn allowance(&self) -> Option<&AttemptAllowance> {
+        self.allowance.as_ref()
+    }
+
+    /// The logical request id, once a recovery layer has joined the call.
+    pub fn logical_id(&self) -> Option<u64> {
+        self.logical_id
+    }
+
+    /// Joins the call: returns the allowance already shared by an outer layer,
+    /// or creates one of `max_attempts` and records it (with `logical_id`) so
+    /// inner layers join it.
+    pub fn join(&mut self, max_attempts: u32, logical_id: u64) -> (AttemptAllowance, u64) {
+        let allowance = self
+            .allowance
+            .get_or_insert_with(|| AttemptAllowance::new(max_attempts))
+            .clone();
+        let id = *self.logical_id.get_or_insert(logical_id);
+        (allowance, id)
+    }
+}
+
+/// Marks a request whose send was already debited by an outer recovery layer:
+/// an inner layer takes it out of the request extensions and does not debit
+/// its first send again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendCredit;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_join_shares_one_allowance() {
+        let mut outer = RecoveryCall::new();
+        let (a, id) = outer.join(3, 7);
+        let mut inner = outer.clone();
+        let (b, inner_id) = inner.join(5, 9);
+        assert_eq!(id, inner_id);
+        assert!(a.try_debit());
+        assert!(b.try_debit());
+        assert!(a.try_debit());
+        assert!(!b.try_debit(), "inner layer cannot multiply sends");
+    }
+
+    #[test]
+    fn cancellation_is_shared_by_clones() {
+        let c = Cancellation::new();
+        let call = RecoveryCall::new().with_cancellation(c.clone());
+        assert!(!call.cancellation().is_cancelled());
+        c.cancel();
+        assert!(call.cancellation().is_cancelled());
+    }
+}

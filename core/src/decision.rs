@@ -1,0 +1,351 @@
+//! The decision: one pure function from evidence to the next action.
+//!
+//! `decide` is the whole retry policy of the project. Both drivers call it
+//! with the same inputs and execute the [`Action`] it returns, so a
+//! conformance vector gives the same decisions everywhere. It reads no clock,
+//! draws no randomness and keeps no state: the jitter fraction, the time and
+//! the connectivity are inputs.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff;
+use crate::failure::{Acceptance, Failure, FailureKind, PermanentCause};
+use crate::outcome::{BudgetKind, InterruptCause, Outcome, RefusalLimit, ReplayDisabled};
+use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
+use crate::progress::Transience;
+use crate::timing::{Fraction, Instant};
+
+/// An admission hook's answer about a resend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissionAnswer {
+    /// Resend.
+    Allow,
+    /// Do not resend.
+    Reject,
+    /// The hook could not tell; pending is not approval.
+    Unresolved,
+}
+
+/// Why the next send waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelayCause {
+    /// The policy's jittered backoff.
+    Backoff,
+    /// The server's `Retry-After` (it was longer than the backoff draw).
+    RetryAfter,
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Wait `delay`, then replay the request.
+    RetryAfter {
+        /// How long.
+        delay: Duration,
+        /// Why that long.
+        cause: DelayCause,
+    },
+    /// Wait `delay`, then continue the committed stream with a resume.
+    Resume {
+        /// How long.
+        delay: Duration,
+        /// Why that long.
+        cause: DelayCause,
+    },
+    /// Wait until the platform reports it is online, then decide again.
+    ParkUntilOnline,
+    /// Ask the admission hook, then decide again with its answer.
+    AskAdmission,
+    /// Stop with this outcome.
+    Fail(Outcome),
+}
+
+/// The logical request's state, as far as the decision needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptState {
+    /// Physical sends made so far (the failed one included).
+    pub attempts_made: u32,
+    /// Physical sends still allowed (shared allowance).
+    pub attempts_left: u32,
+    /// Resumes made so far.
+    pub resumes_made: u32,
+    /// When the logical request started.
+    pub started_at: Instant,
+    /// When its first failure happened (the recovery budget counts from here).
+    pub first_failure_at: Option<Instant>,
+    /// An absolute deadline set by the caller, if any.
+    pub deadline: Option<Instant>,
+    /// Whether semantic output was observed or delivered in any attempt.
+    pub committed: bool,
+    /// Whether a resume strategy can continue the committed stream.
+    pub resume_possible: bool,
+    /// Why replay is off for this request, if it is.
+    pub replay_disabled: Option<ReplayDisabled>,
+    /// Whether an admission hook is installed.
+    pub admission_hook: bool,
+    /// The hook's answer for this failure, once asked.
+    pub admission: Option<AdmissionAnswer>,
+    /// Whether the caller cancelled.
+    pub cancelled: bool,
+}
+
+impl AttemptState {
+    /// State after the first send of a request that started at `started_at`.
+    pub fn first(started_at: Instant, max_attempts: u32) -> Self {
+        AttemptState {
+            attempts_made: 1,
+            attempts_left: max_attempts.saturating_sub(1),
+            resumes_made: 0,
+            started_at,
+            first_failure_at: None,
+            deadline: None,
+            committed: false,
+            resume_possible: false,
+            replay_disabled: None,
+            admission_hook: false,
+            admission: None,
+            cancelled: false,
+        }
+    }
+}
+
+/// Everything the decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionInput<'a> {
+    /// The policy.
+    pub policy: &'a RecoveryPolicy,
+    /// The request's state.
+    pub state: &'a AttemptState,
+    /// The failure being decided on.
+    pub failure: &'a Failure,
+    /// Whether the platform says it is online.
+    pub online: bool,
+    /// Now, on the monotonic clock.
+    pub now: Instant,
+    /// A uniform draw for the backoff jitter.
+    pub jitter: Fraction,
+}
+
+/// Whether the policy would retry `failure` at all (before any budget,
+/// attempt, semantic or admission check), and if not, the outcome.
+pub fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<(), Outcome> {
+    if let FailureKind::Unsuccessful { reason } = &failure.kind {
+        return Err(Outcome::Unsuccessful {
+            reason: reason.clone(),
+        });
+    }
+    if let Some(cause) = failure.permanent_cause() {
+        return Err(match cause {
+            PermanentCause::Protocol { violation } => Outcome::Protocol { violation },
+            cause => Outcome::Permanent { cause },
+        });
+    }
+    if failure.should_retry == Some(false) {
+        return Err(Outcome::Permanent {
+            cause: PermanentCause::ServerVetoed,
+        });
+    }
+    let category = failure.category();
+    let selected = policy.categories().contains(category)
+        && match &failure.kind {
+            FailureKind::Status { status } => {
+                policy.status_retryable(*status) || failure.should_retry == Some(true)
+            }
+            FailureKind::Provider { error } => error.transience == Transience::Transient,
+            _ => true,
+        };
+    if selected {
+        Ok(())
+    } else {
+        Err(Outcome::NotRetryable {
+            category,
+            status: failure.status,
+        })
+    }
+}
+
+/// Whether the failure shows (or may hide) semantic output, which forbids a
+/// replay.
+pub fn semantic_seen(state: &AttemptState, failure: &Failure) -> bool {
+    state.committed
+        || failure.progress.blocks_replay()
+        || matches!(
+            failure.kind,
+            FailureKind::UnexpectedEof { eof } if eof.pending_may_be_semantic
+        )
+}
+
+fn interrupt_cause(failure: &Failure) -> InterruptCause {
+    match &failure.kind {
+        FailureKind::UnexpectedEof { eof } if eof.pending_may_be_semantic => {
+            InterruptCause::PartialFrame
+        }
+        FailureKind::UnexpectedEof { .. } => InterruptCause::UnexpectedEof,
+        FailureKind::Provider { .. } => InterruptCause::ProviderError,
+        FailureKind::Timeout { .. } => InterruptCause::Stall,
+        _ => InterruptCause::Transport,
+    }
+}
+
+fn interrupted(failure: &Failure, cause: Option<InterruptCause>) -> Outcome {
+    let stall = match failure.kind {
+        FailureKind::Timeout { stall } => Some(stall),
+        _ => None,
+    };
+    Outcome::Interrupted {
+        cause: cause.unwrap_or_else(|| interrupt_cause(failure)),
+        stall,
+    }
+}
+
+/// Decides what happens after `input.failure`.
+///
+/// The checks run in a fixed order, each one final:
+/// cancellation; unsuccessful terminal, permanent and vetoed failures;
+/// policy selection; the semantic gate (resume or interrupt); replay
+/// disabled; attempts left; recovery budget and deadline; `Retry-After`
+/// against its ceiling, the budget and the deadline; the backoff against
+/// the deadline; admission; connectivity. Only then a wait is scheduled.
+pub fn decide(input: DecisionInput<'_>) -> Action {
+    let DecisionInput {
+        policy,
+        state,
+        failure,
+        online,
+        now,
+        jitter,
+    } = input;
+
+    if state.cancelled {
+        return Action::Fail(Outcome::Cancelled {
+            phase: crate::outcome::CancelPhase::Waiting,
+        });
+    }
+
+    let semantic = semantic_seen(state, failure);
+    if let Err(outcome) = eligibility(policy, failure) {
+        // A failure that ends a committed stream is reported as an
+        // interruption when it is a transport-level or not-selected one; the
+        // typed terminal (unsuccessful, permanent, protocol) stands as it is.
+        return Action::Fail(match outcome {
+            Outcome::NotRetryable { .. } if semantic => interrupted(failure, None),
+            other => other,
+        });
+    }
+
+    let resume = semantic && state.resume_possible && state.resumes_made < policy.max_resumes();
+    if semantic && !resume {
+        return Action::Fail(interrupted(failure, None));
+    }
+    if !resume {
+        if let Some(reason) = state.replay_disabled {
+            return Action::Fail(Outcome::ReplayDisabled { reason });
+        }
+    }
+
+    if state.attempts_left == 0 {
+        return Action::Fail(if semantic {
+            interrupted(failure, Some(InterruptCause::AttemptsExhausted))
+        } else {
+            Outcome::Exhausted {
+                attempts: state.attempts_made,
+            }
+        });
+    }
+
+    let first_failure = state.first_failure_at.unwrap_or(now);
+    let budget_end = policy.budget().map(|b| first_failure.saturating_add(b));
+    let deadline = [
+        state.deadline,
+        policy
+            .deadline()
+            .map(|d| state.started_at.saturating_add(d)),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    if deadline.is_some_and(|d| now >= d) {
+        return Action::Fail(Outcome::DeadlineExceeded);
+    }
+    if budget_end.is_some_and(|b| now >= b) {
+        return Action::Fail(Outcome::BudgetExhausted {
+            budget: BudgetKind::Recovery,
+        });
+    }
+
+    let mut hint = failure.retry_after.delay();
+    if let Some(h) = hint {
+        if h > policy.retry_after_ceiling() {
+            match policy.over_ceiling() {
+                OverCeiling::Refuse => {
+                    return Action::Fail(Outcome::RetryAfterRefused {
+                        value: h,
+                        limit: RefusalLimit::Ceiling,
+                    });
+                }
+                OverCeiling::Backoff => hint = None,
+            }
+        }
+    }
+    if let Some(h) = hint {
+        let at = now.saturating_add(h);
+        if budget_end.is_some_and(|b| at > b) {
+            return Action::Fail(Outcome::RetryAfterRefused {
+                value: h,
+                limit: RefusalLimit::Budget,
+            });
+        }
+        if deadline.is_some_and(|d| at > d) {
+            return Action::Fail(Outcome::RetryAfterRefused {
+                value: h,
+                limit: RefusalLimit::Deadline,
+            });
+        }
+    }
+
+    let retry_index = state.attempts_made.max(1);
+    let drawn = backoff::delay(
+        policy.backoff_base(),
+        policy.backoff_ceiling(),
+        retry_index,
+        jitter,
+    );
+    let (delay, cause) = match hint {
+        Some(h) if h > drawn => (h, DelayCause::RetryAfter),
+        _ => (drawn, DelayCause::Backoff),
+    };
+    let at = now.saturating_add(delay);
+    if deadline.is_some_and(|d| at > d) {
+        return Action::Fail(Outcome::DeadlineExceeded);
+    }
+    if budget_end.is_some_and(|b| at > b) {
+        return Action::Fail(Outcome::BudgetExhausted {
+            budget: BudgetKind::Recovery,
+        });
+    }
+
+    let ambiguous = failure.acceptance == Acceptance::Unknown;
+    match state.admission {
+        Some(AdmissionAnswer::Reject) => return Action::Fail(Outcome::AdmissionRejected),
+        Some(AdmissionAnswer::Unresolved) => return Action::Fail(Outcome::AdmissionUnresolved),
+        None if state.admission_hook => return Action::AskAdmission,
+        None if ambiguous && policy.endpoint() == Endpoint::Local => {
+            return Action::Fail(Outcome::AdmissionRequired);
+        }
+        Some(AdmissionAnswer::Allow) | None => {}
+    }
+
+    if !online {
+        return Action::ParkUntilOnline;
+    }
+
+    if resume {
+        Action::Resume { delay, cause }
+    } else {
+        Action::RetryAfter { delay, cause }
+    }
+}

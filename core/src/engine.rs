@@ -1,0 +1,557 @@
+//! The attempt state machine of one logical request.
+//!
+//! [`Recovery`] wraps [`decide`](crate::decision::decide) with everything a
+//! driver would otherwise re-implement: the shared attempt allowance (debited
+//! before each send), the cross-request retry budget (a permit taken when a
+//! wait is scheduled, spent at the send, refunded if the wait is cancelled),
+//! the lifecycle events in their canonical order, exactly one terminal event,
+//! and the report. It is sans-IO: drivers tell it what happened and when, it
+//! tells them what to do next, and they drain its events.
+
+use std::time::Duration;
+
+use crate::budget::{AttemptAllowance, RetryBudget, RetryPermit};
+use crate::decision::{Action, AdmissionAnswer, AttemptState, DecisionInput, decide};
+use crate::failure::{Category, Failure, FailureKind, Phase};
+use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
+use crate::outcome::{BudgetKind, CancelPhase, FailureReason, Outcome, ReplayDisabled};
+use crate::policy::RecoveryPolicy;
+use crate::progress::{Progress, Proof, Transience};
+use crate::report::{AttemptRecord, AttemptResult, DelayRecord, RecoveryReport};
+use crate::safe::SafeToken;
+use crate::timing::{Fraction, Instant};
+
+/// What kind of send comes next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NextSend {
+    First,
+    Retry,
+    Resume,
+}
+
+/// The attempt state machine of one logical request. See the module docs.
+#[derive(Debug)]
+pub struct Recovery {
+    policy: RecoveryPolicy,
+    logical_id: String,
+    allowance: AttemptAllowance,
+    retry_budget: Option<RetryBudget>,
+    permit: Option<RetryPermit>,
+    state: AttemptState,
+    next: NextSend,
+    in_flight: bool,
+    last_failure: Option<Failure>,
+    events: Vec<LifecycleEvent>,
+    report: RecoveryReport,
+    outcome: Option<Outcome>,
+}
+
+/// Formats a logical id the way events and reports show it.
+pub fn format_logical_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+impl Recovery {
+    /// Starts a logical request at `now` under `policy`, drawing its sends
+    /// from `allowance` (shared with any nested layer).
+    pub fn new(
+        policy: RecoveryPolicy,
+        allowance: AttemptAllowance,
+        logical_id: u64,
+        now: Instant,
+    ) -> Self {
+        let mut state = AttemptState::first(now, policy.max_attempts().get());
+        state.attempts_made = 0;
+        state.attempts_left = allowance.remaining();
+        let logical_id = format_logical_id(logical_id);
+        Recovery {
+            report: RecoveryReport::new(logical_id.clone()),
+            policy,
+            logical_id,
+            allowance,
+            retry_budget: None,
+            permit: None,
+            state,
+            next: NextSend::First,
+            in_flight: false,
+            last_failure: None,
+            events: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    /// Uses a cross-request retry budget; this request deposits into it.
+    #[must_use]
+    pub fn with_retry_budget(mut self, budget: RetryBudget) -> Self {
+        budget.deposit(self.state.started_at);
+        self.retry_budget = Some(budget);
+        self
+    }
+
+    /// Declares that an admission hook is installed.
+    #[must_use]
+    pub fn with_admission_hook(mut self, installed: bool) -> Self {
+        self.state.admission_hook = installed;
+        self
+    }
+
+    /// Sets an absolute deadline for the whole request.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.state.deadline = Some(deadline);
+        self
+    }
+
+    /// Turns replay off (the request body could not be buffered).
+    pub fn disable_replay(&mut self, reason: ReplayDisabled) {
+        self.state.replay_disabled = Some(reason);
+        self.report.replay_disabled = Some(reason);
+    }
+
+    /// Declares whether a resume strategy can continue the committed stream.
+    pub fn set_resume_possible(&mut self, possible: bool) {
+        self.state.resume_possible = possible;
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &RecoveryPolicy {
+        &self.policy
+    }
+
+    /// The logical id, as events show it.
+    pub fn logical_id(&self) -> &str {
+        &self.logical_id
+    }
+
+    /// The current physical send number (0 before the first).
+    pub fn wire_attempt(&self) -> u32 {
+        self.state.attempts_made
+    }
+
+    /// Whether the request has committed (output reached the consumer).
+    pub fn is_committed(&self) -> bool {
+        self.state.committed
+    }
+
+    /// The outcome, once the request ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// Takes the events produced since the last call, in order.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
+        self.events.drain(..)
+    }
+
+    fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_since(self.state.started_at)
+    }
+
+    fn emit(&mut self, now: Instant, kind: EventKind) {
+        let n = self.state.attempts_made;
+        let event = LifecycleEvent {
+            identity: Identity {
+                logical_id: self.logical_id.clone(),
+                attempt_id: (n > 0).then(|| format!("{}-{n}", self.logical_id)),
+                wire_attempt: n,
+            },
+            at: self.elapsed(now),
+            kind,
+        };
+        self.events.push(event);
+    }
+
+    fn current(&mut self) -> Option<&mut AttemptRecord> {
+        if self.in_flight {
+            self.report.attempts.last_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Ends the request with `outcome`, emitting its one terminal event.
+    fn finish(&mut self, now: Instant, outcome: Outcome) -> Outcome {
+        if let Some(done) = &self.outcome {
+            return done.clone();
+        }
+        self.permit = None;
+        let attempts = self.state.attempts_made;
+        let kind = match &outcome {
+            Outcome::Completed { proof } => EventKind::Completed {
+                proof: *proof,
+                attempts,
+            },
+            Outcome::Cancelled { phase } => EventKind::Cancelled {
+                phase: *phase,
+                attempts,
+            },
+            other if self.state.committed => EventKind::Interrupted {
+                outcome: other.clone(),
+                attempts,
+            },
+            other => {
+                if matches!(other, Outcome::AdmissionRequired) {
+                    self.emit(now, EventKind::AdmissionRequired);
+                }
+                EventKind::Exhausted {
+                    outcome: other.clone(),
+                    attempts,
+                }
+            }
+        };
+        self.emit(now, kind);
+        self.report.outcome = Some(outcome.clone());
+        self.report.metrics.total_ms = Some(self.elapsed(now).as_millis() as u64);
+        self.outcome = Some(outcome.clone());
+        outcome
+    }
+
+    /// Call immediately before every physical send. Rechecks cancellation and
+    /// the deadline, debits the allowance (unless an outer layer already did:
+    /// `prepaid`), spends the retry permit, and emits `retry_started` /
+    /// `resume_started` and `attempt_started`. Returns the wire attempt
+    /// number, or the outcome that ends the request instead of sending.
+    pub fn begin_attempt(
+        &mut self,
+        now: Instant,
+        cancelled: bool,
+        prepaid: bool,
+    ) -> Result<u32, Outcome> {
+        if let Some(done) = &self.outcome {
+            return Err(done.clone());
+        }
+        if cancelled {
+            let phase = if self.next == NextSend::First {
+                CancelPhase::Sending
+            } else {
+                CancelPhase::Waiting
+            };
+            return Err(self.finish(now, Outcome::Cancelled { phase }));
+        }
+        let deadline = [
+            self.state.deadline,
+            self.policy
+                .deadline()
+                .map(|d| self.state.started_at.saturating_add(d)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if self.next != NextSend::First && deadline.is_some_and(|d| now > d) {
+            return Err(self.finish(now, Outcome::DeadlineExceeded));
+        }
+        if !prepaid && !self.allowance.try_debit() {
+            let attempts = self.state.attempts_made;
+            return Err(self.finish(now, Outcome::Exhausted { attempts }));
+        }
+        if let Some(permit) = self.permit.take() {
+            permit.spend();
+        }
+        match self.next {
+            NextSend::First => {}
+            NextSend::Retry => self.emit(now, EventKind::RetryStarted),
+            NextSend::Resume => self.emit(now, EventKind::ResumeStarted),
+        }
+        let resume = self.next == NextSend::Resume;
+        self.state.attempts_made += 1;
+        self.state.attempts_left = self.allowance.remaining();
+        self.state.admission = None;
+        if resume {
+            self.state.resumes_made += 1;
+            self.report.resumes += 1;
+        }
+        if self.state.attempts_made > 1 {
+            self.report.resend_count += 1;
+        }
+        let n = self.state.attempts_made;
+        self.report.attempts.push(AttemptRecord {
+            wire_attempt: n,
+            resume,
+            started_ms: self.elapsed(now),
+            ended_ms: None,
+            status: None,
+            result: AttemptResult::InProgress,
+            retry_after: crate::retry_after::RetryAfter::Absent,
+            progress: Progress::default(),
+            request_id: None,
+        });
+        self.in_flight = true;
+        let max_attempts = self.allowance.total();
+        self.emit(
+            now,
+            EventKind::AttemptStarted {
+                max_attempts,
+                resume,
+            },
+        );
+        Ok(n)
+    }
+
+    /// Records the response head of the attempt in flight.
+    pub fn head_received(&mut self, now: Instant, status: u16, request_id: Option<SafeToken>) {
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.status = Some(status);
+            rec.request_id = request_id;
+            rec.progress.headers_received = true;
+            self.report.metrics.time_to_headers_ms = Some(at);
+        }
+    }
+
+    /// Records the first semantic fragment of the request (first call wins).
+    pub fn first_semantic(&mut self, now: Instant) {
+        if self.report.metrics.time_to_first_semantic_ms.is_none() {
+            self.report.metrics.time_to_first_semantic_ms =
+                Some(self.elapsed(now).as_millis() as u64);
+        }
+    }
+
+    /// The attempt in flight committed: its output now reaches the consumer
+    /// and it can no longer be replayed.
+    pub fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
+        if self.state.committed || self.outcome.is_some() {
+            return;
+        }
+        self.state.committed = true;
+        self.report.committed_attempt = Some(self.state.attempts_made);
+        if trigger == CommitTrigger::Semantic {
+            self.first_semantic(now);
+        }
+        self.emit(now, EventKind::Committed { trigger });
+    }
+
+    /// Updates the progress of the attempt in flight.
+    pub fn record_progress(&mut self, progress: Progress) {
+        if let Some(rec) = self.current() {
+            let headers = rec.progress.headers_received;
+            rec.progress = progress;
+            rec.progress.headers_received |= headers;
+        }
+    }
+
+    /// The attempt in flight finished with success proof.
+    pub fn succeed(&mut self, now: Instant, proof: Proof, progress: Progress) -> Outcome {
+        if let Some(done) = &self.outcome {
+            return done.clone();
+        }
+        self.record_progress(progress);
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            rec.result = AttemptResult::Succeeded { proof };
+        }
+        self.in_flight = false;
+        self.emit(now, EventKind::AttemptSucceeded { proof });
+        self.finish(now, Outcome::Completed { proof })
+    }
+
+    fn reason_for(&self, failure: &Failure) -> FailureReason {
+        if matches!(failure.kind, FailureKind::Unsuccessful { .. }) {
+            return FailureReason::UnsuccessfulTerminal;
+        }
+        if crate::decision::eligibility(&self.policy, failure).is_err() {
+            return match &failure.kind {
+                FailureKind::Protocol { .. } => FailureReason::Protocol,
+                _ if failure.should_retry == Some(false) => FailureReason::ServerVetoed,
+                _ if failure.permanent_cause().is_some() => FailureReason::Permanent,
+                _ => FailureReason::NotSelected,
+            };
+        }
+        if crate::decision::semantic_seen(&self.state, failure) {
+            return FailureReason::SemanticOutput;
+        }
+        match &failure.kind {
+            FailureKind::UnexpectedEof { .. } => FailureReason::UnexpectedEof,
+            FailureKind::Timeout { .. } => FailureReason::Stall,
+            FailureKind::Provider { error } if error.transience != Transience::Transient => {
+                FailureReason::Permanent
+            }
+            _ => FailureReason::Transient,
+        }
+    }
+
+    /// The attempt in flight failed. Emits `attempt_failed`, decides, and
+    /// returns what the driver does next (a terminal `Fail` has already
+    /// emitted its terminal event).
+    pub fn fail(
+        &mut self,
+        now: Instant,
+        failure: Failure,
+        online: bool,
+        jitter: Fraction,
+    ) -> Action {
+        if let Some(done) = &self.outcome {
+            return Action::Fail(done.clone());
+        }
+        let reason = self.reason_for(&failure);
+        let at = self.elapsed(now).as_millis() as u64;
+        let (category, phase) = (failure.category(), failure.phase);
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            if failure.status.is_some() {
+                rec.status = failure.status;
+            }
+            rec.retry_after = failure.retry_after;
+            let headers = rec.progress.headers_received;
+            rec.progress = failure.progress;
+            rec.progress.headers_received |= headers || failure.status.is_some();
+            rec.result = AttemptResult::Failed {
+                category,
+                phase,
+                reason,
+            };
+        }
+        self.in_flight = false;
+        if failure.progress.blocks_replay() {
+            self.state.committed |= failure.progress.semantic_delivered();
+        }
+        self.emit(
+            now,
+            EventKind::AttemptFailed {
+                category,
+                phase,
+                reason,
+                status: failure.status,
+            },
+        );
+        self.state.first_failure_at.get_or_insert(now);
+        self.state.admission = None;
+        self.last_failure = Some(failure);
+        self.decide_next(now, online, jitter)
+    }
+
+    /// The admission hook answered.
+    pub fn admission(
+        &mut self,
+        now: Instant,
+        answer: AdmissionAnswer,
+        online: bool,
+        jitter: Fraction,
+    ) -> Action {
+        if let Some(done) = &self.outcome {
+            return Action::Fail(done.clone());
+        }
+        self.emit(
+            now,
+            match answer {
+                AdmissionAnswer::Allow => EventKind::AdmissionAllowed,
+                AdmissionAnswer::Reject => EventKind::AdmissionRejected,
+                AdmissionAnswer::Unresolved => EventKind::AdmissionUnresolved,
+            },
+        );
+        self.state.admission = Some(answer);
+        self.decide_next(now, online, jitter)
+    }
+
+    /// The platform is online again after a park: decide again.
+    pub fn online_again(&mut self, now: Instant, jitter: Fraction) -> Action {
+        if let Some(done) = &self.outcome {
+            return Action::Fail(done.clone());
+        }
+        self.decide_next(now, true, jitter)
+    }
+
+    /// The caller cancelled in `phase`. An attempt in flight is recorded as
+    /// failed (category cancellation) before the one `cancelled` event.
+    pub fn cancel(&mut self, now: Instant, phase: CancelPhase) -> Outcome {
+        if let Some(done) = &self.outcome {
+            return done.clone();
+        }
+        if self.in_flight {
+            let at = self.elapsed(now).as_millis() as u64;
+            let wire_phase = match phase {
+                CancelPhase::Sending => Phase::Sending,
+                CancelPhase::AwaitingHead => Phase::AwaitingHeaders,
+                _ => Phase::Streaming,
+            };
+            if let Some(rec) = self.current() {
+                rec.ended_ms = Some(at);
+                rec.result = AttemptResult::Failed {
+                    category: Category::Cancellation,
+                    phase: wire_phase,
+                    reason: FailureReason::Cancelled,
+                };
+            }
+            self.in_flight = false;
+            self.emit(
+                now,
+                EventKind::AttemptFailed {
+                    category: Category::Cancellation,
+                    phase: wire_phase,
+                    reason: FailureReason::Cancelled,
+                    status: self.report.attempts.last().and_then(|a| a.status),
+                },
+            );
+        }
+        self.finish(now, Outcome::Cancelled { phase })
+    }
+
+    fn decide_next(&mut self, now: Instant, online: bool, jitter: Fraction) -> Action {
+        let Some(failure) = self.last_failure.as_ref() else {
+            return Action::Fail(self.finish(
+                now,
+                Outcome::Exhausted {
+                    attempts: self.state.attempts_made,
+                },
+            ));
+        };
+        self.state.attempts_left = self.allowance.remaining();
+        let action = decide(DecisionInput {
+            policy: &self.policy,
+            state: &self.state,
+            failure,
+            online,
+            now,
+            jitter,
+        });
+        match action {
+            Action::Fail(outcome) => Action::Fail(self.finish(now, outcome)),
+            Action::AskAdmission => {
+                self.emit(now, EventKind::AdmissionPending);
+                Action::AskAdmission
+            }
+            Action::ParkUntilOnline => {
+                self.emit(now, EventKind::ParkedOffline);
+                Action::ParkUntilOnline
+            }
+            Action::RetryAfter { delay, cause } | Action::Resume { delay, cause } => {
+                if let Some(budget) = &self.retry_budget {
+                    match budget.try_withdraw(now) {
+                        Some(permit) => self.permit = Some(permit),
+                        None => {
+                            return Action::Fail(self.finish(
+                                now,
+                                Outcome::BudgetExhausted {
+                                    budget: BudgetKind::RetryTokens,
+                                },
+                            ));
+                        }
+                    }
+                }
+                self.next = if matches!(action, Action::Resume { .. }) {
+                    NextSend::Resume
+                } else {
+                    NextSend::Retry
+                };
+                self.report.delays.push(DelayRecord {
+                    after_attempt: self.state.attempts_made,
+                    delay_ms: delay,
+                    cause,
+                });
+                self.emit(
+                    now,
+                    EventKind::DelayScheduled {
+                        delay_ms: delay,
+                        cause,
+                    },
+                );
+                action
+            }
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The recovery policy: what may be retried, how often, and how long to wait.
+//!
+//! A policy is validated once, when built, into a typed [`PolicyError`]; after
+//! that every field is known to be coherent, so the decision function never
+//! has to second-guess it.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::failure::Category;
+
+/// Statuses that can never be retried, whatever the caller selects:
+/// bad request, unauthorized, forbidden, not found, too large, unprocessable.
+pub const NEVER_RETRYABLE: &[u16] = &[400, 401, 403, 404, 413, 422];
+
+/// Default retryable statuses.
+pub const DEFAULT_RETRYABLE_STATUSES: &[u16] = &[408, 429, 500, 502, 503, 504, 529];
+
+/// What to do with a `Retry-After` above the policy's ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverCeiling {
+    /// Refuse the retry and fail with the value (the default: never shorten a
+    /// server's minimum).
+    #[default]
+    Refuse,
+    /// Ignore the hint and use the policy's own backoff.
+    Backoff,
+}
+
+/// Where the endpoint runs, which decides whether an ambiguous resend (the
+/// request was sent, no head came back) needs admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// A hosted provider: ambiguous resends are allowed.
+    #[default]
+    Remote,
+    /// A local runner (Ollama, llama.cpp): a resend may start overlapping
+    /// inference, so ambiguous resends need an admission hook's approval.
+    Local,
+}
+
+/// Set of failure categories that may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Categories {
+    /// Transport failures (connect, reset, EOF).
+    pub transport: bool,
+    /// Retryable HTTP statuses.
+    pub http: bool,
+    /// Client-side timeouts (head timeout, stall watchdog).
+    pub client_timeout: bool,
+    /// Transient in-stream provider errors.
+    pub provider_response: bool,
+}
+
+impl Default for Categories {
+    fn default() -> Self {
+        Categories {
+            transport: true,
+            http: true,
+            client_timeout: true,
+            provider_response: true,
+        }
+    }
+}
+
+impl Categories {
+    /// Whether `category` is selected.
+    pub fn contains(self, category: Category) -> bool {
+        match category {
+            Category::Transport => self.transport,
+            Category::Http => self.http,
+            Category::ClientTimeout => self.client_timeout,
+            Category::ProviderResponse => self.provider_response,
+            Category::Protocol | Category::Cancellation => false,
+        }
+    }
+}
+
+/// Why a policy could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A status outside 100..=599, or one of the never-retryable statuses.
+    InvalidStatus(u16),
+    /// A category that can never be retried (protocol, cancellation).
+    UnsupportedCategory(Category),
+    /// The backoff ceiling is below its base.
+    CeilingBelowBase,
+    /// A duration that must be positive is zero.
+    ZeroDuration(&'static str),
+    /// A size cap that must be positive is zero.
+    ZeroCap(&'static str),
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::InvalidStatus(s) => {
+                write!(f, "status {s} cannot be made retryable")
+            }
+            PolicyError::UnsupportedCategory(c) => {
+                write!(f, "failure category {c} is never retryable")
+            }
+            PolicyError::CeilingBelowBase => f.write_str("backoff ceiling is below its base"),
+            PolicyError::ZeroDuration(what) | PolicyError::ZeroCap(what) => {
+                write!(f, "{what} must be greater than zero")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// A validated recovery policy. Build one with [`RecoveryPolicy::builder`].
+///
+/// | knob | default |
+/// |---|---|
+/// | `max_attempts` (first send included) | 3 |
+/// | backoff base / ceiling (full jitter) | 500 ms / 8 s |
+/// | recovery budget, from the first failure | 60 s |
+/// | deadline (from the start of the request) | none |
+/// | retryable statuses | 408, 429, 500, 502, 503, 504, 529 |
+/// | retryable categories | transport, http, client_timeout, provider_response |
+/// | `Retry-After` ceiling / above it | 60 s / refuse |
+/// | replay body cap | 8 MiB |
+/// | hold-back cap | 64 KiB |
+/// | evidence cap | 16 KiB |
+/// | max resumes | 1 |
+/// | endpoint | remote (ambiguous resends allowed) |
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryPolicy {
+    pub(crate) max_attempts: NonZeroU32,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_ceiling: Duration,
+    pub(crate) budget: Option<Duration>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) retryable_statuses: Vec<u16>,
+    pub(crate) categories: Categories,
+    pub(crate) retry_after_ceiling: Duration,
+    pub(crate) over_ceiling: OverCeiling,
+    pub(crate) replay_body_cap: usize,
+    pub(crate) holdback_cap: usize,
+    pub(crate) evidence_cap: usize,
+    pub(crate) max_resumes: u32,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) progress_timeout: Option<Duration>,
+    pub(crate) head_timeout: Option<Duration>,
+}
+
+impl Default for RecoveryPolicy {
+    fn default() -> Self {
+        RecoveryPolicy {
+            max_attempts: NonZeroU32::new(3).expect("non-zero"),
+            backoff_base: Duration::from_millis(500),
+            backoff_ceiling: Duration::from_secs(8),
+            budget: Some(Duration::from_secs(60)),
+            deadline: None,
+            retryable_statuses: DEFAULT_RETRYABLE_STATUSES.to_vec(),
+            categories: Categories::default(),
+            retry_after_ceiling: Duration::from_secs(60),
+            over_ceiling: OverCeiling::Refuse,
+            replay_body_cap: 8 << 20,
+            holdback_cap: 64 << 10,
+            evidence_cap: 16 << 10,
+            max_resumes: 1,
+            endpoint: Endpoint::Remote,
+            idle_timeout: None,
+            progress_timeout: None,
+            head_timeout: None,
+        }
+    }
+}
+
+impl RecoveryPolicy {
+    /// A builder starting from the defaults.
+    pub fn builder() -> PolicyBuilder {
+        PolicyBuilder {
+            policy: RecoveryPolicy::default(),
+            error: None,
+        }
+    }
+
+    /// A builder starting from this policy (for per-call overrides).
+    pub fn to_builder(&self) -> PolicyBuilder {
+        PolicyBuilder {
+            policy: self.clone(),
+            error: None,
+        }
+    }
+
+    /// Physical sends allowed, first send included.
+    pub fn max_attempts(&self) -> NonZeroU32 {
+        self.max_attempts
+    }
+    /// Backoff base (the bound of the first retry's jitter).
+    pub fn backoff_base(&self) -> Duration {
+        self.backoff_base
+    }
+    /// Backoff ceiling.
+    pub fn backoff_ceiling(&self) -> Duration {
+        self.backoff_ceiling
+    }
+    /// Recovery budget, measured from the first failure.
+    pub fn budget(&self) -> Option<Duration> {
+        self.budget
+    }
+    /// Deadline, measured from the start of the logical request.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+    /// Statuses a retry is allowed for.
+    pub fn retryable_statuses(&self) -> &[u16] {
+        &self.retryable_statuses
+    }
+    /// Categories a retry is allowed for.
+    pub fn categories(&self) -> Categories {
+        self.categories
+    }
+    /// Largest `Retry-After` honoured.
+    pub fn retry_after_ceiling(&self) -> Duration {
+        self.retry_after_ceiling
+    }
+    /// What happens above the `Retry-After` ceiling.
+    pub fn over_ceiling(&self) -> OverCeiling {
+        self.over_ceiling
+    }
+    /// Largest request body buffered for replay.
+    pub fn replay_body_cap(&self) -> usize {
+        self.replay_body_cap
+    }
+    /// Largest pre-commit prefix held back from the consumer.
+    pub fn holdback_cap(&self) -> usize {
+        self.holdback_cap
+    }
+    /// Largest sensitive evidence kept for `inspect_*`.
+    pub fn evidence_cap(&self) -> usize {
+        self.evidence_cap
+    }
+    /// Resumes allowed (each is also a physical send).
+    pub fn max_resumes(&self) -> u32 {
+        self.max_resumes
+    }
+    /// Where the endpoint runs.
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint
+    }
+    /// Stall watchdog: longest silence (no bytes) tolerated.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+    /// Stall watchdog: longest time without a semantic fragment.
+    pub fn progress_timeout(&self) -> Option<Duration> {
+        self.progress_timeout
+    }
+    /// Longest wait for a response head.
+    pub fn head_timeout(&self) -> Option<Duration> {
+        self.head_timeout
+    }
+    /// Whether `status` is retryable under this policy (never for the
+    /// permanent set).
+    pub fn status_retryable(&self, status: u16) -> bool {
+        !NEVER_RETRYABLE.contains(&status) && self.retryable_statuses.contains(&status)
+    }
+}
+
+/// Builds a [`RecoveryPolicy`]; errors are reported by [`PolicyBuilder::build`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PolicyBuilder {
+    policy: RecoveryPolicy,
+    error: Option<PolicyError>,
+}
+
+impl PolicyBuilder {
+    fn fail(mut self, e: PolicyError) -> Self {
+        self.error.get_or_insert(e);
+        self
+    }
+
+    /// Physical sends allowed, first send included.
+    pub fn max_attempts(mut self, n: NonZeroU32) -> Self {
+        self.policy.max_attempts = n;
+        self
+    }
+
+    /// Full-jitter backoff: retry `n` waits uniform in
+    /// `[0, min(ceiling, base · 2^(n−1))]`.
+    pub fn backoff(mut self, base: Duration, ceiling: Duration) -> Self {
+        if base.is_zero() {
+            return self.fail(PolicyError::ZeroDuration("backoff base"));
+        }
+        if ceiling < base {
+            return self.fail(PolicyError::CeilingBelowBase);
+        }
+        self.policy.backoff_base = base;
+        self.policy.backoff_ceiling = ceiling;
+        self
+    }
+
+    /// Recovery budget from the first failure; `None` for unbounded.
+    pub fn budget(mut self, budget: Option<Duration>) -> Self {
+        if budget.is_some_and(|b| b.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("budget"));
+        }
+        self.policy.budget = budget;
+        self
+    }
+
+    /// Deadline from the start of the logical request; `None` for none.
+    pub fn deadline(mut self, deadline: Option<Duration>) -> Self {
+        if deadline.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("deadline"));
+        }
+        self.policy.deadline = deadline;
+        self
+    }
+
+    /// The statuses that may be retried. A never-retryable status
+    /// (400/401/403/404/413/422) or one outside 100..=599 is an error.
+    pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        let mut list = Vec::new();
+        for s in statuses {
+            if !(100..=599).contains(&s) || NEVER_RETRYABLE.contains(&s) {
+                return self.fail(PolicyError::InvalidStatus(s));
+            }
+            list.push(s);
+        }
+        list.sort_unstable();
+        list.dedup();
+        self.policy.retryable_statuses = list;
+        self
+    }
+
+    /// The failure categories that may be retried. Protocol violations and
+    /// cancellation are never retryable and are refused here.
+    pub fn retryable_categories(mut self, categories: impl IntoIterator<Item = Category>) -> Self {
+        let mut set = Categories {
+            transport: false,
+            http: false,
+            client_timeout: false,
+            provider_response: false,
+        };
+        for c in categories {
+            match c {
+                Category::Transport => set.transport = true,
+                Category::Http => set.http = true,
+                Category::ClientTimeout => set.client_timeout = true,
+                Category::ProviderResponse => set.provider_response = true,
+                Category::Protocol | Category::Cancellation => {
+                    return self.fail(PolicyError::UnsupportedCategory(c));
+                }
+            }
+        }
+        self.policy.categories = set;
+        self
+    }
+
+    /// Largest `Retry-After` honoured, and what to do above it.
+    pub fn retry_after_ceiling(mut self, ceiling: Duration, over: OverCeiling) -> Self {
+        self.policy.retry_after_ceiling = ceiling;
+        self.policy.over_ceiling = over;
+        self
+    }
+
+    /// Largest request body buffered for replay; larger bodies are sent once.
+    pub fn replay_body_cap(mut self, bytes: usize) -> Self {
+        self.policy.replay_body_cap = bytes;
+        self
+    }
+
+    /// Largest pre-commit prefix held back before the body commits early.
+    pub fn holdback_cap(mut self, bytes: usize) -> Self {
+        if bytes == 0 {
+            return self.fail(PolicyError::ZeroCap("hold-back cap"));
+        }
+        self.policy.holdback_cap = bytes;
+        self
+    }
+
+    /// Largest sensitive evidence kept for `inspect_*`.
+    pub fn evidence_cap(mut self, bytes: usize) -> Self {
+        self.policy.evidence_cap = bytes;
+        self
+    }
+
+    /// Resumes allowed per logical request.
+    pub fn max_resumes(mut self, n: u32) -> Self {
+        self.policy.max_resumes = n;
+        self
+    }
+
+    /// Where the endpoint runs.
+    pub fn endpoint(mut self, endpoint: Endpoint) -> Self {
+        self.policy.endpoint = endpoint;
+        self
+    }
+
+    /// Stall watchdog on silence (any byte resets it).
+    pub fn idle_timeout(mut self, t: Option<Duration>) -> Self {
+        if t.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("idle timeout"));
+        }
+        self.policy.idle_timeout = t;
+        self
+    }
+
+    /// Stall watchdog on progress (only semantic fragments reset it).
+    pub fn progress_timeout(mut self, t: Option<Duration>) -> Self {
+        if t.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("progress timeout"));
+        }
+        self.policy.progress_timeout = t;
+        self
+    }
+
+    /// Longest wait for a response head.
+    pub fn head_timeout(mut self, t: Option<Duration>) -> Self {
+        if t.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("head timeout"));
+        }
+        self.policy.head_timeout = t;
+        self
+    }
+
+    /// The validated policy, or the first error met.
+    pub fn build(self) -> Result<RecoveryPolicy, PolicyError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.policy),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let p = RecoveryPolicy::default();
+        assert_eq!(p.max_attempts().get(), 3);
+        assert_eq!(p.backoff_base(), Duration::from_millis(500));
+        assert_eq!(p.backoff_ceiling(), Duration::from_secs(8));
+        assert_eq!(p.budget(), Some(Duration::from_secs(60)));
+        assert_eq!(p.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
+        assert_eq!(p.retry_after_ceiling(), Duration::from_secs(60));
+        assert_eq!(p.over_ceiling(), OverCeiling::Refuse);
+    }
+
+    #[test]
+    fn permanent_statuses_cannot_be_selected() {
+        for s in NEVER_RETRYABLE {
+            let err = RecoveryPolicy::builder()
+                .retryable_statuses([503, *s])
+                .build()
+                .unwrap_err();
+            assert_eq!(err, PolicyError::InvalidStatus(*s));
+        }
+        assert_eq!(
+            RecoveryPolicy::builder().retryable_statuses([600]).build(),
+            Err(PolicyError::InvalidStatus(600))
+        );
+    }
+
+    #[test]
+    fn invalid_shapes_are_typed_errors() {
+        assert_eq!(
+            RecoveryPolicy::builder()
+                .backoff(Duration::from_secs(2), Duration::from_secs(1))
+                .build(),
+            Err(PolicyError::CeilingBelowBase)
+        );
+        assert_eq!(
+            RecoveryPolicy::builder()
+                .retryable_categories([Category::Protocol])
+                .build(),
+            Err(PolicyError::UnsupportedCategory(Category::Protocol))
+        );
+        assert!(RecoveryPolicy::builder().holdback_cap(0).build().is_err());
+    }
+
+    #[test]
+    fn status_retryable_respects_the_permanent_set() {
+        let p = RecoveryPolicy::builder()
+            .retryable_statuses([409, 503])
+            .build()
+            .unwrap();
+        assert!(p.status_retryable(409));
+        assert!(!p.status_retryable(500));
+        assert!(!p.status_retryable(400));
+    }
+}

@@ -1,0 +1,158 @@
+//! The report of one logical request: every attempt, every wait, the outcome
+//! and stream metrics, safe to log and serialize.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::DelayCause;
+use crate::failure::{Category, Phase};
+use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
+use crate::progress::{Progress, Proof};
+use crate::retry_after::RetryAfter;
+use crate::safe::SafeToken;
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "result")]
+pub enum AttemptResult {
+    /// Still running.
+    InProgress,
+    /// Ended with terminal success proof.
+    Succeeded {
+        /// The proof.
+        proof: Proof,
+    },
+    /// Failed.
+    Failed {
+        /// Category.
+        category: Category,
+        /// Phase.
+        phase: Phase,
+        /// Reason.
+        reason: FailureReason,
+    },
+}
+
+/// One physical send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// 1-based send number.
+    pub wire_attempt: u32,
+    /// Whether it was a resume of a committed stream.
+    pub resume: bool,
+    /// When it started, in ms since the logical request started.
+    #[serde(with = "crate::outcome::millis")]
+    pub started_ms: Duration,
+    /// When it ended, in ms since the logical request started.
+    pub ended_ms: Option<u64>,
+    /// Response status, if a head arrived.
+    pub status: Option<u16>,
+    /// How it ended.
+    #[serde(flatten)]
+    pub result: AttemptResult,
+    /// The server's retry hint.
+    pub retry_after: RetryAfter,
+    /// What the attempt's stream carried and delivered.
+    pub progress: Progress,
+    /// The provider's request id, when it has a safe shape.
+    pub request_id: Option<SafeToken>,
+}
+
+/// One wait between sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelayRecord {
+    /// The attempt that failed before the wait.
+    pub after_attempt: u32,
+    /// How long, in ms.
+    #[serde(with = "crate::outcome::millis")]
+    pub delay_ms: Duration,
+    /// Why that long.
+    pub cause: DelayCause,
+}
+
+/// Timings across all attempts, in ms since the logical request started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamMetrics {
+    /// First response head of the attempt that committed (or the last one).
+    pub time_to_headers_ms: Option<u64>,
+    /// First semantic fragment observed.
+    pub time_to_first_semantic_ms: Option<u64>,
+    /// Until the terminal outcome.
+    pub total_ms: Option<u64>,
+}
+
+/// Everything known about one logical request, without body text, header
+/// values outside the allowlist, credentials or prompt text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryReport {
+    /// The logical request id.
+    pub logical_id: String,
+    /// How it ended (`None` while it runs).
+    pub outcome: Option<Outcome>,
+    /// Every physical send, in order.
+    pub attempts: Vec<AttemptRecord>,
+    /// Every wait between sends.
+    pub delays: Vec<DelayRecord>,
+    /// Sends after the first (OpenTelemetry `http.request.resend_count`).
+    pub resend_count: u32,
+    /// Resumes among the sends.
+    pub resumes: u32,
+    /// The attempt whose output reached the consumer.
+    pub committed_attempt: Option<u32>,
+    /// Why replay was off, if it was.
+    pub replay_disabled: Option<ReplayDisabled>,
+    /// Timings.
+    pub metrics: StreamMetrics,
+}
+
+impl RecoveryReport {
+    /// An empty report for `logical_id`.
+    pub fn new(logical_id: String) -> Self {
+        RecoveryReport {
+            logical_id,
+            outcome: None,
+            attempts: Vec::new(),
+            delays: Vec::new(),
+            resend_count: 0,
+            resumes: 0,
+            committed_attempt: None,
+            replay_disabled: None,
+            metrics: StreamMetrics::default(),
+        }
+    }
+
+    /// Physical sends made.
+    pub fn attempt_count(&self) -> u32 {
+        self.attempts.len() as u32
+    }
+
+    /// The last attempt's status, if any.
+    pub fn last_status(&self) -> Option<u16> {
+        self.attempts.iter().rev().find_map(|a| a.status)
+    }
+
+    /// Progress summed over all attempts (what the request cost).
+    pub fn total_progress(&self) -> Progress {
+        self.attempts
+            .iter()
+            .fold(Progress::default(), |mut acc, a| {
+                let p = &a.progress;
+                acc.headers_received |= p.headers_received;
+                acc.raw_bytes += p.raw_bytes;
+                acc.frames += p.frames;
+                acc.keepalives += p.keepalives;
+                acc.observed_content += p.observed_content;
+                acc.observed_reasoning += p.observed_reasoning;
+                acc.observed_tool_fragments += p.observed_tool_fragments;
+                acc.observed_side_effects += p.observed_side_effects;
+                acc.completed_tool_calls += p.completed_tool_calls;
+                acc.delivered_content += p.delivered_content;
+                acc.delivered_reasoning += p.delivered_reasoning;
+                acc.delivered_tool_fragments += p.delivered_tool_fragments;
+                acc.delivered_side_effects += p.delivered_side_effects;
+                acc.delivered_bytes += p.delivered_bytes;
+                acc
+            })
+    }
+}

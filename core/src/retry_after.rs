@@ -1,0 +1,196 @@
+//! Server retry hints: `retry-after-ms`, `Retry-After` in seconds, and
+//! `Retry-After` as an HTTP-date in its three forms.
+//!
+//! A valid hint is a *minimum*: the retry waits `max(hint, jittered backoff)`.
+//! A hint above the policy's ceiling or beyond the remaining budget refuses the
+//! retry; it is never shortened (that would retry earlier than the server
+//! asked). Invalid values are ignored and reported as such.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// The parsed hint and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "delay")]
+pub enum RetryAfter {
+    /// No hint was sent.
+    #[default]
+    Absent,
+    /// A hint was sent but could not be parsed; it is ignored.
+    Invalid,
+    /// `retry-after-ms`.
+    Millis(Duration),
+    /// `Retry-After: <seconds>`.
+    Seconds(Duration),
+    /// `Retry-After: <HTTP-date>`, as a delay from the wall clock (0 if past).
+    Date(Duration),
+}
+
+impl RetryAfter {
+    /// The delay the hint asks for, if it is valid.
+    pub fn delay(self) -> Option<Duration> {
+        match self {
+            RetryAfter::Millis(d) | RetryAfter::Seconds(d) | RetryAfter::Date(d) => Some(d),
+            RetryAfter::Absent | RetryAfter::Invalid => None,
+        }
+    }
+
+    /// The state name used in reports: `absent`, `invalid`, `millis`,
+    /// `seconds` or `date`.
+    pub fn state(self) -> &'static str {
+        match self {
+            RetryAfter::Absent => "absent",
+            RetryAfter::Invalid => "invalid",
+            RetryAfter::Millis(_) => "millis",
+            RetryAfter::Seconds(_) => "seconds",
+            RetryAfter::Date(_) => "date",
+        }
+    }
+
+    /// Reads the hint from response headers. `retry-after-ms` wins over
+    /// `Retry-After` when it is valid.
+    pub fn from_headers(headers: &http::HeaderMap, wall_now: SystemTime) -> Self {
+        let ms = headers
+            .get("retry-after-ms")
+            .map(|v| v.to_str().map_or(RetryAfter::Invalid, parse_millis));
+        if let Some(hint @ RetryAfter::Millis(_)) = ms {
+            return hint;
+        }
+        let secs = headers.get(http::header::RETRY_AFTER).map(|v| {
+            v.to_str()
+                .map_or(RetryAfter::Invalid, |s| parse_retry_after(s, wall_now))
+        });
+        match (secs, ms) {
+            (Some(hint), _) if hint.delay().is_some() => hint,
+            (Some(_), _) | (None, Some(_)) => RetryAfter::Invalid,
+            (None, None) => RetryAfter::Absent,
+        }
+    }
+}
+
+/// Longest hint representable without overflow concerns (about 31 years).
+const MAX_SECONDS: u64 = 1 << 30;
+
+/// Parses a `Retry-After` value: `1*DIGIT` seconds or an HTTP-date
+/// (IMF-fixdate, RFC 850, asctime) compared with `wall_now`.
+pub fn parse_retry_after(value: &str, wall_now: SystemTime) -> RetryAfter {
+    let value = value.trim();
+    if value.is_empty() {
+        return RetryAfter::Invalid;
+    }
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        return match value.parse::<u64>() {
+            Ok(s) if s <= MAX_SECONDS => RetryAfter::Seconds(Duration::from_secs(s)),
+            _ => RetryAfter::Invalid,
+        };
+    }
+    match httpdate::parse_http_date(value) {
+        Ok(at) => RetryAfter::Date(at.duration_since(wall_now).unwrap_or(Duration::ZERO)),
+        Err(_) => RetryAfter::Invalid,
+    }
+}
+
+/// Parses `retry-after-ms`: decimal milliseconds (fractions accepted, as the
+/// provider SDKs do), non-negative and finite.
+pub fn parse_millis(value: &str) -> RetryAfter {
+    let value = value.trim();
+    let well_formed = !value.is_empty()
+        && value.len() <= 24
+        && value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && value.bytes().filter(|b| *b == b'.').count() <= 1
+        && value.bytes().next().is_some_and(|b| b.is_ascii_digit());
+    if !well_formed {
+        return RetryAfter::Invalid;
+    }
+    match value.parse::<f64>() {
+        Ok(ms) if ms.is_finite() && ms >= 0.0 && ms <= (MAX_SECONDS * 1000) as f64 => {
+            RetryAfter::Millis(Duration::from_micros((ms * 1000.0) as u64))
+        }
+        _ => RetryAfter::Invalid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wall() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1000)
+    }
+
+    #[test]
+    fn parse_vectors_of_the_protocol_sheet() {
+        let nines = "9".repeat(5000);
+        let table: &[(&str, RetryAfter)] = &[
+            ("2", RetryAfter::Seconds(Duration::from_secs(2))),
+            ("0", RetryAfter::Seconds(Duration::ZERO)),
+            (
+                "Thu, 01 Jan 1970 00:16:42 GMT",
+                RetryAfter::Date(Duration::from_secs(2)),
+            ),
+            (
+                "Thursday, 01-Jan-70 00:16:42 GMT",
+                RetryAfter::Date(Duration::from_secs(2)),
+            ),
+            (
+                "Thu Jan  1 00:16:42 1970",
+                RetryAfter::Date(Duration::from_secs(2)),
+            ),
+            (
+                "Thu, 01 Jan 1970 00:16:39 GMT",
+                RetryAfter::Date(Duration::ZERO),
+            ),
+            ("1.5", RetryAfter::Invalid),
+            ("-1", RetryAfter::Invalid),
+            (&nines, RetryAfter::Invalid),
+            ("", RetryAfter::Invalid),
+            ("Thu, 99 Foo 1970 00:16:39 GMT", RetryAfter::Invalid),
+            ("soon", RetryAfter::Invalid),
+        ];
+        for (value, want) in table {
+            assert_eq!(
+                parse_retry_after(value, wall()),
+                *want,
+                "Retry-After: {value:.40}"
+            );
+        }
+    }
+
+    #[test]
+    fn millis_win_over_seconds() {
+        let mut h = http::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        h.insert("retry-after-ms", "1500".parse().unwrap());
+        assert_eq!(
+            RetryAfter::from_headers(&h, wall()),
+            RetryAfter::Millis(Duration::from_millis(1500))
+        );
+    }
+
+    #[test]
+    fn invalid_millis_fall_back_to_seconds() {
+        let mut h = http::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        h.insert("retry-after-ms", "-5".parse().unwrap());
+        assert_eq!(
+            RetryAfter::from_headers(&h, wall()),
+            RetryAfter::Seconds(Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn absent_and_invalid_headers() {
+        let h = http::HeaderMap::new();
+        assert_eq!(RetryAfter::from_headers(&h, wall()), RetryAfter::Absent);
+        let mut h = http::HeaderMap::new();
+        h.insert("retry-after", "later".parse().unwrap());
+        assert_eq!(RetryAfter::from_headers(&h, wall()), RetryAfter::Invalid);
+        assert_eq!(parse_millis("1e3"), RetryAfter::Invalid);
+        assert_eq!(parse_millis("NaN"), RetryAfter::Invalid);
+        assert_eq!(
+            parse_millis("1500.5"),
+            RetryAfter::Millis(Duration::from_micros(1_500_500))
+        );
+    }
+}
