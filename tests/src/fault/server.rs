@@ -660,6 +660,23 @@ async fn control(shared: &Shared, stream: &mut TcpStream, request: &Parsed) -> N
     let (status, body) = match (method.as_str(), route) {
         ("GET", "count" | "stats") => (200, count_json(shared)),
         ("GET", "requests") => (200, requests_json(shared)),
+        ("GET", "wait") => {
+            // Long-poll until the counters reach the asked values, so JS tests
+            // synchronise on server facts instead of sleeping.
+            let want = |key: &str| {
+                query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let (requests, stalls) = (want("requests"), want("stalls"));
+            let mut rx = shared.stats.subscribe();
+            let _ = rx
+                .wait_for(|s| s.requests >= requests && s.stalls_entered >= stalls)
+                .await;
+            (200, count_json(shared))
+        }
         ("POST", "reset") => {
             shared.reset();
             (200, serde_json::json!({"ok": true}))

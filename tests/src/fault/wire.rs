@@ -213,7 +213,7 @@ pub(crate) fn head(status: u16, framing: &Framing, headers: &[(String, String)])
     match framing {
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::Length(len) => {
-            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes())
+            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
         }
         Framing::Close => out.extend_from_slice(b"connection: close\r\n"),
         Framing::None => {}
