@@ -698,6 +698,42 @@ async fn chunked_request_bodies_are_decoded_and_heads_kept_verbatim() {
     within(provider.wait_idle()).await;
 }
 
+#[tokio::test]
+async fn expect_continue_is_answered_before_the_body() {
+    let provider = start(vec![Script::status(200)]).await;
+    let mut socket = tokio::net::TcpStream::connect(provider.addr())
+        .await
+        .unwrap();
+    socket
+        .write_all(
+            b"POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\nexpect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut interim = [0_u8; 25];
+    within(socket.read_exact(&mut interim)).await.unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    socket.write_all(b"abc").await.unwrap();
+    within(provider.wait_for_requests(1)).await;
+    assert_eq!(&provider.requests()[0].body[..], b"abc");
+    drop(socket);
+    within(provider.wait_idle()).await;
+}
+
+#[tokio::test]
+async fn refused_addr_refuses_connections() {
+    let addr = recovery_tests::fault::refused_addr().unwrap();
+    let client = client();
+    let err = get(&client, &format!("http://{addr}/"))
+        .await
+        .expect_err("nothing listens");
+    let legacy = err
+        .downcast_ref::<hyper_util::client::legacy::Error>()
+        .expect("a client error");
+    assert!(legacy.is_connect(), "{err:?}");
+    assert_eq!(io_kind(&*err), Some(io::ErrorKind::ConnectionRefused));
+}
+
 // ---------------------------------------------------------------------------
 // Script JSON
 
@@ -910,6 +946,22 @@ async fn standalone_binary_serves_cors_and_control() {
     assert_eq!(drain(response.into_body()).await.0, b"new");
     let count = json(&client, Method::GET, &format!("{base}/__fault/count"), "").await;
     assert_eq!(count["requests"], 1);
+
+    // Merge one path's sequence: the default sequence and counters survive.
+    json(
+        &client,
+        Method::POST,
+        &format!("{base}/__fault/script?merge"),
+        r#"{"paths": {"/mine": [{"status": 202}]}}"#,
+    )
+    .await;
+    let mine = get(&client, &format!("{base}/mine")).await.unwrap();
+    assert_eq!(mine.status(), StatusCode::ACCEPTED);
+    let other = get(&client, &format!("{base}/other")).await.unwrap();
+    assert_eq!(other.status(), StatusCode::CREATED, "default sequence kept");
+    let count = json(&client, Method::GET, &format!("{base}/__fault/count"), "").await;
+    assert_eq!(count["requests"], 3);
+    assert_eq!(count["paths"]["/mine"], 1);
 
     let reset = json(&client, Method::POST, &format!("{base}/__fault/reset"), "").await;
     assert_eq!(reset["ok"], true);

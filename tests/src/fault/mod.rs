@@ -63,4 +63,5 @@ pub use script::{
 };
 pub use server::{
     CONTROL_PREFIX, FaultProvider, Options, ReceivedRequest, Stats, default_fixtures_dir,
+    refused_addr,
 };

@@ -29,6 +29,14 @@ pub fn default_fixtures_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
 }
 
+/// An address on 127.0.0.1 where nothing listens (a port bound, noted and
+/// released), for connection-refused rows. Another process could take the
+/// port in between; on a test machine that is rare enough to accept.
+pub fn refused_addr() -> io::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    listener.local_addr()
+}
+
 /// How to start a [`FaultProvider`].
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -315,6 +323,12 @@ impl FaultProvider {
         self.shared.set_scripts(scripts)
     }
 
+    /// Add or replace the sequences of the paths in `scripts.paths`, restarting
+    /// only those; the default sequence, other paths and counters are kept.
+    pub fn merge_paths(&self, scripts: &ScriptSet) -> Result<(), ScriptError> {
+        self.shared.merge_paths(scripts)
+    }
+
     /// Clear counters (except open connections), recorded requests, script
     /// cursors and stall permits. Scripts are kept.
     pub fn reset(&self) {
@@ -334,6 +348,16 @@ impl Shared {
         let mut state = lock(&self.state);
         state.scripts = compiled;
         state.cursors.clear();
+        Ok(())
+    }
+
+    fn merge_paths(&self, scripts: &ScriptSet) -> Result<(), ScriptError> {
+        let compiled = scripts.compile(&self.fixtures_dir)?;
+        let mut state = lock(&self.state);
+        for (path, list) in compiled.paths {
+            state.cursors.remove(&Some(path.clone()));
+            state.scripts.paths.insert(path, list);
+        }
         Ok(())
     }
 
@@ -681,17 +705,31 @@ async fn control(shared: &Shared, stream: &mut TcpStream, request: &Parsed) -> N
             shared.reset();
             (200, serde_json::json!({"ok": true}))
         }
-        ("POST", "script") => match std::str::from_utf8(&request.body)
-            .map_err(|e| e.to_string())
-            .and_then(|text| ScriptSet::from_json(text).map_err(|e| e.0))
-            .and_then(|set| shared.set_scripts(&set).map_err(|e| e.0))
-        {
-            Ok(()) => {
-                shared.reset();
-                (200, serde_json::json!({"ok": true}))
+        ("POST", "script") => {
+            // `?merge` adds per-path sequences without touching the others or
+            // the counters, so concurrent JS tests on distinct paths can each
+            // script their own path on one shared server.
+            let merge = query.split('&').any(|p| p == "merge");
+            match std::str::from_utf8(&request.body)
+                .map_err(|e| e.to_string())
+                .and_then(|text| ScriptSet::from_json(text).map_err(|e| e.0))
+                .and_then(|set| {
+                    if merge {
+                        shared.merge_paths(&set)
+                    } else {
+                        shared.set_scripts(&set)
+                    }
+                    .map_err(|e| e.0)
+                }) {
+                Ok(()) => {
+                    if !merge {
+                        shared.reset();
+                    }
+                    (200, serde_json::json!({"ok": true}))
+                }
+                Err(error) => (400, serde_json::json!({"ok": false, "error": error})),
             }
-            Err(error) => (400, serde_json::json!({"ok": false, "error": error})),
-        },
+        }
         ("POST", "release") => {
             let gate = Arc::clone(&lock(&shared.gate));
             if query.split('&').any(|p| p == "all") {

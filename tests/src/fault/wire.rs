@@ -98,6 +98,13 @@ pub(crate) async fn read_request(
         }
     };
     let raw_head = buf.split_to(head_len).freeze();
+    let expects_continue = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("expect") && v.eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue && buf.is_empty() {
+        // curl waits for this before sending a larger body.
+        send(stream, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
     let find = |name: &str| {
         headers
             .iter()
