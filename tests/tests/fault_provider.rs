@@ -436,6 +436,49 @@ async fn shutdown_closes_stalled_connections() {
     drop(client);
 }
 
+#[test]
+fn a_dedicated_provider_runs_on_its_own_thread() {
+    let provider =
+        FaultProvider::start_dedicated(Options::new(vec![sse(EVENT).ending(Ending::Stall)]))
+            .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = client();
+        let response = get(&client, &provider.base_url()).await.unwrap();
+        within(provider.wait_for_stalls(1)).await;
+        provider.release(1);
+        let (bytes, end) = drain(response.into_body()).await;
+        assert_eq!(bytes, EVENT.as_bytes());
+        assert!(end.is_err());
+        finish(&provider, client).await;
+        within(provider.clone().shutdown()).await;
+    });
+}
+
+/// Documents a hazard for tests on tokio's paused clock: while the test
+/// waits on loopback I/O, the idle runtime auto-advances to its next timer,
+/// so a timer armed across a socket wait fires at once, in virtual time.
+#[tokio::test(start_paused = true)]
+async fn paused_clock_auto_advances_while_waiting_on_sockets() {
+    let provider =
+        FaultProvider::start_dedicated(Options::new(vec![Script::just(Ending::NeverAnswer)]))
+            .unwrap();
+    let client = client();
+    let request = Request::get(provider.base_url())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let virtual_wait = Duration::from_secs(50);
+    let outcome = tokio::time::timeout(virtual_wait, client.request(request)).await;
+    assert!(outcome.is_err(), "the timer fired while the request waited");
+    assert!(started.elapsed() >= virtual_wait);
+    drop(client);
+    provider.release_all();
+}
+
 // ---------------------------------------------------------------------------
 // Counters, recorded requests, sequences
 

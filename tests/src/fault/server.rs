@@ -191,33 +191,50 @@ impl FaultProvider {
     }
 
     /// Start with explicit options. Must run inside a tokio runtime: the
-    /// accept loop and connections are tasks on it.
+    /// accept loop and connections are tasks on it (hence `async`, although
+    /// nothing is awaited: it states where it must be called).
+    #[allow(clippy::unused_async)]
     pub async fn start_with(options: Options) -> io::Result<Self> {
-        let compiled = options
-            .scripts
-            .compile(&options.fixtures_dir)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, options.port)).await?;
+        let (listener, shared, shutdown) = prepare(options)?;
+        let listener = TcpListener::from_std(listener)?;
         let addr = listener.local_addr()?;
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                scripts: compiled,
-                cursors: HashMap::new(),
-                requests: Vec::new(),
-                per_path: BTreeMap::new(),
-            }),
-            stats: watch::Sender::new(Stats::default()),
-            gate: Mutex::new(Arc::new(Semaphore::new(0))),
-            shutdown: shutdown_rx,
-            fixtures_dir: options.fixtures_dir,
-            cors: options.cors,
-            control: options.control,
-        });
         tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Ok(Self {
             shared,
-            guard: Arc::new(ShutdownGuard(shutdown_tx)),
+            guard: Arc::new(ShutdownGuard(shutdown)),
+            addr,
+        })
+    }
+
+    /// Start on a thread of its own with its own runtime; callable outside
+    /// any runtime. The server's tasks then never show up in the test
+    /// runtime's task accounting, and its script delays run on real time even
+    /// when the test's clock is paused. The thread ends after shutdown, once
+    /// every connection is closed.
+    pub fn start_dedicated(options: Options) -> io::Result<Self> {
+        let (listener, shared, shutdown) = prepare(options)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let server = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name(format!("fault-provider-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    tokio::spawn(accept_loop(listener, Arc::clone(&server)));
+                    let mut stop = server.shutdown.clone();
+                    let _ = stop.wait_for(|stop| *stop).await;
+                    let mut stats = server.stats.subscribe();
+                    let _ = stats.wait_for(|s| s.open_connections == 0).await;
+                });
+            })?;
+        Ok(Self {
+            shared,
+            guard: Arc::new(ShutdownGuard(shutdown)),
             addr,
         })
     }
@@ -340,6 +357,34 @@ impl FaultProvider {
         let _ = self.guard.0.send(true);
         self.wait_idle().await;
     }
+}
+
+/// Compile the scripts and bind, synchronously, so both start paths share it.
+fn prepare(
+    options: Options,
+) -> io::Result<(std::net::TcpListener, Arc<Shared>, watch::Sender<bool>)> {
+    let compiled = options
+        .scripts
+        .compile(&options.fixtures_dir)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, options.port))?;
+    listener.set_nonblocking(true)?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            scripts: compiled,
+            cursors: HashMap::new(),
+            requests: Vec::new(),
+            per_path: BTreeMap::new(),
+        }),
+        stats: watch::Sender::new(Stats::default()),
+        gate: Mutex::new(Arc::new(Semaphore::new(0))),
+        shutdown: shutdown_rx,
+        fixtures_dir: options.fixtures_dir,
+        cors: options.cors,
+        control: options.control,
+    });
+    Ok((listener, shared, shutdown_tx))
 }
 
 impl Shared {
