@@ -20,6 +20,7 @@ pub mod progress;
 pub mod protocol;
 pub mod report;
 pub mod retry_after;
+pub mod observer;
 pub mod safe;
 pub mod timing;
 pub mod wire;

@@ -204,3 +204,48 @@ impl ResumeCursor {
             && self.sequence_number.is_none()
     }
 }
+
+/// Token usage and timings as the provider reported them for one attempt.
+///
+/// Never invented: a field the provider did not send stays `None`, so a
+/// report summing attempts can say what is known and what is not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt / input tokens.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub input_tokens: Option<u64>,
+    /// Completion / output tokens.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub output_tokens: Option<u64>,
+    /// Total tokens, when the provider states it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub total_tokens: Option<u64>,
+    /// Reasoning / thinking tokens.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reasoning_tokens: Option<u64>,
+    /// Input tokens served from a prompt cache.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cached_input_tokens: Option<u64>,
+    /// Input tokens written to a prompt cache (Anthropic).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Whole request duration in nanoseconds (Ollama `total_duration`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub total_duration_ns: Option<u64>,
+    /// Model load time in nanoseconds (Ollama).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub load_duration_ns: Option<u64>,
+    /// Prompt evaluation time in nanoseconds (Ollama).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub prompt_eval_duration_ns: Option<u64>,
+    /// Generation time in nanoseconds (Ollama).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub eval_duration_ns: Option<u64>,
+}
+
+impl Usage {
+    /// Whether the provider reported nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Usage::default()
+    }
+}

@@ -1,1 +1,319 @@
-//! Provider protocols: classify decoded frames into progress, terminal proof, provider errors and resume cursors.
+//! Provider protocols: classify decoded frames into progress, terminal proof,
+//! provider errors and resume cursors.
+//!
+//! One small type per provider implements [`Protocol`]: a frame goes in, the
+//! type updates the attempt's [`Evidence`] and says which class the frame
+//! was ([`EventClass`]). The classifiers read JSON through
+//! [`json::JsonView`], so the same rules run on the fast [`json::Skim`] and
+//! on a full `serde_json::Value` for differential tests.
+
+mod anthropic;
+mod body;
+mod errors;
+mod gemini;
+mod generic;
+pub mod json;
+mod kind;
+mod ollama;
+mod openai_chat;
+mod openai_responses;
+mod usage;
+
+use serde::{Deserialize, Serialize};
+
+pub use anthropic::Anthropic;
+pub use body::{classify_json_body, partial_body_may_be_semantic};
+pub use errors::{classify_error_body, transience_for_status, transience_for_token};
+pub use gemini::Gemini;
+pub use generic::GenericSse;
+pub use kind::{ProtocolKind, SseTerminal, UnknownProtocol};
+pub use ollama::Ollama;
+pub use openai_chat::OpenAiChat;
+pub use openai_responses::OpenAiResponses;
+
+use crate::progress::{
+    Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, UnsuccessfulReason, Usage,
+};
+use crate::wire::ProtocolViolation;
+
+/// One decoded frame: an SSE event or an NDJSON line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The SSE `event:` value; empty for NDJSON and unnamed events.
+    pub event_type: &'a [u8],
+    /// The SSE data (or the NDJSON line).
+    pub data: &'a [u8],
+}
+
+/// How JSON payloads are read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Decode {
+    /// Purpose-built validating scan (the hot path).
+    #[default]
+    Fast,
+    /// A full `serde_json::Value` per event: the reference the fast path is
+    /// tested against.
+    Reference,
+}
+
+/// Per-protocol choices that change what counts as semantic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SemanticOptions {
+    /// Reasoning that shows no text (Anthropic omitted thinking, signatures,
+    /// redacted thinking, empty Responses reasoning items) was still produced
+    /// and billed, so by default it commits the attempt. Set `false` to treat
+    /// it as non-semantic.
+    pub opaque_reasoning_is_semantic: bool,
+}
+
+impl Default for SemanticOptions {
+    fn default() -> Self {
+        SemanticOptions {
+            opaque_reasoning_is_semantic: true,
+        }
+    }
+}
+
+/// The class of one decoded frame (protocols.md §0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "class", content = "kind")]
+pub enum EventClass {
+    /// S (or X when the kind is [`SemanticKind::SideEffect`]): a commit point.
+    Semantic(SemanticKind),
+    /// N: structure and metadata.
+    NonSemantic,
+    /// K: keepalive.
+    Keepalive,
+    /// T+: the protocol's proof of a normal finish.
+    TerminalSuccess,
+    /// T−: the provider ended the generation unsuccessfully.
+    TerminalUnsuccessful,
+    /// E: an in-stream provider error.
+    Error,
+}
+
+impl EventClass {
+    /// The short class code of protocols.md (`S`, `X`, `N`, `K`, `T+`, `T-`, `E`).
+    pub fn code(self) -> &'static str {
+        match self {
+            EventClass::Semantic(SemanticKind::SideEffect) => "X",
+            EventClass::Semantic(_) => "S",
+            EventClass::NonSemantic => "N",
+            EventClass::Keepalive => "K",
+            EventClass::TerminalSuccess => "T+",
+            EventClass::TerminalUnsuccessful => "T-",
+            EventClass::Error => "E",
+        }
+    }
+}
+
+/// What a protocol says about one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventInfo {
+    /// The frame's class.
+    pub class: EventClass,
+    /// Responses `sequence_number`, when the frame carried one.
+    pub sequence_number: Option<u64>,
+    /// The frame repeats a sequence number at or below the resume cursor
+    /// (a resumed stream replaying): the driver must drop its bytes. It
+    /// changed no evidence.
+    pub duplicate: bool,
+}
+
+impl EventInfo {
+    /// A frame of class `class` without a sequence number.
+    pub const fn of(class: EventClass) -> Self {
+        EventInfo {
+            class,
+            sequence_number: None,
+            duplicate: false,
+        }
+    }
+}
+
+/// Bytes held at EOF that no complete frame consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PendingAtEof {
+    /// How many bytes were pending.
+    pub bytes: u64,
+    /// Whether those bytes may have been semantic output (BD3). Only a
+    /// pending event already identified as non-semantic (a comment, or an
+    /// `event:` line naming a known non-semantic type) is `false`.
+    pub possibly_semantic: bool,
+}
+
+/// Everything one attempt's stream has shown so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Counters.
+    pub progress: Progress,
+    /// Terminal proof, once reached (first one wins).
+    pub terminal: Option<Terminal>,
+    /// The first in-stream provider error.
+    pub provider_error: Option<ProviderError>,
+    /// Where a resumable stream can continue from.
+    pub cursor: ResumeCursor,
+    /// Provider-reported usage and timings.
+    pub usage: Usage,
+    /// Frames dropped as duplicates of already-seen sequence numbers.
+    pub duplicate_events: u64,
+    /// Jumps in the sequence numbers (recorded, not a failure).
+    pub sequence_gaps: u64,
+    /// An NDJSON stream ended with a complete object but no final newline.
+    pub unterminated_final_line: bool,
+    /// Ollama ended with `done: true` but no `done_reason` (older servers).
+    pub done_without_reason: bool,
+    /// What was pending at EOF, when something was.
+    pub pending_at_eof: Option<PendingAtEof>,
+}
+
+impl Evidence {
+    /// Whether the stream is over as far as the protocol is concerned: a
+    /// terminal or a provider error was seen. Later frames change nothing.
+    pub fn is_settled(&self) -> bool {
+        self.terminal.is_some() || self.provider_error.is_some()
+    }
+
+    /// Records terminal proof unless the stream already settled.
+    pub fn set_terminal(&mut self, terminal: Terminal) -> EventClass {
+        let class = if terminal.is_success() {
+            EventClass::TerminalSuccess
+        } else {
+            EventClass::TerminalUnsuccessful
+        };
+        if !self.is_settled() {
+            self.terminal = Some(terminal);
+        }
+        class
+    }
+
+    /// Records a provider error unless the stream already settled.
+    pub fn set_error(&mut self, error: ProviderError) -> EventClass {
+        if !self.is_settled() {
+            self.provider_error = Some(error);
+        }
+        EventClass::Error
+    }
+
+    /// Completed tool calls that may be executed: only after terminal
+    /// success proof.
+    pub fn executable_tool_calls(&self) -> u64 {
+        match &self.terminal {
+            Some(t) if t.is_success() => self.progress.completed_tool_calls,
+            _ => 0,
+        }
+    }
+}
+
+/// A provider protocol: frames in, evidence and classes out.
+pub trait Protocol {
+    /// Classifies one frame and updates `evidence`.
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        decode: Decode,
+        evidence: &mut Evidence,
+    ) -> Result<EventInfo, ProtocolViolation>;
+
+    /// The terminal a clean end of body proves when no terminal event came
+    /// (weak proof: every choice finished), given whether bytes were pending.
+    fn on_eof(&mut self, _evidence: &Evidence, _pending: bool) -> Option<Terminal> {
+        None
+    }
+
+    /// Whether an SSE event whose `event:` line named `event_type` is known
+    /// not to carry semantic output (used for BD3 at EOF).
+    fn non_semantic_event_type(&self, _event_type: &[u8]) -> bool {
+        false
+    }
+}
+
+/// Runs `$body` with `$root` bound to the parsed JSON of `$data`, read the
+/// fast or the reference way.
+macro_rules! with_json {
+    ($data:expr, $decode:expr, |$root:ident| $body:expr) => {
+        match $decode {
+            $crate::protocol::Decode::Fast => {
+                let $root = $crate::protocol::json::Skim::parse($data)?;
+                $body
+            }
+            $crate::protocol::Decode::Reference => {
+                let value = $crate::protocol::json::parse_reference($data)?;
+                let $root = &value;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_json;
+
+/// How one choice (Chat) or candidate (Gemini) ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ChoiceEnd {
+    Success,
+    Unsuccessful(UnsuccessfulReason),
+}
+
+/// Per-choice state for protocols with parallel choices.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Choices {
+    items: Vec<(u64, Option<ChoiceEnd>, u64)>,
+}
+
+/// Most parallel choices tracked; more is treated as hostile.
+const MAX_CHOICES: usize = 256;
+
+impl Choices {
+    /// The slot of choice `index`, created on first sight.
+    pub(crate) fn slot(
+        &mut self,
+        index: u64,
+    ) -> Result<&mut (u64, Option<ChoiceEnd>, u64), ProtocolViolation> {
+        if let Some(pos) = self.items.iter().position(|c| c.0 == index) {
+            return Ok(&mut self.items[pos]);
+        }
+        if self.items.len() == MAX_CHOICES {
+            return Err(ProtocolViolation::TooManyParallelItems);
+        }
+        self.items.push((index, None, 0));
+        let last = self.items.len() - 1;
+        Ok(&mut self.items[last])
+    }
+
+    /// Whether at least one choice was seen and all have ended.
+    pub(crate) fn all_ended(&self) -> bool {
+        !self.items.is_empty() && self.items.iter().all(|c| c.1.is_some())
+    }
+
+    /// The outcome once all choices ended: the first unsuccessful reason,
+    /// else success with `proof`.
+    pub(crate) fn outcome(&self, proof: crate::progress::Proof) -> Option<Terminal> {
+        if !self.all_ended() {
+            return None;
+        }
+        for c in &self.items {
+            if let Some(ChoiceEnd::Unsuccessful(reason)) = &c.1 {
+                return Some(Terminal::Unsuccessful {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        Some(Terminal::Success { proof })
+    }
+}
+
+/// Counts `kind` once and remembers the first kind seen in a frame.
+pub(crate) fn note(progress: &mut Progress, first: &mut Option<SemanticKind>, kind: SemanticKind) {
+    progress.observe(kind);
+    first.get_or_insert(kind);
+}
+
+/// The class of a frame that carried `first` (if any) and nothing stronger.
+pub(crate) fn semantic_or_n(first: Option<SemanticKind>) -> EventClass {
+    first.map_or(EventClass::NonSemantic, EventClass::Semantic)
+}
+
+/// A raw provider value kept only when it is token-shaped.
+pub(crate) fn token(raw: &str) -> Option<crate::safe::SafeToken> {
+    crate::safe::SafeToken::new(raw)
+}

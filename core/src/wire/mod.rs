@@ -1,1 +1,17 @@
 //! Incremental framing of response bodies (SSE, NDJSON).
+//!
+//! The framers see every read of the body exactly as it arrived and never
+//! change a byte: the driver forwards the same bytes it fed. They copy only a
+//! line or event that straddles two reads, and every buffer is capped
+//! ([`Limits`]) so a hostile stream ends in a typed [`ProtocolViolation`]
+//! rather than unbounded growth.
+
+mod limits;
+mod ndjson;
+mod sse;
+mod violation;
+
+pub use limits::Limits;
+pub use ndjson::{NdjsonDecoder, NdjsonItem};
+pub use sse::{SseDecoder, SseEvent, SseItem, SsePending};
+pub use violation::ProtocolViolation;

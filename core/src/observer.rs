@@ -1,0 +1,513 @@
+//! The per-attempt stream observer: framing plus a provider protocol.
+//!
+//! A driver creates one [`StreamObserver`] per attempt and feeds it every
+//! body read. The observer never changes a byte (the driver forwards the same
+//! bytes), processes each read incrementally, and reports what that read
+//! changed: the commit point (first semantic event complete), terminal
+//! proof, an in-stream provider error. At a clean end of body,
+//! [`StreamObserver::finish`] says whether the stream *finished* or merely
+//! *ended*.
+
+use serde::{Deserialize, Serialize};
+
+use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
+use crate::progress::{Proof, UnsuccessfulReason};
+use crate::protocol::{
+    Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
+    OpenAiChat, OpenAiResponses, PendingAtEof, Protocol, ProtocolKind, SemanticOptions,
+    classify_json_body, partial_body_may_be_semantic,
+};
+use crate::wire::{Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem};
+
+pub use crate::wire::ProtocolViolation;
+
+/// How an observer is set up for one attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObserverConfig {
+    /// Line and event caps.
+    pub limits: Limits,
+    /// What counts as semantic.
+    pub semantic: SemanticOptions,
+    /// For a resumed Responses stream: the last sequence number already
+    /// forwarded. Frames at or below it are flagged as duplicates and change
+    /// no evidence.
+    pub resume_after_sequence: Option<u64>,
+    /// Decode every JSON event fully with `serde_json` instead of the fast
+    /// scan. Slow; exists so tests can show both agree.
+    #[doc(hidden)]
+    pub reference_decode: bool,
+}
+
+/// One decoded frame, as observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Class, sequence number and duplicate flag.
+    pub info: EventInfo,
+    /// Stream offset just past the frame's last byte (its blank line for
+    /// SSE, its LF for NDJSON): the commit byte when the frame is the first
+    /// semantic one.
+    pub end_offset: u64,
+}
+
+/// What one read changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Feed {
+    /// Frames completed in this read (keepalives included).
+    pub frames: u32,
+    /// Stream offset past the frame that carried the first semantic (S/X)
+    /// output, when that frame completed in this read: the commit point.
+    pub committed_at: Option<u64>,
+    /// Terminal proof reached in this read.
+    pub terminal: Option<Terminal>,
+    /// A provider error first seen in this read.
+    pub provider_error: Option<ProviderError>,
+}
+
+impl Feed {
+    /// Whether the first semantic event completed in this read.
+    pub fn committed(&self) -> bool {
+        self.committed_at.is_some()
+    }
+}
+
+/// How the body ended, judged at a clean transport EOF.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "end")]
+pub enum EndOfStream {
+    /// The generation finished normally.
+    Success {
+        /// Strength of the proof.
+        proof: Proof,
+    },
+    /// The provider ended the generation unsuccessfully.
+    Unsuccessful {
+        /// Why.
+        reason: UnsuccessfulReason,
+    },
+    /// The provider reported an error inside the stream.
+    ProviderError {
+        /// The classified error.
+        error: ProviderError,
+    },
+    /// The stream broke its protocol earlier.
+    Violation {
+        /// Which rule.
+        violation: ProtocolViolation,
+    },
+    /// The body ended without terminal proof: truncation, whatever the
+    /// transport said.
+    UnexpectedEof {
+        /// Bytes left over in a partial frame, if any.
+        pending: Option<PendingAtEof>,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Framing {
+    Sse(SseDecoder),
+    Ndjson(NdjsonDecoder),
+    /// A non-streamed JSON body, kept whole (capped) until EOF.
+    Body(Vec<u8>),
+}
+
+#[derive(Debug, Clone)]
+enum AnyProtocol {
+    Chat(OpenAiChat),
+    Responses(OpenAiResponses),
+    Anthropic(Anthropic),
+    Gemini(Gemini),
+    Ollama(Ollama),
+    Sse(GenericSse),
+}
+
+impl AnyProtocol {
+    fn new(kind: &ProtocolKind, semantic: SemanticOptions) -> Self {
+        let opaque = semantic.opaque_reasoning_is_semantic;
+        match kind {
+            ProtocolKind::OpenAiChat => AnyProtocol::Chat(OpenAiChat::new()),
+            ProtocolKind::OpenAiResponses => AnyProtocol::Responses(OpenAiResponses::new(opaque)),
+            ProtocolKind::Anthropic => AnyProtocol::Anthropic(Anthropic::new(opaque)),
+            ProtocolKind::Gemini => AnyProtocol::Gemini(Gemini::new()),
+            ProtocolKind::Ollama => AnyProtocol::Ollama(Ollama::new()),
+            ProtocolKind::Sse { terminal_sentinel } => {
+                AnyProtocol::Sse(GenericSse::new(terminal_sentinel.clone()))
+            }
+        }
+    }
+
+    fn get(&mut self) -> &mut dyn Protocol {
+        match self {
+            AnyProtocol::Chat(p) => p,
+            AnyProtocol::Responses(p) => p,
+            AnyProtocol::Anthropic(p) => p,
+            AnyProtocol::Gemini(p) => p,
+            AnyProtocol::Ollama(p) => p,
+            AnyProtocol::Sse(p) => p,
+        }
+    }
+
+    #[inline]
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        decode: Decode,
+        ev: &mut Evidence,
+    ) -> Result<EventInfo, ProtocolViolation> {
+        // Static dispatch on the hot path.
+        match self {
+            AnyProtocol::Chat(p) => p.on_frame(frame, decode, ev),
+            AnyProtocol::Responses(p) => p.on_frame(frame, decode, ev),
+            AnyProtocol::Anthropic(p) => p.on_frame(frame, decode, ev),
+            AnyProtocol::Gemini(p) => p.on_frame(frame, decode, ev),
+            AnyProtocol::Ollama(p) => p.on_frame(frame, decode, ev),
+            AnyProtocol::Sse(p) => p.on_frame(frame, decode, ev),
+        }
+    }
+}
+
+/// Observes one attempt's response body.
+#[derive(Debug, Clone)]
+pub struct StreamObserver {
+    kind: ProtocolKind,
+    config: ObserverConfig,
+    decode: Decode,
+    framing: Framing,
+    protocol: AnyProtocol,
+    ev: Evidence,
+    violation: Option<ProtocolViolation>,
+    end: Option<EndOfStream>,
+}
+
+/// Folds one classified frame into the read's [`Feed`].
+#[inline]
+fn account(
+    ev: &mut Evidence,
+    feed: &mut Feed,
+    info: EventInfo,
+    end_offset: u64,
+    was_semantic: bool,
+    was_terminal: bool,
+    was_error: bool,
+) {
+    feed.frames += 1;
+    if info.class == EventClass::Keepalive {
+        ev.progress.keepalives += 1;
+    } else {
+        ev.progress.frames += 1;
+    }
+    if !was_semantic && ev.progress.semantic_observed() {
+        feed.committed_at = Some(end_offset);
+    }
+    if !was_terminal {
+        if let Some(t) = &ev.terminal {
+            feed.terminal = Some(t.clone());
+        }
+    }
+    if !was_error {
+        if let Some(e) = &ev.provider_error {
+            feed.provider_error = Some(e.clone());
+        }
+    }
+}
+
+impl StreamObserver {
+    /// An observer for a streamed body of `kind` with default settings.
+    pub fn new(kind: ProtocolKind) -> Self {
+        Self::with_config(kind, ObserverConfig::default())
+    }
+
+    /// An observer for a streamed body of `kind`.
+    pub fn with_config(kind: ProtocolKind, config: ObserverConfig) -> Self {
+        let framing = if kind.is_ndjson() {
+            Framing::Ndjson(NdjsonDecoder::new(config.limits))
+        } else {
+            Framing::Sse(SseDecoder::new(config.limits))
+        };
+        Self::build(kind, config, framing)
+    }
+
+    /// An observer for a non-streamed (`stream: false`) JSON body of `kind`:
+    /// the body is kept (up to `limits.max_event`) and judged at EOF.
+    pub fn non_streaming(kind: ProtocolKind, config: ObserverConfig) -> Self {
+        Self::build(kind, config, Framing::Body(Vec::new()))
+    }
+
+    fn build(kind: ProtocolKind, config: ObserverConfig, framing: Framing) -> Self {
+        let mut ev = Evidence::default();
+        ev.cursor.sequence_number = config.resume_after_sequence;
+        StreamObserver {
+            protocol: AnyProtocol::new(&kind, config.semantic),
+            decode: if config.reference_decode {
+                Decode::Reference
+            } else {
+                Decode::Fast
+            },
+            kind,
+            config,
+            framing,
+            ev,
+            violation: None,
+            end: None,
+        }
+    }
+
+    /// Feeds one body read. The bytes are only read, never changed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<Feed, ProtocolViolation> {
+        self.feed_with(chunk, |_| {})
+    }
+
+    /// Feeds one body read and calls `on_event` for every frame it completes.
+    pub fn feed_with<F>(&mut self, chunk: &[u8], mut on_event: F) -> Result<Feed, ProtocolViolation>
+    where
+        F: FnMut(&EventRecord),
+    {
+        if let Some(v) = self.violation {
+            return Err(v);
+        }
+        self.ev.progress.raw_bytes += chunk.len() as u64;
+        let mut feed = Feed::default();
+        let decode = self.decode;
+        let protocol = &mut self.protocol;
+        let ev = &mut self.ev;
+        let result = match &mut self.framing {
+            Framing::Sse(dec) => dec.feed(chunk, |item| {
+                let (info, end_offset) = match item {
+                    SseItem::Comment { end_offset } => {
+                        (EventInfo::of(EventClass::Keepalive), end_offset)
+                    }
+                    SseItem::Event(e) => {
+                        let before = (ev.progress.semantic_observed(), ev.terminal.is_some(), ev.provider_error.is_some());
+                        let frame = Frame {
+                            event_type: e.event_type,
+                            data: e.data,
+                        };
+                        let info = protocol.on_frame(frame, decode, ev)?;
+                        account(ev, &mut feed, info, e.end_offset, before.0, before.1, before.2);
+                        on_event(&EventRecord {
+                            info,
+                            end_offset: e.end_offset,
+                        });
+                        return Ok(());
+                    }
+                };
+                account(ev, &mut feed, info, end_offset, true, true, true);
+                on_event(&EventRecord { info, end_offset });
+                Ok(())
+            }),
+            Framing::Ndjson(dec) => dec.feed(chunk, |item| {
+                let (info, end_offset) = match item {
+                    NdjsonItem::Blank { end_offset } => {
+                        (EventInfo::of(EventClass::Keepalive), end_offset)
+                    }
+                    NdjsonItem::Line { data, end_offset } => {
+                        let before = (ev.progress.semantic_observed(), ev.terminal.is_some(), ev.provider_error.is_some());
+                        let frame = Frame {
+                            event_type: b"",
+                            data,
+                        };
+                        let info = protocol.on_frame(frame, decode, ev)?;
+                        account(ev, &mut feed, info, end_offset, before.0, before.1, before.2);
+                        on_event(&EventRecord { info, end_offset });
+                        return Ok(());
+                    }
+                };
+                account(ev, &mut feed, info, end_offset, true, true, true);
+                on_event(&EventRecord { info, end_offset });
+                Ok(())
+            }),
+            Framing::Body(buf) => {
+                let cap = self.config.limits.max_event;
+                if buf.len() + chunk.len() > cap {
+                    Err(ProtocolViolation::EventTooLarge { cap })
+                } else {
+                    buf.extend_from_slice(chunk);
+                    Ok(())
+                }
+            }
+        };
+        if let Framing::Sse(dec) = &self.framing {
+            let id = dec.last_event_id();
+            if !id.is_empty() || self.ev.cursor.last_event_id.is_some() {
+                let changed = self.ev.cursor.last_event_id.as_deref().map(str::as_bytes) != Some(id);
+                if changed {
+                    self.ev.cursor.last_event_id = Some(String::from_utf8_lossy(id).into_owned());
+                }
+            }
+        }
+        match result {
+            Ok(()) => Ok(feed),
+            Err(v) => {
+                self.violation = Some(v);
+                Err(v)
+            }
+        }
+    }
+
+    /// Judges the body at a clean transport EOF. Idempotent.
+    pub fn finish(&mut self) -> EndOfStream {
+        if let Some(end) = &self.end {
+            return end.clone();
+        }
+        let end = self.judge();
+        self.end = Some(end.clone());
+        end
+    }
+
+    fn judge(&mut self) -> EndOfStream {
+        if let Some(violation) = self.violation {
+            return EndOfStream::Violation { violation };
+        }
+        let pending = match &mut self.framing {
+            Framing::Sse(dec) => {
+                let p = dec.pending();
+                if p.is_empty() {
+                    None
+                } else {
+                    let line = p.partial_line;
+                    let inert_line = line.is_empty()
+                        || line.starts_with(b":")
+                        || line.starts_with(b"id")
+                        || line.starts_with(b"retry");
+                    let named_inert = !p.event_type.is_empty()
+                        && self.protocol.get().non_semantic_event_type(p.event_type);
+                    let possibly_semantic = if p.has_data {
+                        !named_inert
+                    } else {
+                        !(inert_line && (p.event_type.is_empty() || named_inert))
+                    };
+                    Some(PendingAtEof {
+                        bytes: dec.buffered() as u64,
+                        possibly_semantic,
+                    })
+                }
+            }
+            Framing::Ndjson(dec) => {
+                let tail = dec.pending().to_vec();
+                if tail.iter().all(u8::is_ascii_whitespace) {
+                    None
+                } else {
+                    // R33: a complete object without its final newline counts.
+                    let before = self.ev.progress.frames;
+                    let frame = Frame {
+                        event_type: b"",
+                        data: &tail,
+                    };
+                    match self.protocol.on_frame(frame, self.decode, &mut self.ev) {
+                        Ok(_) => {
+                            self.ev.progress.frames = before + 1;
+                            self.ev.unterminated_final_line = true;
+                            None
+                        }
+                        Err(_) => Some(PendingAtEof {
+                            bytes: tail.len() as u64,
+                            possibly_semantic: true,
+                        }),
+                    }
+                }
+            }
+            Framing::Body(buf) => {
+                let body = std::mem::take(buf);
+                if body.iter().all(u8::is_ascii_whitespace) {
+                    None
+                } else {
+                    match classify_json_body(&self.kind, &body, self.config.semantic, &mut self.ev) {
+                        Ok(()) => None,
+                        Err(_) => {
+                            let semantic = partial_body_may_be_semantic(&body);
+                            if semantic {
+                                // Content inside a cut answer was observed.
+                                self.ev.progress.observe(SemanticKind::Content);
+                            }
+                            Some(PendingAtEof {
+                                bytes: body.len() as u64,
+                                possibly_semantic: semantic,
+                            })
+                        }
+                    }
+                }
+            }
+        };
+        self.ev.pending_at_eof = pending;
+        if self.ev.terminal.is_none() && self.ev.provider_error.is_none() {
+            if let Some(t) = self.protocol.get().on_eof(&self.ev, pending.is_some()) {
+                self.ev.terminal = Some(t);
+            }
+        }
+        if let Some(error) = &self.ev.provider_error {
+            return EndOfStream::ProviderError {
+                error: error.clone(),
+            };
+        }
+        match &self.ev.terminal {
+            Some(Terminal::Success { proof }) => EndOfStream::Success { proof: *proof },
+            Some(Terminal::Unsuccessful { reason }) => EndOfStream::Unsuccessful {
+                reason: reason.clone(),
+            },
+            None => EndOfStream::UnexpectedEof { pending },
+        }
+    }
+
+    /// The protocol this observer decodes.
+    pub fn kind(&self) -> &ProtocolKind {
+        &self.kind
+    }
+
+    /// Progress counters.
+    pub fn progress(&self) -> &Progress {
+        &self.ev.progress
+    }
+
+    /// Progress counters, for drivers recording delivery.
+    pub fn progress_mut(&mut self) -> &mut Progress {
+        &mut self.ev.progress
+    }
+
+    /// Terminal proof, once reached.
+    pub fn terminal(&self) -> Option<&Terminal> {
+        self.ev.terminal.as_ref()
+    }
+
+    /// The first in-stream provider error.
+    pub fn provider_error(&self) -> Option<&ProviderError> {
+        self.ev.provider_error.as_ref()
+    }
+
+    /// Where the stream could be resumed from.
+    pub fn cursor(&self) -> &ResumeCursor {
+        &self.ev.cursor
+    }
+
+    /// Provider-reported usage (absent fields stay absent).
+    pub fn usage(&self) -> &Usage {
+        &self.ev.usage
+    }
+
+    /// Everything observed so far.
+    pub fn evidence(&self) -> &Evidence {
+        &self.ev
+    }
+
+    /// Bytes pending at EOF, known once [`finish`](Self::finish) ran.
+    pub fn pending_at_eof(&self) -> Option<PendingAtEof> {
+        self.ev.pending_at_eof
+    }
+
+    /// The protocol violation that stopped decoding, if any.
+    pub fn violation(&self) -> Option<ProtocolViolation> {
+        self.violation
+    }
+
+    /// Tool calls that may be executed: completed ones, after success proof.
+    pub fn executable_tool_calls(&self) -> u64 {
+        self.ev.executable_tool_calls()
+    }
+
+    /// Bytes the framer currently buffers (bounded by the caps).
+    pub fn buffered(&self) -> usize {
+        match &self.framing {
+            Framing::Sse(d) => d.buffered(),
+            Framing::Ndjson(d) => d.buffered(),
+            Framing::Body(b) => b.len(),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Anthropic Messages streams.
+
+use super::errors::classify_error_value;
+use super::json::{JsonKind, JsonView};
+use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage, with_json};
+use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
+use crate::wire::ProtocolViolation;
+
+/// Messages: `message_start`, content blocks, `message_delta`, `message_stop`.
+#[derive(Debug, Clone, Default)]
+pub struct Anthropic {
+    opaque_reasoning: bool,
+    message_id: Option<String>,
+    open: bool,
+    stop_reason: Option<String>,
+    /// Indexes of open `tool_use` blocks, completed at their stop.
+    open_tools: Vec<u64>,
+}
+
+/// Most open tool blocks tracked.
+const MAX_OPEN_TOOLS: usize = 1024;
+
+const NON_SEMANTIC: &[&str] = &[
+    "ping",
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "content_block_stop",
+    "error",
+];
+
+/// Maps a stop reason (protocols.md §6.2) to the terminal it proves.
+pub(crate) fn stop_terminal(stop_reason: Option<&str>) -> Terminal {
+    let unsuccessful = |reason| Terminal::Unsuccessful { reason };
+    match stop_reason {
+        Some("end_turn" | "stop_sequence" | "tool_use" | "pause_turn") => Terminal::Success {
+            proof: Proof::Strong,
+        },
+        Some("max_tokens") => unsuccessful(UnsuccessfulReason::MaxTokens),
+        Some("refusal") => unsuccessful(UnsuccessfulReason::Refusal),
+        Some("model_context_window_exceeded") => {
+            unsuccessful(UnsuccessfulReason::ContextWindowExceeded)
+        }
+        Some(other) => unsuccessful(UnsuccessfulReason::Other(token(other))),
+        None => unsuccessful(UnsuccessfulReason::MissingFinishReason),
+    }
+}
+
+/// The semantic kind a content block reveals when it starts (`None`: N).
+pub(crate) fn block_kind<'a, V: JsonView<'a>>(block: V, opaque: bool) -> Option<SemanticKind> {
+    let [kind, text, thinking] = block.fields(["type", "text", "thinking"]);
+    let kind = kind.and_then(JsonView::text)?;
+    match kind.as_ref() {
+        "text" => text.is_some_and(JsonView::is_nonempty_str).then_some(SemanticKind::Content),
+        "tool_use" => Some(SemanticKind::Tool),
+        "thinking" => (opaque || thinking.is_some_and(JsonView::is_nonempty_str))
+            .then_some(SemanticKind::Reasoning),
+        "redacted_thinking" => opaque.then_some(SemanticKind::Reasoning),
+        "server_tool_use" | "mcp_tool_use" => Some(SemanticKind::SideEffect),
+        k if k.ends_with("_tool_result") => Some(SemanticKind::Tool),
+        _ => None,
+    }
+}
+
+impl Anthropic {
+    /// A fresh stream; `opaque_reasoning` counts thinking without visible
+    /// text (omitted thinking, signatures, redacted thinking) as semantic.
+    pub fn new(opaque_reasoning: bool) -> Self {
+        Anthropic {
+            opaque_reasoning,
+            ..Self::default()
+        }
+    }
+
+    fn event<'a, V: JsonView<'a>>(
+        &mut self,
+        root: V,
+        ev: &mut Evidence,
+    ) -> Result<EventClass, ProtocolViolation> {
+        if root.kind() != JsonKind::Object {
+            return Err(ProtocolViolation::UnexpectedShape);
+        }
+        let [kind, message, index, block, delta, usage_v, error] = root.fields([
+            "type",
+            "message",
+            "index",
+            "content_block",
+            "delta",
+            "usage",
+            "error",
+        ]);
+        let Some(kind) = kind.and_then(JsonView::text) else {
+            return Ok(EventClass::NonSemantic);
+        };
+        if kind == "ping" {
+            return Ok(EventClass::Keepalive);
+        }
+        if ev.is_settled() {
+            return Ok(EventClass::NonSemantic);
+        }
+        let observe = |ev: &mut Evidence, k: Option<SemanticKind>| match k {
+            Some(k) => {
+                ev.progress.observe(k);
+                EventClass::Semantic(k)
+            }
+            None => EventClass::NonSemantic,
+        };
+        Ok(match kind.as_ref() {
+            "message_start" => {
+                let [id, usage_v] = message.map_or([None, None], |m| m.fields(["id", "usage"]));
+                let id = id.and_then(JsonView::text);
+                if self.open {
+                    if id.as_deref() != self.message_id.as_deref() {
+                        return Err(ProtocolViolation::SplicedMessage);
+                    }
+                    // A duplicate of the open message's start: ignored.
+                    return Ok(EventClass::NonSemantic);
+                }
+                self.open = true;
+                self.message_id = id.map(std::borrow::Cow::into_owned);
+                if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+                    usage::anthropic(&mut ev.usage, u);
+                }
+                EventClass::NonSemantic
+            }
+            "content_block_start" => {
+                let k = block.and_then(|b| block_kind(b, self.opaque_reasoning));
+                let is_tool = block
+                    .and_then(|b| b.get("type"))
+                    .is_some_and(|t| t.str_eq("tool_use"));
+                if is_tool {
+                    if self.open_tools.len() == MAX_OPEN_TOOLS {
+                        return Err(ProtocolViolation::TooManyParallelItems);
+                    }
+                    self.open_tools
+                        .push(index.and_then(JsonView::as_u64).unwrap_or(0));
+                }
+                observe(ev, k)
+            }
+            "content_block_delta" => {
+                let k = delta.and_then(|d| {
+                    let [t, text, thinking] = d.fields(["type", "text", "thinking"]);
+                    let t = t.and_then(JsonView::text)?;
+                    match t.as_ref() {
+                        "text_delta" => text
+                            .is_some_and(JsonView::is_nonempty_str)
+                            .then_some(SemanticKind::Content),
+                        "input_json_delta" => Some(SemanticKind::Tool),
+                        "thinking_delta" => (self.opaque_reasoning
+                            || thinking.is_some_and(JsonView::is_nonempty_str))
+                        .then_some(SemanticKind::Reasoning),
+                        "signature_delta" => self.opaque_reasoning.then_some(SemanticKind::Reasoning),
+                        // citations_delta and unknown deltas: conservatively content.
+                        _ => Some(SemanticKind::Content),
+                    }
+                });
+                observe(ev, k)
+            }
+            "content_block_stop" => {
+                let i = index.and_then(JsonView::as_u64).unwrap_or(0);
+                if let Some(pos) = self.open_tools.iter().position(|&t| t == i) {
+                    self.open_tools.swap_remove(pos);
+                    ev.progress.completed_tool_calls += 1;
+                }
+                EventClass::NonSemantic
+            }
+            "message_delta" => {
+                if let Some(reason) = delta
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(JsonView::text)
+                {
+                    self.stop_reason = Some(reason.into_owned());
+                }
+                if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+                    usage::anthropic(&mut ev.usage, u);
+                }
+                EventClass::NonSemantic
+            }
+            "message_stop" => {
+                self.open = false;
+                ev.set_terminal(stop_terminal(self.stop_reason.as_deref()))
+            }
+            "error" => ev.set_error(classify_error_value(error.unwrap_or(root), None)),
+            _ => EventClass::NonSemantic,
+        })
+    }
+}
+
+impl Protocol for Anthropic {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        decode: Decode,
+        ev: &mut Evidence,
+    ) -> Result<EventInfo, ProtocolViolation> {
+        let class = with_json!(frame.data, decode, |root| self.event(root, ev))?;
+        Ok(EventInfo::of(class))
+    }
+
+    fn non_semantic_event_type(&self, event_type: &[u8]) -> bool {
+        NON_SEMANTIC.iter().any(|n| n.as_bytes() == event_type)
+    }
+}

@@ -1,0 +1,193 @@
+//! Non-streamed (`stream: false`) bodies are evidence too: a complete JSON
+//! answer with a finish reason is terminal proof, and content inside a
+//! truncated one was observed all the same.
+
+use super::anthropic::{block_kind, stop_terminal};
+use super::errors::classify_error_value;
+use super::json::{JsonKind, JsonView, parse_reference};
+use super::kind::ProtocolKind;
+use super::{Evidence, Gemini, OpenAiChat, OpenAiResponses, SemanticOptions, usage};
+use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
+use crate::wire::ProtocolViolation;
+
+/// Reads a complete non-streamed JSON body of protocol `kind` into `ev`.
+///
+/// An error body sets the provider error; an answer sets progress, usage and
+/// terminal proof (strong: the document is complete). A body that does not
+/// parse is a protocol violation; the caller decides whether it was
+/// truncated (see [`partial_body_may_be_semantic`]).
+pub fn classify_json_body(
+    kind: &ProtocolKind,
+    body: &[u8],
+    options: SemanticOptions,
+    ev: &mut Evidence,
+) -> Result<(), ProtocolViolation> {
+    let value = parse_reference(body)?;
+    let root = &value;
+    if root.kind() != JsonKind::Object {
+        return Err(ProtocolViolation::UnexpectedShape);
+    }
+    let [error, object] = root.fields(["error", "object"]);
+    if let Some(err) = error.filter(|e| !e.is_null()) {
+        ev.set_error(classify_error_value(err, None));
+        return Ok(());
+    }
+    if object.is_some_and(|o| o.str_eq("error")) {
+        ev.set_error(classify_error_value(root, None));
+        return Ok(());
+    }
+    match kind {
+        ProtocolKind::OpenAiChat => {
+            let mut chat = OpenAiChat::new();
+            chat.chunk(root, ev)?;
+            let outcome = chat.body_outcome();
+            ev.set_terminal(outcome);
+        }
+        ProtocolKind::Gemini => {
+            let mut gemini = Gemini::new();
+            gemini.chunk(root, ev)?;
+            if let Some(outcome) = gemini.body_outcome() {
+                ev.set_terminal(outcome);
+            }
+        }
+        ProtocolKind::Ollama => {
+            super::Ollama::line(root, ev)?;
+        }
+        ProtocolKind::OpenAiResponses => responses_body(root, options, ev),
+        ProtocolKind::Anthropic => anthropic_body(root, options, ev),
+        ProtocolKind::Sse { .. } => {}
+    }
+    Ok(())
+}
+
+fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &mut Evidence) {
+    let [id, status, output, usage_v] = root.fields(["id", "status", "output", "usage"]);
+    if let Some(id) = id.and_then(JsonView::text) {
+        ev.cursor.response_id = Some(id.into_owned());
+    }
+    if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+        usage::responses(&mut ev.usage, u);
+    }
+    if let Some(output) = output {
+        output.for_each(|item| {
+            let [kind, content, summary] = item.fields(["type", "content", "summary"]);
+            let Some(kind) = kind.and_then(JsonView::text) else {
+                return;
+            };
+            let k = match kind.as_ref() {
+                "message" => content.is_some_and(JsonView::is_nonempty).then_some(SemanticKind::Content),
+                "reasoning" => (options.opaque_reasoning_is_semantic
+                    || summary.is_some_and(JsonView::is_nonempty)
+                    || content.is_some_and(JsonView::is_nonempty))
+                .then_some(SemanticKind::Reasoning),
+                k if k.ends_with("_call") => {
+                    if matches!(k, "function_call" | "custom_tool_call") {
+                        ev.progress.completed_tool_calls += 1;
+                    }
+                    Some(SemanticKind::Tool)
+                }
+                _ => None,
+            };
+            if let Some(k) = k {
+                ev.progress.observe(k);
+            }
+        });
+    }
+    let status = status.and_then(JsonView::text);
+    if let Some(s) = status.as_deref() {
+        OpenAiResponses::finished(s, Some(root), ev, Proof::Strong);
+    }
+}
+
+fn anthropic_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &mut Evidence) {
+    let [content, stop_reason, usage_v] = root.fields(["content", "stop_reason", "usage"]);
+    if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+        usage::anthropic(&mut ev.usage, u);
+    }
+    if let Some(content) = content {
+        content.for_each(|block| {
+            let is_tool = block.get("type").is_some_and(|t| t.str_eq("tool_use"));
+            if is_tool {
+                ev.progress.completed_tool_calls += 1;
+            }
+            if let Some(k) = block_kind(block, options.opaque_reasoning_is_semantic) {
+                ev.progress.observe(k);
+            }
+        });
+    }
+    let reason = stop_reason.and_then(JsonView::text);
+    let terminal = match reason.as_deref() {
+        None => Terminal::Unsuccessful {
+            reason: UnsuccessfulReason::MissingFinishReason,
+        },
+        r => stop_terminal(r),
+    };
+    ev.set_terminal(terminal);
+}
+
+/// Keys whose non-empty value in a JSON answer is semantic output.
+const SEMANTIC_KEYS: &[&[u8]] = &[
+    b"content",
+    b"text",
+    b"response",
+    b"thinking",
+    b"reasoning",
+    b"reasoning_content",
+    b"refusal",
+    b"tool_calls",
+    b"function_call",
+    b"functionCall",
+    b"arguments",
+    b"output_text",
+    b"summary",
+];
+
+/// Whether a truncated JSON body may already hold semantic output: some key
+/// of [`SEMANTIC_KEYS`] whose value had begun non-empty before the cut.
+///
+/// Conservative by design: a cut answer whose content was partly received
+/// must not be replayed as if nothing was seen.
+pub fn partial_body_may_be_semantic(body: &[u8]) -> bool {
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        // A string: find its end.
+        let start = i + 1;
+        let mut j = start;
+        while j < body.len() && body[j] != b'"' {
+            j += if body[j] == b'\\' { 2 } else { 1 };
+        }
+        if j >= body.len() {
+            return false;
+        }
+        let name = &body[start..j];
+        let mut k = j + 1;
+        while k < body.len() && body[k].is_ascii_whitespace() {
+            k += 1;
+        }
+        if k < body.len() && body[k] == b':' && SEMANTIC_KEYS.contains(&name) {
+            k += 1;
+            while k < body.len() && body[k].is_ascii_whitespace() {
+                k += 1;
+            }
+            match body.get(k) {
+                Some(b'"') if body.get(k + 1).is_some_and(|&c| c != b'"') => return true,
+                Some(b'[' | b'{') => {
+                    let mut m = k + 1;
+                    while m < body.len() && body[m].is_ascii_whitespace() {
+                        m += 1;
+                    }
+                    if body.get(m).is_some_and(|&c| c != b']' && c != b'}') {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        i = j + 1;
+    }
+    false
+}

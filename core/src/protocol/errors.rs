@@ -1,0 +1,125 @@
+//! Classifying provider errors (in-stream events and HTTP error bodies) into
+//! transient, permanent or unknown, keeping only allowlisted codes.
+
+use super::json::{JsonKind, JsonView, parse_reference};
+use super::kind::ProtocolKind;
+use crate::progress::{ProviderError, Transience};
+use crate::safe::allowlisted_code;
+
+/// What a provider error code or type says about retrying, when it says
+/// anything (protocols.md §4.5, §5.3, §6.3, §7.2).
+pub fn transience_for_token(token: &str) -> Option<Transience> {
+    match token {
+        "server_error"
+        | "rate_limit_exceeded"
+        | "overloaded_error"
+        | "api_error"
+        | "timeout_error"
+        | "rate_limit_error"
+        | "network_error"
+        | "insufficient_system_resource"
+        | "UNAVAILABLE"
+        | "INTERNAL"
+        | "DEADLINE_EXCEEDED"
+        | "RESOURCE_EXHAUSTED" => Some(Transience::Transient),
+        "insufficient_quota"
+        | "invalid_request_error"
+        | "invalid_api_key"
+        | "model_not_found"
+        | "authentication_error"
+        | "billing_error"
+        | "permission_error"
+        | "not_found_error"
+        | "request_too_large"
+        | "invalid_prompt"
+        | "data_residency_mismatch"
+        | "bio_policy"
+        | "INVALID_ARGUMENT"
+        | "FAILED_PRECONDITION"
+        | "PERMISSION_DENIED"
+        | "NOT_FOUND"
+        | "UNAUTHENTICATED" => Some(Transience::Permanent),
+        t if t.starts_with("invalid_image") || t.starts_with("image_") => {
+            Some(Transience::Permanent)
+        }
+        _ => None,
+    }
+}
+
+/// What an HTTP-like status code says about retrying: 408, 409, 429 and 5xx
+/// are transient, other 4xx permanent, anything else unknown.
+pub fn transience_for_status(status: u64) -> Transience {
+    match status {
+        408 | 409 | 429 | 500..=599 => Transience::Transient,
+        400..=499 => Transience::Permanent,
+        _ => Transience::Unknown,
+    }
+}
+
+/// Classifies an error value: an object with `code` / `type` / `status`, or
+/// a bare string (Ollama). `status_hint` is the HTTP status, when known.
+pub(crate) fn classify_error_value<'a, V: JsonView<'a>>(
+    err: V,
+    status_hint: Option<u16>,
+) -> ProviderError {
+    let by_hint = || status_hint.map_or(Transience::Unknown, |s| transience_for_status(u64::from(s)));
+    if err.kind() != JsonKind::Object {
+        return ProviderError {
+            code: None,
+            status: status_hint,
+            transience: by_hint(),
+        };
+    }
+    let [code, kind, status] = err.fields(["code", "type", "status"]);
+    let code_text = code.and_then(JsonView::text);
+    let type_text = kind.and_then(JsonView::text);
+    let status_text = status.and_then(JsonView::text);
+    let numeric = code
+        .and_then(JsonView::as_u64)
+        .and_then(|n| u16::try_from(n).ok());
+    let by_token = [&code_text, &type_text, &status_text]
+        .into_iter()
+        .flatten()
+        .find_map(|t| transience_for_token(t));
+    let transience = by_token
+        .or_else(|| numeric.map(|n| transience_for_status(u64::from(n))))
+        .unwrap_or_else(by_hint);
+    let safe = code_text
+        .as_deref()
+        .and_then(allowlisted_code)
+        .or_else(|| type_text.as_deref().and_then(allowlisted_code));
+    ProviderError {
+        code: safe,
+        status: numeric.or(status_hint),
+        transience,
+    }
+}
+
+/// Classifies a complete error body (a non-2xx response, or a JSON error
+/// answered where a stream was expected) into a provider error.
+///
+/// Reads the shapes of protocols.md §12.1: OpenAI / OpenRouter / Gemini
+/// `{"error":{…}}`, Anthropic `{"type":"error","error":{…}}`, Ollama
+/// `{"error":"…"}`, vLLM `{"object":"error",…}`. Returns `None` when the body
+/// is not one of them. A 429 whose body says `insufficient_quota` is
+/// permanent: a quota does not come back by waiting.
+pub fn classify_error_body(
+    kind: &ProtocolKind,
+    http_status: Option<u16>,
+    body: &[u8],
+) -> Option<ProviderError> {
+    let value = parse_reference(body).ok()?;
+    let root = &value;
+    let [error, object] = root.fields(["error", "object"]);
+    if let Some(err) = error.filter(|e| !e.is_null()) {
+        let mut classified = classify_error_value(err, http_status);
+        if kind.is_ndjson() && err.kind() == JsonKind::String && http_status.is_none() {
+            classified.transience = Transience::Unknown;
+        }
+        return Some(classified);
+    }
+    if object.is_some_and(|o| o.str_eq("error")) {
+        return Some(classify_error_value(root, http_status));
+    }
+    None
+}

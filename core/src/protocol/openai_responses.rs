@@ -1,0 +1,286 @@
+//! OpenAI Responses streams: named events with sequence numbers.
+
+use super::errors::classify_error_value;
+use super::json::{JsonKind, JsonView};
+use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage, with_json};
+use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
+use crate::wire::ProtocolViolation;
+
+/// Responses: every event named, numbered, and typed in its JSON.
+#[derive(Debug, Clone, Default)]
+pub struct OpenAiResponses {
+    opaque_reasoning: bool,
+}
+
+/// Event types known to carry no semantic output (for BD3).
+const NON_SEMANTIC: &[&str] = &[
+    "keepalive",
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+    "response.content_part.added",
+    "response.reasoning_summary_part.added",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+fn kind_of(event_type: &str) -> SemanticKind {
+    if event_type.contains("reasoning") {
+        SemanticKind::Reasoning
+    } else if event_type.contains("_call") || event_type.contains("tool") {
+        SemanticKind::Tool
+    } else {
+        SemanticKind::Content
+    }
+}
+
+fn side_effect(event_type: &str) -> bool {
+    let Some(rest) = event_type.strip_prefix("response.") else {
+        return false;
+    };
+    let Some((item, phase)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    item.ends_with("_call")
+        && matches!(phase, "in_progress" | "searching" | "interpreting" | "generating")
+}
+
+fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulReason {
+    let reason = response
+        .and_then(|r| r.get("incomplete_details"))
+        .and_then(|d| d.get("reason"))
+        .and_then(JsonView::text);
+    match reason.as_deref() {
+        Some("max_output_tokens") => UnsuccessfulReason::MaxTokens,
+        Some("content_filter") => UnsuccessfulReason::ContentFilter,
+        _ => UnsuccessfulReason::Incomplete,
+    }
+}
+
+impl OpenAiResponses {
+    /// A fresh stream; `opaque_reasoning` counts reasoning items without
+    /// visible text as semantic.
+    pub fn new(opaque_reasoning: bool) -> Self {
+        OpenAiResponses { opaque_reasoning }
+    }
+
+    /// The class of an `output_item.added` / `.done` event from its item.
+    fn item<'a, V: JsonView<'a>>(&self, item: Option<V>, done: bool, ev: &mut Evidence) -> EventClass {
+        let Some(item) = item else {
+            return EventClass::NonSemantic;
+        };
+        let [kind, content, summary, encrypted] =
+            item.fields(["type", "content", "summary", "encrypted_content"]);
+        let Some(kind) = kind.and_then(JsonView::text) else {
+            return EventClass::NonSemantic;
+        };
+        let semantic = match kind.as_ref() {
+            "message" => content.is_some_and(JsonView::is_nonempty).then_some(SemanticKind::Content),
+            "reasoning" => {
+                let visible = summary.is_some_and(JsonView::is_nonempty)
+                    || content.is_some_and(JsonView::is_nonempty);
+                let opaque = done || encrypted.is_some_and(JsonView::is_nonempty_str);
+                (visible || (opaque && self.opaque_reasoning)).then_some(SemanticKind::Reasoning)
+            }
+            k if k.ends_with("_call") || k == "mcp_approval_request" => {
+                if done && matches!(k, "function_call" | "custom_tool_call") {
+                    ev.progress.completed_tool_calls += 1;
+                }
+                Some(SemanticKind::Tool)
+            }
+            _ => None,
+        };
+        match semantic {
+            Some(k) => {
+                ev.progress.observe(k);
+                EventClass::Semantic(k)
+            }
+            None => EventClass::NonSemantic,
+        }
+    }
+
+    /// Records the response id and usage a response object carries.
+    fn response_facts<'a, V: JsonView<'a>>(response: Option<V>, ev: &mut Evidence) {
+        let Some(response) = response else { return };
+        let [id, usage_v] = response.fields(["id", "usage"]);
+        if ev.cursor.response_id.is_none() {
+            if let Some(id) = id.and_then(JsonView::text) {
+                ev.cursor.response_id = Some(id.into_owned());
+            }
+        }
+        if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+            usage::responses(&mut ev.usage, u);
+        }
+    }
+
+    /// Classifies a response object that ended (`completed`, `incomplete`,
+    /// `failed`, `cancelled`), as a terminal event or a non-streamed body.
+    pub(crate) fn finished<'a, V: JsonView<'a>>(
+        status: &str,
+        response: Option<V>,
+        ev: &mut Evidence,
+        proof: Proof,
+    ) -> Option<EventClass> {
+        Some(match status {
+            "completed" => ev.set_terminal(Terminal::Success { proof }),
+            "incomplete" => ev.set_terminal(Terminal::Unsuccessful {
+                reason: incomplete_reason(response),
+            }),
+            "failed" => {
+                let err = response.and_then(|r| r.get("error")).filter(|e| !e.is_null());
+                match err {
+                    Some(e) => ev.set_error(classify_error_value(e, None)),
+                    None => ev.set_terminal(Terminal::Unsuccessful {
+                        reason: UnsuccessfulReason::Failed(None),
+                    }),
+                }
+            }
+            "cancelled" => ev.set_terminal(Terminal::Unsuccessful {
+                reason: UnsuccessfulReason::Other(token("cancelled")),
+            }),
+            _ => return None,
+        })
+    }
+
+    fn event<'a, V: JsonView<'a>>(
+        &mut self,
+        frame: Frame<'_>,
+        root: V,
+        ev: &mut Evidence,
+    ) -> Result<EventInfo, ProtocolViolation> {
+        if root.kind() != JsonKind::Object {
+            return Err(ProtocolViolation::UnexpectedShape);
+        }
+        let [kind, seq, response, item, code, error, text, arguments, refusal, part, input, code_text, transcript] =
+            root.fields([
+                "type",
+                "sequence_number",
+                "response",
+                "item",
+                "code",
+                "error",
+                "text",
+                "arguments",
+                "refusal",
+                "part",
+                "input",
+                "code",
+                "transcript",
+            ]);
+        let sequence_number = seq.and_then(JsonView::as_u64);
+        if let Some(n) = sequence_number {
+            match ev.cursor.sequence_number {
+                Some(last) if n <= last => {
+                    ev.duplicate_events += 1;
+                    return Ok(EventInfo {
+                        class: EventClass::NonSemantic,
+                        sequence_number,
+                        duplicate: true,
+                    });
+                }
+                Some(last) if n > last + 1 => ev.sequence_gaps += 1,
+                _ => {}
+            }
+            ev.cursor.sequence_number = Some(n);
+        }
+        let info = |class| EventInfo {
+            class,
+            sequence_number,
+            duplicate: false,
+        };
+        if ev.is_settled() {
+            return Ok(info(EventClass::NonSemantic));
+        }
+        let name = match kind.and_then(JsonView::text) {
+            Some(t) => t,
+            None => String::from_utf8_lossy(frame.event_type),
+        };
+        let t = name.as_ref();
+        let class = match t {
+            "keepalive" => EventClass::Keepalive,
+            "response.created" | "response.queued" | "response.in_progress" => {
+                Self::response_facts(response, ev);
+                EventClass::NonSemantic
+            }
+            "response.completed" | "response.incomplete" | "response.failed" | "response.done" => {
+                Self::response_facts(response, ev);
+                let status = match t {
+                    "response.completed" => Some("completed".into()),
+                    "response.incomplete" => Some("incomplete".into()),
+                    "response.failed" => Some("failed".into()),
+                    _ => response.and_then(|r| r.get("status")).and_then(JsonView::text),
+                };
+                status
+                    .and_then(|s| Self::finished(&s, response, ev, Proof::Strong))
+                    .unwrap_or(EventClass::NonSemantic)
+            }
+            "error" => {
+                // Flat shape: `code` at the top; nested: inside `error`.
+                let source = if code.is_some_and(JsonView::is_nonempty_str) {
+                    Some(root)
+                } else {
+                    error.filter(|e| e.kind() == JsonKind::Object)
+                };
+                ev.set_error(classify_error_value(source.unwrap_or(root), None))
+            }
+            "response.output_item.added" => self.item(item, false, ev),
+            "response.output_item.done" => self.item(item, true, ev),
+            "response.output_text.annotation.added" => {
+                ev.progress.observe(SemanticKind::Content);
+                EventClass::Semantic(SemanticKind::Content)
+            }
+            t if side_effect(t) => {
+                ev.progress.observe(SemanticKind::SideEffect);
+                EventClass::Semantic(SemanticKind::SideEffect)
+            }
+            t if t.ends_with(".delta")
+                || t.contains("partial")
+                || t.starts_with("response.shell_call_command.") =>
+            {
+                let k = kind_of(t);
+                ev.progress.observe(k);
+                EventClass::Semantic(k)
+            }
+            t if t.ends_with(".done") => {
+                let carries = [text, arguments, refusal, input, code_text, transcript]
+                    .into_iter()
+                    .flatten()
+                    .any(JsonView::is_nonempty_str)
+                    || part.is_some_and(|p| {
+                        let [a, b, c] = p.fields(["text", "refusal", "transcript"]);
+                        [a, b, c].into_iter().flatten().any(JsonView::is_nonempty_str)
+                    });
+                if carries {
+                    let k = kind_of(t);
+                    ev.progress.observe(k);
+                    EventClass::Semantic(k)
+                } else {
+                    EventClass::NonSemantic
+                }
+            }
+            _ => EventClass::NonSemantic,
+        };
+        Ok(info(class))
+    }
+}
+
+impl Protocol for OpenAiResponses {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        decode: Decode,
+        ev: &mut Evidence,
+    ) -> Result<EventInfo, ProtocolViolation> {
+        if frame.data.starts_with(b"[DONE]") {
+            // Some gateways append it; the spec defines no sentinel.
+            return Ok(EventInfo::of(EventClass::NonSemantic));
+        }
+        with_json!(frame.data, decode, |root| self.event(frame, root, ev))
+    }
+
+    fn non_semantic_event_type(&self, event_type: &[u8]) -> bool {
+        NON_SEMANTIC.iter().any(|n| n.as_bytes() == event_type)
+    }
+}

@@ -1,0 +1,154 @@
+//! A push decoder for newline-delimited JSON (Ollama).
+//!
+//! Lines end at LF; a CR before it is tolerated. Blank lines carry nothing and
+//! are reported as such. An unterminated tail is kept (capped) so the
+//! observer can judge it at EOF: Ollama always ends its lines, so a tail is
+//! either a complete final object without its newline or a cut frame.
+
+use memchr::memchr;
+
+use super::{Limits, ProtocolViolation};
+
+/// What the decoder hands out, in stream order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NdjsonItem<'a> {
+    /// A non-blank line, without its terminator.
+    Line {
+        /// The line.
+        data: &'a [u8],
+        /// Stream offset just past the line's LF.
+        end_offset: u64,
+    },
+    /// An empty or whitespace-only line.
+    Blank {
+        /// Stream offset just past the line's LF.
+        end_offset: u64,
+    },
+}
+
+/// Incremental NDJSON decoder.
+#[derive(Debug, Clone)]
+pub struct NdjsonDecoder {
+    cap: usize,
+    carry: Vec<u8>,
+    consumed: u64,
+    failed: Option<ProtocolViolation>,
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'))
+}
+
+impl NdjsonDecoder {
+    /// A decoder at the start of a stream; a line may not exceed the smaller
+    /// of the two caps.
+    pub fn new(limits: Limits) -> Self {
+        NdjsonDecoder {
+            cap: limits.max_line.min(limits.max_event),
+            carry: Vec::new(),
+            consumed: 0,
+            failed: None,
+        }
+    }
+
+    /// Feeds one read; `emit` sees every line it completes, in order.
+    pub fn feed<F>(&mut self, chunk: &[u8], mut emit: F) -> Result<(), ProtocolViolation>
+    where
+        F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
+    {
+        if let Some(v) = self.failed {
+            return Err(v);
+        }
+        let result = self.feed_inner(chunk, &mut emit);
+        self.consumed += chunk.len() as u64;
+        if let Err(v) = result {
+            self.failed = Some(v);
+        }
+        result
+    }
+
+    fn feed_inner<F>(&mut self, chunk: &[u8], emit: &mut F) -> Result<(), ProtocolViolation>
+    where
+        F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
+    {
+        let base = self.consumed;
+        let cap = self.cap;
+        let too_long = ProtocolViolation::LineTooLong { cap };
+        let mut pos = 0;
+        while pos < chunk.len() {
+            let Some(rel) = memchr(b'\n', &chunk[pos..]) else {
+                let rest = &chunk[pos..];
+                // One byte of slack: a CR that a following LF will strip.
+                if self.carry.len() + rest.len() > cap + 1 {
+                    return Err(too_long);
+                }
+                self.carry.extend_from_slice(rest);
+                break;
+            };
+            let end = pos + rel;
+            let end_offset = base + end as u64 + 1;
+            if self.carry.is_empty() {
+                let mut line = &chunk[pos..end];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                if line.len() > cap {
+                    return Err(too_long);
+                }
+                emit_line(line, end_offset, emit)?;
+            } else {
+                if self.carry.len() + rel > cap + 1 {
+                    return Err(too_long);
+                }
+                self.carry.extend_from_slice(&chunk[pos..end]);
+                let carry = std::mem::take(&mut self.carry);
+                let mut line = &carry[..];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                let result = if line.len() > cap {
+                    Err(too_long)
+                } else {
+                    emit_line(line, end_offset, emit)
+                };
+                self.carry = carry;
+                self.carry.clear();
+                result?;
+            }
+            pos = end + 1;
+        }
+        Ok(())
+    }
+
+    /// The unterminated tail (without a trailing CR), empty when none.
+    pub fn pending(&self) -> &[u8] {
+        match self.carry.last() {
+            Some(b'\r') => &self.carry[..self.carry.len() - 1],
+            _ => &self.carry,
+        }
+    }
+
+    /// Total bytes fed so far.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Bytes currently buffered.
+    pub fn buffered(&self) -> usize {
+        self.carry.len()
+    }
+}
+
+fn emit_line<F>(line: &[u8], end_offset: u64, emit: &mut F) -> Result<(), ProtocolViolation>
+where
+    F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
+{
+    if is_blank(line) {
+        emit(NdjsonItem::Blank { end_offset })
+    } else {
+        emit(NdjsonItem::Line {
+            data: line,
+            end_offset,
+        })
+    }
+}
