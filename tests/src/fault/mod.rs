@@ -24,6 +24,37 @@
 //! reliability-matrix §6.1 measures clients against. Keep-alive is kept for
 //! the happy paths so pooled-connection behaviour is exercised too.
 //!
+//! # Script JSON
+//!
+//! A script set is `{"scripts": [...], "paths": {"/path": [...]}, "default": {...}}`
+//! or a bare array of scripts. Every field of a script is optional:
+//!
+//! ```json
+//! {
+//!   "name": "Retry once, then a stream cut by RST after the first event",
+//!   "status": 200,
+//!   "headers": {"content-type": "text/event-stream", "retry-after": "2"},
+//!   "transfer": "chunked",
+//!   "body": [
+//!     ": keepalive\n\n",
+//!     {"fixture": "openai-chat/happy-usage.sse", "start": 0, "end": 200,
+//!      "split_at": [17], "split_lines": false, "repeat": 1,
+//!      "delay_ms": 0, "stall": false, "raw": false}
+//!   ],
+//!   "cut_at": 150,
+//!   "content_length": null,
+//!   "keep_alive": true,
+//!   "ending": "rst"
+//! }
+//! ```
+//!
+//! `transfer`: `chunked` (default; one chunk per write) | `content_length` |
+//! `close_delimited`. `ending`: `clean` (default) | `fin` | `rst` | `stall` |
+//! `short_content_length` | `reset_before_head` | `fin_before_head` |
+//! `never_answer`. `headers` may also be a list of `[name, value]` pairs.
+//! A body write is a string (inline text) or an object with one of `text`,
+//! `bytes` (array of numbers) or `fixture` (path under `tests/fixtures/`).
+//!
 //! # Stalls
 //!
 //! Stall points (`stall` writes, the `stall` ending, `never_answer`) wait for

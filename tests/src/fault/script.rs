@@ -49,6 +49,8 @@ pub enum Ending {
     Rst,
     /// Keep the connection open, silent, until a stall permit is released (see
     /// [`crate::fault::FaultProvider::release`]) or the client disconnects; then FIN.
+    /// Meant for chunked and close-delimited bodies: under `content_length`
+    /// the client already has the whole body and sees nothing stall.
     Stall,
     /// Declare a `content-length` larger than the bytes sent, then FIN.
     /// The declared value is [`Script::content_length`] if set, else the body
