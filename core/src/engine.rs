@@ -190,10 +190,15 @@ impl Recovery {
                 phase: *phase,
                 attempts,
             },
-            other if self.state.committed => EventKind::Interrupted {
-                outcome: other.clone(),
-                attempts,
-            },
+            // An interruption is reported as such even when the semantic
+            // output that forbade the replay was observed but not yet
+            // delivered (G1): the request did not fail "before commit".
+            other if self.state.committed || matches!(other, Outcome::Interrupted { .. }) => {
+                EventKind::Interrupted {
+                    outcome: other.clone(),
+                    attempts,
+                }
+            }
             other => {
                 if matches!(other, Outcome::AdmissionRequired) {
                     self.emit(now, EventKind::AdmissionRequired);
