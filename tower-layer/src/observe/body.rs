@@ -1,0 +1,207 @@
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use recovery_core::failure::{EofEvidence, Violation};
+use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
+use recovery_core::protocol::ProtocolKind;
+use recovery_core::wire::{Limits, ProtocolViolation};
+
+use super::handle::ObserveHandle;
+use crate::BoxError;
+
+/// Why an observed body ended in error.
+#[derive(Debug)]
+pub enum ObserveError {
+    /// The inner body failed (reset, incomplete chunked body, ...).
+    Body(BoxError),
+    /// The stream broke its protocol; the body stops here.
+    Protocol(Violation),
+    /// The body ended cleanly without terminal proof: truncation.
+    UnexpectedEof(EofEvidence),
+}
+
+impl fmt::Display for ObserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ObserveError::Body(_) => f.write_str("response body failed"),
+            ObserveError::Protocol(v) => write!(f, "protocol violation: {v}"),
+            ObserveError::UnexpectedEof(_) => {
+                f.write_str("response body ended without terminal proof")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ObserveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ObserveError::Body(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) fn violation(v: ProtocolViolation) -> Violation {
+    match v {
+        ProtocolViolation::LineTooLong { .. } | ProtocolViolation::EventTooLarge { .. } => {
+            Violation::LineTooLong
+        }
+        ProtocolViolation::SplicedMessage => Violation::SplicedMessage,
+        ProtocolViolation::TooManyParallelItems => Violation::Sequence,
+        _ => Violation::Malformed,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body decoded as it passes. Bytes are forwarded untouched;
+    /// evidence goes to the [`ObserveHandle`]. A clean end without terminal
+    /// proof becomes [`ObserveError::UnexpectedEof`]; dropping the body early
+    /// is recorded as cancellation, never as an EOF.
+    pub struct ObservedBody<B> {
+        #[pin]
+        inner: B,
+        observer: Option<StreamObserver>,
+        handle: Option<ObserveHandle>,
+        ended: bool,
+    }
+
+    impl<B> PinnedDrop for ObservedBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(handle) = this.handle.as_ref() {
+                if !*this.ended {
+                    handle.lock().cancelled = true;
+                }
+            }
+        }
+    }
+}
+
+impl<B> fmt::Debug for ObservedBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObservedBody")
+            .field("observed", &self.observer.is_some())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> ObservedBody<B> {
+    pub(crate) fn new(
+        inner: B,
+        protocol: &ProtocolKind,
+        limits: Limits,
+        handle: ObserveHandle,
+    ) -> Self {
+        let config = ObserverConfig {
+            limits,
+            ..ObserverConfig::default()
+        };
+        ObservedBody {
+            inner,
+            observer: Some(StreamObserver::with_config(protocol.clone(), config)),
+            handle: Some(handle),
+            ended: false,
+        }
+    }
+
+    pub(crate) fn passthrough(inner: B) -> Self {
+        ObservedBody {
+            inner,
+            observer: None,
+            handle: None,
+            ended: false,
+        }
+    }
+}
+
+fn publish(handle: &ObserveHandle, observer: &StreamObserver) {
+    let mut o = handle.lock();
+    o.progress = *observer.progress();
+    o.terminal = observer.terminal().cloned();
+    o.provider_error = observer.provider_error().cloned();
+    o.cursor.clone_from(observer.cursor());
+}
+
+impl<B> Body for ObservedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = ObserveError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ObserveError>>> {
+        let this = self.project();
+        if *this.ended {
+            return Poll::Ready(None);
+        }
+        let polled = ready!(this.inner.poll_frame(cx));
+        let (Some(observer), Some(handle)) = (this.observer.as_mut(), this.handle.as_ref()) else {
+            if polled.is_none() {
+                *this.ended = true;
+            }
+            return Poll::Ready(polled.map(|r| r.map_err(|e| ObserveError::Body(e.into()))));
+        };
+        match polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    if let Err(v) = observer.feed(data) {
+                        publish(handle, observer);
+                        let v = violation(v);
+                        handle.lock().violation = Some(v);
+                        *this.ended = true;
+                        handle.lock().ended = true;
+                        return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
+                    }
+                    publish(handle, observer);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => {
+                *this.ended = true;
+                handle.lock().ended = true;
+                Poll::Ready(Some(Err(ObserveError::Body(e.into()))))
+            }
+            None => {
+                *this.ended = true;
+                let end = observer.finish();
+                publish(handle, observer);
+                let mut o = handle.lock();
+                o.ended = true;
+                match end {
+                    EndOfStream::Success { .. }
+                    | EndOfStream::Unsuccessful { .. }
+                    | EndOfStream::ProviderError { .. } => Poll::Ready(None),
+                    EndOfStream::Violation { violation: v } => {
+                        let v = violation(v);
+                        o.violation = Some(v);
+                        Poll::Ready(Some(Err(ObserveError::Protocol(v))))
+                    }
+                    EndOfStream::UnexpectedEof { pending } => {
+                        let eof = EofEvidence {
+                            pending_bytes: pending.map_or(0, |p| p.bytes),
+                            pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
+                        };
+                        o.unexpected_eof = Some(eof);
+                        Poll::Ready(Some(Err(ObserveError::UnexpectedEof(eof))))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

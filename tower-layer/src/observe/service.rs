@@ -1,0 +1,81 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response};
+use http_body::Body;
+use recovery_core::protocol::ProtocolKind;
+use recovery_core::wire::Limits;
+use tower_service::Service;
+
+use super::body::ObservedBody;
+use super::handle::ObserveHandle;
+
+/// Observes the response bodies of the inner service. See [`ObserveLayer`].
+///
+/// [`ObserveLayer`]: super::ObserveLayer
+#[derive(Debug, Clone)]
+pub struct Observe<S> {
+    pub(crate) inner: S,
+    pub(crate) protocol: ProtocolKind,
+    pub(crate) limits: Limits,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Observe<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body<Data = bytes::Bytes>,
+{
+    type Response = Response<ObservedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ObserveFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        ObserveFuture {
+            inner: self.inner.call(req),
+            protocol: Some(self.protocol.clone()),
+            limits: self.limits,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Response future of [`Observe`].
+    #[derive(Debug)]
+    pub struct ObserveFuture<F> {
+        #[pin]
+        inner: F,
+        protocol: Option<ProtocolKind>,
+        limits: Limits,
+    }
+}
+
+impl<F, ResBody, E> Future for ObserveFuture<F>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: Body<Data = bytes::Bytes>,
+{
+    type Output = Result<Response<ObservedBody<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.inner.poll(cx))?;
+        let protocol = this.protocol.take().unwrap_or(ProtocolKind::OpenAiChat);
+        let (mut parts, body) = response.into_parts();
+        let handle = ObserveHandle::new(protocol.clone());
+        // Only a successful answer is a stream to decode; an error body is
+        // passed through untouched for the recovery layer to classify.
+        let body = if parts.status.is_success() {
+            parts.extensions.insert(handle.clone());
+            ObservedBody::new(body, &protocol, *this.limits, handle)
+        } else {
+            parts.extensions.insert(handle);
+            ObservedBody::passthrough(body)
+        };
+        Poll::Ready(Ok(Response::from_parts(parts, body)))
+    }
+}

@@ -1,0 +1,18 @@
+//! `RecoveryLayer`: replays a request transparently while no semantic output
+//! was observed, holds back the pre-commit prefix so a failed attempt is
+//! invisible, and fails with a typed [`RecoveryError`] after commit.
+//!
+//! [`RecoveryError`]: recovery_core::error::RecoveryError
+
+mod body;
+mod classify;
+mod future;
+mod layer;
+mod service;
+mod shared;
+
+pub use body::RecoveryBody;
+pub use future::ResponseFuture;
+pub use layer::{AdmissionContext, AdmissionHook, RecoveryLayer};
+pub use service::Recover;
+pub use shared::ReportHandle;
