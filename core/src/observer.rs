@@ -370,10 +370,12 @@ impl StreamObserver {
                         || line.starts_with(b"retry");
                     let named_inert = !p.event_type.is_empty()
                         && self.protocol.get().non_semantic_event_type(p.event_type);
-                    let possibly_semantic = if p.has_data {
-                        !named_inert
+                    // BD3: an event already named as non-semantic, or only
+                    // a comment / id / retry line, cannot carry output.
+                    let possibly_semantic = if p.event_type.is_empty() {
+                        p.has_data || !inert_line
                     } else {
-                        !(inert_line && (p.event_type.is_empty() || named_inert))
+                        !named_inert || line.starts_with(b"event")
                     };
                     Some(PendingAtEof {
                         bytes: dec.buffered() as u64,
