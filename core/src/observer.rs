@@ -176,6 +176,7 @@ pub struct StreamObserver {
     ev: Evidence,
     violation: Option<ProtocolViolation>,
     end: Option<EndOfStream>,
+    committed_at: Option<u64>,
 }
 
 /// Folds one classified frame into the read's [`Feed`].
@@ -248,6 +249,7 @@ impl StreamObserver {
             ev,
             violation: None,
             end: None,
+            committed_at: None,
         }
     }
 
@@ -333,6 +335,9 @@ impl StreamObserver {
                     self.ev.cursor.last_event_id = Some(String::from_utf8_lossy(id).into_owned());
                 }
             }
+        }
+        if self.committed_at.is_none() {
+            self.committed_at = feed.committed_at;
         }
         match result {
             Ok(()) => Ok(feed),
@@ -447,6 +452,13 @@ impl StreamObserver {
             },
             None => EndOfStream::UnexpectedEof { pending },
         }
+    }
+
+    /// Stream offset past the frame that carried the first semantic output,
+    /// once seen. Also set when that frame completed in a read that then
+    /// failed with a protocol violation.
+    pub fn committed_at(&self) -> Option<u64> {
+        self.committed_at
     }
 
     /// The protocol this observer decodes.

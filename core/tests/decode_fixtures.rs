@@ -54,6 +54,8 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     ("openai-responses/done-codex.sse", "N N N N S T+", STRONG, true, 0),
     ("openai-responses/reasoning.sse", "N N N N S S T+", STRONG, true, 0),
     ("openai-responses/reasoning-opaque-then-cut.sse", "N N N S", EOF_CLEAN, true, 0),
+    ("openai-responses/resume-first.sse", "N N N N S S S S S S S", EOF_CLEAN, true, 0),
+    ("openai-responses/resume-tail.sse", "S S S S S T+", STRONG, true, 0),
     ("openai-responses/tool-call.sse", "N N S S S S T+", STRONG, true, 1),
     ("openai-responses/web-search-then-cut.sse", "N N X", EOF_CLEAN, true, 0),
     ("openai-responses/unknown-events.sse", "N N N S T+", STRONG, true, 0),

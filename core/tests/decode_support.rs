@@ -96,6 +96,8 @@ pub fn run_with(kind: ProtocolKind, config: ObserverConfig, bytes: &[u8], cuts: 
         }
         start = end;
     }
+    assert_eq!(obs.committed_at(), committed_at.or(obs.committed_at()));
+    let committed_at = obs.committed_at();
     let end = obs.finish();
     Run {
         records,
