@@ -1,0 +1,407 @@
+//! `RecoveryLayer` + `ObserveLayer` over a hyper-util client against the
+//! loopback fault provider: real sockets, real framing, server-side counters.
+//!
+//! Every test checks the global invariants that apply to it: delivered bytes
+//! equal exactly one attempt's stream, server sends ≤ `max_attempts` and equal
+//! to the reported attempts, resends byte-identical, exactly one terminal
+//! lifecycle event, and no connection left open.
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recovery_core::lifecycle::LifecycleEvent;
+use recovery_core::outcome::Outcome;
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use tower_layer::Layer;
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
+use tower_service::Service;
+
+const LIMIT: Duration = Duration::from_secs(20);
+const PATH: &str = "/v1/chat/completions";
+const PROMPT: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"canary-prompt"}]}"#;
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).expect("fixture")
+}
+
+fn policy() -> RecoveryPolicy {
+    RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(3).unwrap())
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+type Events = Arc<Mutex<Vec<LifecycleEvent>>>;
+
+struct Run {
+    status: u16,
+    body: Vec<u8>,
+    body_error: Option<tower_recovery::core::error::RecoveryError>,
+    report: Option<tower_recovery::core::report::RecoveryReport>,
+    events: Vec<String>,
+}
+
+async fn run(provider: &FaultProvider, kind: ProtocolKind, policy: RecoveryPolicy) -> Run {
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = RecoveryLayer::new(policy)
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(kind).layer(client));
+    let req = Request::post(provider.url(PATH))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-canary-secret")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let result = tokio::time::timeout(LIMIT, async {
+        match svc.call(req).await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let report = resp.extensions().get::<ReportHandle>().cloned();
+                let mut body = resp.into_body();
+                let mut bytes = Vec::new();
+                let mut body_error = None;
+                while let Some(frame) = body.frame().await {
+                    match frame {
+                        Ok(f) => {
+                            if let Some(d) = f.data_ref() {
+                                bytes.extend_from_slice(d);
+                            }
+                        }
+                        Err(e) => {
+                            body_error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                drop(body);
+                (status, bytes, body_error, report.map(|h| h.report()))
+            }
+            Err(e) => panic!("the response future failed: {e}"),
+        }
+    })
+    .await
+    .expect("hung");
+    drop(svc);
+    let stats = tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .expect("connections left open");
+    assert_eq!(stats.open_connections, 0);
+    let events: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name().to_owned())
+        .collect();
+    let terminal = events
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.as_str(),
+                "completed" | "exhausted" | "interrupted" | "cancelled"
+            )
+        })
+        .count();
+    assert_eq!(terminal, 1, "exactly one terminal event: {events:?}");
+    let run = Run {
+        status: result.0,
+        body: result.1,
+        body_error: result.2,
+        report: result.3,
+        events,
+    };
+    // G2 and RQ1: sends within the allowance, every resend byte-identical.
+    let sent = provider.requests_for(PATH);
+    assert!(sent.len() <= 3);
+    for r in &sent {
+        assert_eq!(r.body, sent[0].body, "resends carry the same bytes");
+        assert_eq!(r.method, sent[0].method);
+    }
+    run
+}
+
+#[tokio::test]
+async fn st1_cn3_503_then_reset_before_head_then_happy_stream_completes() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::status(503).header("retry-after-ms", "10"),
+            Script::just(Ending::ResetBeforeHead),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("openai-chat/happy-usage.sse").split_lines()),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(run.status, 200);
+    assert!(run.body_error.is_none(), "{:?}", run.body_error);
+    assert_eq!(
+        run.body, happy,
+        "delivered bytes are exactly the committed stream"
+    );
+    assert_eq!(provider.count_path(PATH), 3);
+    let report = run.report.expect("report");
+    assert_eq!(report.attempt_count(), 3);
+    assert!(matches!(report.outcome, Some(Outcome::Completed { .. })));
+    assert_eq!(report.resend_count, 2);
+    assert_eq!(
+        run.events,
+        [
+            "attempt_started",
+            "attempt_failed",
+            "delay_scheduled",
+            "retry_started",
+            "attempt_started",
+            "attempt_failed",
+            "delay_scheduled",
+            "retry_started",
+            "attempt_started",
+            "committed",
+            "attempt_succeeded",
+            "completed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn pt5_transient_error_before_output_is_replayed_invisibly() {
+    let happy = fixture("anthropic/happy.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("anthropic/error-first.sse")),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("anthropic/happy.sse").split_lines()),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::Anthropic, policy()).await;
+    assert_eq!(
+        run.body, happy,
+        "nothing of the failed attempt reaches the consumer"
+    );
+    assert_eq!(provider.count_path(PATH), 2);
+    assert!(matches!(
+        run.report.unwrap().outcome,
+        Some(Outcome::Completed { .. })
+    ));
+}
+
+#[tokio::test]
+async fn bd1_cut_after_first_semantic_event_is_interrupted_not_replayed() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    // The first two events: the role-only chunk and the first content chunk.
+    let text = String::from_utf8(happy.clone()).unwrap();
+    let cut = text.match_indices("\n\n").nth(1).unwrap().0 + 2;
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture("openai-chat/happy-usage.sse").split_lines())
+            .cut_at(cut)
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(run.status, 200);
+    assert_eq!(
+        run.body,
+        &happy[..cut],
+        "the committed prefix, nothing more"
+    );
+    let err = run.body_error.expect("typed error at the end of the body");
+    assert!(
+        matches!(err.outcome(), Outcome::Interrupted { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        provider.count_path(PATH),
+        1,
+        "no replay after semantic output"
+    );
+    assert_eq!(run.events.last().unwrap(), "interrupted");
+}
+
+#[tokio::test]
+async fn bd4_keepalives_then_cut_are_replayed() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(": keep-alive\n\n: keep-alive\n\n"))
+                .ending(Ending::Fin),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("openai-chat/happy-usage.sse")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(run.body, happy);
+    assert_eq!(provider.count_path(PATH), 2);
+}
+
+#[tokio::test]
+async fn tb2_always_503_returns_the_final_response_after_three_sends() {
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).path(PATH, vec![Script::status(503).write(Write::text("{}"))]),
+    )
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(
+        run.status, 503,
+        "a final HTTP error comes back as that response"
+    );
+    assert_eq!(provider.count_path(PATH), 3);
+    let report = run.report.expect("report in the extensions");
+    assert_eq!(report.attempt_count(), 3);
+    assert!(matches!(
+        report.outcome,
+        Some(Outcome::Exhausted { attempts: 3 })
+    ));
+    assert_eq!(
+        &run.events[run.events.len() - 3..],
+        ["attempt_started", "attempt_failed", "exhausted"]
+    );
+}
+
+#[tokio::test]
+async fn st2_st3_permanent_status_and_redirect_are_sent_once() {
+    for (status, location) in [(400, None), (401, None), (307, Some("/elsewhere"))] {
+        let mut script = Script::status(status).header("x-should-retry", "true");
+        if let Some(loc) = location {
+            script = script.header("location", loc);
+        }
+        let provider = FaultProvider::start(ScriptSet::new(vec![]).path(PATH, vec![script]))
+            .await
+            .unwrap();
+        let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+        assert_eq!(run.status, status);
+        assert_eq!(provider.count_path(PATH), 1, "status {status} sent once");
+        assert_eq!(
+            provider.count_path("/elsewhere"),
+            0,
+            "redirect never followed"
+        );
+        assert!(matches!(
+            run.report.unwrap().outcome,
+            Some(Outcome::Permanent { .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn cn1_connection_refused_exhausts_with_a_typed_error() {
+    let addr = recovery_tests::fault::refused_addr().unwrap();
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = RecoveryLayer::new(policy())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let req = Request::post(format!("http://{addr}{PATH}"))
+        .header("authorization", "Bearer sk-canary-secret")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let err = tokio::time::timeout(LIMIT, svc.call(req))
+        .await
+        .unwrap()
+        .expect_err("refused everywhere");
+    assert_eq!(err.outcome(), &Outcome::Exhausted { attempts: 3 });
+    let rendered = format!("{err} {err:?} {}", serde_json::to_string(&err).unwrap());
+    assert!(!rendered.contains("canary"), "redacted: {rendered}");
+    let names: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(names.iter().filter(|n| **n == "attempt_started").count(), 3);
+    assert_eq!(names.last(), Some(&"exhausted"));
+}
+
+#[tokio::test]
+async fn pt4_unsuccessful_terminal_is_not_retried_and_not_completed() {
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture("openai-chat/length.sse"))],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    let err = run.body_error.expect("typed error");
+    assert!(
+        matches!(err.outcome(), Outcome::Unsuccessful { .. }),
+        "{err}"
+    );
+    assert_eq!(provider.count_path(PATH), 1);
+}
+
+#[tokio::test]
+async fn cx5_consumer_drop_is_cancellation_not_eof() {
+    let happy = String::from_utf8(fixture("openai-chat/happy-usage.sse")).unwrap();
+    let cut = happy.match_indices("\n\n").nth(1).unwrap().0 + 2;
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture("openai-chat/happy-usage.sse").range(0, cut))
+            .ending(Ending::Stall)],
+    ))
+    .await
+    .unwrap();
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = RecoveryLayer::new(policy())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let req = Request::post(provider.url(PATH))
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let resp = tokio::time::timeout(LIMIT, svc.call(req))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(resp);
+    drop(svc);
+    tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .unwrap();
+    let names: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(&names[names.len() - 2..], ["attempt_failed", "cancelled"]);
+    assert_eq!(provider.count_path(PATH), 1);
+}
