@@ -20,7 +20,8 @@ pub struct SseEvent<'a> {
     pub event_type: &'a [u8],
     /// The data buffer without its final LF.
     pub data: &'a [u8],
-    /// Stream offset just past the blank line that dispatched the event.
+    /// Stream offset just past the first byte (CR or LF) of the blank line
+    /// that dispatched the event: the same for every split of the stream.
     pub end_offset: u64,
 }
 
@@ -147,7 +148,9 @@ impl SseDecoder {
                         self.after_cr = true;
                     }
                 }
-                let end_offset = base + next as u64;
+                // Past the terminator's first byte: the same offset whether or
+                // not the LF of a CRLF arrived in this read.
+                let end_offset = base + end as u64 + 1;
                 if self.carry.is_empty() {
                     if rel > max_line {
                         return Err(ProtocolViolation::LineTooLong { cap: max_line });
