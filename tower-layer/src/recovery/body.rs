@@ -17,6 +17,7 @@ use recovery_core::timing::{Instant, Timing};
 
 use super::classify;
 use super::shared::{SharedRef, lock};
+use super::wire::WireObserver;
 use crate::BoxError;
 use crate::observe::ObserveHandle;
 
@@ -54,6 +55,7 @@ struct Live {
     clock: Arc<dyn BodyClock>,
     idle_timeout: Option<Duration>,
     idle: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
     failed_after_frame: Option<Failure>,
     done: bool,
@@ -97,6 +99,7 @@ impl RecoveryBody {
         shared: SharedRef,
         clock: Arc<dyn BodyClock>,
         idle_timeout: Option<Duration>,
+        wire: Option<(Arc<dyn WireObserver>, u32)>,
     ) -> Self {
         let idle = idle_timeout.map(|d| clock.sleep(d));
         RecoveryBody {
@@ -108,6 +111,7 @@ impl RecoveryBody {
                 clock,
                 idle_timeout,
                 idle,
+                wire,
                 failed_after_frame: None,
                 done: false,
             }),
@@ -240,6 +244,15 @@ impl Body for RecoveryBody {
         match ready!(polled) {
             Some(Ok(frame)) => {
                 if let Some(live) = &mut this.live {
+                    if let (Some((wire, attempt)), Some(data)) = (&live.wire, frame.data_ref()) {
+                        if let Err(e) = wire.on_body_chunk(*attempt, data) {
+                            lock(&live.shared).evidence.set_cause(Arc::from(e));
+                            return this.fail(Failure::new(
+                                FailureKind::ObserverRejected,
+                                Phase::Streaming,
+                            ));
+                        }
+                    }
                     if let Some(d) = live.idle_timeout {
                         live.idle = Some(live.clock.sleep(d));
                     }

@@ -166,6 +166,8 @@ where
     if let Some(budget) = &config.retry_budget {
         engine = engine.with_retry_budget(budget.clone());
     }
+    #[cfg(feature = "tracing")]
+    tracing::Span::current().record("recovery.logical_id", engine.logical_id());
     let report = ReportHandle::new(engine.report().clone());
     let shared: SharedRef = Arc::new(Mutex::new(Shared {
         engine,
@@ -223,17 +225,46 @@ where
         let body = once_body
             .take()
             .unwrap_or_else(|| ReplayBody::full(bytes.clone()));
+        if let Some(wire) = &config.wire {
+            let attempt = lock(&shared).engine.wire_attempt();
+            if let Err(e) = wire.on_request(attempt, &parts, &bytes) {
+                let mut s = lock(&shared);
+                s.evidence.set_cause(Arc::from(e));
+                let action = s.engine.fail(
+                    timing.now(),
+                    Failure::new(FailureKind::ObserverRejected, Phase::Sending),
+                    true,
+                    timing.jitter(),
+                );
+                s.flush();
+                guard.armed = false;
+                let outcome = match action {
+                    Action::Fail(o) => o,
+                    _ => s.engine.cancel(timing.now(), CancelPhase::Sending),
+                };
+                s.flush();
+                return Err(s.error(outcome));
+            }
+        }
         let mut attempt_req = Request::from_parts(parts.clone(), body);
         attempt_req.extensions_mut().insert(call.clone());
         attempt_req.extensions_mut().insert(SendCredit);
 
-        let attempt = run_attempt(
-            &config,
-            svc.clone(),
-            attempt_req,
-            &shared,
-            &cancel,
-            &mut guard,
+        let (logical, wire_attempt) = {
+            let s = lock(&shared);
+            (s.engine.logical_id().to_owned(), s.engine.wire_attempt())
+        };
+        let attempt = traced(
+            run_attempt(
+                &config,
+                svc.clone(),
+                attempt_req,
+                &shared,
+                &cancel,
+                &mut guard,
+            ),
+            &logical,
+            wire_attempt,
         )
         .await;
 
@@ -405,6 +436,17 @@ where
         s.evidence.set_headers(parts.headers.clone());
         s.flush();
     }
+    let attempt = lock(shared).engine.wire_attempt();
+    if let Some(wire) = &config.wire {
+        if let Err(e) = wire.on_response_head(attempt, &parts) {
+            lock(shared).evidence.set_cause(Arc::from(e));
+            return Attempt::Failed(
+                Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders)
+                    .with_status(parts.status.as_u16()),
+                None,
+            );
+        }
+    }
     let handle = parts.extensions.get::<ObserveHandle>().cloned();
     let mut body = UnsyncBoxBody::new(body.map_err(Into::into));
 
@@ -509,6 +551,17 @@ where
                 }
                 if let Some(data) = frame.data_ref() {
                     held_bytes += data.len();
+                    if let Some(wire) = &config.wire {
+                        if let Err(e) = wire.on_body_chunk(attempt, data) {
+                            lock(shared).evidence.set_cause(Arc::from(e));
+                            return Attempt::Failed(
+                                Failure::new(FailureKind::ObserverRejected, Phase::Streaming)
+                                    .with_progress(progress)
+                                    .with_status(status),
+                                None,
+                            );
+                        }
+                    }
                 }
                 held.push_back(frame);
                 let mut s = lock(shared);
@@ -549,6 +602,7 @@ where
                         Arc::clone(shared),
                         clock(&config.timing),
                         policy.idle_timeout(),
+                        config.wire.clone().map(|w| (w, attempt)),
                     );
                     return Attempt::Commit(Response::from_parts(parts, body));
                 }
@@ -577,6 +631,7 @@ where
                             Arc::clone(shared),
                             clock(&config.timing),
                             policy.idle_timeout(),
+                            config.wire.clone().map(|w| (w, attempt)),
                         );
                         Attempt::Commit(Response::from_parts(parts, body))
                     }
@@ -604,4 +659,26 @@ fn handle_protocol(parts: &http::response::Parts) -> recovery_core::protocol::Pr
         .map_or(recovery_core::protocol::ProtocolKind::OpenAiChat, |h| {
             h.protocol().clone()
         })
+}
+
+/// Runs `fut` inside an attempt span carrying the OpenTelemetry attribute
+/// `http.request.resend_count` (set only on resends, as the convention asks).
+#[cfg(feature = "tracing")]
+fn traced<F: Future>(fut: F, logical_id: &str, attempt: u32) -> impl Future<Output = F::Output> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "recovery.attempt",
+        recovery.logical_id = logical_id,
+        recovery.attempt = attempt,
+        http.request.resend_count = tracing::field::Empty,
+    );
+    if attempt > 1 {
+        span.record("http.request.resend_count", attempt - 1);
+    }
+    fut.instrument(span)
+}
+
+#[cfg(not(feature = "tracing"))]
+fn traced<F: Future>(fut: F, _logical_id: &str, _attempt: u32) -> F {
+    fut
 }

@@ -12,6 +12,7 @@ use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
 use tower_layer::Layer;
 
 use super::service::Recover;
+use super::wire::WireObserver;
 
 /// What an admission hook is told about the resend it is asked to allow.
 #[derive(Debug, Clone)]
@@ -36,6 +37,7 @@ pub(crate) struct Config<T, C> {
     pub(crate) observer: Arc<dyn LifecycleObserver + Send + Sync>,
     pub(crate) admission: Option<AdmissionHook>,
     pub(crate) retry_budget: Option<RetryBudget>,
+    pub(crate) wire: Option<Arc<dyn WireObserver>>,
 }
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
@@ -81,6 +83,7 @@ impl RecoveryLayer {
                 observer: Arc::new(()),
                 admission: None,
                 retry_budget: None,
+                wire: None,
             }),
         }
     }
@@ -95,6 +98,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             observer: Arc::clone(&shared.observer),
             admission: shared.admission.clone(),
             retry_budget: shared.retry_budget.clone(),
+            wire: shared.wire.clone(),
         });
         RecoveryLayer {
             config: Arc::new(f(config)),
@@ -110,6 +114,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             observer: c.observer,
             admission: c.admission,
             retry_budget: c.retry_budget,
+            wire: c.wire,
         })
     }
 
@@ -122,6 +127,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             observer: c.observer,
             admission: c.admission,
             retry_budget: c.retry_budget,
+            wire: c.wire,
         })
     }
 
@@ -149,6 +155,15 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
     pub fn with_retry_budget(self, budget: RetryBudget) -> RecoveryLayer<T, C> {
         self.map(|mut c| {
             c.retry_budget = Some(budget);
+            c
+        })
+    }
+
+    /// Shows every attempt's raw request, response head and body chunks to
+    /// `observer`; an error from it stops recovery before delivery.
+    pub fn with_wire_observer(self, observer: impl WireObserver + 'static) -> RecoveryLayer<T, C> {
+        self.map(|mut c| {
+            c.wire = Some(Arc::new(observer));
             c
         })
     }

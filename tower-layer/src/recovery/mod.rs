@@ -10,9 +10,11 @@ mod future;
 mod layer;
 mod service;
 mod shared;
+mod wire;
 
 pub use body::RecoveryBody;
 pub use future::ResponseFuture;
 pub use layer::{AdmissionContext, AdmissionHook, RecoveryLayer};
 pub use service::Recover;
 pub use shared::ReportHandle;
+pub use wire::WireObserver;

@@ -66,6 +66,15 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let svc = self.inner.clone();
-        ResponseFuture::new(drive(Arc::clone(&self.config), svc, req))
+        let fut = drive(Arc::clone(&self.config), svc, req);
+        #[cfg(feature = "tracing")]
+        let fut = {
+            use tracing::Instrument;
+            fut.instrument(tracing::info_span!(
+                "recovery.request",
+                recovery.logical_id = tracing::field::Empty,
+            ))
+        };
+        ResponseFuture::new(fut)
     }
 }
