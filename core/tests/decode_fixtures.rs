@@ -39,6 +39,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     ("openai-chat/error-permanent.sse", "E", "ProviderError { error: ProviderError { code: Some(\"insufficient_quota\"), status: None, transience: Permanent } }", false, 0),
     ("openai-chat/openrouter-error.sse", "N S E", "ProviderError { error: ProviderError { code: None, status: Some(502), transience: Transient } }", true, 0),
     ("openai-chat/vllm-error.sse", "E", "ProviderError { error: ProviderError { code: None, status: Some(400), transience: Permanent } }", false, 0),
+    ("openai-chat/unicode-crlf.sse", "N S S N T+", STRONG, true, 0),
     ("openai-chat/pending-cut.sse", "N", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 18, possibly_semantic: true }) }", false, 0),
     // OpenAI Responses
     ("openai-responses/happy.sse", "N N N N S S S S T+", STRONG, true, 0),
