@@ -1,0 +1,418 @@
+//! `RecoveryLayer` over a scripted inner service (bodies that emit scripted
+//! frames, fail, or stay pending) on tokio's paused clock: the M rows of the
+//! reliability matrix.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
+use recovery_core::call::{Cancellation, RecoveryCall};
+use recovery_core::lifecycle::{CommitTrigger, EventKind, LifecycleEvent};
+use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use tower::{Layer, Service, ServiceExt};
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
+
+/// One step of a scripted response body.
+#[derive(Clone)]
+enum Step {
+    Data(&'static str),
+    Reset,
+    Pending,
+}
+
+struct ScriptBody {
+    steps: VecDeque<Step>,
+}
+
+impl Body for ScriptBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.steps.pop_front() {
+            None => Poll::Ready(None),
+            Some(Step::Data(d)) => {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(d.as_bytes())))))
+            }
+            Some(Step::Reset) => Poll::Ready(Some(Err(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset,
+            )))),
+            Some(Step::Pending) => {
+                self.steps.push_front(Step::Pending);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Reply {
+    status: u16,
+    steps: Vec<Step>,
+}
+
+fn ok(steps: &[Step]) -> Reply {
+    Reply {
+        status: 200,
+        steps: steps.to_vec(),
+    }
+}
+
+fn status(s: u16) -> Reply {
+    Reply {
+        status: s,
+        steps: vec![Step::Data("{}")],
+    }
+}
+
+/// A service answering scripted replies in order (the last repeats), counting
+/// calls and keeping each request body.
+#[derive(Clone)]
+struct Scripted {
+    replies: Arc<Vec<Reply>>,
+    calls: Arc<AtomicU32>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+}
+
+impl Scripted {
+    fn new(replies: Vec<Reply>) -> Self {
+        Scripted {
+            replies: Arc::new(replies),
+            calls: Arc::default(),
+            bodies: Arc::default(),
+        }
+    }
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Service<Request<ReplayBody>> for Scripted {
+    type Response = Response<ScriptBody>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<ReplayBody>) -> Self::Future {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) as usize;
+        let reply = self.replies[n.min(self.replies.len() - 1)].clone();
+        let bodies = Arc::clone(&self.bodies);
+        Box::pin(async move {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            bodies.lock().unwrap().push(body);
+            Ok(Response::builder()
+                .status(reply.status)
+                .header("content-type", "text/event-stream")
+                .body(ScriptBody {
+                    steps: reply.steps.into(),
+                })
+                .unwrap())
+        })
+    }
+}
+
+const ROLE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+const HELLO: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n";
+const STOP: &str =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+const DONE: &str = "data: [DONE]\n\n";
+const KEEPALIVE: &str = ": keep-alive\n\n";
+
+fn policy() -> tower_recovery::core::policy::PolicyBuilder {
+    RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(3).unwrap())
+        .backoff(Duration::from_millis(500), Duration::from_secs(8))
+}
+
+type Events = Arc<Mutex<Vec<LifecycleEvent>>>;
+
+fn layer(policy: RecoveryPolicy, events: &Events) -> RecoveryLayer {
+    let sink = Arc::clone(events);
+    RecoveryLayer::new(policy).on_event(move |e| sink.lock().unwrap().push(e.clone()))
+}
+
+fn names(events: &Events) -> Vec<&'static str> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect()
+}
+
+fn request() -> Request<Full<Bytes>> {
+    Request::post("http://mock/v1/chat/completions")
+        .body(Full::new(Bytes::from_static(b"{\"stream\":true}")))
+        .unwrap()
+}
+
+async fn collect(resp: Response<tower_recovery::RecoveryBody>) -> (Vec<u8>, Option<Outcome>) {
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => out.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+            Err(e) => return (out, Some(e.outcome().clone())),
+        }
+    }
+    (out, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn tb3_stacked_layers_share_one_allowance() {
+    let inner = Scripted::new(vec![status(503)]);
+    let events: Events = Arc::default();
+    let p = policy().build().unwrap();
+    let stack = layer(p.clone(), &events).layer(
+        layer(p, &Arc::default())
+            .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone())),
+    );
+    let resp = stack.oneshot(request()).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(inner.calls(), 3, "three sends in all, not nine");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bd8_idle_watchdog_replays_before_commit() {
+    let inner = Scripted::new(vec![
+        ok(&[Step::Data(ROLE), Step::Pending]),
+        ok(&[
+            Step::Data(ROLE),
+            Step::Data(HELLO),
+            Step::Data(STOP),
+            Step::Data(DONE),
+        ]),
+    ]);
+    let events: Events = Arc::default();
+    let p = policy()
+        .idle_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let resp = svc.oneshot(request()).await.unwrap();
+    let (body, err) = collect(resp).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(body, [ROLE, HELLO, STOP, DONE].concat().as_bytes());
+    assert_eq!(inner.calls(), 2);
+    let ev = events.lock().unwrap();
+    assert!(ev.iter().any(|e| matches!(
+        e.kind,
+        EventKind::AttemptFailed {
+            category: recovery_core::failure::Category::ClientTimeout,
+            ..
+        }
+    )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn bd9_keepalives_never_reset_the_progress_watchdog() {
+    let mut steps = vec![Step::Data(ROLE)];
+    steps.extend(std::iter::repeat_n(Step::Data(KEEPALIVE), 5));
+    steps.push(Step::Pending);
+    let inner = Scripted::new(vec![ok(&steps)]);
+    let events: Events = Arc::default();
+    let p = policy()
+        .progress_timeout(Some(Duration::from_secs(30)))
+        .max_attempts(NonZeroU32::new(1).unwrap())
+        .build()
+        .unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let started = tokio::time::Instant::now();
+    let err = svc.oneshot(request()).await.unwrap_err();
+    assert_eq!(err.outcome(), &Outcome::Exhausted { attempts: 1 });
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(30),
+        "fired at exactly its period"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bd5_holdback_overflow_forces_commit_then_failure_is_interrupted() {
+    let mut steps: Vec<Step> = std::iter::repeat_n(Step::Data(KEEPALIVE), 200).collect();
+    steps.push(Step::Reset);
+    let inner = Scripted::new(vec![ok(&steps)]);
+    let events: Events = Arc::default();
+    let p = policy().holdback_cap(1024).build().unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let resp = svc.oneshot(request()).await.unwrap();
+    let (_, err) = collect(resp).await;
+    assert!(matches!(err, Some(Outcome::Interrupted { .. })), "{err:?}");
+    assert_eq!(inner.calls(), 1, "committed: no transparent replay");
+    assert!(events.lock().unwrap().iter().any(|e| e.kind
+        == EventKind::Committed {
+            trigger: CommitTrigger::HoldbackCap
+        }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cx1_cancel_during_backoff_sends_nothing_more() {
+    let inner = Scripted::new(vec![status(503)]);
+    let events: Events = Arc::default();
+    let p = policy().build().unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let cancel = Cancellation::new();
+    let mut req = request();
+    req.extensions_mut()
+        .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
+    let fut = tokio::spawn(svc.oneshot(req));
+    // Let the first attempt fail and the backoff start.
+    while !names(&events).contains(&"delay_scheduled") {
+        tokio::task::yield_now().await;
+    }
+    cancel.cancel();
+    let err = fut.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.outcome(),
+        &Outcome::Cancelled {
+            phase: CancelPhase::Waiting
+        }
+    );
+    assert_eq!(inner.calls(), 1);
+    assert_eq!(names(&events).last(), Some(&"cancelled"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rq2_body_over_the_replay_cap_is_sent_once() {
+    let inner = Scripted::new(vec![ok(&[Step::Data(ROLE), Step::Reset])]);
+    let events: Events = Arc::default();
+    let p = policy().replay_body_cap(4).build().unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let err = svc.oneshot(request()).await.unwrap_err();
+    assert_eq!(
+        err.outcome(),
+        &Outcome::ReplayDisabled {
+            reason: ReplayDisabled::BodyTooLarge
+        }
+    );
+    assert_eq!(inner.calls(), 1);
+    assert_eq!(
+        inner.bodies.lock().unwrap()[0],
+        Bytes::from_static(b"{\"stream\":true}"),
+        "sent whole, never truncated"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn tb1_waits_follow_the_pinned_backoff_schedule() {
+    let inner = Scripted::new(vec![status(503)]);
+    let events: Events = Arc::default();
+    let timing = recovery_core::timing::ManualTiming::new(0)
+        .with_pinned_jitter(recovery_core::timing::Fraction::HALF);
+    // The manual clock drives delays; tokio's paused clock is not involved.
+    let sink = Arc::clone(&events);
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_timing(timing.clone())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let fut = tokio::spawn(svc.oneshot(request()));
+    for (k, wait_ms) in [(1u32, 250u64), (2, 500)] {
+        while timing.pending_timers() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(inner.calls(), k);
+        timing.advance(Duration::from_millis(wait_ms - 1));
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(inner.calls(), k, "advance d-1: no send");
+        timing.advance(Duration::from_millis(1));
+        while inner.calls() == k {
+            tokio::task::yield_now().await;
+        }
+    }
+    let resp = fut.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(inner.calls(), 3);
+    assert_eq!(timing.pending_timers(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn storm_with_and_without_the_retry_budget() {
+    const N: u32 = 500;
+    let mut ratios = Vec::new();
+    for with_budget in [false, true] {
+        let inner = Scripted::new(vec![status(503)]);
+        let mut l = RecoveryLayer::new(policy().build().unwrap());
+        if with_budget {
+            l = l.with_retry_budget(RetryBudget::new(RetryBudgetConfig::default()));
+        }
+        let svc = l.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+        let mut tasks = Vec::new();
+        for _ in 0..N {
+            tasks.push(tokio::spawn(svc.clone().oneshot(request())));
+        }
+        for t in tasks {
+            let resp = t.await.unwrap();
+            match resp {
+                Ok(r) => assert_eq!(r.status(), 503),
+                Err(e) => assert!(
+                    matches!(e.outcome(), Outcome::BudgetExhausted { .. }),
+                    "{e}"
+                ),
+            }
+        }
+        let ratio = f64::from(inner.calls()) / f64::from(N);
+        println!(
+            "storm: {N} requests, always 503, budget {}: {} sends, {ratio:.2} sends/request",
+            if with_budget { "on" } else { "off" },
+            inner.calls()
+        );
+        ratios.push(ratio);
+    }
+    assert!(
+        (ratios[0] - 3.0).abs() < f64::EPSILON,
+        "without a budget every request sends 3 times"
+    );
+    assert!(ratios[1] <= 1.3, "with the budget: {}", ratios[1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn report_is_complete_when_the_body_ends() {
+    let inner = Scripted::new(vec![ok(&[
+        Step::Data(ROLE),
+        Step::Data(HELLO),
+        Step::Data(STOP),
+        Step::Data(DONE),
+    ])]);
+    let events: Events = Arc::default();
+    let svc = layer(policy().build().unwrap(), &events)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let resp = svc.oneshot(request()).await.unwrap();
+    let handle = resp.extensions().get::<ReportHandle>().cloned().unwrap();
+    assert_eq!(
+        handle.report().outcome,
+        None,
+        "not finished before the body ends"
+    );
+    let (_, err) = collect(resp).await;
+    assert!(err.is_none());
+    let report = handle.report();
+    assert!(matches!(report.outcome, Some(Outcome::Completed { .. })));
+    assert_eq!(report.committed_attempt, Some(1));
+    assert!(report.attempts[0].progress.delivered_content > 0);
+}
