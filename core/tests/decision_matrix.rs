@@ -97,7 +97,7 @@ fn state(c: &Case) -> AttemptState {
     s.first_failure_at = Some(if c.budget_left {
         now
     } else {
-        Instant::from_origin(NOW - BUDGET)
+        Instant::from_origin(NOW.checked_sub(BUDGET).unwrap())
     });
     s.resume_possible = c.resume_possible;
     s.admission_hook = c.hook;
@@ -415,6 +415,9 @@ fn retry_after_decision_vectors() {
     }
 }
 
+/// (row id, response headers, expected action).
+type RaRow<'a> = (&'a str, Vec<(&'a str, &'a str)>, Action);
+
 /// RA1–RA8 at the decision level: (row, headers, expected action) with the
 /// matrix policy (base 0.5 s, Retry-After ceiling 60 s, budget 120 s) and
 /// jitter pinned at half (policy delay of the first retry: 250 ms).
@@ -440,7 +443,7 @@ fn ra_rows_at_the_decision_level() {
         })
     };
     let nines = "9".repeat(5000);
-    let rows: Vec<(&str, Vec<(&str, &str)>, Action)> = vec![
+    let rows: Vec<RaRow> = vec![
         ("RA1", vec![("retry-after", "2")], wait(2000)),
         (
             "RA2",

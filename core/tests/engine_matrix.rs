@@ -1213,7 +1213,7 @@ fn tb7_tb8_token_accounting_table() {
 
 /// Runs `n` logical requests against an always-503 upstream, all arriving
 /// within the first second; returns (physical sends, retry start times).
-fn storm(n: u64, budget: Option<RetryBudget>) -> (u64, Vec<Duration>) {
+fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
     let t = ManualTiming::new(7);
     let mut recs: Vec<Recovery> = Vec::new();
     let mut queue = BinaryHeap::new();
@@ -1232,7 +1232,7 @@ fn storm(n: u64, budget: Option<RetryBudget>) -> (u64, Vec<Duration>) {
         if first {
             let mut rec =
                 Recovery::new(test_policy(), AttemptAllowance::new(3), idx as u64, t.now());
-            if let Some(b) = &budget {
+            if let Some(b) = budget {
                 rec = rec.with_retry_budget(b.clone());
             }
             recs.push(rec);
@@ -1269,7 +1269,7 @@ fn tb9_retry_storm_is_bounded_by_the_budget() {
         percent: 0.2,
     };
     let (without, _) = storm(n, None);
-    let (with, starts) = storm(n, Some(RetryBudget::new(config)));
+    let (with, starts) = storm(n, Some(&RetryBudget::new(config)));
     println!("TB9 storm, N = {n}: {without} sends without a budget, {with} with it");
     assert_eq!(without, 3 * n, "every request retried to max_attempts");
     let bound = n + n / 5 + 10 * 10;

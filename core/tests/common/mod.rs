@@ -323,7 +323,7 @@ pub fn sleep_exactly(timing: &ManualTiming, d: Duration) {
             poll_once(sleep.as_mut()).is_pending(),
             "a {d:?} sleep completed at once"
         );
-        timing.advance(d - MS);
+        timing.advance(d.checked_sub(MS).expect("d >= 1 ms"));
         assert!(
             poll_once(sleep.as_mut()).is_pending(),
             "a {d:?} sleep completed 1 ms early: a send would start too soon"
@@ -711,7 +711,7 @@ pub fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
     // G9 ordering: attempt_failed(n) < delay_scheduled < retry_started <
     // attempt_started(n+1), and no retry without a scheduled delay.
     for n in 2..=run.sends.len() as u32 {
-        let pos = |pred: &dyn Fn(&LifecycleEvent) -> bool| run.events.iter().position(|e| pred(e));
+        let pos = |pred: &dyn Fn(&LifecycleEvent) -> bool| run.events.iter().position(pred);
         let failed = pos(&|e| {
             e.identity.wire_attempt == n - 1 && matches!(e.kind, EventKind::AttemptFailed { .. })
         })
