@@ -1,0 +1,175 @@
+//! CPU and wall overhead of `ObserveLayer` + `RecoveryLayer` over a bare
+//! hyper-util client, on a loopback stream of 100k OpenAI-style SSE events.
+//!
+//! The server runs on its own thread; the client runs on a current-thread
+//! runtime in the measuring thread, so the thread CPU time counts the client
+//! side only (hyper, the layers, the consumer). Trials are interleaved (bare,
+//! layered, bare, ...) so drift affects both alike; the figures printed are
+//! medians and their ratio.
+//!
+//! Run: `cargo bench -p tower-recovery --bench overhead`
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cpu_time::ThreadTime;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::{Layer, ServiceExt};
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
+
+const EVENTS: usize = 100_000;
+const TRIALS: usize = 5;
+
+fn corpus() -> Bytes {
+    let mut out = Vec::with_capacity(EVENTS * 280);
+    out.extend_from_slice(
+        b"data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-bench\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+    );
+    for i in 0..EVENTS {
+        write!(
+            out,
+            "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-bench\",\"system_fingerprint\":\"fp_bench\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" token{i:06} with some text\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+        )
+        .unwrap();
+    }
+    out.extend_from_slice(
+        b"data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-bench\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    );
+    Bytes::from(out)
+}
+
+/// A close-delimited SSE server that answers every connection with `body`.
+fn serve(body: Bytes) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            loop {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut seen = Vec::new();
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = sock.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                    }
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                    let _ = sock.write_all(head.as_bytes()).await;
+                    for chunk in body.chunks(16 * 1024) {
+                        if sock.write_all(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+    });
+    rx.recv().unwrap()
+}
+
+async fn bare(url: &str) -> usize {
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let resp = client
+        .request(Request::post(url).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
+    }
+    n
+}
+
+async fn layered(url: &str) -> usize {
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let svc = RecoveryLayer::new(RecoveryPolicy::default())
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let resp = svc
+        .oneshot(Request::post(url).body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
+    }
+    n
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let body = corpus();
+    let expected = body.len();
+    let addr = serve(body);
+    let url = format!("http://{addr}/v1/chat/completions");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut bare_cpu, mut bare_wall, mut layer_cpu, mut layer_wall) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // One warm-up of each, then interleaved trials.
+    assert_eq!(rt.block_on(bare(&url)), expected);
+    assert_eq!(rt.block_on(layered(&url)), expected);
+    for _ in 0..TRIALS {
+        let (c, w) = (ThreadTime::now(), Instant::now());
+        assert_eq!(rt.block_on(bare(&url)), expected);
+        bare_cpu.push(c.elapsed());
+        bare_wall.push(w.elapsed());
+        let (c, w) = (ThreadTime::now(), Instant::now());
+        assert_eq!(rt.block_on(layered(&url)), expected);
+        layer_cpu.push(c.elapsed());
+        layer_wall.push(w.elapsed());
+    }
+    let (bc, bw, lc, lw) = (
+        median(bare_cpu),
+        median(bare_wall),
+        median(layer_cpu),
+        median(layer_wall),
+    );
+    let mb = expected as f64 / 1e6;
+    println!("overhead: {EVENTS} events, {mb:.1} MB, {TRIALS} interleaved trials, medians");
+    println!(
+        "  bare hyper client:          cpu {:>8.1} ms  wall {:>8.1} ms  ({:.0} MB/s cpu)",
+        bc.as_secs_f64() * 1e3,
+        bw.as_secs_f64() * 1e3,
+        mb / bc.as_secs_f64()
+    );
+    println!(
+        "  Observe + Recovery layers:  cpu {:>8.1} ms  wall {:>8.1} ms  ({:.0} MB/s cpu)",
+        lc.as_secs_f64() * 1e3,
+        lw.as_secs_f64() * 1e3,
+        mb / lc.as_secs_f64()
+    );
+    println!(
+        "  ratio layered/bare:         cpu {:.3}  wall {:.3}   (target cpu <= 1.10)",
+        lc.as_secs_f64() / bc.as_secs_f64(),
+        lw.as_secs_f64() / bw.as_secs_f64()
+    );
+}
