@@ -41,6 +41,8 @@ pub struct Recovery {
     next: NextSend,
     in_flight: bool,
     last_failure: Option<Failure>,
+    /// Semantic output was observed in some attempt (delivered or not).
+    output_observed: bool,
     events: Vec<LifecycleEvent>,
     report: RecoveryReport,
     outcome: Option<Outcome>,
@@ -75,6 +77,7 @@ impl Recovery {
             next: NextSend::First,
             in_flight: false,
             last_failure: None,
+            output_observed: false,
             events: Vec::new(),
             outcome: None,
         }
@@ -193,7 +196,11 @@ impl Recovery {
             // An interruption is reported as such even when the semantic
             // output that forbade the replay was observed but not yet
             // delivered (G1): the request did not fail "before commit".
-            other if self.state.committed || matches!(other, Outcome::Interrupted { .. }) => {
+            other
+                if self.state.committed
+                    || self.output_observed
+                    || matches!(other, Outcome::Interrupted { .. }) =>
+            {
                 EventKind::Interrupted {
                     outcome: other.clone(),
                     attempts,
@@ -247,7 +254,7 @@ impl Recovery {
         .into_iter()
         .flatten()
         .min();
-        if self.next != NextSend::First && deadline.is_some_and(|d| now > d) {
+        if self.next != NextSend::First && deadline.is_some_and(|d| now >= d) {
             return Err(self.finish(now, Outcome::DeadlineExceeded));
         }
         if !prepaid && !self.allowance.try_debit() {
@@ -295,6 +302,33 @@ impl Recovery {
             },
         );
         Ok(n)
+    }
+
+    /// How long a wait (admission, parking) may last before the recovery
+    /// budget or the deadline runs out, if either is set. A driver races its
+    /// admission hook and connectivity wait against this: pending is not
+    /// approval.
+    pub fn wait_limit(&self, now: Instant) -> Option<Duration> {
+        let first_failure = self.state.first_failure_at.unwrap_or(now);
+        [
+            self.policy
+                .budget()
+                .map(|b| first_failure.saturating_add(b)),
+            self.state.deadline,
+            self.policy
+                .deadline()
+                .map(|d| self.state.started_at.saturating_add(d)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|end| end.saturating_since(now))
+    }
+
+    /// A transport error arrived after terminal proof (a reset right after
+    /// `[DONE]`): the outcome stands, the error is recorded.
+    pub fn late_error(&mut self) {
+        self.report.late_error = true;
     }
 
     /// Records the response head of the attempt in flight.
@@ -412,6 +446,7 @@ impl Recovery {
             };
         }
         self.in_flight = false;
+        self.output_observed |= failure.progress.blocks_replay();
         if failure.progress.blocks_replay() {
             self.state.committed |= failure.progress.semantic_delivered();
         }

@@ -16,6 +16,12 @@ use crate::failure::Category;
 /// bad request, unauthorized, forbidden, not found, too large, unprocessable.
 pub const NEVER_RETRYABLE: &[u16] = &[400, 401, 403, 404, 413, 422];
 
+/// Whether a status may be selected as retryable at all: 408, 409, 429 and
+/// 5xx.
+pub fn can_be_retryable(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429 | 500..=599)
+}
+
 /// Default retryable statuses.
 pub const DEFAULT_RETRYABLE_STATUSES: &[u16] = &[408, 429, 500, 502, 503, 504, 529];
 
@@ -85,7 +91,8 @@ impl Categories {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PolicyError {
-    /// A status outside 100..=599, or one of the never-retryable statuses.
+    /// A status that can never be retried (anything but 408, 409, 429 and
+    /// 5xx; the never-retryable set 400/401/403/404/413/422 among them).
     InvalidStatus(u16),
     /// A category that can never be retried (protocol, cancellation).
     UnsupportedCategory(Category),
@@ -326,7 +333,10 @@ impl PolicyBuilder {
     pub fn retryable_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
         let mut list = Vec::new();
         for s in statuses {
-            if !(100..=599).contains(&s) || NEVER_RETRYABLE.contains(&s) {
+            // Only timeouts, conflicts, rate limits and server errors can
+            // ever be retried: any other status is permanent, so selecting it
+            // would be a setting that silently does nothing.
+            if !can_be_retryable(s) {
                 return self.fail(PolicyError::InvalidStatus(s));
             }
             list.push(s);
@@ -462,10 +472,12 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err, PolicyError::InvalidStatus(*s));
         }
-        assert_eq!(
-            RecoveryPolicy::builder().retryable_statuses([600]).build(),
-            Err(PolicyError::InvalidStatus(600))
-        );
+        for s in [600, 402, 307, 200, 99] {
+            assert_eq!(
+                RecoveryPolicy::builder().retryable_statuses([s]).build(),
+                Err(PolicyError::InvalidStatus(s))
+            );
+        }
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct RecoveryReport {
     pub replay_disabled: Option<ReplayDisabled>,
     /// Timings.
     pub metrics: StreamMetrics,
+    /// A transport error arrived after terminal proof; it changed nothing.
+    pub late_error: bool,
 }
 
 impl RecoveryReport {
@@ -119,6 +121,7 @@ impl RecoveryReport {
             committed_attempt: None,
             replay_disabled: None,
             metrics: StreamMetrics::default(),
+            late_error: false,
         }
     }
 

@@ -308,28 +308,39 @@ impl Drop for ManualSleep {
     }
 }
 
+#[derive(Debug, Default)]
+struct OnlineState {
+    online: bool,
+    next: u64,
+    /// Waiters by id, so a dropped wait removes its listener.
+    waiters: BTreeMap<u64, Option<Waker>>,
+}
+
 /// Connectivity scripted by a test: starts online or offline, flipped with
 /// [`ScriptedConnectivity::set_online`].
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedConnectivity {
-    inner: Arc<Mutex<(bool, Vec<Waker>)>>,
+    inner: Arc<Mutex<OnlineState>>,
 }
 
 impl ScriptedConnectivity {
     /// Starts in the given state.
     pub fn new(online: bool) -> Self {
         ScriptedConnectivity {
-            inner: Arc::new(Mutex::new((online, Vec::new()))),
+            inner: Arc::new(Mutex::new(OnlineState {
+                online,
+                ..OnlineState::default()
+            })),
         }
     }
 
     /// Changes the state; going online wakes every waiter.
     pub fn set_online(&self, online: bool) {
-        let wakers = {
+        let wakers: Vec<Waker> = {
             let mut s = self.inner.lock().expect("connectivity");
-            s.0 = online;
+            s.online = online;
             if online {
-                std::mem::take(&mut s.1)
+                s.waiters.values_mut().filter_map(Option::take).collect()
             } else {
                 Vec::new()
             }
@@ -339,9 +350,10 @@ impl ScriptedConnectivity {
         }
     }
 
-    /// Tasks waiting for the online signal.
+    /// Waits for the online signal that are alive (created, not complete,
+    /// not dropped): zero once every listener was removed.
     pub fn waiters(&self) -> usize {
-        self.inner.lock().expect("connectivity").1.len()
+        self.inner.lock().expect("connectivity").waiters.len()
     }
 }
 
@@ -349,31 +361,47 @@ impl Connectivity for ScriptedConnectivity {
     type Online = WaitOnline;
 
     fn is_online(&self) -> bool {
-        self.inner.lock().expect("connectivity").0
+        self.inner.lock().expect("connectivity").online
     }
 
     fn wait_until_online(&self) -> WaitOnline {
+        let mut s = self.inner.lock().expect("connectivity");
+        let id = s.next;
+        s.next += 1;
+        s.waiters.insert(id, None);
         WaitOnline {
             inner: Arc::clone(&self.inner),
+            id,
         }
     }
 }
 
-/// Future of [`ScriptedConnectivity::wait_until_online`].
+/// Future of [`ScriptedConnectivity::wait_until_online`]. Dropping it removes
+/// its listener.
 #[derive(Debug)]
 pub struct WaitOnline {
-    inner: Arc<Mutex<(bool, Vec<Waker>)>>,
+    inner: Arc<Mutex<OnlineState>>,
+    id: u64,
 }
 
 impl Future for WaitOnline {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut s = self.inner.lock().expect("connectivity");
-        if s.0 {
+        if s.online {
+            s.waiters.remove(&self.id);
             Poll::Ready(())
         } else {
-            s.1.push(cx.waker().clone());
+            s.waiters.insert(self.id, Some(cx.waker().clone()));
             Poll::Pending
+        }
+    }
+}
+
+impl Drop for WaitOnline {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.inner.lock() {
+            s.waiters.remove(&self.id);
         }
     }
 }
@@ -428,6 +456,26 @@ mod tests {
         assert!((0.0..=1.0).contains(&a.get()));
         let pinned = ManualTiming::new(7).with_pinned_jitter(Fraction::HALF);
         assert_eq!(pinned.jitter(), Fraction::HALF);
+    }
+
+    #[test]
+    fn dropped_online_wait_removes_its_listener() {
+        let c = ScriptedConnectivity::new(false);
+        let mut wait = Box::pin(c.wait_until_online());
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(Arc::clone(&flag));
+        let mut cx = Context::from_waker(&waker);
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(c.waiters(), 1, "re-polling does not add listeners");
+        drop(wait);
+        assert_eq!(c.waiters(), 0);
+        let mut wait = Box::pin(c.wait_until_online());
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        c.set_online(true);
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(c.waiters(), 0);
     }
 
     #[test]
