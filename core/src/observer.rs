@@ -278,13 +278,25 @@ impl StreamObserver {
                         (EventInfo::of(EventClass::Keepalive), end_offset)
                     }
                     SseItem::Event(e) => {
-                        let before = (ev.progress.semantic_observed(), ev.terminal.is_some(), ev.provider_error.is_some());
+                        let before = (
+                            ev.progress.semantic_observed(),
+                            ev.terminal.is_some(),
+                            ev.provider_error.is_some(),
+                        );
                         let frame = Frame {
                             event_type: e.event_type,
                             data: e.data,
                         };
                         let info = protocol.on_frame(frame, decode, ev)?;
-                        account(ev, &mut feed, info, e.end_offset, before.0, before.1, before.2);
+                        account(
+                            ev,
+                            &mut feed,
+                            info,
+                            e.end_offset,
+                            before.0,
+                            before.1,
+                            before.2,
+                        );
                         on_event(&EventRecord {
                             info,
                             end_offset: e.end_offset,
@@ -302,13 +314,19 @@ impl StreamObserver {
                         (EventInfo::of(EventClass::Keepalive), end_offset)
                     }
                     NdjsonItem::Line { data, end_offset } => {
-                        let before = (ev.progress.semantic_observed(), ev.terminal.is_some(), ev.provider_error.is_some());
+                        let before = (
+                            ev.progress.semantic_observed(),
+                            ev.terminal.is_some(),
+                            ev.provider_error.is_some(),
+                        );
                         let frame = Frame {
                             event_type: b"",
                             data,
                         };
                         let info = protocol.on_frame(frame, decode, ev)?;
-                        account(ev, &mut feed, info, end_offset, before.0, before.1, before.2);
+                        account(
+                            ev, &mut feed, info, end_offset, before.0, before.1, before.2,
+                        );
                         on_event(&EventRecord { info, end_offset });
                         return Ok(());
                     }
@@ -330,7 +348,8 @@ impl StreamObserver {
         if let Framing::Sse(dec) = &self.framing {
             let id = dec.last_event_id();
             if !id.is_empty() || self.ev.cursor.last_event_id.is_some() {
-                let changed = self.ev.cursor.last_event_id.as_deref().map(str::as_bytes) != Some(id);
+                let changed =
+                    self.ev.cursor.last_event_id.as_deref().map(str::as_bytes) != Some(id);
                 if changed {
                     self.ev.cursor.last_event_id = Some(String::from_utf8_lossy(id).into_owned());
                 }
@@ -417,19 +436,20 @@ impl StreamObserver {
                 if body.iter().all(u8::is_ascii_whitespace) {
                     None
                 } else {
-                    match classify_json_body(&self.kind, &body, self.config.semantic, &mut self.ev) {
-                        Ok(()) => None,
-                        Err(_) => {
-                            let semantic = partial_body_may_be_semantic(&body);
-                            if semantic {
-                                // Content inside a cut answer was observed.
-                                self.ev.progress.observe(SemanticKind::Content);
-                            }
-                            Some(PendingAtEof {
-                                bytes: body.len() as u64,
-                                possibly_semantic: semantic,
-                            })
+                    let parsed =
+                        classify_json_body(&self.kind, &body, self.config.semantic, &mut self.ev);
+                    if parsed.is_ok() {
+                        None
+                    } else {
+                        let semantic = partial_body_may_be_semantic(&body);
+                        if semantic {
+                            // Content inside a cut answer was observed.
+                            self.ev.progress.observe(SemanticKind::Content);
                         }
+                        Some(PendingAtEof {
+                            bytes: body.len() as u64,
+                            possibly_semantic: semantic,
+                        })
                     }
                 }
             }

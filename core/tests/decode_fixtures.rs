@@ -17,79 +17,433 @@ const EOF_CLEAN: &str = "UnexpectedEof { pending: None }";
 /// (fixture, classes, end (Debug), semantic observed, completed tool calls)
 const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     // OpenAI Chat
-    ("openai-chat/happy-usage.sse", "N S S N N T+", STRONG, true, 0),
-    ("openai-chat/role-only-then-cut.sse", "N", EOF_CLEAN, false, 0),
+    (
+        "openai-chat/happy-usage.sse",
+        "N S S N N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/role-only-then-cut.sse",
+        "N",
+        EOF_CLEAN,
+        false,
+        0,
+    ),
     ("openai-chat/finish-no-done.sse", "N S N", WEAK, true, 0),
-    ("openai-chat/done-no-finish.sse", "N S T-", "Unsuccessful { reason: MissingFinishReason }", true, 0),
-    ("openai-chat/clean-eof-no-terminal.sse", "N S", EOF_CLEAN, true, 0),
-    ("openai-chat/length.sse", "N S N T-", "Unsuccessful { reason: Length }", true, 0),
-    ("openai-chat/content-filter.sse", "N N T-", "Unsuccessful { reason: ContentFilter }", false, 0),
+    (
+        "openai-chat/done-no-finish.sse",
+        "N S T-",
+        "Unsuccessful { reason: MissingFinishReason }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/clean-eof-no-terminal.sse",
+        "N S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/length.sse",
+        "N S N T-",
+        "Unsuccessful { reason: Length }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/content-filter.sse",
+        "N N T-",
+        "Unsuccessful { reason: ContentFilter }",
+        false,
+        0,
+    ),
     ("openai-chat/tool-call.sse", "S S S N T+", STRONG, true, 1),
-    ("openai-chat/tool-name-then-cut.sse", "S", EOF_CLEAN, true, 0),
-    ("openai-chat/keepalive-comments.sse", "K K K N S N T+", STRONG, true, 0),
-    ("openai-chat/keepalive-only.sse", "K K K", EOF_CLEAN, false, 0),
+    (
+        "openai-chat/tool-name-then-cut.sse",
+        "S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/keepalive-comments.sse",
+        "K K K N S N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/keepalive-only.sse",
+        "K K K",
+        EOF_CLEAN,
+        false,
+        0,
+    ),
     ("openai-chat/reasoning.sse", "S S S N T+", STRONG, true, 0),
-    ("openai-chat/n2-choices.sse", "N S S N N T+", STRONG, true, 0),
-    ("openai-chat/n2-one-unfinished.sse", "S S N T-", "Unsuccessful { reason: MissingFinishReason }", true, 0),
-    ("openai-chat/azure-prompt-filter.sse", "N N S N T+", STRONG, true, 0),
-    ("openai-chat/unknown-finish.sse", "S N T-", "Unsuccessful { reason: Other(Some(\"weird_reason\")) }", true, 0),
-    ("openai-chat/after-done-ignored.sse", "S N T+ N", STRONG, true, 0),
-    ("openai-chat/midstream-error.sse", "N S E", "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }", true, 0),
-    ("openai-chat/error-first.sse", "E", "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }", false, 0),
-    ("openai-chat/error-permanent.sse", "E", "ProviderError { error: ProviderError { code: Some(\"insufficient_quota\"), status: None, transience: Permanent } }", false, 0),
-    ("openai-chat/openrouter-error.sse", "N S E", "ProviderError { error: ProviderError { code: None, status: Some(502), transience: Transient } }", true, 0),
-    ("openai-chat/vllm-error.sse", "E", "ProviderError { error: ProviderError { code: None, status: Some(400), transience: Permanent } }", false, 0),
-    ("openai-chat/unicode-crlf.sse", "N S S N T+", STRONG, true, 0),
-    ("openai-chat/pending-cut.sse", "N", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 18, possibly_semantic: true }) }", false, 0),
+    (
+        "openai-chat/n2-choices.sse",
+        "N S S N N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/n2-one-unfinished.sse",
+        "S S N T-",
+        "Unsuccessful { reason: MissingFinishReason }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/azure-prompt-filter.sse",
+        "N N S N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/unknown-finish.sse",
+        "S N T-",
+        "Unsuccessful { reason: Other(Some(\"weird_reason\")) }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/after-done-ignored.sse",
+        "S N T+ N",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/midstream-error.sse",
+        "N S E",
+        "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/error-first.sse",
+        "E",
+        "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }",
+        false,
+        0,
+    ),
+    (
+        "openai-chat/error-permanent.sse",
+        "E",
+        "ProviderError { error: ProviderError { code: Some(\"insufficient_quota\"), status: None, transience: Permanent } }",
+        false,
+        0,
+    ),
+    (
+        "openai-chat/openrouter-error.sse",
+        "N S E",
+        "ProviderError { error: ProviderError { code: None, status: Some(502), transience: Transient } }",
+        true,
+        0,
+    ),
+    (
+        "openai-chat/vllm-error.sse",
+        "E",
+        "ProviderError { error: ProviderError { code: None, status: Some(400), transience: Permanent } }",
+        false,
+        0,
+    ),
+    (
+        "openai-chat/unicode-crlf.sse",
+        "N S S N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-chat/pending-cut.sse",
+        "N",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 18, possibly_semantic: true }) }",
+        false,
+        0,
+    ),
     // OpenAI Responses
-    ("openai-responses/happy.sse", "N N N N S S S S T+", STRONG, true, 0),
-    ("openai-responses/keepalive.sse", "N N N N S K S S S T+", STRONG, true, 0),
-    ("openai-responses/keepalive-only.sse", "N K K K", EOF_CLEAN, false, 0),
-    ("openai-responses/error-nested.sse", "N N E N", "ProviderError { error: ProviderError { code: Some(\"insufficient_quota\"), status: None, transience: Permanent } }", false, 0),
-    ("openai-responses/error-flat.sse", "N E", "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }", false, 0),
-    ("openai-responses/failed-only.sse", "N E", "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }", false, 0),
-    ("openai-responses/incomplete.sse", "N N N N S T-", "Unsuccessful { reason: MaxTokens }", true, 0),
-    ("openai-responses/content-filter.sse", "N N T-", "Unsuccessful { reason: ContentFilter }", false, 0),
-    ("openai-responses/nonbackground-cut.sse", "N N N N S", EOF_CLEAN, true, 0),
-    ("openai-responses/done-after-completed.sse", "N N N N S K S S S T+ N", STRONG, true, 0),
-    ("openai-responses/done-codex.sse", "N N N N S T+", STRONG, true, 0),
-    ("openai-responses/reasoning.sse", "N N N N S S T+", STRONG, true, 0),
-    ("openai-responses/reasoning-opaque-then-cut.sse", "N N N S", EOF_CLEAN, true, 0),
-    ("openai-responses/resume-first.sse", "N N N N S S S S S S S", EOF_CLEAN, true, 0),
-    ("openai-responses/resume-tail.sse", "S S S S S T+", STRONG, true, 0),
-    ("openai-responses/tool-call.sse", "N N S S S S T+", STRONG, true, 1),
-    ("openai-responses/web-search-then-cut.sse", "N N X", EOF_CLEAN, true, 0),
-    ("openai-responses/unknown-events.sse", "N N N S T+", STRONG, true, 0),
-    ("openai-responses/pending-keepalive-cut.sse", "N N", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 29, possibly_semantic: false }) }", false, 0),
+    (
+        "openai-responses/happy.sse",
+        "N N N N S S S S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/keepalive.sse",
+        "N N N N S K S S S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/keepalive-only.sse",
+        "N K K K",
+        EOF_CLEAN,
+        false,
+        0,
+    ),
+    (
+        "openai-responses/error-nested.sse",
+        "N N E N",
+        "ProviderError { error: ProviderError { code: Some(\"insufficient_quota\"), status: None, transience: Permanent } }",
+        false,
+        0,
+    ),
+    (
+        "openai-responses/error-flat.sse",
+        "N E",
+        "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }",
+        false,
+        0,
+    ),
+    (
+        "openai-responses/failed-only.sse",
+        "N E",
+        "ProviderError { error: ProviderError { code: Some(\"server_error\"), status: None, transience: Transient } }",
+        false,
+        0,
+    ),
+    (
+        "openai-responses/incomplete.sse",
+        "N N N N S T-",
+        "Unsuccessful { reason: MaxTokens }",
+        true,
+        0,
+    ),
+    (
+        "openai-responses/content-filter.sse",
+        "N N T-",
+        "Unsuccessful { reason: ContentFilter }",
+        false,
+        0,
+    ),
+    (
+        "openai-responses/nonbackground-cut.sse",
+        "N N N N S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/done-after-completed.sse",
+        "N N N N S K S S S T+ N",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/done-codex.sse",
+        "N N N N S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/reasoning.sse",
+        "N N N N S S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/reasoning-opaque-then-cut.sse",
+        "N N N S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/resume-first.sse",
+        "N N N N S S S S S S S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/resume-tail.sse",
+        "S S S S S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/tool-call.sse",
+        "N N S S S S T+",
+        STRONG,
+        true,
+        1,
+    ),
+    (
+        "openai-responses/web-search-then-cut.sse",
+        "N N X",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/unknown-events.sse",
+        "N N N S T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "openai-responses/pending-keepalive-cut.sse",
+        "N N",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 29, possibly_semantic: false }) }",
+        false,
+        0,
+    ),
     // Anthropic
     ("anthropic/happy.sse", "N N K S N N T+", STRONG, true, 0),
-    ("anthropic/ping-only-then-cut.sse", "N K", EOF_CLEAN, false, 0),
+    (
+        "anthropic/ping-only-then-cut.sse",
+        "N K",
+        EOF_CLEAN,
+        false,
+        0,
+    ),
     ("anthropic/keepalive-only.sse", "K K K", EOF_CLEAN, false, 0),
-    ("anthropic/error-first.sse", "N K E", "ProviderError { error: ProviderError { code: Some(\"overloaded_error\"), status: None, transience: Transient } }", false, 0),
-    ("anthropic/error-midstream.sse", "N N K S E", "ProviderError { error: ProviderError { code: Some(\"overloaded_error\"), status: None, transience: Transient } }", true, 0),
-    ("anthropic/error-permanent.sse", "N E", "ProviderError { error: ProviderError { code: Some(\"invalid_request_error\"), status: None, transience: Permanent } }", false, 0),
-    ("anthropic/thinking-omitted.sse", "N S S S", EOF_CLEAN, true, 0),
-    ("anthropic/thinking.sse", "N S S S N N K S N N T+", STRONG, true, 0),
-    ("anthropic/duplicate-message-start.sse", "N N N K S N N T+", STRONG, true, 0),
-    ("anthropic/spliced-message-start.sse", "N N K S", "Violation { violation: SplicedMessage }", true, 0),
-    ("anthropic/max-tokens.sse", "N N K S N N T-", "Unsuccessful { reason: MaxTokens }", true, 0),
-    ("anthropic/refusal.sse", "N N T-", "Unsuccessful { reason: Refusal }", false, 0),
+    (
+        "anthropic/error-first.sse",
+        "N K E",
+        "ProviderError { error: ProviderError { code: Some(\"overloaded_error\"), status: None, transience: Transient } }",
+        false,
+        0,
+    ),
+    (
+        "anthropic/error-midstream.sse",
+        "N N K S E",
+        "ProviderError { error: ProviderError { code: Some(\"overloaded_error\"), status: None, transience: Transient } }",
+        true,
+        0,
+    ),
+    (
+        "anthropic/error-permanent.sse",
+        "N E",
+        "ProviderError { error: ProviderError { code: Some(\"invalid_request_error\"), status: None, transience: Permanent } }",
+        false,
+        0,
+    ),
+    (
+        "anthropic/thinking-omitted.sse",
+        "N S S S",
+        EOF_CLEAN,
+        true,
+        0,
+    ),
+    (
+        "anthropic/thinking.sse",
+        "N S S S N N K S N N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "anthropic/duplicate-message-start.sse",
+        "N N N K S N N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "anthropic/spliced-message-start.sse",
+        "N N K S",
+        "Violation { violation: SplicedMessage }",
+        true,
+        0,
+    ),
+    (
+        "anthropic/max-tokens.sse",
+        "N N K S N N T-",
+        "Unsuccessful { reason: MaxTokens }",
+        true,
+        0,
+    ),
+    (
+        "anthropic/refusal.sse",
+        "N N T-",
+        "Unsuccessful { reason: Refusal }",
+        false,
+        0,
+    ),
     ("anthropic/tool-use.sse", "N S S S N N T+", STRONG, true, 1),
     ("anthropic/tool-use-cut.sse", "N S S", EOF_CLEAN, true, 0),
     ("anthropic/server-tool.sse", "N X", EOF_CLEAN, true, 0),
-    ("anthropic/stop-without-reason.sse", "N N K S N T-", "Unsuccessful { reason: MissingFinishReason }", true, 0),
-    ("anthropic/unknown-event.sse", "N N N K S N N T+", STRONG, true, 0),
-    ("anthropic/pending-ping-cut.sse", "N", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 14, possibly_semantic: false }) }", false, 0),
-    ("anthropic/pending-delta-cut.sse", "N N", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 105, possibly_semantic: true }) }", false, 0),
+    (
+        "anthropic/stop-without-reason.sse",
+        "N N K S N T-",
+        "Unsuccessful { reason: MissingFinishReason }",
+        true,
+        0,
+    ),
+    (
+        "anthropic/unknown-event.sse",
+        "N N N K S N N T+",
+        STRONG,
+        true,
+        0,
+    ),
+    (
+        "anthropic/pending-ping-cut.sse",
+        "N",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 14, possibly_semantic: false }) }",
+        false,
+        0,
+    ),
+    (
+        "anthropic/pending-delta-cut.sse",
+        "N N",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 105, possibly_semantic: true }) }",
+        false,
+        0,
+    ),
     // Gemini
     ("gemini/crlf-happy.sse", "S S N", WEAK, true, 0),
     ("gemini/lf-happy.sse", "S S N", WEAK, true, 0),
-    ("gemini/error-chunk.sse", "E", "ProviderError { error: ProviderError { code: None, status: Some(503), transience: Transient } }", false, 0),
-    ("gemini/error-permanent.sse", "E", "ProviderError { error: ProviderError { code: None, status: Some(400), transience: Permanent } }", false, 0),
-    ("gemini/prompt-blocked.sse", "T-", "Unsuccessful { reason: ContentFilter }", false, 0),
-    ("gemini/max-tokens.sse", "S S", "Unsuccessful { reason: MaxTokens }", true, 0),
+    (
+        "gemini/error-chunk.sse",
+        "E",
+        "ProviderError { error: ProviderError { code: None, status: Some(503), transience: Transient } }",
+        false,
+        0,
+    ),
+    (
+        "gemini/error-permanent.sse",
+        "E",
+        "ProviderError { error: ProviderError { code: None, status: Some(400), transience: Permanent } }",
+        false,
+        0,
+    ),
+    (
+        "gemini/prompt-blocked.sse",
+        "T-",
+        "Unsuccessful { reason: ContentFilter }",
+        false,
+        0,
+    ),
+    (
+        "gemini/max-tokens.sse",
+        "S S",
+        "Unsuccessful { reason: MaxTokens }",
+        true,
+        0,
+    ),
     ("gemini/no-finish.sse", "S S", EOF_CLEAN, true, 0),
-    ("gemini/tail-no-blank.sse", "S S", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 255, possibly_semantic: true }) }", true, 0),
+    (
+        "gemini/tail-no-blank.sse",
+        "S S",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 255, possibly_semantic: true }) }",
+        true,
+        0,
+    ),
     ("gemini/function-call.sse", "S", WEAK, true, 1),
     ("gemini/thought.sse", "S S N", WEAK, true, 0),
     ("gemini/keepalive-only.sse", "K K", EOF_CLEAN, false, 0),
@@ -97,16 +451,40 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     ("ollama/chat-happy.ndjson", "S S T+", STRONG, true, 0),
     ("ollama/generate-happy.ndjson", "S S T+", STRONG, true, 0),
     ("ollama/crlf.ndjson", "S S T+", STRONG, true, 0),
-    ("ollama/error-midstream.ndjson", "S E", "ProviderError { error: ProviderError { code: None, status: None, transience: Unknown } }", true, 0),
-    ("ollama/length.ndjson", "S T-", "Unsuccessful { reason: Length }", true, 0),
+    (
+        "ollama/error-midstream.ndjson",
+        "S E",
+        "ProviderError { error: ProviderError { code: None, status: None, transience: Unknown } }",
+        true,
+        0,
+    ),
+    (
+        "ollama/length.ndjson",
+        "S T-",
+        "Unsuccessful { reason: Length }",
+        true,
+        0,
+    ),
     ("ollama/tool-call.ndjson", "S T+", STRONG, true, 1),
     ("ollama/thinking.ndjson", "S S T+", STRONG, true, 0),
     ("ollama/unterminated-tail.ndjson", "S S", STRONG, true, 0),
-    ("ollama/cut.ndjson", "S", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 98, possibly_semantic: true }) }", true, 0),
+    (
+        "ollama/cut.ndjson",
+        "S",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 98, possibly_semantic: true }) }",
+        true,
+        0,
+    ),
     ("ollama/done-without-reason.ndjson", "S T+", STRONG, true, 0),
     ("ollama/final-with-content.ndjson", "T+", STRONG, true, 0),
     // Generic SSE
-    ("sse/edge.sse", "K S S", "UnexpectedEof { pending: Some(PendingAtEof { bytes: 5, possibly_semantic: true }) }", true, 0),
+    (
+        "sse/edge.sse",
+        "K S S",
+        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 5, possibly_semantic: true }) }",
+        true,
+        0,
+    ),
     ("sse/sentinel.sse", "S S T+", STRONG, true, 0),
     ("sse/keepalive-only.sse", "K K", EOF_CLEAN, false, 0),
     ("sse/cr-only.sse", "S S", EOF_CLEAN, true, 0),
@@ -148,7 +526,12 @@ fn commit_point_is_the_end_of_the_first_semantic_frame() {
         let first_semantic = run
             .records
             .iter()
-            .find(|r| matches!(r.info.class, recovery_core::protocol::EventClass::Semantic(_)))
+            .find(|r| {
+                matches!(
+                    r.info.class,
+                    recovery_core::protocol::EventClass::Semantic(_)
+                )
+            })
             .map(|r| r.end_offset);
         if run.evidence.progress.semantic_observed() && first_semantic.is_none() {
             // Semantic output on a terminal line (Ollama final-with-content).
@@ -162,18 +545,46 @@ fn commit_point_is_the_end_of_the_first_semantic_frame() {
 #[test]
 fn usage_is_provider_reported_only() {
     let chat = run_fixture("openai-chat/happy-usage.sse").evidence.usage;
-    assert_eq!((chat.input_tokens, chat.output_tokens, chat.total_tokens), (Some(9), Some(2), Some(11)));
+    assert_eq!(
+        (chat.input_tokens, chat.output_tokens, chat.total_tokens),
+        (Some(9), Some(2), Some(11))
+    );
     assert_eq!(chat.reasoning_tokens, None);
     let no_usage = run_fixture("openai-chat/finish-no-done.sse").evidence.usage;
     assert!(no_usage.is_empty());
     let anthropic = run_fixture("anthropic/happy.sse").evidence.usage;
-    assert_eq!((anthropic.input_tokens, anthropic.output_tokens), (Some(25), Some(15)));
+    assert_eq!(
+        (anthropic.input_tokens, anthropic.output_tokens),
+        (Some(25), Some(15))
+    );
     let responses = run_fixture("openai-responses/happy.sse").evidence.usage;
-    assert_eq!((responses.input_tokens, responses.output_tokens, responses.reasoning_tokens), (Some(9), Some(1), Some(0)));
+    assert_eq!(
+        (
+            responses.input_tokens,
+            responses.output_tokens,
+            responses.reasoning_tokens
+        ),
+        (Some(9), Some(1), Some(0))
+    );
     let gemini = run_fixture("gemini/crlf-happy.sse").evidence.usage;
-    assert_eq!((gemini.input_tokens, gemini.output_tokens, gemini.total_tokens), (Some(9), Some(4), Some(13)));
+    assert_eq!(
+        (
+            gemini.input_tokens,
+            gemini.output_tokens,
+            gemini.total_tokens
+        ),
+        (Some(9), Some(4), Some(13))
+    );
     let ollama = run_fixture("ollama/chat-happy.ndjson").evidence.usage;
-    assert_eq!((ollama.input_tokens, ollama.output_tokens, ollama.total_duration_ns, ollama.eval_duration_ns), (Some(9), Some(2), Some(512_000_000), Some(3_000_000)));
+    assert_eq!(
+        (
+            ollama.input_tokens,
+            ollama.output_tokens,
+            ollama.total_duration_ns,
+            ollama.eval_duration_ns
+        ),
+        (Some(9), Some(2), Some(512_000_000), Some(3_000_000))
+    );
 }
 
 #[test]
@@ -201,12 +612,25 @@ fn rs2_rs8_resumed_stream_dedupes_and_records_gaps() {
         ..Default::default()
     };
     let run = run_with("openai-responses".parse().unwrap(), config, &bytes, &[]);
-    let dups: Vec<_> = run.records.iter().filter(|r| r.info.duplicate).map(|r| r.info.sequence_number).collect();
+    let dups: Vec<_> = run
+        .records
+        .iter()
+        .filter(|r| r.info.duplicate)
+        .map(|r| r.info.sequence_number)
+        .collect();
     assert_eq!(dups, vec![Some(9), Some(10)]);
     assert_eq!(run.evidence.duplicate_events, 2);
-    assert_eq!(run.evidence.progress.observed_content, 3, "11, 12 and 14 only");
+    assert_eq!(
+        run.evidence.progress.observed_content, 3,
+        "11, 12 and 14 only"
+    );
     assert_eq!(run.evidence.sequence_gaps, 1);
-    assert_eq!(run.end, EndOfStream::Success { proof: Proof::Strong });
+    assert_eq!(
+        run.end,
+        EndOfStream::Success {
+            proof: Proof::Strong
+        }
+    );
 }
 
 #[test]
@@ -217,7 +641,10 @@ fn opaque_reasoning_opt_out() {
         },
         ..Default::default()
     };
-    for file in ["anthropic/thinking-omitted.sse", "openai-responses/reasoning-opaque-then-cut.sse"] {
+    for file in [
+        "anthropic/thinking-omitted.sse",
+        "openai-responses/reasoning-opaque-then-cut.sse",
+    ] {
         let run = run_with(support::kind_of(file), config, &support::fixture(file), &[]);
         assert!(!run.evidence.progress.semantic_observed(), "{file}");
     }
@@ -226,7 +653,15 @@ fn opaque_reasoning_opt_out() {
 #[test]
 fn unknown_reason_and_transience_types_are_exposed() {
     let run = run_fixture("openai-responses/error-nested.sse");
-    assert_eq!(run.evidence.provider_error.unwrap().transience, Transience::Permanent);
+    assert_eq!(
+        run.evidence.provider_error.unwrap().transience,
+        Transience::Permanent
+    );
     let run = run_fixture("anthropic/refusal.sse");
-    assert_eq!(run.end, EndOfStream::Unsuccessful { reason: UnsuccessfulReason::Refusal });
+    assert_eq!(
+        run.end,
+        EndOfStream::Unsuccessful {
+            reason: UnsuccessfulReason::Refusal
+        }
+    );
 }

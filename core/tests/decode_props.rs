@@ -5,6 +5,8 @@
 #[path = "decode_support.rs"]
 mod support;
 
+use std::fmt::Write as _;
+
 use proptest::prelude::*;
 use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use recovery_core::protocol::ProtocolKind;
@@ -150,7 +152,7 @@ fn respell(compact: &str, noise: &[u8]) -> String {
                 in_string = false;
                 out.push(c);
             } else if c.is_ascii_alphanumeric() && n.next().unwrap_or(0) % 5 == 0 {
-                out.push_str(&format!("\\u{:04x}", c as u32));
+                write!(out, "\\u{:04x}", c as u32).unwrap();
             } else if c == '/' && n.next().unwrap_or(0) % 2 == 0 {
                 out.push_str("\\/");
             } else {
@@ -207,7 +209,8 @@ fn extra() -> impl Strategy<Value = Value> {
 /// Puts `fields` into an object together with random extra keys, in a
 /// random order.
 fn object(fields: Vec<(&'static str, Value)>, extras: Vec<(String, Value)>, order: u64) -> Value {
-    let mut all: Vec<(String, Value)> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let mut all: Vec<(String, Value)> =
+        fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     all.extend(extras);
     let len = all.len().max(1);
     all.rotate_left((order as usize) % len);
@@ -231,51 +234,131 @@ fn chat_event() -> impl Strategy<Value = Value> {
     (
         text(),
         text(),
-        prop_oneof![Just(Value::Null), Just(json!([{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}])), Just(json!([]))],
-        word(&["stop", "length", "tool_calls", "content_filter", "weird", "error", "network_error"]),
+        prop_oneof![
+            Just(Value::Null),
+            Just(json!([{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}])),
+            Just(json!([]))
+        ],
+        word(&[
+            "stop",
+            "length",
+            "tool_calls",
+            "content_filter",
+            "weird",
+            "error",
+            "network_error",
+        ]),
         any::<bool>(),
-        prop_oneof![Just(Value::Null), Just(json!({"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}))],
-        prop_oneof![Just(Value::Null), Just(json!({"type":"server_error","code":null})), Just(json!({"code":429}))],
+        prop_oneof![
+            Just(Value::Null),
+            Just(json!({"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}))
+        ],
+        prop_oneof![
+            Just(Value::Null),
+            Just(json!({"type":"server_error","code":null})),
+            Just(json!({"code":429}))
+        ],
         extras(),
         any::<u64>(),
         0u64..3,
     )
-        .prop_map(|(content, reasoning, tools, finish, finished, usage, error, extras, order, index)| {
-            let delta = object(
-                vec![("content", content), ("reasoning_content", reasoning), ("tool_calls", tools)],
-                vec![],
-                order,
-            );
-            let choice = object(
-                vec![("index", json!(index)), ("delta", delta), ("finish_reason", if finished { finish } else { Value::Null })],
-                vec![],
-                order / 7,
-            );
-            object(vec![("choices", json!([choice])), ("usage", usage), ("error", error)], extras, order / 11)
-        })
+        .prop_map(
+            |(content, reasoning, tools, finish, finished, usage, error, extras, order, index)| {
+                let delta = object(
+                    vec![
+                        ("content", content),
+                        ("reasoning_content", reasoning),
+                        ("tool_calls", tools),
+                    ],
+                    vec![],
+                    order,
+                );
+                let choice = object(
+                    vec![
+                        ("index", json!(index)),
+                        ("delta", delta),
+                        ("finish_reason", if finished { finish } else { Value::Null }),
+                    ],
+                    vec![],
+                    order / 7,
+                );
+                object(
+                    vec![
+                        ("choices", json!([choice])),
+                        ("usage", usage),
+                        ("error", error),
+                    ],
+                    extras,
+                    order / 11,
+                )
+            },
+        )
 }
 
 fn anthropic_event() -> impl Strategy<Value = Value> {
     (
-        word(&["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop", "ping", "error", "future"]),
-        word(&["text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta", "other"]),
-        word(&["text", "tool_use", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "fallback"]),
+        word(&[
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "ping",
+            "error",
+            "future",
+        ]),
+        word(&[
+            "text_delta",
+            "input_json_delta",
+            "thinking_delta",
+            "signature_delta",
+            "citations_delta",
+            "other",
+        ]),
+        word(&[
+            "text",
+            "tool_use",
+            "thinking",
+            "redacted_thinking",
+            "server_tool_use",
+            "web_search_tool_result",
+            "fallback",
+        ]),
         text(),
         word(&["end_turn", "max_tokens", "refusal", "pause_turn", "odd"]),
         word(&["msg_1", "msg_2"]),
         extras(),
         any::<u64>(),
     )
-        .prop_map(|(kind, delta_type, block_type, t, stop, id, extras, order)| {
-            let delta = object(vec![("type", delta_type), ("text", t.clone()), ("thinking", t.clone()), ("stop_reason", stop)], vec![], order);
-            let block = object(vec![("type", block_type), ("text", t)], vec![], order / 3);
-            let message = json!({"id": id, "usage": {"input_tokens": 3}});
-            object(
-                vec![("type", kind), ("index", json!(order % 3)), ("delta", delta), ("content_block", block), ("message", message), ("error", json!({"type":"overloaded_error"}))],
-                extras,
-                order / 5,
-            )
-        })
+        .prop_map(
+            |(kind, delta_type, block_type, t, stop, id, extras, order)| {
+                let delta = object(
+                    vec![
+                        ("type", delta_type),
+                        ("text", t.clone()),
+                        ("thinking", t.clone()),
+                        ("stop_reason", stop),
+                    ],
+                    vec![],
+                    order,
+                );
+                let block = object(vec![("type", block_type), ("text", t)], vec![], order / 3);
+                let message = json!({"id": id, "usage": {"input_tokens": 3}});
+                object(
+                    vec![
+                        ("type", kind),
+                        ("index", json!(order % 3)),
+                        ("delta", delta),
+                        ("content_block", block),
+                        ("message", message),
+                        ("error", json!({"type":"overloaded_error"})),
+                    ],
+                    extras,
+                    order / 5,
+                )
+            },
+        )
 }
 
 fn responses_event() -> impl Strategy<Value = Value> {
@@ -300,24 +383,89 @@ fn responses_event() -> impl Strategy<Value = Value> {
 }
 
 fn gemini_event() -> impl Strategy<Value = Value> {
-    (text(), any::<bool>(), word(&["STOP", "MAX_TOKENS", "SAFETY", "OTHER"]), any::<bool>(), any::<bool>(), extras(), any::<u64>())
+    (
+        text(),
+        any::<bool>(),
+        word(&["STOP", "MAX_TOKENS", "SAFETY", "OTHER"]),
+        any::<bool>(),
+        any::<bool>(),
+        extras(),
+        any::<u64>(),
+    )
         .prop_map(|(t, thought, finish, finished, blocked, extras, order)| {
-            let part = object(vec![("text", t), ("thought", json!(thought)), ("functionCall", if order % 4 == 0 { json!({"name":"f"}) } else { Value::Null })], vec![], order);
-            let cand = object(vec![("content", json!({"parts":[part]})), ("finishReason", if finished { finish } else { Value::Null }), ("index", json!(order % 2))], vec![], order / 3);
-            let feedback = if blocked { json!({"blockReason":"SAFETY"}) } else { Value::Null };
-            object(vec![("candidates", json!([cand])), ("promptFeedback", feedback), ("usageMetadata", json!({"promptTokenCount": 4}))], extras, order / 5)
+            let part = object(
+                vec![
+                    ("text", t),
+                    ("thought", json!(thought)),
+                    (
+                        "functionCall",
+                        if order % 4 == 0 {
+                            json!({"name":"f"})
+                        } else {
+                            Value::Null
+                        },
+                    ),
+                ],
+                vec![],
+                order,
+            );
+            let cand = object(
+                vec![
+                    ("content", json!({"parts":[part]})),
+                    ("finishReason", if finished { finish } else { Value::Null }),
+                    ("index", json!(order % 2)),
+                ],
+                vec![],
+                order / 3,
+            );
+            let feedback = if blocked {
+                json!({"blockReason":"SAFETY"})
+            } else {
+                Value::Null
+            };
+            object(
+                vec![
+                    ("candidates", json!([cand])),
+                    ("promptFeedback", feedback),
+                    ("usageMetadata", json!({"promptTokenCount": 4})),
+                ],
+                extras,
+                order / 5,
+            )
         })
 }
 
 fn ollama_event() -> impl Strategy<Value = Value> {
-    (text(), text(), any::<bool>(), word(&["stop", "length", "load", "weird"]), any::<bool>(), extras(), any::<u64>())
+    (
+        text(),
+        text(),
+        any::<bool>(),
+        word(&["stop", "length", "load", "weird"]),
+        any::<bool>(),
+        extras(),
+        any::<u64>(),
+    )
         .prop_map(|(content, thinking, done, reason, err, extras, order)| {
             if err && order % 5 == 0 {
                 return json!({"error": "boom"});
             }
-            let message = object(vec![("role", json!("assistant")), ("content", content.clone()), ("thinking", thinking)], vec![], order);
+            let message = object(
+                vec![
+                    ("role", json!("assistant")),
+                    ("content", content.clone()),
+                    ("thinking", thinking),
+                ],
+                vec![],
+                order,
+            );
             object(
-                vec![("message", message), ("response", content), ("done", json!(done)), ("done_reason", reason), ("eval_count", json!(order % 100))],
+                vec![
+                    ("message", message),
+                    ("response", content),
+                    ("done", json!(done)),
+                    ("done_reason", reason),
+                    ("eval_count", json!(order % 100)),
+                ],
                 extras,
                 order / 3,
             )
@@ -340,7 +488,12 @@ fn check(kind: &ProtocolKind, events: &[Value], noise: &[u8]) -> Result<(), Test
         let spelled = respell(&e.to_string(), noise);
         prop_assert_eq!(&serde_json::from_str::<Value>(&spelled).unwrap(), e);
     }
-    let fast = run_with(kind.clone(), ObserverConfig::default(), stream.as_bytes(), &[]);
+    let fast = run_with(
+        kind.clone(),
+        ObserverConfig::default(),
+        stream.as_bytes(),
+        &[],
+    );
     let slow = run_with(kind.clone(), reference(), stream.as_bytes(), &[]);
     prop_assert_eq!(fast, slow);
     Ok(())
@@ -387,17 +540,50 @@ proptest! {
 fn validator_edge_cases_match_serde_json() {
     use recovery_core::protocol::json::{Skim, parse_reference};
     let cases: &[&str] = &[
-        "{}", "[]", " {\"a\" : [1, -0, 0.5e-3, 1E+2]} ", "01", "-", "1.", ".5", "1e", "\"\\ud83c\\udf0d\"",
-        "\"\\ud83c\"", "\"\\udf0d\"", "\"\\ud83c\\u0041\"", "\"\\x\"", "\"a\u{1}\"", "1e400", "-1e400",
-        "123456789012345678901234567890", "[1,]", "{\"a\":1,}", "{\"a\"}", "nul", "true false",
-        "\"\\u00e9\"", "[[[[[[[[[[]]]]]]]]]]", "\"\t\"", "{\"a\":1}x", "  ", "",
+        "{}",
+        "[]",
+        " {\"a\" : [1, -0, 0.5e-3, 1E+2]} ",
+        "01",
+        "-",
+        "1.",
+        ".5",
+        "1e",
+        "\"\\ud83c\\udf0d\"",
+        "\"\\ud83c\"",
+        "\"\\udf0d\"",
+        "\"\\ud83c\\u0041\"",
+        "\"\\x\"",
+        "\"a\u{1}\"",
+        "1e400",
+        "-1e400",
+        "123456789012345678901234567890",
+        "[1,]",
+        "{\"a\":1,}",
+        "{\"a\"}",
+        "nul",
+        "true false",
+        "\"\\u00e9\"",
+        "[[[[[[[[[[]]]]]]]]]]",
+        "\"\t\"",
+        "{\"a\":1}x",
+        "  ",
+        "",
     ];
     for c in cases {
-        assert_eq!(Skim::parse(c.as_bytes()).is_ok(), parse_reference(c.as_bytes()).is_ok(), "{c:?}");
+        assert_eq!(
+            Skim::parse(c.as_bytes()).is_ok(),
+            parse_reference(c.as_bytes()).is_ok(),
+            "{c:?}"
+        );
     }
     let deep_ok = format!("{}{}", "[".repeat(127), "]".repeat(127));
     let deep_bad = format!("{}{}", "[".repeat(128), "]".repeat(128));
     for d in [deep_ok, deep_bad] {
-        assert_eq!(Skim::parse(d.as_bytes()).is_ok(), parse_reference(d.as_bytes()).is_ok(), "depth {}", d.len() / 2);
+        assert_eq!(
+            Skim::parse(d.as_bytes()).is_ok(),
+            parse_reference(d.as_bytes()).is_ok(),
+            "depth {}",
+            d.len() / 2
+        );
     }
 }

@@ -72,14 +72,22 @@ fn r5_r6_leading_space_rules() {
 
 #[test]
 fn r7_multi_line_data_is_joined_with_lf() {
-    assert_eq!(data(&frames(&[b"data: {\"a\":\ndata: 1}\n\n"]).0), ["{\"a\":\n1}"]);
+    assert_eq!(
+        data(&frames(&[b"data: {\"a\":\ndata: 1}\n\n"]).0),
+        ["{\"a\":\n1}"]
+    );
 }
 
 #[test]
 fn r8_field_without_colon_dispatches_empty_data() {
     let (ev, ..) = frames(&[b"data\n\n"]);
     assert_eq!(data(&ev), [""]);
-    let run = run(ProtocolKind::Sse { terminal_sentinel: None }, b"data\n\n");
+    let run = run(
+        ProtocolKind::Sse {
+            terminal_sentinel: None,
+        },
+        b"data\n\n",
+    );
     assert_eq!(run.classes(), "N");
 }
 
@@ -99,16 +107,25 @@ fn r10_comment_between_fields() {
 fn r11_bom_is_stripped_once() {
     assert_eq!(data(&frames(&[b"\xEF\xBB\xBFdata: 1\n\n"]).0), ["1"]);
     // Split inside the BOM.
-    assert_eq!(data(&frames(&[b"\xEF", b"\xBB", b"\xBFdata: 1\n\n"]).0), ["1"]);
+    assert_eq!(
+        data(&frames(&[b"\xEF", b"\xBB", b"\xBFdata: 1\n\n"]).0),
+        ["1"]
+    );
     // A second BOM is data: the field name no longer matches.
-    assert!(frames(&[b"\xEF\xBB\xBF\xEF\xBB\xBFdata: 1\n\n"]).0.is_empty());
+    assert!(
+        frames(&[b"\xEF\xBB\xBF\xEF\xBB\xBFdata: 1\n\n"])
+            .0
+            .is_empty()
+    );
 }
 
 #[test]
 fn r12_eof_with_pending_buffer() {
     let run = run(chat(), b"data: {\"choices\":[");
     assert!(run.records.is_empty());
-    assert!(matches!(run.end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.possibly_semantic));
+    assert!(
+        matches!(run.end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.possibly_semantic)
+    );
 }
 
 #[test]
@@ -123,7 +140,9 @@ fn r13_complete_event_without_terminal_is_unexpected_eof() {
 fn r14_finish_reason_without_done_is_weak_success() {
     assert_eq!(
         run_fixture("openai-chat/finish-no-done.sse").end,
-        EndOfStream::Success { proof: Proof::FinishReasonOnly }
+        EndOfStream::Success {
+            proof: Proof::FinishReasonOnly
+        }
     );
 }
 
@@ -131,13 +150,18 @@ fn r14_finish_reason_without_done_is_weak_success() {
 fn r15_done_without_finish_reason() {
     assert_eq!(
         run_fixture("openai-chat/done-no-finish.sse").end,
-        EndOfStream::Unsuccessful { reason: UnsuccessfulReason::MissingFinishReason }
+        EndOfStream::Unsuccessful {
+            reason: UnsuccessfulReason::MissingFinishReason
+        }
     );
 }
 
 #[test]
 fn r16_r17_pt8_responses_error_shapes() {
-    let flat = run_fixture("openai-responses/error-flat.sse").evidence.provider_error.unwrap();
+    let flat = run_fixture("openai-responses/error-flat.sse")
+        .evidence
+        .provider_error
+        .unwrap();
     assert_eq!(flat.code.unwrap().as_str(), "server_error");
     assert_eq!(flat.transience, Transience::Transient);
     let nested = run_fixture("openai-responses/error-nested.sse");
@@ -145,9 +169,19 @@ fn r16_r17_pt8_responses_error_shapes() {
     assert_eq!(e.code.unwrap().as_str(), "insufficient_quota");
     assert_eq!(e.transience, Transience::Permanent);
     // PT8: error followed by response.failed is still one outcome.
-    assert_eq!(nested.records.iter().filter(|r| r.info.class == EventClass::Error).count(), 1);
+    assert_eq!(
+        nested
+            .records
+            .iter()
+            .filter(|r| r.info.class == EventClass::Error)
+            .count(),
+        1
+    );
     // response.failed alone classifies the same way.
-    let alone = run_fixture("openai-responses/failed-only.sse").evidence.provider_error.unwrap();
+    let alone = run_fixture("openai-responses/failed-only.sse")
+        .evidence
+        .provider_error
+        .unwrap();
     assert_eq!(alone.transience, Transience::Transient);
 }
 
@@ -161,13 +195,27 @@ fn r18_pt15_keepalive_between_deltas() {
 #[test]
 fn r19_pt15_done_after_completed_is_ignored() {
     let run = run_fixture("openai-responses/done-after-completed.sse");
-    assert_eq!(run.records.last().unwrap().info.class, EventClass::NonSemantic);
-    assert_eq!(run.end, EndOfStream::Success { proof: Proof::Strong });
+    assert_eq!(
+        run.records.last().unwrap().info.class,
+        EventClass::NonSemantic
+    );
+    assert_eq!(
+        run.end,
+        EndOfStream::Success {
+            proof: Proof::Strong
+        }
+    );
 }
 
 #[test]
 fn r20_response_done_completed() {
-    assert!(run_fixture("openai-responses/done-codex.sse").evidence.terminal.unwrap().is_success());
+    assert!(
+        run_fixture("openai-responses/done-codex.sse")
+            .evidence
+            .terminal
+            .unwrap()
+            .is_success()
+    );
 }
 
 #[test]
@@ -213,23 +261,49 @@ fn r23_one_byte_reads_match_one_read() {
     for file in support::all_stream_fixtures() {
         let bytes = fixture(&file);
         let cuts: Vec<usize> = (1..bytes.len()).collect();
-        let split = run_with(support::kind_of(&file), Default::default(), &bytes, &cuts);
+        let split = run_with(
+            support::kind_of(&file),
+            recovery_core::observer::ObserverConfig::default(),
+            &bytes,
+            &cuts,
+        );
         assert_eq!(split, run_fixture(&file), "{file}");
     }
 }
 
 #[test]
 fn r24_r25_pt10_anthropic_message_start_duplicates_and_splices() {
-    assert!(run_fixture("anthropic/duplicate-message-start.sse").evidence.terminal.unwrap().is_success());
+    assert!(
+        run_fixture("anthropic/duplicate-message-start.sse")
+            .evidence
+            .terminal
+            .unwrap()
+            .is_success()
+    );
     let spliced = run_fixture("anthropic/spliced-message-start.sse");
     assert_eq!(spliced.error, Some(ProtocolViolation::SplicedMessage));
-    assert!(spliced.evidence.progress.semantic_observed(), "no replay after S");
+    assert!(
+        spliced.evidence.progress.semantic_observed(),
+        "no replay after S"
+    );
 }
 
 #[test]
 fn r26_n_choices_need_every_finish_reason() {
-    assert!(run_fixture("openai-chat/n2-choices.sse").evidence.terminal.unwrap().is_success());
-    assert!(!run_fixture("openai-chat/n2-one-unfinished.sse").evidence.terminal.unwrap().is_success());
+    assert!(
+        run_fixture("openai-chat/n2-choices.sse")
+            .evidence
+            .terminal
+            .unwrap()
+            .is_success()
+    );
+    assert!(
+        !run_fixture("openai-chat/n2-one-unfinished.sse")
+            .evidence
+            .terminal
+            .unwrap()
+            .is_success()
+    );
 }
 
 #[test]
@@ -243,7 +317,10 @@ fn r27_r28_empty_choices_chunks_are_n() {
 
 #[test]
 fn r29_openrouter_error_chunk() {
-    let e = run_fixture("openai-chat/openrouter-error.sse").evidence.provider_error.unwrap();
+    let e = run_fixture("openai-chat/openrouter-error.sse")
+        .evidence
+        .provider_error
+        .unwrap();
     assert_eq!((e.status, e.transience), (Some(502), Transience::Transient));
 }
 
@@ -255,7 +332,10 @@ fn r30_vllm_error() {
 #[test]
 fn r31_gemini_tail_without_blank_line() {
     let run = run_fixture("gemini/tail-no-blank.sse");
-    assert!(matches!(run.end, EndOfStream::UnexpectedEof { pending: Some(_) }));
+    assert!(matches!(
+        run.end,
+        EndOfStream::UnexpectedEof { pending: Some(_) }
+    ));
 }
 
 #[test]
@@ -263,7 +343,8 @@ fn r32_ndjson_crlf() {
     assert_eq!(run_fixture("ollama/crlf.ndjson"), {
         let mut lf = run_fixture("ollama/chat-happy.ndjson");
         // Offsets differ by the CR bytes; classes and outcome do not.
-        lf.records.clone_from(&run_fixture("ollama/crlf.ndjson").records);
+        lf.records
+            .clone_from(&run_fixture("ollama/crlf.ndjson").records);
         lf.committed_at = run_fixture("ollama/crlf.ndjson").committed_at;
         lf.evidence.progress.raw_bytes = fixture("ollama/crlf.ndjson").len() as u64;
         lf
@@ -274,12 +355,23 @@ fn r32_ndjson_crlf() {
 fn r33_ndjson_unterminated_complete_tail() {
     let run = run_fixture("ollama/unterminated-tail.ndjson");
     assert!(run.evidence.unterminated_final_line);
-    assert_eq!(run.end, EndOfStream::Success { proof: Proof::Strong });
+    assert_eq!(
+        run.end,
+        EndOfStream::Success {
+            proof: Proof::Strong
+        }
+    );
 }
 
 #[test]
 fn r34_anthropic_omitted_thinking_is_semantic() {
-    assert!(run_fixture("anthropic/thinking-omitted.sse").evidence.progress.observed_reasoning > 0);
+    assert!(
+        run_fixture("anthropic/thinking-omitted.sse")
+            .evidence
+            .progress
+            .observed_reasoning
+            > 0
+    );
 }
 
 #[test]
@@ -320,13 +412,20 @@ fn bd7_malformed_json_and_invalid_utf8_are_typed() {
 
 #[test]
 fn pt14_unknown_events_and_reasons() {
-    assert_eq!(run_fixture("anthropic/unknown-event.sse").records[1].info.class, EventClass::NonSemantic);
+    assert_eq!(
+        run_fixture("anthropic/unknown-event.sse").records[1]
+            .info
+            .class,
+        EventClass::NonSemantic
+    );
     let r = run_fixture("openai-responses/unknown-events.sse");
     assert_eq!(r.records[2].info.class, EventClass::NonSemantic);
     assert!(matches!(r.records[3].info.class, EventClass::Semantic(_)));
     assert!(matches!(
         run_fixture("openai-chat/unknown-finish.sse").end,
-        EndOfStream::Unsuccessful { reason: UnsuccessfulReason::Other(Some(_)) }
+        EndOfStream::Unsuccessful {
+            reason: UnsuccessfulReason::Other(Some(_))
+        }
     ));
 }
 
@@ -362,18 +461,45 @@ fn st4_error_bodies() {
     let e = classify_error_body(&chat(), Some(429), openai).unwrap();
     assert_eq!(e.transience, Transience::Permanent);
     assert_eq!(e.code.unwrap().as_str(), "insufficient_quota");
-    let rate = br#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
-    assert_eq!(classify_error_body(&chat(), Some(429), rate).unwrap().transience, Transience::Transient);
-    let anthropic = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    assert_eq!(classify_error_body(&ProtocolKind::Anthropic, Some(529), anthropic).unwrap().transience, Transience::Transient);
+    let rate =
+        br#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#;
+    assert_eq!(
+        classify_error_body(&chat(), Some(429), rate)
+            .unwrap()
+            .transience,
+        Transience::Transient
+    );
+    let anthropic =
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    assert_eq!(
+        classify_error_body(&ProtocolKind::Anthropic, Some(529), anthropic)
+            .unwrap()
+            .transience,
+        Transience::Transient
+    );
     let gemini = br#"{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED"}}"#;
     let g = classify_error_body(&ProtocolKind::Gemini, Some(429), gemini).unwrap();
     assert_eq!((g.status, g.transience), (Some(429), Transience::Transient));
     let ollama = fixture("ollama/pre-stream-404.json");
-    assert_eq!(classify_error_body(&ProtocolKind::Ollama, Some(404), &ollama).unwrap().transience, Transience::Permanent);
-    assert_eq!(classify_error_body(&ProtocolKind::Ollama, None, &ollama).unwrap().transience, Transience::Unknown);
+    assert_eq!(
+        classify_error_body(&ProtocolKind::Ollama, Some(404), &ollama)
+            .unwrap()
+            .transience,
+        Transience::Permanent
+    );
+    assert_eq!(
+        classify_error_body(&ProtocolKind::Ollama, None, &ollama)
+            .unwrap()
+            .transience,
+        Transience::Unknown
+    );
     let openrouter = br#"{"error":{"code":402,"message":"Insufficient credits","metadata":{}}}"#;
-    assert_eq!(classify_error_body(&chat(), Some(402), openrouter).unwrap().transience, Transience::Permanent);
+    assert_eq!(
+        classify_error_body(&chat(), Some(402), openrouter)
+            .unwrap()
+            .transience,
+        Transience::Permanent
+    );
     // No code leaks unless allowlisted.
     let secret = br#"{"error":{"message":"m","type":"sk-live-canary","code":"sk-live-canary"}}"#;
     let e = classify_error_body(&chat(), Some(500), secret).unwrap();
@@ -394,9 +520,23 @@ fn non_streamed_bodies_are_evidence() {
         (end, obs.progress().semantic_observed())
     };
     let chat_body = br#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
-    assert_eq!(finish(chat(), chat_body), (EndOfStream::Success { proof: Proof::Strong }, true));
-    let length = br#"{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"length"}]}"#;
-    assert_eq!(finish(chat(), length).0, EndOfStream::Unsuccessful { reason: UnsuccessfulReason::Length });
+    assert_eq!(
+        finish(chat(), chat_body),
+        (
+            EndOfStream::Success {
+                proof: Proof::Strong
+            },
+            true
+        )
+    );
+    let length =
+        br#"{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"length"}]}"#;
+    assert_eq!(
+        finish(chat(), length).0,
+        EndOfStream::Unsuccessful {
+            reason: UnsuccessfulReason::Length
+        }
+    );
     let hi = chat_body.windows(4).position(|w| w == b"\"Hi\"").unwrap();
     let truncated = &chat_body[..hi + 2];
     let (end, semantic) = finish(chat(), truncated);
@@ -405,20 +545,61 @@ fn non_streamed_bodies_are_evidence() {
     let before_content = &chat_body[..30];
     assert!(!finish(chat(), before_content).1);
     let anthropic = br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"stop_reason":"max_tokens","usage":{"input_tokens":3,"output_tokens":1}}"#;
-    assert_eq!(finish(ProtocolKind::Anthropic, anthropic), (EndOfStream::Unsuccessful { reason: UnsuccessfulReason::MaxTokens }, true));
+    assert_eq!(
+        finish(ProtocolKind::Anthropic, anthropic),
+        (
+            EndOfStream::Unsuccessful {
+                reason: UnsuccessfulReason::MaxTokens
+            },
+            true
+        )
+    );
     let responses = br#"{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}]}"#;
-    assert_eq!(finish(ProtocolKind::OpenAiResponses, responses), (EndOfStream::Success { proof: Proof::Strong }, true));
+    assert_eq!(
+        finish(ProtocolKind::OpenAiResponses, responses),
+        (
+            EndOfStream::Success {
+                proof: Proof::Strong
+            },
+            true
+        )
+    );
     let gemini = br#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]},"finishReason":"STOP"}]}"#;
-    assert_eq!(finish(ProtocolKind::Gemini, gemini), (EndOfStream::Success { proof: Proof::Strong }, true));
+    assert_eq!(
+        finish(ProtocolKind::Gemini, gemini),
+        (
+            EndOfStream::Success {
+                proof: Proof::Strong
+            },
+            true
+        )
+    );
     let ollama = fixture("ollama/non-stream.json");
-    assert_eq!(finish(ProtocolKind::Ollama, &ollama), (EndOfStream::Success { proof: Proof::Strong }, true));
+    assert_eq!(
+        finish(ProtocolKind::Ollama, &ollama),
+        (
+            EndOfStream::Success {
+                proof: Proof::Strong
+            },
+            true
+        )
+    );
     let error = br#"{"error":{"type":"server_error","message":"x","code":null}}"#;
-    assert!(matches!(finish(chat(), error).0, EndOfStream::ProviderError { .. }));
+    assert!(matches!(
+        finish(chat(), error).0,
+        EndOfStream::ProviderError { .. }
+    ));
 }
 
 #[test]
 fn protocol_names_parse_and_serialize() {
-    for name in ["openai-chat", "openai-responses", "anthropic", "gemini", "ollama"] {
+    for name in [
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+        "ollama",
+    ] {
         let kind: ProtocolKind = name.parse().unwrap();
         assert_eq!(kind.to_string(), name);
         assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{name}\""));

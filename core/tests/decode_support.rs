@@ -1,6 +1,10 @@
 //! Shared helpers for the decoder tests: run a fixture through an observer
 //! with a given read partition and collect everything observable.
-#![allow(dead_code, missing_docs)]
+#![allow(
+    dead_code,
+    missing_docs,
+    clippy::case_sensitive_file_extension_comparisons
+)]
 
 use std::path::PathBuf;
 

@@ -51,7 +51,9 @@ pub(crate) fn block_kind<'a, V: JsonView<'a>>(block: V, opaque: bool) -> Option<
     let [kind, text, thinking] = block.fields(["type", "text", "thinking"]);
     let kind = kind.and_then(JsonView::text)?;
     match kind.as_ref() {
-        "text" => text.is_some_and(JsonView::is_nonempty_str).then_some(SemanticKind::Content),
+        "text" => text
+            .is_some_and(JsonView::is_nonempty_str)
+            .then_some(SemanticKind::Content),
         "tool_use" => Some(SemanticKind::Tool),
         "thinking" => (opaque || thinking.is_some_and(JsonView::is_nonempty_str))
             .then_some(SemanticKind::Reasoning),
@@ -149,7 +151,9 @@ impl Anthropic {
                         "thinking_delta" => (self.opaque_reasoning
                             || thinking.is_some_and(JsonView::is_nonempty_str))
                         .then_some(SemanticKind::Reasoning),
-                        "signature_delta" => self.opaque_reasoning.then_some(SemanticKind::Reasoning),
+                        "signature_delta" => {
+                            self.opaque_reasoning.then_some(SemanticKind::Reasoning)
+                        }
                         // citations_delta and unknown deltas: conservatively content.
                         _ => Some(SemanticKind::Content),
                     }

@@ -75,7 +75,9 @@ fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &m
                 return;
             };
             let k = match kind.as_ref() {
-                "message" => content.is_some_and(JsonView::is_nonempty).then_some(SemanticKind::Content),
+                "message" => content
+                    .is_some_and(JsonView::is_nonempty)
+                    .then_some(SemanticKind::Content),
                 "reasoning" => (options.opaque_reasoning_is_semantic
                     || summary.is_some_and(JsonView::is_nonempty)
                     || content.is_some_and(JsonView::is_nonempty))

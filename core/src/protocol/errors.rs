@@ -62,7 +62,8 @@ pub(crate) fn classify_error_value<'a, V: JsonView<'a>>(
     err: V,
     status_hint: Option<u16>,
 ) -> ProviderError {
-    let by_hint = || status_hint.map_or(Transience::Unknown, |s| transience_for_status(u64::from(s)));
+    let by_hint =
+        || status_hint.map_or(Transience::Unknown, |s| transience_for_status(u64::from(s)));
     if err.kind() != JsonKind::Object {
         return ProviderError {
             code: None,

@@ -21,8 +21,12 @@ fn reason_end(raw: &str) -> ChoiceEnd {
     match raw {
         "STOP" => ChoiceEnd::Success,
         "MAX_TOKENS" => ChoiceEnd::Unsuccessful(UnsuccessfulReason::MaxTokens),
-        "SAFETY" | "IMAGE_SAFETY" | "PROHIBITED_CONTENT" | "IMAGE_PROHIBITED_CONTENT"
-        | "BLOCKLIST" | "SPII" => ChoiceEnd::Unsuccessful(UnsuccessfulReason::ContentFilter),
+        "SAFETY"
+        | "IMAGE_SAFETY"
+        | "PROHIBITED_CONTENT"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "BLOCKLIST"
+        | "SPII" => ChoiceEnd::Unsuccessful(UnsuccessfulReason::ContentFilter),
         other => ChoiceEnd::Unsuccessful(UnsuccessfulReason::Other(token(other))),
     }
 }

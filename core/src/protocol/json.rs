@@ -413,7 +413,10 @@ impl<'a> JsonView<'a> for Skim<'a> {
             } else {
                 let raw = &key_span[1..key_span.len() - 1];
                 for (slot, want) in out.iter_mut().zip(keys) {
-                    if raw == want.as_bytes() {
+                    let want = want.as_bytes();
+                    // Length and first byte first: most keys differ there, and
+                    // a library memcmp call costs more than a short key.
+                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
                         *slot = Some(value);
                     }
                 }

@@ -81,16 +81,18 @@ impl FromStr for ProtocolKind {
     /// Accepts the kebab-case names and their snake_case spellings; `sse`
     /// means a generic stream without a terminal.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "openai-chat" | "openai" | "chat" => ProtocolKind::OpenAiChat,
-            "openai-responses" | "responses" => ProtocolKind::OpenAiResponses,
-            "anthropic" => ProtocolKind::Anthropic,
-            "gemini" => ProtocolKind::Gemini,
-            "ollama" => ProtocolKind::Ollama,
-            "sse" => ProtocolKind::Sse {
-                terminal_sentinel: None,
+        Ok(
+            match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+                "openai-chat" | "openai" | "chat" => ProtocolKind::OpenAiChat,
+                "openai-responses" | "responses" => ProtocolKind::OpenAiResponses,
+                "anthropic" => ProtocolKind::Anthropic,
+                "gemini" => ProtocolKind::Gemini,
+                "ollama" => ProtocolKind::Ollama,
+                "sse" => ProtocolKind::Sse {
+                    terminal_sentinel: None,
+                },
+                _ => return Err(UnknownProtocol),
             },
-            _ => return Err(UnknownProtocol),
-        })
+        )
     }
 }

@@ -72,11 +72,13 @@ impl Ollama {
         });
         let mut first = None;
         let p = &mut ev.progress;
-        if m_content.is_some_and(JsonView::is_nonempty_str) || response.is_some_and(JsonView::is_nonempty_str)
+        if m_content.is_some_and(JsonView::is_nonempty_str)
+            || response.is_some_and(JsonView::is_nonempty_str)
         {
             note(p, &mut first, SemanticKind::Content);
         }
-        if m_thinking.is_some_and(JsonView::is_nonempty_str) || thinking.is_some_and(JsonView::is_nonempty_str)
+        if m_thinking.is_some_and(JsonView::is_nonempty_str)
+            || thinking.is_some_and(JsonView::is_nonempty_str)
         {
             note(p, &mut first, SemanticKind::Reasoning);
         }

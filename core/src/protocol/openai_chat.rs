@@ -6,7 +6,9 @@ use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
     semantic_or_n, token, usage, with_json,
 };
-use crate::progress::{Proof, ProviderError, SemanticKind, Terminal, Transience, UnsuccessfulReason};
+use crate::progress::{
+    Proof, ProviderError, SemanticKind, Terminal, Transience, UnsuccessfulReason,
+};
 use crate::wire::ProtocolViolation;
 
 /// Chat Completions: `data:` chunks, `[DONE]`, finish reasons per choice.
@@ -33,7 +35,9 @@ fn finish(raw: &str) -> Finish {
         }
         "error" => Finish::ErrorObject,
         "network_error" | "insufficient_system_resource" => Finish::Error(Transience::Transient),
-        other => Finish::End(ChoiceEnd::Unsuccessful(UnsuccessfulReason::Other(token(other)))),
+        other => Finish::End(ChoiceEnd::Unsuccessful(UnsuccessfulReason::Other(token(
+            other,
+        )))),
     }
 }
 
@@ -53,7 +57,8 @@ impl OpenAiChat {
         if root.kind() != JsonKind::Object {
             return Err(ProtocolViolation::UnexpectedShape);
         }
-        let [error, object, choices, usage_v] = root.fields(["error", "object", "choices", "usage"]);
+        let [error, object, choices, usage_v] =
+            root.fields(["error", "object", "choices", "usage"]);
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
             usage::chat(&mut ev.usage, u);
         }
@@ -92,17 +97,25 @@ impl OpenAiChat {
         let index = index.and_then(JsonView::as_u64).unwrap_or(0);
         let slot = self.choices.slot(index)?;
         if let Some(delta) = delta.or(message).filter(|d| d.kind() == JsonKind::Object) {
-            let [content, refusal, tool_calls, function_call, audio, r_content, reasoning, r_details] =
-                delta.fields([
-                    "content",
-                    "refusal",
-                    "tool_calls",
-                    "function_call",
-                    "audio",
-                    "reasoning_content",
-                    "reasoning",
-                    "reasoning_details",
-                ]);
+            let [
+                content,
+                refusal,
+                tool_calls,
+                function_call,
+                audio,
+                r_content,
+                reasoning,
+                r_details,
+            ] = delta.fields([
+                "content",
+                "refusal",
+                "tool_calls",
+                "function_call",
+                "audio",
+                "reasoning_content",
+                "reasoning",
+                "reasoning_details",
+            ]);
             let p = &mut ev.progress;
             if content.is_some_and(|c| c.kind() != JsonKind::Object && c.is_nonempty()) {
                 note(p, first, SemanticKind::Content);
@@ -119,7 +132,9 @@ impl OpenAiChat {
             {
                 note(p, first, SemanticKind::Reasoning);
             }
-            if let Some(calls) = tool_calls.filter(|t| t.kind() == JsonKind::Array && t.is_nonempty()) {
+            if let Some(calls) =
+                tool_calls.filter(|t| t.kind() == JsonKind::Array && t.is_nonempty())
+            {
                 note(p, first, SemanticKind::Tool);
                 calls.for_each(|call| {
                     let [id, function] = call.fields(["id", "function"]);
@@ -171,9 +186,11 @@ impl OpenAiChat {
 
     /// The outcome of a complete non-streamed body.
     pub(crate) fn body_outcome(&self) -> Terminal {
-        self.choices.outcome(Proof::Strong).unwrap_or(Terminal::Unsuccessful {
-            reason: UnsuccessfulReason::MissingFinishReason,
-        })
+        self.choices
+            .outcome(Proof::Strong)
+            .unwrap_or(Terminal::Unsuccessful {
+                reason: UnsuccessfulReason::MissingFinishReason,
+            })
     }
 }
 
@@ -193,9 +210,12 @@ impl Protocol for OpenAiChat {
             if ev.is_settled() {
                 return Ok(EventInfo::of(EventClass::NonSemantic));
             }
-            let terminal = self.choices.outcome(Proof::Strong).unwrap_or(Terminal::Unsuccessful {
-                reason: UnsuccessfulReason::MissingFinishReason,
-            });
+            let terminal = self
+                .choices
+                .outcome(Proof::Strong)
+                .unwrap_or(Terminal::Unsuccessful {
+                    reason: UnsuccessfulReason::MissingFinishReason,
+                });
             return Ok(EventInfo::of(ev.set_terminal(terminal)));
         }
         let class = with_json!(frame.data, decode, |root| self.chunk(root, ev))?;

@@ -8,6 +8,7 @@ use crate::wire::ProtocolViolation;
 
 /// Responses: every event named, numbered, and typed in its JSON.
 #[derive(Debug, Clone, Default)]
+#[allow(clippy::case_sensitive_file_extension_comparisons)] // event names, not files
 pub struct OpenAiResponses {
     opaque_reasoning: bool,
 }
@@ -44,7 +45,10 @@ fn side_effect(event_type: &str) -> bool {
         return false;
     };
     item.ends_with("_call")
-        && matches!(phase, "in_progress" | "searching" | "interpreting" | "generating")
+        && matches!(
+            phase,
+            "in_progress" | "searching" | "interpreting" | "generating"
+        )
 }
 
 fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulReason {
@@ -59,6 +63,7 @@ fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulRe
     }
 }
 
+#[allow(clippy::case_sensitive_file_extension_comparisons)] // event names, not files
 impl OpenAiResponses {
     /// A fresh stream; `opaque_reasoning` counts reasoning items without
     /// visible text as semantic.
@@ -67,7 +72,12 @@ impl OpenAiResponses {
     }
 
     /// The class of an `output_item.added` / `.done` event from its item.
-    fn item<'a, V: JsonView<'a>>(&self, item: Option<V>, done: bool, ev: &mut Evidence) -> EventClass {
+    fn item<'a, V: JsonView<'a>>(
+        &self,
+        item: Option<V>,
+        done: bool,
+        ev: &mut Evidence,
+    ) -> EventClass {
         let Some(item) = item else {
             return EventClass::NonSemantic;
         };
@@ -77,7 +87,9 @@ impl OpenAiResponses {
             return EventClass::NonSemantic;
         };
         let semantic = match kind.as_ref() {
-            "message" => content.is_some_and(JsonView::is_nonempty).then_some(SemanticKind::Content),
+            "message" => content
+                .is_some_and(JsonView::is_nonempty)
+                .then_some(SemanticKind::Content),
             "reasoning" => {
                 let visible = summary.is_some_and(JsonView::is_nonempty)
                     || content.is_some_and(JsonView::is_nonempty);
@@ -129,7 +141,9 @@ impl OpenAiResponses {
                 reason: incomplete_reason(response),
             }),
             "failed" => {
-                let err = response.and_then(|r| r.get("error")).filter(|e| !e.is_null());
+                let err = response
+                    .and_then(|r| r.get("error"))
+                    .filter(|e| !e.is_null());
                 match err {
                     Some(e) => ev.set_error(classify_error_value(e, None)),
                     None => ev.set_terminal(Terminal::Unsuccessful {
@@ -153,22 +167,35 @@ impl OpenAiResponses {
         if root.kind() != JsonKind::Object {
             return Err(ProtocolViolation::UnexpectedShape);
         }
-        let [kind, seq, response, item, code, error, text, arguments, refusal, part, input, code_text, transcript] =
-            root.fields([
-                "type",
-                "sequence_number",
-                "response",
-                "item",
-                "code",
-                "error",
-                "text",
-                "arguments",
-                "refusal",
-                "part",
-                "input",
-                "code",
-                "transcript",
-            ]);
+        let [
+            kind,
+            seq,
+            response,
+            item,
+            code,
+            error,
+            text,
+            arguments,
+            refusal,
+            part,
+            input,
+            code_text,
+            transcript,
+        ] = root.fields([
+            "type",
+            "sequence_number",
+            "response",
+            "item",
+            "code",
+            "error",
+            "text",
+            "arguments",
+            "refusal",
+            "part",
+            "input",
+            "code",
+            "transcript",
+        ]);
         let sequence_number = seq.and_then(JsonView::as_u64);
         if let Some(n) = sequence_number {
             match ev.cursor.sequence_number {
@@ -210,7 +237,9 @@ impl OpenAiResponses {
                     "response.completed" => Some("completed".into()),
                     "response.incomplete" => Some("incomplete".into()),
                     "response.failed" => Some("failed".into()),
-                    _ => response.and_then(|r| r.get("status")).and_then(JsonView::text),
+                    _ => response
+                        .and_then(|r| r.get("status"))
+                        .and_then(JsonView::text),
                 };
                 status
                     .and_then(|s| Self::finished(&s, response, ev, Proof::Strong))
@@ -250,7 +279,10 @@ impl OpenAiResponses {
                     .any(JsonView::is_nonempty_str)
                     || part.is_some_and(|p| {
                         let [a, b, c] = p.fields(["text", "refusal", "transcript"]);
-                        [a, b, c].into_iter().flatten().any(JsonView::is_nonempty_str)
+                        [a, b, c]
+                            .into_iter()
+                            .flatten()
+                            .any(JsonView::is_nonempty_str)
                     });
                 if carries {
                     let k = kind_of(t);

@@ -21,8 +21,14 @@ pub(crate) fn chat<'a, V: JsonView<'a>>(usage: &mut Usage, v: V) {
     set(&mut usage.input_tokens, p);
     set(&mut usage.output_tokens, c);
     set(&mut usage.total_tokens, t);
-    set(&mut usage.cached_input_tokens, pd.and_then(|d| d.get("cached_tokens")));
-    set(&mut usage.reasoning_tokens, cd.and_then(|d| d.get("reasoning_tokens")));
+    set(
+        &mut usage.cached_input_tokens,
+        pd.and_then(|d| d.get("cached_tokens")),
+    );
+    set(
+        &mut usage.reasoning_tokens,
+        cd.and_then(|d| d.get("reasoning_tokens")),
+    );
 }
 
 /// OpenAI Responses `response.usage`.
@@ -37,8 +43,14 @@ pub(crate) fn responses<'a, V: JsonView<'a>>(usage: &mut Usage, v: V) {
     set(&mut usage.input_tokens, i);
     set(&mut usage.output_tokens, o);
     set(&mut usage.total_tokens, t);
-    set(&mut usage.cached_input_tokens, id.and_then(|d| d.get("cached_tokens")));
-    set(&mut usage.reasoning_tokens, od.and_then(|d| d.get("reasoning_tokens")));
+    set(
+        &mut usage.cached_input_tokens,
+        id.and_then(|d| d.get("cached_tokens")),
+    );
+    set(
+        &mut usage.reasoning_tokens,
+        od.and_then(|d| d.get("reasoning_tokens")),
+    );
 }
 
 /// Anthropic `usage` (in `message_start` and, cumulative, in `message_delta`).
@@ -81,6 +93,7 @@ pub(crate) struct OllamaMetrics<V> {
     pub eval_duration: Option<V>,
 }
 
+#[allow(clippy::needless_pass_by_value)] // a bundle of Copy views
 pub(crate) fn ollama<'a, V: JsonView<'a>>(usage: &mut Usage, m: OllamaMetrics<V>) {
     set(&mut usage.input_tokens, m.prompt_eval_count);
     set(&mut usage.output_tokens, m.eval_count);
