@@ -1,2 +1,9 @@
-//! Runnable examples of the project.
+//! Shared pieces of the Recovery examples: the HTTPS client, one exchange
+//! through the recovery stack, the `recover` command line, and readable
+//! output.
 #![deny(unsafe_code, missing_docs)]
+
+pub mod cli;
+pub mod client;
+pub mod show;
+pub mod text;

@@ -1,0 +1,261 @@
+//! `recover`: a curl-like client that keeps a streamed response whole.
+//!
+//! ```sh
+//! echo '{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]}' |
+//!   cargo run --release --example recover -- --protocol openai-chat \
+//!     --header "authorization: Bearer $OPENAI_API_KEY" \
+//!     --events events.jsonl --report report.json \
+//!     https://api.openai.com/v1/chat/completions
+//! ```
+//!
+//! The JSON request body comes from stdin and is POSTed to URL through
+//! `RecoveryLayer` and `ObserveLayer`; the delivered body bytes go to stdout
+//! as they arrive; lifecycle events go to `--events` as JSON lines and the
+//! final report to `--report` as JSON (also after a failure or Ctrl-C).
+//!
+//! Exit status: 0 when the stream completed with terminal proof, 1 when
+//! recovery failed (the report says how), 2 on a usage error, 130 on Ctrl-C.
+
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Request};
+use http_body_util::Full;
+use recovery_core::call::{Cancellation, RecoveryCall};
+use recovery_core::lifecycle::LifecycleEvent;
+use recovery_examples::cli::{self, Command, RecoverArgs, USAGE, UsageError};
+use recovery_examples::client::{exchange, https_client};
+use recovery_examples::show;
+use tokio::io::AsyncReadExt as _;
+use tower_layer::Layer as _;
+use tower_recovery::{ObserveLayer, RecoveryLayer};
+
+const USAGE_ERROR: u8 = 2;
+const FAILED: u8 = 1;
+const INTERRUPTED: u8 = 130;
+
+fn main() -> ExitCode {
+    let args = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Run(args)) => args,
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return usage_error(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("recover: cannot start the runtime: {e}");
+            return ExitCode::from(FAILED);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(args)))
+}
+
+fn usage_error(e: &UsageError) -> ExitCode {
+    eprintln!("recover: {e}");
+    eprintln!("{USAGE}");
+    ExitCode::from(USAGE_ERROR)
+}
+
+fn create(flag: &str, path: &Path) -> Result<File, UsageError> {
+    File::create(path)
+        .map_err(|e| UsageError(format!("cannot write {flag} {}: {e}", path.display())))
+}
+
+/// Raises `cancel` on the first Ctrl-C; a second one ends the process.
+fn on_interrupt(cancel: Cancellation) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt())?;
+        tokio::spawn(async move {
+            sigint.recv().await;
+            cancel.cancel();
+            sigint.recv().await;
+            std::process::exit(i32::from(INTERRUPTED));
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(INTERRUPTED));
+        }
+    });
+    Ok(())
+}
+
+async fn read_body(cancel: &Cancellation) -> Result<Option<Vec<u8>>, UsageError> {
+    let mut body = Vec::new();
+    let read = async { tokio::io::stdin().read_to_end(&mut body).await };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => return Ok(None),
+        r = read => r.map_err(|e| UsageError(format!("cannot read the request body from stdin: {e}")))?,
+    };
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+            return Err(UsageError(format!(
+                "the request body on stdin is not JSON: {e}"
+            )));
+        }
+    }
+    Ok(Some(body))
+}
+
+async fn run(args: Box<RecoverArgs>) -> u8 {
+    let cancel = Cancellation::new();
+    if let Err(e) = on_interrupt(cancel.clone()) {
+        eprintln!("recover: cannot listen for Ctrl-C: {e}");
+        return FAILED;
+    }
+    let prepared = (|| {
+        let policy = args.policy()?;
+        let events = args
+            .events
+            .as_deref()
+            .map(|p| create("--events", p))
+            .transpose()?;
+        let report = args
+            .report
+            .as_deref()
+            .map(|p| create("--report", p))
+            .transpose()?;
+        Ok::<_, UsageError>((policy, events, report))
+    })();
+    let (policy, events, report_file) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            usage_error(&e);
+            return USAGE_ERROR;
+        }
+    };
+    let body = match read_body(&cancel).await {
+        Ok(Some(body)) => body,
+        Ok(None) => {
+            eprintln!("recover: interrupted before the request was sent");
+            return INTERRUPTED;
+        }
+        Err(e) => {
+            usage_error(&e);
+            return USAGE_ERROR;
+        }
+    };
+
+    let events = events.map(|f| Arc::new(Mutex::new(f)));
+    let event_error: Arc<Mutex<Option<io::Error>>> = Arc::default();
+    let sink = events.clone();
+    let errors = Arc::clone(&event_error);
+    let mut svc = RecoveryLayer::new(policy)
+        .on_event(move |event: &LifecycleEvent| {
+            let Some(file) = &sink else { return };
+            let line = match serde_json::to_string(event) {
+                Ok(mut line) => {
+                    line.push('\n');
+                    line
+                }
+                Err(e) => {
+                    errors
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get_or_insert(io::Error::other(e));
+                    return;
+                }
+            };
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(e) = file.write_all(line.as_bytes()).and_then(|()| file.flush()) {
+                errors
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert(e);
+            }
+        })
+        .layer(ObserveLayer::new(args.protocol.clone()).layer(https_client()));
+
+    let mut builder = Request::post(args.url.clone());
+    let has_content_type = args.headers.iter().any(|(name, _)| name == CONTENT_TYPE);
+    if !has_content_type {
+        builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    for (name, value) in &args.headers {
+        builder = builder.header(name, value);
+    }
+    let mut request = match builder.body(Full::new(Bytes::from(body))) {
+        Ok(r) => r,
+        Err(e) => {
+            usage_error(&UsageError(format!("cannot build the request: {e}")));
+            return USAGE_ERROR;
+        }
+    };
+    request
+        .extensions_mut()
+        .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
+
+    let stdout = io::stdout();
+    let result = exchange(&mut svc, request, &cancel, |chunk| {
+        let mut out = stdout.lock();
+        out.write_all(chunk)?;
+        out.flush()
+    })
+    .await;
+    drop(svc);
+
+    let mut code = if result.cancelled {
+        eprintln!(
+            "recover: interrupted; {}",
+            result
+                .report
+                .outcome
+                .as_ref()
+                .map_or_else(|| String::from("no outcome recorded"), ToString::to_string)
+        );
+        INTERRUPTED
+    } else if let Some(e) = &result.sink_error {
+        eprintln!("recover: cannot write the body to stdout: {e}");
+        FAILED
+    } else if result.completed() {
+        0
+    } else {
+        eprintln!("recover: {}", show::failure_line(&result.report));
+        FAILED
+    };
+
+    if let Some(mut file) = report_file {
+        let written = serde_json::to_vec_pretty(&result.report)
+            .map_err(io::Error::other)
+            .and_then(|mut json| {
+                json.push(b'\n');
+                file.write_all(&json)?;
+                file.flush()
+            });
+        if let Err(e) = written {
+            eprintln!("recover: cannot write the report: {e}");
+            if code == 0 {
+                code = FAILED;
+            }
+        }
+    }
+    let event_error = event_error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(e) = event_error {
+        eprintln!("recover: cannot write the events: {e}");
+        if code == 0 {
+            code = FAILED;
+        }
+    }
+    code
+}

@@ -1,0 +1,288 @@
+//! Human-readable lifecycle events and report summaries, colored on a
+//! terminal and plain elsewhere.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+
+use recovery_core::lifecycle::{EventKind, LifecycleEvent};
+use recovery_core::outcome::Outcome;
+use recovery_core::report::{AttemptResult, RecoveryReport};
+use serde::Serialize;
+
+/// How to paint text: ANSI colors, or plain when the output is not a terminal
+/// (or `NO_COLOR` is set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    color: bool,
+}
+
+const RESET: &str = "\x1b[0m";
+/// Dim gray.
+pub const DIM: &str = "\x1b[2m";
+/// Bold.
+pub const BOLD: &str = "\x1b[1m";
+/// Red.
+pub const RED: &str = "\x1b[31m";
+/// Green.
+pub const GREEN: &str = "\x1b[32m";
+/// Yellow.
+pub const YELLOW: &str = "\x1b[33m";
+/// Blue.
+pub const BLUE: &str = "\x1b[34m";
+/// Cyan.
+pub const CYAN: &str = "\x1b[36m";
+
+impl Style {
+    /// Colors only when stdout is a terminal and `NO_COLOR` is unset.
+    pub fn for_stdout() -> Self {
+        Style {
+            color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    /// Colors only when stderr is a terminal and `NO_COLOR` is unset.
+    pub fn for_stderr() -> Self {
+        Style {
+            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    /// A style that never colors.
+    pub fn plain() -> Self {
+        Style { color: false }
+    }
+
+    /// Whether this style emits ANSI codes.
+    pub fn is_color(self) -> bool {
+        self.color
+    }
+
+    /// `text` wrapped in `code` when coloring.
+    pub fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("{code}{text}{RESET}")
+        } else {
+            text.to_owned()
+        }
+    }
+}
+
+/// The snake_case serde name of a unit-like enum value (`retry_after`, ...).
+pub fn snake<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::from("?"),
+    }
+}
+
+/// One line describing `event`, e.g. `✗ attempt 1 failed: http 503 (transient)`.
+pub fn describe(event: &LifecycleEvent, style: Style) -> String {
+    let n = event.identity.wire_attempt;
+    let at = style.paint(DIM, &format!("{:>6} ms", event.at.as_millis()));
+    let (code, mark, text) = match &event.kind {
+        EventKind::AttemptStarted {
+            max_attempts,
+            resume,
+        } => (
+            BLUE,
+            "→",
+            format!(
+                "attempt {n}/{max_attempts} sent{}",
+                if *resume { " (resume)" } else { "" }
+            ),
+        ),
+        EventKind::AttemptFailed {
+            category,
+            phase,
+            reason,
+            status,
+        } => (
+            YELLOW,
+            "✗",
+            format!(
+                "attempt {n} failed: {category}{} while {phase} ({})",
+                status.map(|s| format!(" {s}")).unwrap_or_default(),
+                snake(reason)
+            ),
+        ),
+        EventKind::DelayScheduled { delay_ms, cause } => (
+            DIM,
+            "…",
+            format!("waiting {} ms ({})", delay_ms.as_millis(), snake(cause)),
+        ),
+        EventKind::RetryStarted => (BLUE, "↻", String::from("retrying")),
+        EventKind::ResumeStarted => (BLUE, "↻", String::from("resuming the stream")),
+        EventKind::ParkedOffline => (
+            YELLOW,
+            "⏸",
+            String::from("offline: waiting for the network"),
+        ),
+        EventKind::Committed { trigger } => (
+            CYAN,
+            "●",
+            format!(
+                "attempt {n} committed ({}): output flows to the consumer",
+                snake(trigger)
+            ),
+        ),
+        EventKind::AttemptSucceeded { proof } => (
+            GREEN,
+            "✓",
+            format!("attempt {n} ended with {} terminal proof", snake(proof)),
+        ),
+        EventKind::Completed { proof, attempts } => (
+            GREEN,
+            "✔",
+            format!(
+                "completed ({} proof) after {attempts} attempt(s)",
+                snake(proof)
+            ),
+        ),
+        EventKind::Exhausted { outcome, attempts } => (
+            RED,
+            "✘",
+            format!("failed before any output after {attempts} attempt(s): {outcome}"),
+        ),
+        EventKind::Interrupted { outcome, attempts } => (
+            RED,
+            "✘",
+            format!("interrupted after output was delivered ({attempts} attempt(s)): {outcome}"),
+        ),
+        EventKind::Cancelled { phase, attempts } => (
+            YELLOW,
+            "■",
+            format!(
+                "cancelled while {} after {attempts} attempt(s)",
+                snake(phase)
+            ),
+        ),
+        other => (DIM, "·", other.name().replace('_', " ")),
+    };
+    format!("{at}  {}", style.paint(code, &format!("{mark} {text}")))
+}
+
+/// A short multi-line summary of `report`: outcome, attempts, delays and
+/// timings.
+pub fn summary(report: &RecoveryReport, style: Style) -> String {
+    let mut out = String::new();
+    let label = |s: &str| style.paint(DIM, &format!("  {s:<20}"));
+    let outcome = match &report.outcome {
+        Some(o @ Outcome::Completed { .. }) => style.paint(GREEN, &o.to_string()),
+        Some(o) => style.paint(RED, &o.to_string()),
+        None => style.paint(YELLOW, "still running"),
+    };
+    let _ = writeln!(out, "{}", style.paint(BOLD, "report"));
+    let _ = writeln!(out, "{}{outcome}", label("outcome"));
+    let _ = writeln!(
+        out,
+        "{}{} ({} resend(s))",
+        label("attempts"),
+        report.attempt_count(),
+        report.resend_count
+    );
+    for a in &report.attempts {
+        let status = a
+            .status
+            .map_or_else(|| String::from("---"), |s| s.to_string());
+        let result = match &a.result {
+            AttemptResult::InProgress => String::from("in progress"),
+            AttemptResult::Succeeded { proof } => format!("succeeded ({} proof)", snake(proof)),
+            AttemptResult::Failed {
+                category,
+                phase,
+                reason,
+            } => format!("{category} failure while {phase} ({})", snake(reason)),
+        };
+        let _ = writeln!(
+            out,
+            "{}#{} at {} ms  status {status}  {result}",
+            label(""),
+            a.wire_attempt,
+            a.started_ms.as_millis()
+        );
+    }
+    let delays = if report.delays.is_empty() {
+        String::from("none")
+    } else {
+        report
+            .delays
+            .iter()
+            .map(|d| format!("{} ms ({})", d.delay_ms.as_millis(), snake(&d.cause)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(out, "{}{delays}", label("delays"));
+    let ms = |v: Option<u64>| v.map_or_else(|| String::from("---"), |v| format!("{v} ms"));
+    let m = &report.metrics;
+    let _ = writeln!(
+        out,
+        "{}{}",
+        label("time to headers"),
+        ms(m.time_to_headers_ms)
+    );
+    let _ = writeln!(
+        out,
+        "{}{}",
+        label("time to first token"),
+        ms(m.time_to_first_semantic_ms)
+    );
+    let _ = writeln!(out, "{}{}", label("total"), ms(m.total_ms));
+    let p = report.total_progress();
+    let _ = write!(
+        out,
+        "{}{} content fragment(s)",
+        label("delivered"),
+        p.delivered_content
+    );
+    out
+}
+
+/// One readable line for a request that did not complete, e.g.
+/// `recovery failed: exhausted after 3 attempt(s) (last status 503)`.
+pub fn failure_line(report: &RecoveryReport) -> String {
+    let mut line = match &report.outcome {
+        Some(o) => format!("recovery failed: {o}"),
+        None => String::from("recovery failed: no outcome recorded"),
+    };
+    if !matches!(report.outcome, Some(Outcome::Exhausted { .. })) {
+        let _ = write!(line, " after {} attempt(s)", report.attempt_count());
+    }
+    if let Some(status) = report.last_status() {
+        let _ = write!(line, " (last status {status})");
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recovery_core::lifecycle::Identity;
+    use std::time::Duration;
+
+    #[test]
+    fn plain_style_has_no_escape_codes_and_color_does() {
+        let event = LifecycleEvent {
+            identity: Identity {
+                logical_id: String::from("0123456789abcdef"),
+                attempt_id: Some(String::from("0123456789abcdef-1")),
+                wire_attempt: 1,
+            },
+            at: Duration::from_millis(12),
+            kind: EventKind::RetryStarted,
+        };
+        let plain = describe(&event, Style::plain());
+        assert!(!plain.contains('\x1b'), "{plain:?}");
+        assert!(plain.contains("retrying"));
+        assert!(describe(&event, Style { color: true }).contains('\x1b'));
+    }
+
+    #[test]
+    fn summary_names_outcome_attempts_and_first_token() {
+        let report = RecoveryReport::new(String::from("0123456789abcdef"));
+        let text = summary(&report, Style::plain());
+        assert!(text.contains("still running"));
+        assert!(text.contains("time to first token"));
+        assert!(failure_line(&report).starts_with("recovery failed"));
+    }
+}
