@@ -405,3 +405,65 @@ async fn cx5_consumer_drop_is_cancellation_not_eof() {
     assert_eq!(&names[names.len() - 2..], ["attempt_failed", "cancelled"]);
     assert_eq!(provider.count_path(PATH), 1);
 }
+
+#[tokio::test]
+async fn bd11_reset_right_after_proof_completes_and_records_the_late_error() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture("openai-chat/happy-usage.sse"))
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert!(run.body_error.is_none(), "{:?}", run.body_error);
+    assert_eq!(run.body, happy);
+    let report = run.report.unwrap();
+    assert!(matches!(report.outcome, Some(Outcome::Completed { .. })));
+    assert!(report.late_error, "the reset after [DONE] is recorded");
+}
+
+#[tokio::test]
+async fn st7_json_answer_is_judged_whole_not_as_a_stream() {
+    let body = r#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}]}"#;
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::ok()
+            .header("content-type", "application/json")
+            .write(Write::text(body))],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert!(run.body_error.is_none(), "{:?}", run.body_error);
+    assert_eq!(run.body, body.as_bytes());
+    assert!(matches!(
+        run.report.unwrap().outcome,
+        Some(Outcome::Completed { .. })
+    ));
+}
+
+#[tokio::test]
+async fn st4_quota_429_is_permanent_even_with_retry_after() {
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![Script::status(429)
+            .header("retry-after", "1")
+            .header("content-type", "application/json")
+            .write(Write::text(
+                r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+            ))],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(run.status, 429);
+    assert_eq!(provider.count_path(PATH), 1);
+    assert!(matches!(
+        run.report.unwrap().outcome,
+        Some(Outcome::Permanent { .. })
+    ));
+}

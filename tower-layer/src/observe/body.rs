@@ -95,14 +95,20 @@ impl<B> ObservedBody<B> {
         protocol: &ProtocolKind,
         limits: Limits,
         handle: ObserveHandle,
+        whole_json: bool,
     ) -> Self {
         let config = ObserverConfig {
             limits,
             ..ObserverConfig::default()
         };
+        let observer = if whole_json {
+            StreamObserver::non_streaming(protocol.clone(), config)
+        } else {
+            StreamObserver::with_config(protocol.clone(), config)
+        };
         ObservedBody {
             inner,
-            observer: Some(StreamObserver::with_config(protocol.clone(), config)),
+            observer: Some(observer),
             handle: Some(handle),
             ended: false,
         }

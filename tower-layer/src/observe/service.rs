@@ -69,9 +69,16 @@ where
         let handle = ObserveHandle::new(protocol.clone());
         // Only a successful answer is a stream to decode; an error body is
         // passed through untouched for the recovery layer to classify.
+        let json = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
         let body = if parts.status.is_success() {
             parts.extensions.insert(handle.clone());
-            ObservedBody::new(body, &protocol, *this.limits, handle)
+            // A JSON answer is a whole (non-streamed) body: judged at its end,
+            // never fed to the stream decoder.
+            ObservedBody::new(body, &protocol, *this.limits, handle, json)
         } else {
             parts.extensions.insert(handle);
             ObservedBody::passthrough(body)

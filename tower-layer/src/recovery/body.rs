@@ -275,6 +275,18 @@ impl Body for RecoveryBody {
                     this.inner = None;
                     return Poll::Ready(None);
                 }
+                if let Some(live) = &this.live {
+                    let proven = live
+                        .handle
+                        .as_ref()
+                        .is_some_and(|h| h.snapshot().terminal.is_some());
+                    if proven {
+                        // An error after terminal proof (a reset right after
+                        // `[DONE]`) changes nothing: the outcome stands.
+                        lock(&live.shared).engine.late_error();
+                        return this.end();
+                    }
+                }
                 let failure = classify::body_error(&e);
                 if let Some(live) = &this.live {
                     lock(&live.shared).evidence.set_cause(Arc::from(e));

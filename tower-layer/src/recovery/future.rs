@@ -11,7 +11,7 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::call::{Cancellation, RecoveryCall, SendCredit};
-use recovery_core::decision::Action;
+use recovery_core::decision::{Action, AdmissionAnswer};
 use recovery_core::engine::Recovery;
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
@@ -311,10 +311,16 @@ where
                 }
                 Action::ParkUntilOnline => {
                     guard.phase = CancelPhase::Parked;
-                    if or_cancel(config.connectivity.wait_until_online(), &cancel)
-                        .await
-                        .is_none()
-                    {
+                    let limit = lock(&shared).engine.wait_limit(timing.now());
+                    let waited = or_cancel(
+                        or_timeout(
+                            config.connectivity.wait_until_online(),
+                            limit.map(|d| timing.sleep(d)),
+                        ),
+                        &cancel,
+                    )
+                    .await;
+                    if waited.is_none() {
                         guard.armed = false;
                         let mut s = lock(&shared);
                         let outcome = s.engine.cancel(timing.now(), CancelPhase::Parked);
@@ -322,6 +328,8 @@ where
                         return Err(s.error(outcome));
                     }
                     let mut s = lock(&shared);
+                    // Online again, or the budget ran out while parked: either
+                    // way the decision is taken again, now.
                     action = s.engine.online_again(timing.now(), timing.jitter());
                     s.flush();
                 }
@@ -336,9 +344,17 @@ where
                             failure: failure.clone(),
                         }
                     };
+                    // Pending is not approval: the hook is bounded by the
+                    // budget and the deadline, and then counts as unresolved.
+                    let limit = lock(&shared).engine.wait_limit(timing.now());
                     let answer = match hook {
-                        Some(hook) => or_cancel(hook(ctx), &cancel).await,
-                        None => Some(recovery_core::decision::AdmissionAnswer::Unresolved),
+                        Some(hook) => or_cancel(
+                            or_timeout(hook(ctx), limit.map(|d| timing.sleep(d))),
+                            &cancel,
+                        )
+                        .await
+                        .map(|r| r.unwrap_or(AdmissionAnswer::Unresolved)),
+                        None => Some(AdmissionAnswer::Unresolved),
                     };
                     let Some(answer) = answer else {
                         guard.armed = false;
