@@ -467,3 +467,107 @@ async fn st4_quota_429_is_permanent_even_with_retry_after() {
         Some(Outcome::Permanent { .. })
     ));
 }
+
+/// The event boundaries of `bytes` and whether the prefix up to each one
+/// carries strong success proof, from the core observer (the oracle; the
+/// decoders have their own tests).
+fn boundaries(kind: &ProtocolKind, bytes: &[u8]) -> (u64, Vec<(u64, bool)>) {
+    use recovery_core::observer::StreamObserver;
+    let mut observer = StreamObserver::new(kind.clone());
+    let mut ends = Vec::new();
+    let feed = observer
+        .feed_with(bytes, |e| ends.push(e.end_offset))
+        .expect("fixture decodes");
+    let commit = feed.committed_at.expect("fixture has semantic output");
+    let out = ends
+        .into_iter()
+        .map(|end| {
+            let mut prefix = StreamObserver::new(kind.clone());
+            prefix.feed(&bytes[..end as usize]).unwrap();
+            let proven = matches!(
+                prefix.terminal(),
+                Some(recovery_core::progress::Terminal::Success {
+                    proof: recovery_core::progress::Proof::Strong
+                })
+            );
+            (end, proven)
+        })
+        .collect();
+    (commit, out)
+}
+
+#[tokio::test]
+async fn bd1_reset_at_every_event_boundary_of_every_protocol() {
+    let cases = [
+        (ProtocolKind::OpenAiChat, "openai-chat/happy-usage.sse"),
+        (ProtocolKind::OpenAiResponses, "openai-responses/happy.sse"),
+        (ProtocolKind::Anthropic, "anthropic/happy.sse"),
+        (ProtocolKind::Gemini, "gemini/crlf-happy.sse"),
+        (ProtocolKind::Ollama, "ollama/chat-happy.ndjson"),
+    ];
+    for (kind, name) in cases {
+        let bytes = fixture(name);
+        let (commit, ends) = boundaries(&kind, &bytes);
+        let first_event_commits = ends.first().is_some_and(|(end, _)| *end == commit);
+        let (mut replayed, mut interrupted) = (0, 0);
+        for (end, proven) in ends {
+            if end as usize == bytes.len() {
+                continue;
+            }
+            let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+                PATH,
+                vec![
+                    Script::ok()
+                        .header("content-type", "text/event-stream")
+                        .write(Write::fixture(name).split_lines())
+                        .cut_at(end as usize)
+                        .ending(Ending::Rst),
+                    Script::ok()
+                        .header("content-type", "text/event-stream")
+                        .write(Write::fixture(name)),
+                ],
+            ))
+            .await
+            .unwrap();
+            let run = run(&provider, kind.clone(), policy()).await;
+            let outcome = run.report.as_ref().and_then(|r| r.outcome.clone());
+            if end < commit {
+                replayed += 1;
+                assert_eq!(run.body, bytes, "{name} cut at {end}: replayed whole");
+                assert_eq!(provider.count_path(PATH), 2, "{name} cut at {end}");
+                assert!(
+                    matches!(outcome, Some(Outcome::Completed { .. })),
+                    "{name} {end}"
+                );
+            } else if proven {
+                assert_eq!(run.body, &bytes[..end as usize], "{name} cut at {end}");
+                assert_eq!(provider.count_path(PATH), 1, "{name} cut at {end}");
+                assert!(
+                    matches!(outcome, Some(Outcome::Completed { .. })),
+                    "{name} {end}"
+                );
+            } else {
+                interrupted += 1;
+                assert_eq!(
+                    run.body,
+                    &bytes[..end as usize],
+                    "{name} cut at {end}: prefix only"
+                );
+                assert_eq!(
+                    provider.count_path(PATH),
+                    1,
+                    "{name} cut at {end}: never replayed"
+                );
+                assert!(
+                    matches!(outcome, Some(Outcome::Interrupted { .. })),
+                    "{name} cut at {end}: {outcome:?}"
+                );
+                assert!(run.body_error.is_some());
+            }
+        }
+        assert!(
+            (replayed > 0 || first_event_commits) && interrupted > 0,
+            "{name}: both sides of the commit point were cut ({replayed} replayed, {interrupted} interrupted)"
+        );
+    }
+}
