@@ -4,115 +4,22 @@
 
 mod common;
 
-use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{Hook, Jitter, Script, Step, ms};
+use recovery_core::conformance::{AttemptSpec, Vector};
 use recovery_core::decision::AdmissionAnswer;
-use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::outcome::CancelPhase;
-use recovery_core::policy::{Endpoint, RecoveryPolicy};
-use recovery_core::progress::{Progress, Proof, SemanticKind};
-use recovery_core::retry_after::{RetryAfter, parse_retry_after};
-use serde::Deserialize;
+use recovery_core::progress::{Progress, SemanticKind};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Vector {
-    name: String,
-    #[allow(dead_code)]
-    description: String,
-    policy: PolicySpec,
-    jitter: f64,
-    admission: Option<Vec<String>>,
-    cancel_during_wait: Option<CancelSpec>,
-    attempts: Vec<AttemptSpec>,
-    expected: Expected,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicySpec {
-    max_attempts: u32,
-    backoff_base_ms: u64,
-    backoff_ceiling_ms: u64,
-    budget_ms: Option<u64>,
-    deadline_ms: Option<u64>,
-    retry_after_ceiling_ms: u64,
-    retryable_statuses: Vec<u16>,
-    endpoint: Endpoint,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelSpec {
-    wait: usize,
-    after_ms: u64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttemptSpec {
-    fail: Option<FailSpec>,
-    succeed: Option<Proof>,
-    cancel: Option<CancelPhase>,
-    #[serde(default)]
-    semantic: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FailSpec {
-    status: Option<u16>,
-    retry_after: Option<String>,
-    should_retry: Option<bool>,
-    transport: Option<TransportKind>,
-    phase: Option<Phase>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Expected {
-    events: Vec<String>,
-    outcome: String,
-    sends: usize,
-    delays_ms: Vec<u64>,
-}
-
-const WALL: Duration = Duration::from_secs(1000);
-
-fn policy(p: &PolicySpec) -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(p.max_attempts).expect("max_attempts > 0"))
-        .backoff(ms(p.backoff_base_ms), ms(p.backoff_ceiling_ms))
-        .budget(p.budget_ms.map(ms))
-        .deadline(p.deadline_ms.map(ms))
-        .retry_after_ceiling(
-            ms(p.retry_after_ceiling_ms),
-            recovery_core::policy::OverCeiling::Refuse,
-        )
-        .retryable_statuses(p.retryable_statuses.iter().copied())
-        .endpoint(p.endpoint)
-        .build()
-        .expect("valid policy")
-}
+const WALL: Duration = recovery_core::conformance::WALL_CLOCK;
 
 fn step(a: &AttemptSpec) -> Step {
     match (&a.fail, a.succeed, a.cancel) {
         (Some(f), None, None) => {
-            let mut failure = match (f.status, f.transport) {
-                (Some(status), None) => {
-                    let hint = f.retry_after.as_deref().map_or(RetryAfter::Absent, |v| {
-                        parse_retry_after(v, std::time::SystemTime::UNIX_EPOCH + WALL)
-                    });
-                    Failure::status(status, hint, f.should_retry)
-                }
-                (None, Some(kind)) => {
-                    Failure::transport(kind, f.phase.expect("a transport failure needs a phase"))
-                }
-                _ => panic!("a failure is a status or a transport error: {f:?}"),
-            };
+            let mut failure = f
+                .failure()
+                .unwrap_or_else(|| panic!("a failure is a status or a transport error: {f:?}"));
             if a.semantic {
                 let mut p = Progress::default();
                 p.observe(SemanticKind::Content);
@@ -155,8 +62,11 @@ fn hook(answer: &str) -> Hook {
 }
 
 fn run_vector(v: &Vector) {
-    let mut script = Script::new(policy(&v.policy), v.attempts.iter().map(step).collect())
-        .jitter(Jitter::Pinned(v.jitter));
+    let mut script = Script::new(
+        v.policy.policy().expect("valid policy"),
+        v.attempts.iter().map(step).collect(),
+    )
+    .jitter(Jitter::Pinned(v.jitter));
     script.wall = WALL;
     script.hook = v
         .admission
