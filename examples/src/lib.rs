@@ -5,5 +5,6 @@
 
 pub mod cli;
 pub mod client;
+pub mod provider;
 pub mod show;
 pub mod text;

@@ -14,6 +14,8 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 
 /// The example binary `name`, built by `cargo test` next to the test binary:
 /// `<target>/<profile>/deps/<test>` → `<target>/<profile>/examples/<name>`.
+/// When only this test target was built (`cargo test --test ...`), the
+/// examples are built first with the same cargo and profile.
 pub fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
@@ -23,6 +25,9 @@ pub fn example(name: &str) -> PathBuf {
     let path = profile_dir
         .join("examples")
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !path.exists() {
+        build_examples(profile_dir);
+    }
     assert!(
         path.exists(),
         "{} is missing: examples are built by `cargo test -p recovery-examples` \
@@ -30,6 +35,23 @@ pub fn example(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+fn build_examples(profile_dir: &Path) {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "recovery-examples", "--examples"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if let Some(target) = profile_dir.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo build --examples");
+    assert!(status.success(), "cargo build --examples failed");
 }
 
 /// What a finished run left behind.
@@ -55,6 +77,19 @@ pub fn spawn(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Child {
         .stderr(Stdio::piped())
         .env("NO_COLOR", "1")
         .kill_on_drop(true);
+    // Hermetic: nothing from the developer's shell reaches a real provider.
+    for k in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+        "OLLAMA_HOST",
+        "OLLAMA_MODEL",
+    ] {
+        cmd.env_remove(k);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
