@@ -416,3 +416,76 @@ async fn report_is_complete_when_the_body_ends() {
     assert_eq!(report.committed_attempt, Some(1));
     assert!(report.attempts[0].progress.delivered_content > 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn tb11_no_permit_is_held_during_backoff() {
+    // One concurrency permit shared by two logical requests: while the first
+    // backs off after a 503, the second must get the permit and finish.
+    let inner = Scripted::new(vec![
+        status(503),
+        ok(&[
+            Step::Data(ROLE),
+            Step::Data(HELLO),
+            Step::Data(STOP),
+            Step::Data(DONE),
+        ]),
+    ]);
+    let events: Events = Arc::default();
+    let limited = tower::limit::ConcurrencyLimitLayer::new(1)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let svc = layer(policy().build().unwrap(), &events).layer(limited);
+    let first = tokio::spawn(svc.clone().oneshot(request()));
+    while !names(&events).contains(&"delay_scheduled") {
+        tokio::task::yield_now().await;
+    }
+    // The first request is asleep in its backoff; the second goes through.
+    let second = svc.clone().oneshot(request()).await.unwrap();
+    let (_, err) = collect(second).await;
+    assert!(err.is_none());
+    assert_eq!(
+        inner.calls(),
+        2,
+        "the second request was served during the backoff"
+    );
+    let resp = first.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let (_, err) = collect(resp).await;
+    assert!(err.is_none());
+    assert_eq!(inner.calls(), 3);
+}
+
+/// A service whose readiness fails.
+#[derive(Clone)]
+struct NeverReady;
+
+impl Service<Request<ReplayBody>> for NeverReady {
+    type Response = Response<ScriptBody>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Response<ScriptBody>, std::io::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Err(std::io::Error::other("overloaded")))
+    }
+
+    fn call(&mut self, _req: Request<ReplayBody>) -> Self::Future {
+        unreachable!("never called when not ready")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tb11_a_readiness_error_is_final() {
+    let events: Events = Arc::default();
+    let svc = layer(policy().build().unwrap(), &events)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(NeverReady));
+    let err = svc.oneshot(request()).await.unwrap_err();
+    assert!(
+        matches!(err.outcome(), Outcome::Permanent { .. }),
+        "{}",
+        err.outcome()
+    );
+    assert_eq!(err.report().attempt_count(), 1);
+    assert!(
+        err.inspect_cause().is_some(),
+        "the readiness error is kept as evidence"
+    );
+}
