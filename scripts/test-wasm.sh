@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the npm package (wasm/pkg) and runs every wasm test:
+#   1. wasm-bindgen-test in Node, headless Chromium (page) and a dedicated
+#      worker, against the loopback fault provider (CORS on) and a plain
+#      server without CORS;
+#   2. the JS-level tests of the npm package (node --test): the API in Node,
+#      the real openai / @anthropic-ai/sdk / ai SDKs, workerd, Chromium
+#      (page + module worker) through Playwright;
+#   3. the TypeScript declarations (tsc --noEmit on a typed example).
+# Run scripts/setup-wasm.sh once first. `--build-only` stops after the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+WASM_OPT="$ROOT/wasm/node_modules/.bin/wasm-opt" # never Debian's binaryen
+step() { printf '\n== wasm: %s\n' "$*"; }
+
+step "build the package"
+cargo build -q --profile wasm-release -p recovery-wasm --target wasm32-unknown-unknown
+IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/recovery_wasm.wasm"
+rm -rf wasm/pkg
+wasm-bindgen --target web --out-dir wasm/pkg/web "$IN"
+wasm-bindgen --target experimental-nodejs-module --out-dir wasm/pkg/node "$IN"
+for t in web node; do
+  "$WASM_OPT" -Oz "wasm/pkg/$t/recovery_wasm_bg.wasm" -o "wasm/pkg/$t/recovery_wasm_bg.wasm"
+done
+if [ "${1:-}" = "--build-only" ]; then exit 0; fi
+
+step "start the loopback servers"
+cargo build -q -p recovery-tests --bin fault-provider
+PIDS=()
+LOGS=$(mktemp -d)
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$LOGS"
+}
+trap cleanup EXIT
+"$TARGET_DIR/debug/fault-provider" --port 0 >"$LOGS/provider" 2>"$LOGS/provider.err" &
+PIDS+=($!)
+node wasm/tests/support/plain-server.mjs >"$LOGS/plain" 2>"$LOGS/plain.err" &
+PIDS+=($!)
+wait_line() {
+  for _ in $(seq 1 300); do
+    if grep -q '^listening ' "$1"; then sed -n 's/^listening //p' "$1" | head -n1; return 0; fi
+    sleep 0.1
+  done
+  echo "no listening line in $1:" >&2; cat "$1" "$1.err" >&2; return 1
+}
+RECOVERY_FAULT_URL=$(wait_line "$LOGS/provider")
+RECOVERY_PLAIN_URL=$(wait_line "$LOGS/plain")
+RECOVERY_REFUSED_URL=$(node wasm/tests/support/refused-url.mjs)
+export RECOVERY_FAULT_URL RECOVERY_PLAIN_URL RECOVERY_REFUSED_URL
+echo "provider $RECOVERY_FAULT_URL, plain $RECOVERY_PLAIN_URL, refused $RECOVERY_REFUSED_URL"
+
+step "wasm-bindgen-test in Node"
+cargo test -p recovery-wasm --target wasm32-unknown-unknown
+step "wasm-bindgen-test in headless Chromium (page)"
+WASM_BINDGEN_USE_BROWSER=1 cargo test -p recovery-wasm --target wasm32-unknown-unknown
+step "wasm-bindgen-test in headless Chromium (dedicated worker)"
+WASM_BINDGEN_USE_DEDICATED_WORKER=1 cargo test -p recovery-wasm --target wasm32-unknown-unknown
+
+step "npm package in Node, workerd and Chromium; real SDKs"
+node --test --test-concurrency=1 wasm/tests/node/
+
+step "TypeScript declarations"
+"$ROOT/wasm/node_modules/.bin/tsc" --noEmit -p wasm/tests/types
+echo "tsc: declarations check passed"

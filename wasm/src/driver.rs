@@ -1,0 +1,949 @@
+//! The fetch driver: runs one logical request through the engine.
+//!
+//! Mirrors the tower driver's decisions step for step: every send is begun
+//! through [`Recovery::begin_attempt`]; before commit the attempt's head and
+//! frames are held back and a failed attempt is invisible (status, headers,
+//! bytes); commit happens on the first semantic fragment, at the hold-back
+//! cap, or on terminal proof with no semantic output; after commit a failure
+//! ends the stitched body with a typed error; a final HTTP error is returned
+//! as that response; exactly one terminal event is emitted.
+//!
+//! `fetch` hides where a request failed (connect, send or awaiting the
+//! head): a rejected `fetch()` is a transport failure in phase `unknown`
+//! (acceptance unknown), a rejected `read()` one in phase `streaming`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures_util::future::{Either, select};
+use js_sys::{Array, Function, Object, Reflect, Uint8Array};
+use recovery_core::budget::{AttemptAllowance, RetryBudget};
+use recovery_core::decision::{Action, AdmissionAnswer};
+use recovery_core::engine::Recovery;
+use recovery_core::failure::{EofEvidence, Failure, FailureKind, Phase, Stall, TransportKind};
+use recovery_core::lifecycle::CommitTrigger;
+use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
+use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use recovery_core::retry_after::RetryAfter;
+use recovery_core::safe::request_id_from;
+use recovery_core::timing::{Connectivity, Fraction, Timing};
+use recovery_core::wire::{Limits, ProtocolViolation};
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
+
+use crate::options::{ProtocolChoice, Settings, guess_protocol};
+use crate::platform::{JsConnectivity, JsTiming, get, random_u64};
+
+/// What a `createRecoveringFetch` instance shares between its requests.
+pub(crate) struct Client {
+    pub(crate) settings: Settings,
+    pub(crate) budget: Option<RetryBudget>,
+}
+
+/// One logical request as the wrapper hands it over: the body is already
+/// buffered so it can be replayed.
+pub(crate) struct RequestSpec {
+    pub(crate) fetch: Function,
+    pub(crate) url: String,
+    pub(crate) method: String,
+    /// `[name, value]` pairs.
+    pub(crate) headers: Array,
+    pub(crate) body: Option<Uint8Array>,
+    pub(crate) on_event: Option<Function>,
+    pub(crate) admission: Option<Function>,
+}
+
+/// Caller cancellation: a flag, the in-flight attempt's `AbortController`
+/// (aborted on cancel) and the waker of whoever is waiting.
+#[derive(Default)]
+pub(crate) struct Cancel {
+    cancelled: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+    controller: RefCell<Option<AbortController>>,
+}
+
+impl Cancel {
+    pub(crate) fn cancel(&self) {
+        if self.cancelled.replace(true) {
+            return;
+        }
+        if let Some(c) = self.controller.borrow().as_ref() {
+            c.abort();
+        }
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.get()
+    }
+
+    fn set_controller(&self, c: &AbortController) {
+        *self.controller.borrow_mut() = Some(Clone::clone(c));
+        if self.is_cancelled() {
+            c.abort();
+        }
+    }
+
+    fn abort_current(&self) {
+        if let Some(c) = self.controller.borrow().as_ref() {
+            c.abort();
+        }
+    }
+
+    fn wait(&self) -> CancelWait<'_> {
+        CancelWait(self)
+    }
+}
+
+struct CancelWait<'a>(&'a Cancel);
+
+impl Future for CancelWait<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.is_cancelled() {
+            Poll::Ready(())
+        } else {
+            *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// Races `fut` against cancellation: `None` when cancelled first.
+async fn or_cancel<F: Future>(fut: F, cancel: &Cancel) -> Option<F::Output> {
+    if cancel.is_cancelled() {
+        return None;
+    }
+    match select(pin!(fut), pin!(cancel.wait())).await {
+        Either::Left((v, _)) => Some(v),
+        Either::Right(((), _)) => None,
+    }
+}
+
+/// Races `fut` against an optional timer: `Err(())` when the timer fired.
+async fn or_timeout<F: Future, S: Future<Output = ()>>(
+    fut: F,
+    timer: Option<S>,
+) -> Result<F::Output, ()> {
+    match timer {
+        None => Ok(fut.await),
+        Some(t) => match select(pin!(fut), pin!(t)).await {
+            Either::Left((v, _)) => Ok(v),
+            Either::Right(((), _)) => Err(()),
+        },
+    }
+}
+
+/// The engine, where its events go, and the sensitive evidence.
+pub(crate) struct Shared {
+    pub(crate) engine: Recovery,
+    on_event: Option<Function>,
+    /// The last JS error seen (may carry text from the wire).
+    pub(crate) cause: JsValue,
+    /// The last failed response's status text and headers are not kept:
+    /// the final error response itself is returned to the caller.
+    pub(crate) protocol: ProtocolKind,
+}
+
+pub(crate) type SharedRef = Rc<RefCell<Shared>>;
+
+/// Delivers pending lifecycle events to `onEvent` as plain objects with the
+/// Rust serde field names. The callback runs with no borrow held, so it may
+/// read the report; what it throws is ignored.
+pub(crate) fn flush(shared: &SharedRef) {
+    let (events, callback) = {
+        let mut s = shared.borrow_mut();
+        let events: Vec<_> = s.engine.drain_events().collect();
+        (events, s.on_event.clone())
+    };
+    let Some(callback) = callback else { return };
+    for event in events {
+        if let Ok(json) = serde_json::to_string(&event) {
+            if let Ok(obj) = js_sys::JSON::parse(&json) {
+                let _ = callback.call1(&JsValue::UNDEFINED, &obj);
+            }
+        }
+    }
+}
+
+/// Serializes `value` into a plain JS object (via JSON).
+pub(crate) fn to_js<T: serde::Serialize>(value: &T) -> JsValue {
+    serde_json::to_string(value)
+        .ok()
+        .and_then(|json| js_sys::JSON::parse(&json).ok())
+        .unwrap_or(JsValue::NULL)
+}
+
+/// Marks a promise we do not wait for as handled, so its rejection is not
+/// an unhandled rejection (which ends a Node process).
+fn settle(promise: js_sys::Promise) {
+    drop(JsFuture::from(promise));
+}
+
+fn set(obj: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+/// The rejection value for a request that ended without a response:
+/// `{ message, outcome, report, cause }`; the wrapper turns it into a
+/// `TypeError` (before commit) or a `RecoveryError` (after).
+pub(crate) fn failure_value(shared: &SharedRef, outcome: &Outcome, committed: bool) -> JsValue {
+    let s = shared.borrow();
+    let report = s.engine.report();
+    let obj = Object::new();
+    let mut message = format!(
+        "recovery failed: {outcome} ({} attempt(s)",
+        report.attempt_count()
+    );
+    if let Some(status) = report.last_status() {
+        let _ = write!(message, ", last status {status}");
+    }
+    message.push(')');
+    set(&obj, "message", &JsValue::from_str(&message));
+    set(&obj, "outcome", &to_js(outcome));
+    set(&obj, "report", &to_js(report));
+    set(&obj, "cause", &s.cause);
+    set(&obj, "committed", &JsValue::from_bool(committed));
+    obj.into()
+}
+
+/// Converts fetch `Headers` into an `http::HeaderMap` (invalid entries are
+/// skipped), so the core's header readers are used unchanged.
+fn header_map(headers: &JsValue) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    let Ok(Some(iter)) = js_sys::try_iter(headers) else {
+        return map;
+    };
+    for entry in iter.flatten() {
+        let pair: Array = entry.unchecked_into();
+        let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else {
+            continue;
+        };
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+/// A committed attempt's body, consumed by [`Call::next`](crate::Call).
+pub(crate) struct Live {
+    reader: Option<ReadableStreamDefaultReader>,
+    observer: StreamObserver,
+    held: VecDeque<Uint8Array>,
+    delivered_bytes: u64,
+    /// The engine has ended the request.
+    pub(crate) done: bool,
+    /// A provider error arrived in the last delivered chunk: fail next.
+    failed_after_chunk: Option<Failure>,
+    idle_timeout: Option<Duration>,
+}
+
+/// What a finished attempt hands back.
+pub(crate) enum Resolved {
+    /// Committed: the response head, and the live body kept by the call.
+    Committed(Response, Box<Live>),
+    /// A final HTTP error, returned as that response.
+    ErrorResponse(Response),
+}
+
+enum Attempt {
+    Commit(Response, Box<Live>),
+    Failed(Failure, Option<(Response, AbortController)>),
+    Cancelled(CancelPhase),
+}
+
+fn transport(phase: Phase) -> Failure {
+    Failure::transport(TransportKind::Other, phase)
+}
+
+fn violation_kind(v: ProtocolViolation) -> recovery_core::failure::Violation {
+    use recovery_core::failure::Violation;
+    match v {
+        ProtocolViolation::LineTooLong { .. } | ProtocolViolation::EventTooLarge { .. } => {
+            Violation::LineTooLong
+        }
+        ProtocolViolation::SplicedMessage => Violation::SplicedMessage,
+        ProtocolViolation::TooManyParallelItems => Violation::Sequence,
+        _ => Violation::Malformed,
+    }
+}
+
+fn protocol_failure(v: ProtocolViolation) -> Failure {
+    Failure::new(
+        FailureKind::Protocol {
+            violation: violation_kind(v),
+        },
+        Phase::Decoding,
+    )
+}
+
+fn eof_failure(pending: Option<recovery_core::protocol::PendingAtEof>) -> Failure {
+    Failure::new(
+        FailureKind::UnexpectedEof {
+            eof: EofEvidence {
+                pending_bytes: pending.map_or(0, |p| p.bytes),
+                pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
+            },
+        },
+        Phase::Streaming,
+    )
+}
+
+/// Starts the engine for one logical request.
+pub(crate) fn start_engine(client: &Client, spec: &RequestSpec) -> SharedRef {
+    let policy: RecoveryPolicy = client.settings.policy.clone();
+    let allowance = AttemptAllowance::new(policy.max_attempts().get());
+    let mut engine = Recovery::new(policy, allowance, random_u64(), JsTiming.now())
+        .with_admission_hook(spec.admission.is_some());
+    if let Some(budget) = &client.budget {
+        engine = engine.with_retry_budget(budget.clone());
+    }
+    let protocol = match &client.settings.protocol {
+        ProtocolChoice::Auto => guess_protocol(&spec.url),
+        ProtocolChoice::Fixed(kind) => kind.clone(),
+    };
+    Rc::new(RefCell::new(Shared {
+        engine,
+        on_event: spec.on_event.clone(),
+        cause: JsValue::UNDEFINED,
+        protocol,
+    }))
+}
+
+/// Drives the logical request up to commit, a final HTTP error response, or
+/// a terminal failure (`Err` carries the rejection value).
+pub(crate) async fn drive(
+    spec: &RequestSpec,
+    shared: &SharedRef,
+    cancel: &Cancel,
+) -> Result<Resolved, JsValue> {
+    let timing = JsTiming;
+    let connectivity = JsConnectivity;
+    let policy = shared.borrow().engine.policy().clone();
+    if spec
+        .body
+        .as_ref()
+        .is_some_and(|b| b.length() as usize > policy.replay_body_cap())
+    {
+        shared
+            .borrow_mut()
+            .engine
+            .disable_replay(ReplayDisabled::BodyTooLarge);
+    }
+    let end = |outcome: Outcome| -> Result<Resolved, JsValue> {
+        flush(shared);
+        Err(failure_value(shared, &outcome, false))
+    };
+    loop {
+        let begun = {
+            let r = shared.borrow_mut().engine.begin_attempt(
+                timing.now(),
+                cancel.is_cancelled(),
+                false,
+            );
+            flush(shared);
+            r
+        };
+        if let Err(outcome) = begun {
+            return end(outcome);
+        }
+
+        let (failure, mut error_response) = match run_attempt(spec, shared, cancel, &policy).await {
+            Attempt::Commit(response, live) => return Ok(Resolved::Committed(response, live)),
+            Attempt::Cancelled(phase) => {
+                let outcome = shared.borrow_mut().engine.cancel(timing.now(), phase);
+                return end(outcome);
+            }
+            Attempt::Failed(failure, error_response) => (failure, error_response),
+        };
+
+        let mut action = {
+            let a = shared.borrow_mut().engine.fail(
+                timing.now(),
+                failure.clone(),
+                connectivity.is_online(),
+                timing.jitter(),
+            );
+            flush(shared);
+            a
+        };
+        let release = |resp: &mut Option<(Response, AbortController)>| {
+            // Superseded by a retry: release its connection.
+            if let Some((_, controller)) = resp.take() {
+                controller.abort();
+            }
+        };
+        loop {
+            match action {
+                Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
+                    release(&mut error_response);
+                    if or_cancel(timing.sleep(delay), cancel).await.is_none() {
+                        let outcome = shared
+                            .borrow_mut()
+                            .engine
+                            .cancel(timing.now(), CancelPhase::Waiting);
+                        return end(outcome);
+                    }
+                    break;
+                }
+                Action::ParkUntilOnline => {
+                    if or_cancel(connectivity.wait_until_online(), cancel)
+                        .await
+                        .is_none()
+                    {
+                        release(&mut error_response);
+                        let outcome = shared
+                            .borrow_mut()
+                            .engine
+                            .cancel(timing.now(), CancelPhase::Parked);
+                        return end(outcome);
+                    }
+                    action = shared
+                        .borrow_mut()
+                        .engine
+                        .online_again(timing.now(), timing.jitter());
+                    flush(shared);
+                }
+                Action::AskAdmission => {
+                    let answer = match &spec.admission {
+                        None => Some(AdmissionAnswer::Unresolved),
+                        Some(hook) => {
+                            or_cancel(ask_admission(hook, shared, &failure), cancel).await
+                        }
+                    };
+                    let Some(answer) = answer else {
+                        release(&mut error_response);
+                        let outcome = shared
+                            .borrow_mut()
+                            .engine
+                            .cancel(timing.now(), CancelPhase::Admission);
+                        return end(outcome);
+                    };
+                    action = shared.borrow_mut().engine.admission(
+                        timing.now(),
+                        answer,
+                        connectivity.is_online(),
+                        timing.jitter(),
+                    );
+                    flush(shared);
+                }
+                Action::Fail(outcome) => {
+                    if let Some((response, _)) = error_response.take() {
+                        return Ok(Resolved::ErrorResponse(response));
+                    }
+                    return end(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Calls the admission hook with `{ logicalId, nextAttempt, failure }`; it
+/// may answer `"allow"`, `"reject"`, `true`/`false` or a promise of those.
+/// Anything else (or a throw) is `unresolved`: pending is not approval.
+async fn ask_admission(hook: &Function, shared: &SharedRef, failure: &Failure) -> AdmissionAnswer {
+    let ctx = Object::new();
+    {
+        let s = shared.borrow();
+        set(&ctx, "logicalId", &JsValue::from_str(s.engine.logical_id()));
+        set(
+            &ctx,
+            "nextAttempt",
+            &JsValue::from(s.engine.wire_attempt() + 1),
+        );
+    }
+    set(&ctx, "failure", &to_js(failure));
+    let Ok(value) = hook.call1(&JsValue::UNDEFINED, &ctx) else {
+        return AdmissionAnswer::Unresolved;
+    };
+    let value = match value.dyn_into::<js_sys::Promise>() {
+        Ok(p) => match JsFuture::from(p).await {
+            Ok(v) => v,
+            Err(_) => return AdmissionAnswer::Unresolved,
+        },
+        Err(v) => v,
+    };
+    match (value.as_bool(), value.as_string().as_deref()) {
+        (Some(true), _) | (_, Some("allow")) => AdmissionAnswer::Allow,
+        (Some(false), _) | (_, Some("reject")) => AdmissionAnswer::Reject,
+        _ => AdmissionAnswer::Unresolved,
+    }
+}
+
+fn observer_for(
+    protocol: &ProtocolKind,
+    content_type: Option<&str>,
+    policy: &RecoveryPolicy,
+) -> StreamObserver {
+    let config = ObserverConfig {
+        limits: Limits::default(),
+        ..ObserverConfig::default()
+    };
+    let _ = policy;
+    let ct = content_type.unwrap_or("").to_ascii_lowercase();
+    if ct.contains("json") && !ct.contains("ndjson") && !ct.contains("jsonl") {
+        StreamObserver::non_streaming(protocol.clone(), config)
+    } else {
+        StreamObserver::with_config(protocol.clone(), config)
+    }
+}
+
+/// Reads one chunk: `Ok(Some(bytes))`, `Ok(None)` at the end, `Err(js)`
+/// when the read rejected.
+async fn read_chunk(reader: &ReadableStreamDefaultReader) -> Result<Option<Uint8Array>, JsValue> {
+    let result: ReadableStreamReadResult = JsFuture::from(reader.read()).await?.unchecked_into();
+    if result.get_done().unwrap_or(false) {
+        return Ok(None);
+    }
+    let value = result.get_value();
+    Ok(Some(if value.is_instance_of::<Uint8Array>() {
+        value.unchecked_into()
+    } else {
+        Uint8Array::new(&value)
+    }))
+}
+
+/// Feeds a chunk to the observer without copying it twice.
+fn feed(observer: &mut StreamObserver, chunk: &Uint8Array) -> Result<(), ProtocolViolation> {
+    let bytes = chunk.to_vec();
+    observer.feed(&bytes).map(|_| ())
+}
+
+/// One physical attempt, up to commit or failure.
+async fn run_attempt(
+    spec: &RequestSpec,
+    shared: &SharedRef,
+    cancel: &Cancel,
+    policy: &RecoveryPolicy,
+) -> Attempt {
+    let timing = JsTiming;
+    let Ok(controller) = AbortController::new() else {
+        return Attempt::Failed(transport(Phase::Unknown), None);
+    };
+    cancel.set_controller(&controller);
+    if cancel.is_cancelled() {
+        return Attempt::Cancelled(CancelPhase::Sending);
+    }
+    let init = Object::new();
+    set(&init, "method", &JsValue::from_str(&spec.method));
+    set(&init, "headers", &spec.headers);
+    if let Some(body) = &spec.body {
+        set(&init, "body", body);
+    }
+    set(&init, "redirect", &JsValue::from_str("manual"));
+    set(&init, "signal", &controller.signal());
+
+    let promise = match spec
+        .fetch
+        .call2(&js_sys::global(), &JsValue::from_str(&spec.url), &init)
+    {
+        Ok(p) => js_sys::Promise::resolve(&p),
+        Err(e) => js_sys::Promise::reject(&e),
+    };
+    let head_timer = policy.head_timeout().map(|d| timing.sleep(d));
+    let response = match or_cancel(or_timeout(JsFuture::from(promise), head_timer), cancel).await {
+        None => return Attempt::Cancelled(CancelPhase::AwaitingHead),
+        Some(Err(())) => {
+            controller.abort();
+            return Attempt::Failed(
+                Failure::new(
+                    FailureKind::Timeout { stall: Stall::Head },
+                    Phase::AwaitingHeaders,
+                ),
+                None,
+            );
+        }
+        Some(Ok(Err(e))) => {
+            if cancel.is_cancelled() {
+                return Attempt::Cancelled(CancelPhase::AwaitingHead);
+            }
+            shared.borrow_mut().cause = e;
+            return Attempt::Failed(transport(Phase::Unknown), None);
+        }
+        Some(Ok(Ok(r))) => r.unchecked_into::<Response>(),
+    };
+
+    let headers = header_map(&response.headers());
+    let status = response.status();
+    let opaque_redirect = get(&response, "type").as_string().as_deref() == Some("opaqueredirect");
+    {
+        shared
+            .borrow_mut()
+            .engine
+            .head_received(timing.now(), status, request_id_from(&headers));
+        flush(shared);
+    }
+
+    if opaque_redirect || !(200..300).contains(&status) {
+        // Classify from (a capped part of) a clone of the error body; keep
+        // the original untouched in case it is the final answer.
+        let mut error_body = Vec::new();
+        if !opaque_redirect {
+            if let Ok(probe) = response.clone() {
+                if let Some(stream) = probe.body() {
+                    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+                    let cap = policy.evidence_cap();
+                    while error_body.len() < cap {
+                        match or_cancel(read_chunk(&reader), cancel).await {
+                            None => return Attempt::Cancelled(CancelPhase::Streaming),
+                            Some(Ok(Some(chunk))) => {
+                                let bytes = chunk.to_vec();
+                                let room = cap - error_body.len();
+                                error_body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                            }
+                            Some(Ok(None) | Err(_)) => break,
+                        }
+                    }
+                    settle(reader.cancel());
+                }
+            }
+        }
+        let retry_after = RetryAfter::from_headers(&headers, timing.wall_now());
+        let should_retry = headers
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| match v.trim() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            });
+        let mut failure = if opaque_redirect {
+            // The browser hides the redirect's status: status 0, kind redirect.
+            let mut f = Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
+            f.acceptance = recovery_core::failure::Acceptance::Yes;
+            f.status = Some(status);
+            f
+        } else {
+            Failure::status(status, retry_after, should_retry)
+        };
+        if !(300..400).contains(&status) && !opaque_redirect {
+            let protocol = shared.borrow().protocol.clone();
+            if let Some(error) =
+                recovery_core::protocol::classify_error_body(&protocol, Some(status), &error_body)
+            {
+                failure.kind = FailureKind::Provider { error };
+            }
+        }
+        return Attempt::Failed(failure, Some((response, controller)));
+    }
+
+    // A 2xx: stream until commit, holding the prefix back.
+    let protocol = shared.borrow().protocol.clone();
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let mut observer = observer_for(&protocol, content_type, policy);
+    let reader: Option<ReadableStreamDefaultReader> =
+        response.body().map(|s| s.get_reader().unchecked_into());
+    let mut held: VecDeque<Uint8Array> = VecDeque::new();
+    let mut held_bytes = 0usize;
+    let mut idle = policy.idle_timeout().map(|d| Box::pin(timing.sleep(d)));
+    // Time to the first semantic fragment; commit ends it (as in tower).
+    let mut progress_timer = policy.progress_timeout().map(|d| Box::pin(timing.sleep(d)));
+    let fail_with = |failure: Failure, observer: &StreamObserver| {
+        controller.abort();
+        Attempt::Failed(
+            failure
+                .with_progress(*observer.progress())
+                .with_status(status),
+            None,
+        )
+    };
+    loop {
+        let next = match &reader {
+            None => Ok(Ok(None)),
+            Some(reader) => {
+                let watchdog = async {
+                    match (&mut idle, &mut progress_timer) {
+                        (None, None) => std::future::pending::<Stall>().await,
+                        (Some(i), None) => {
+                            i.await;
+                            Stall::Idle
+                        }
+                        (None, Some(p)) => {
+                            p.await;
+                            Stall::Progress
+                        }
+                        (Some(i), Some(p)) => match select(i, p).await {
+                            Either::Left(_) => Stall::Idle,
+                            Either::Right(_) => Stall::Progress,
+                        },
+                    }
+                };
+                match or_cancel(select(pin!(read_chunk(reader)), pin!(watchdog)), cancel).await {
+                    None => return Attempt::Cancelled(CancelPhase::Streaming),
+                    Some(Either::Left((r, _))) => Ok(r),
+                    Some(Either::Right((stall, _))) => Err(stall),
+                }
+            }
+        };
+        match next {
+            Err(stall) => {
+                return fail_with(
+                    Failure::new(FailureKind::Timeout { stall }, Phase::Streaming),
+                    &observer,
+                );
+            }
+            Ok(Err(e)) => {
+                if cancel.is_cancelled() {
+                    return Attempt::Cancelled(CancelPhase::Streaming);
+                }
+                shared.borrow_mut().cause = e;
+                return fail_with(transport(Phase::Streaming), &observer);
+            }
+            Ok(Ok(Some(chunk))) => {
+                if let Some(d) = policy.idle_timeout() {
+                    idle = Some(Box::pin(timing.sleep(d)));
+                }
+                let fed = feed(&mut observer, &chunk);
+                held_bytes += chunk.length() as usize;
+                held.push_back(chunk);
+                shared
+                    .borrow_mut()
+                    .engine
+                    .record_progress(*observer.progress());
+                if let Err(v) = fed {
+                    return fail_with(protocol_failure(v), &observer);
+                }
+                if let Some(error) = observer.provider_error() {
+                    let error = error.clone();
+                    return fail_with(
+                        Failure::new(FailureKind::Provider { error }, Phase::Streaming),
+                        &observer,
+                    );
+                }
+                let trigger = if observer.progress().semantic_observed() {
+                    Some(CommitTrigger::Semantic)
+                } else if observer.terminal().is_some() {
+                    Some(CommitTrigger::Terminal)
+                } else if held_bytes > policy.holdback_cap() {
+                    Some(CommitTrigger::HoldbackCap)
+                } else {
+                    None
+                };
+                if let Some(trigger) = trigger {
+                    shared.borrow_mut().engine.commit(timing.now(), trigger);
+                    flush(shared);
+                    let live = Live {
+                        reader,
+                        observer,
+                        held,
+                        delivered_bytes: 0,
+                        done: false,
+                        failed_after_chunk: None,
+                        idle_timeout: policy.idle_timeout(),
+                    };
+                    return Attempt::Commit(response, Box::new(live));
+                }
+            }
+            Ok(Ok(None)) => {
+                // Ended before commit: proof with no semantic output is an
+                // (empty) answer; anything else is a failure of this attempt.
+                return match observer.finish() {
+                    EndOfStream::Success { .. } | EndOfStream::Unsuccessful { .. } => {
+                        shared
+                            .borrow_mut()
+                            .engine
+                            .commit(timing.now(), CommitTrigger::Terminal);
+                        flush(shared);
+                        let live = Live {
+                            reader: None,
+                            observer,
+                            held,
+                            delivered_bytes: 0,
+                            done: false,
+                            failed_after_chunk: None,
+                            idle_timeout: None,
+                        };
+                        Attempt::Commit(response, Box::new(live))
+                    }
+                    EndOfStream::ProviderError { error } => fail_with(
+                        Failure::new(FailureKind::Provider { error }, Phase::Streaming),
+                        &observer,
+                    ),
+                    EndOfStream::Violation { violation } => {
+                        fail_with(protocol_failure(violation), &observer)
+                    }
+                    EndOfStream::UnexpectedEof { pending } => {
+                        fail_with(eof_failure(pending), &observer)
+                    }
+                };
+            }
+        }
+    }
+}
+
+/// The committed body's next chunk: `Ok(Some)` bytes, `Ok(None)` at the
+/// end with proof, `Err` the rejection value of a failure after commit.
+pub(crate) async fn next_chunk(
+    live: &mut Live,
+    shared: &SharedRef,
+    cancel: &Cancel,
+) -> Result<Option<Uint8Array>, JsValue> {
+    let timing = JsTiming;
+    if live.done {
+        return Ok(None);
+    }
+    if let Some(chunk) = live.held.pop_front() {
+        deliver(live, shared, &chunk);
+        return Ok(Some(chunk));
+    }
+    if let Some(failure) = live.failed_after_chunk.take() {
+        return Err(fail_live(live, shared, cancel, failure));
+    }
+    if cancel.is_cancelled() {
+        cancel_live(live, shared);
+        return Ok(None);
+    }
+    let Some(reader) = live.reader.clone() else {
+        return end_live(live, shared, cancel);
+    };
+    let idle = live.idle_timeout.map(|d| timing.sleep(d));
+    let Some(read) = or_cancel(or_timeout(read_chunk(&reader), idle), cancel).await else {
+        cancel_live(live, shared);
+        return Ok(None);
+    };
+    match read {
+        Err(()) => Err(fail_live(
+            live,
+            shared,
+            cancel,
+            Failure::new(
+                FailureKind::Timeout { stall: Stall::Idle },
+                Phase::Streaming,
+            ),
+        )),
+        Ok(Err(e)) => {
+            if cancel.is_cancelled() {
+                cancel_live(live, shared);
+                return Ok(None);
+            }
+            shared.borrow_mut().cause = e;
+            Err(fail_live(live, shared, cancel, transport(Phase::Streaming)))
+        }
+        Ok(Ok(None)) => {
+            live.reader = None;
+            end_live(live, shared, cancel)
+        }
+        Ok(Ok(Some(chunk))) => {
+            if let Err(v) = feed(&mut live.observer, &chunk) {
+                return Err(fail_live(live, shared, cancel, protocol_failure(v)));
+            }
+            if let Some(error) = live.observer.provider_error() {
+                live.failed_after_chunk = Some(Failure::new(
+                    FailureKind::Provider {
+                        error: error.clone(),
+                    },
+                    Phase::Streaming,
+                ));
+            }
+            deliver(live, shared, &chunk);
+            Ok(Some(chunk))
+        }
+    }
+}
+
+fn deliver(live: &mut Live, shared: &SharedRef, chunk: &Uint8Array) {
+    live.delivered_bytes += u64::from(chunk.length());
+    let mut progress = *live.observer.progress();
+    progress.deliver_observed();
+    progress.delivered_bytes = live.delivered_bytes;
+    shared.borrow_mut().engine.record_progress(progress);
+}
+
+fn end_live(
+    live: &mut Live,
+    shared: &SharedRef,
+    cancel: &Cancel,
+) -> Result<Option<Uint8Array>, JsValue> {
+    match live.observer.finish() {
+        EndOfStream::Success { proof } => {
+            live.done = true;
+            let mut progress = *live.observer.progress();
+            progress.deliver_observed();
+            progress.delivered_bytes = live.delivered_bytes;
+            shared
+                .borrow_mut()
+                .engine
+                .succeed(JsTiming.now(), proof, progress);
+            flush(shared);
+            Ok(None)
+        }
+        EndOfStream::Unsuccessful { reason } => Err(fail_live(
+            live,
+            shared,
+            cancel,
+            Failure::new(FailureKind::Unsuccessful { reason }, Phase::Streaming),
+        )),
+        EndOfStream::Violation { violation } => {
+            Err(fail_live(live, shared, cancel, protocol_failure(violation)))
+        }
+        EndOfStream::ProviderError { .. } => Err(fail_live(
+            live,
+            shared,
+            cancel,
+            eof_failure(live.observer.pending_at_eof()),
+        )),
+        EndOfStream::UnexpectedEof { pending } => {
+            Err(fail_live(live, shared, cancel, eof_failure(pending)))
+        }
+    }
+}
+
+/// A failure after commit: only a resume could continue, and this driver
+/// does not resume, so it ends the request with the engine's outcome.
+fn fail_live(live: &mut Live, shared: &SharedRef, cancel: &Cancel, failure: Failure) -> JsValue {
+    live.done = true;
+    cancel.abort_current();
+    if let Some(reader) = live.reader.take() {
+        settle(reader.cancel());
+    }
+    let mut progress = *live.observer.progress();
+    progress.deliver_observed();
+    progress.delivered_bytes = live.delivered_bytes;
+    let now = JsTiming.now();
+    let outcome = {
+        let mut s = shared.borrow_mut();
+        match s
+            .engine
+            .fail(now, failure.with_progress(progress), true, Fraction::ZERO)
+        {
+            Action::Fail(o) => o,
+            _ => s.engine.cancel(now, CancelPhase::Streaming),
+        }
+    };
+    flush(shared);
+    failure_value(shared, &outcome, true)
+}
+
+/// The consumer cancelled the committed body.
+pub(crate) fn cancel_live(live: &mut Live, shared: &SharedRef) {
+    if live.done {
+        return;
+    }
+    live.done = true;
+    if let Some(reader) = live.reader.take() {
+        settle(reader.cancel());
+    }
+    shared
+        .borrow_mut()
+        .engine
+        .cancel(JsTiming.now(), CancelPhase::Streaming);
+    flush(shared);
+}

@@ -1,0 +1,536 @@
+//! The npm options object, validated into a policy and driver settings.
+//!
+//! The JS wrapper passes the options as JSON (functions and the signal are
+//! handed over separately). Every knob mirrors [`RecoveryPolicy`]'s builder
+//! in camelCase with durations in milliseconds; an unknown key, a wrong type
+//! or an out-of-range value is a typed [`OptionsError`] naming the field,
+//! never a silent default.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use recovery_core::budget::RetryBudgetConfig;
+use recovery_core::failure::Category;
+use recovery_core::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
+use recovery_core::protocol::{ProtocolKind, SseTerminal};
+use serde::Deserialize;
+
+/// Why an options object was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    /// The JSON did not have the expected shape (unknown key, wrong type).
+    Shape(String),
+    /// A value of `field` is out of range.
+    Range {
+        /// The camelCase option name.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The policy builder refused the combination.
+    Policy(PolicyError),
+}
+
+impl OptionsError {
+    /// Whether the error is about a value's range (`RangeError` in JS)
+    /// rather than its type (`TypeError`).
+    pub fn is_range(&self) -> bool {
+        !matches!(self, OptionsError::Shape(_))
+    }
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::Shape(m) => write!(f, "invalid recovery options: {m}"),
+            OptionsError::Range { field, reason } => {
+                write!(f, "invalid recovery option `{field}`: {reason}")
+            }
+            OptionsError::Policy(e) => write!(f, "invalid recovery policy: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+/// `protocol` in the options: a name, or `auto` (guess from the URL path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolChoice {
+    /// Guess per request from the URL path (see [`guess_protocol`]).
+    Auto,
+    /// Always this protocol.
+    Fixed(ProtocolKind),
+}
+
+/// The generic SSE terminal: `{ "data": "[DONE]" }` or `{ "event": "end" }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SseTerminalJson {
+    data: Option<String>,
+    event: Option<String>,
+}
+
+/// The cross-request retry budget options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RetryBudgetJson {
+    ttl_ms: Option<f64>,
+    min_retries_per_sec: Option<u32>,
+    percent: Option<f64>,
+}
+
+/// The options object as JSON. Absent keys keep the policy defaults;
+/// `null` for `budgetMs`/`deadlineMs`/timeouts means "none".
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OptionsJson {
+    max_attempts: Option<u32>,
+    backoff_base_ms: Option<f64>,
+    backoff_ceiling_ms: Option<f64>,
+    #[serde(default)]
+    budget_ms: Nullable<f64>,
+    #[serde(default)]
+    deadline_ms: Nullable<f64>,
+    retryable_statuses: Option<Vec<u16>>,
+    retryable_categories: Option<Vec<Category>>,
+    retry_after_ceiling_ms: Option<f64>,
+    over_ceiling: Option<OverCeiling>,
+    replay_body_cap: Option<f64>,
+    holdback_cap: Option<f64>,
+    evidence_cap: Option<f64>,
+    max_resumes: Option<u32>,
+    endpoint: Option<Endpoint>,
+    #[serde(default)]
+    idle_timeout_ms: Nullable<f64>,
+    #[serde(default)]
+    progress_timeout_ms: Nullable<f64>,
+    #[serde(default)]
+    head_timeout_ms: Nullable<f64>,
+    protocol: Option<String>,
+    sse_terminal: Option<SseTerminalJson>,
+    #[serde(default)]
+    retry_budget: Nullable<RetryBudgetJson>,
+    /// Set by the wrapper when an `admission` function was given.
+    admission_hook: Option<bool>,
+}
+
+/// A key that may be absent (keep the default), `null` (none) or a value.
+#[derive(Debug, Clone, Default)]
+enum Nullable<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Option::<T>::deserialize(d)? {
+            None => Nullable::Null,
+            Some(v) => Nullable::Value(v),
+        })
+    }
+}
+
+impl<T> Nullable<T> {
+    /// `None` when absent, else `Some(None | Some(value))` after `f`.
+    #[allow(clippy::option_option)]
+    fn map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Option<Option<U>>, E> {
+        Ok(match self {
+            Nullable::Absent => None,
+            Nullable::Null => Some(None),
+            Nullable::Value(v) => Some(Some(f(v)?)),
+        })
+    }
+}
+
+/// Validated settings of one `createRecoveringFetch` instance.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The policy every request of this instance runs under.
+    pub policy: RecoveryPolicy,
+    /// Which protocol the bodies speak.
+    pub protocol: ProtocolChoice,
+    /// The cross-request retry budget, if enabled.
+    pub retry_budget: Option<RetryBudgetConfig>,
+    /// Whether an admission hook is installed.
+    pub admission_hook: bool,
+}
+
+/// Largest millisecond value accepted for a duration (about 285 years).
+const MAX_MS: f64 = 9.0e12;
+
+fn millis(field: &'static str, ms: f64) -> Result<Duration, OptionsError> {
+    if !ms.is_finite() || !(0.0..=MAX_MS).contains(&ms) {
+        return Err(OptionsError::Range {
+            field,
+            reason: format!("{ms} is not a duration in milliseconds (0 to {MAX_MS})"),
+        });
+    }
+    Ok(Duration::from_micros((ms * 1000.0).round() as u64))
+}
+
+fn positive_millis(field: &'static str, ms: f64) -> Result<Duration, OptionsError> {
+    let d = millis(field, ms)?;
+    if d.is_zero() {
+        return Err(OptionsError::Range {
+            field,
+            reason: "must be greater than zero".into(),
+        });
+    }
+    Ok(d)
+}
+
+fn bytes(field: &'static str, n: f64) -> Result<usize, OptionsError> {
+    if !n.is_finite() || n.fract() != 0.0 || !(0.0..=4_294_967_295.0).contains(&n) {
+        return Err(OptionsError::Range {
+            field,
+            reason: format!("{n} is not a whole number of bytes (0 to 2^32-1)"),
+        });
+    }
+    Ok(n as usize)
+}
+
+/// `None`: keep the default; `Some(None)`: none; `Some(Some(d))`: `d`.
+#[allow(clippy::option_option)]
+fn opt_millis(
+    field: &'static str,
+    v: Nullable<f64>,
+) -> Result<Option<Option<Duration>>, OptionsError> {
+    v.map(|ms| positive_millis(field, ms))
+}
+
+/// Parses the protocol name, `auto`, or fails naming the field.
+pub fn parse_protocol(
+    name: &str,
+    terminal: Option<SseTerminal>,
+) -> Result<ProtocolChoice, OptionsError> {
+    if name.trim().eq_ignore_ascii_case("auto") {
+        return Ok(ProtocolChoice::Auto);
+    }
+    let kind: ProtocolKind = name.parse().map_err(|_| OptionsError::Range {
+        field: "protocol",
+        reason: format!(
+            "unknown protocol {name:?} (auto, openai-chat, openai-responses, anthropic, gemini, ollama, sse)"
+        ),
+    })?;
+    Ok(ProtocolChoice::Fixed(match kind {
+        ProtocolKind::Sse { .. } => ProtocolKind::Sse {
+            terminal_sentinel: terminal,
+        },
+        other => other,
+    }))
+}
+
+/// Guesses the protocol from a request URL's path; OpenAI Chat when unsure.
+pub fn guess_protocol(url: &str) -> ProtocolKind {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    if path.ends_with("/messages") {
+        ProtocolKind::Anthropic
+    } else if path.ends_with("/responses") || path.contains("/responses/") {
+        ProtocolKind::OpenAiResponses
+    } else if path.contains(":streamGenerateContent") || path.contains(":generateContent") {
+        ProtocolKind::Gemini
+    } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
+        ProtocolKind::Ollama
+    } else {
+        ProtocolKind::OpenAiChat
+    }
+}
+
+impl Settings {
+    /// Validates the JSON form of the options.
+    pub fn from_json(json: &str) -> Result<Settings, OptionsError> {
+        let o: OptionsJson =
+            serde_json::from_str(json).map_err(|e| OptionsError::Shape(e.to_string()))?;
+        let mut b = RecoveryPolicy::builder();
+        if let Some(n) = o.max_attempts {
+            let n = NonZeroU32::new(n).ok_or(OptionsError::Range {
+                field: "maxAttempts",
+                reason: "must be at least 1 (the first send counts)".into(),
+            })?;
+            b = b.max_attempts(n);
+        }
+        if o.backoff_base_ms.is_some() || o.backoff_ceiling_ms.is_some() {
+            let defaults = RecoveryPolicy::default();
+            let base = o
+                .backoff_base_ms
+                .map(|ms| positive_millis("backoffBaseMs", ms))
+                .transpose()?
+                .unwrap_or(defaults.backoff_base());
+            let ceiling = o
+                .backoff_ceiling_ms
+                .map(|ms| positive_millis("backoffCeilingMs", ms))
+                .transpose()?
+                .unwrap_or(defaults.backoff_ceiling().max(base));
+            b = b.backoff(base, ceiling);
+        }
+        if let Some(budget) = opt_millis("budgetMs", o.budget_ms)? {
+            b = b.budget(budget);
+        }
+        if let Some(deadline) = opt_millis("deadlineMs", o.deadline_ms)? {
+            b = b.deadline(deadline);
+        }
+        if let Some(statuses) = o.retryable_statuses {
+            b = b.retryable_statuses(statuses);
+        }
+        if let Some(categories) = o.retryable_categories {
+            b = b.retryable_categories(categories);
+        }
+        if o.retry_after_ceiling_ms.is_some() || o.over_ceiling.is_some() {
+            let defaults = RecoveryPolicy::default();
+            let ceiling = o
+                .retry_after_ceiling_ms
+                .map(|ms| millis("retryAfterCeilingMs", ms))
+                .transpose()?
+                .unwrap_or(defaults.retry_after_ceiling());
+            b = b.retry_after_ceiling(ceiling, o.over_ceiling.unwrap_or_default());
+        }
+        if let Some(n) = o.replay_body_cap {
+            b = b.replay_body_cap(bytes("replayBodyCap", n)?);
+        }
+        if let Some(n) = o.holdback_cap {
+            b = b.holdback_cap(bytes("holdbackCap", n)?);
+        }
+        if let Some(n) = o.evidence_cap {
+            b = b.evidence_cap(bytes("evidenceCap", n)?);
+        }
+        if let Some(n) = o.max_resumes {
+            b = b.max_resumes(n);
+        }
+        if let Some(e) = o.endpoint {
+            b = b.endpoint(e);
+        }
+        if let Some(t) = opt_millis("idleTimeoutMs", o.idle_timeout_ms)? {
+            b = b.idle_timeout(t);
+        }
+        if let Some(t) = opt_millis("progressTimeoutMs", o.progress_timeout_ms)? {
+            b = b.progress_timeout(t);
+        }
+        if let Some(t) = opt_millis("headTimeoutMs", o.head_timeout_ms)? {
+            b = b.head_timeout(t);
+        }
+        let policy = b.build().map_err(OptionsError::Policy)?;
+        let terminal = match o.sse_terminal {
+            None => None,
+            Some(SseTerminalJson {
+                data: Some(d),
+                event: None,
+            }) => Some(SseTerminal::Data(d)),
+            Some(SseTerminalJson {
+                data: None,
+                event: Some(e),
+            }) => Some(SseTerminal::Event(e)),
+            Some(_) => {
+                return Err(OptionsError::Range {
+                    field: "sseTerminal",
+                    reason: "give exactly one of `data` or `event`".into(),
+                });
+            }
+        };
+        let protocol = match o.protocol.as_deref() {
+            None => ProtocolChoice::Auto,
+            Some(name) => parse_protocol(name, terminal.clone())?,
+        };
+        if terminal.is_some()
+            && !matches!(protocol, ProtocolChoice::Fixed(ProtocolKind::Sse { .. }))
+        {
+            return Err(OptionsError::Range {
+                field: "sseTerminal",
+                reason: "only applies with protocol \"sse\"".into(),
+            });
+        }
+        let retry_budget = match o.retry_budget {
+            Nullable::Absent | Nullable::Null => None,
+            Nullable::Value(rb) => {
+                let defaults = RetryBudgetConfig::default();
+                let percent = rb.percent.unwrap_or(defaults.percent);
+                if !percent.is_finite() || !(0.0..=10.0).contains(&percent) {
+                    return Err(OptionsError::Range {
+                        field: "retryBudget.percent",
+                        reason: format!("{percent} is not a fraction between 0 and 10"),
+                    });
+                }
+                let ttl = rb
+                    .ttl_ms
+                    .map(|ms| millis("retryBudget.ttlMs", ms))
+                    .transpose()?
+                    .unwrap_or(defaults.ttl);
+                if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&ttl) {
+                    return Err(OptionsError::Range {
+                        field: "retryBudget.ttlMs",
+                        reason: "must be between 1000 and 60000".into(),
+                    });
+                }
+                Some(RetryBudgetConfig {
+                    ttl,
+                    min_retries_per_sec: rb
+                        .min_retries_per_sec
+                        .unwrap_or(defaults.min_retries_per_sec),
+                    percent,
+                })
+            }
+        };
+        Ok(Settings {
+            policy,
+            protocol,
+            retry_budget,
+            admission_hook: o.admission_hook.unwrap_or(false),
+        })
+    }
+}
+
+/// Largest delay a JS timer honours: browsers store it as a signed 32-bit
+/// integer and fire at once above it; Node warns and uses 1 ms.
+pub const MAX_TIMER_MS: u32 = (1 << 31) - 1;
+
+/// A delay as whole milliseconds for `setTimeout`: rounded up (never wake
+/// before the engine's delay) and clamped to [`MAX_TIMER_MS`].
+pub fn timer_millis(d: Duration) -> u32 {
+    let ms = d.as_micros().div_ceil(1000);
+    u32::try_from(ms).map_or(MAX_TIMER_MS, |ms| ms.min(MAX_TIMER_MS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_options_are_the_policy_defaults() {
+        let s = Settings::from_json("{}").unwrap();
+        assert_eq!(s.policy, RecoveryPolicy::default());
+        assert_eq!(s.protocol, ProtocolChoice::Auto);
+        assert!(s.retry_budget.is_none());
+        assert!(!s.admission_hook);
+    }
+
+    #[test]
+    fn every_knob_maps_onto_the_builder() {
+        let s = Settings::from_json(
+            r#"{"maxAttempts":5,"backoffBaseMs":100,"backoffCeilingMs":2000,"budgetMs":null,
+                "deadlineMs":30000,"retryableStatuses":[503,429],"retryableCategories":["transport","http"],
+                "retryAfterCeilingMs":5000,"overCeiling":"backoff","replayBodyCap":1024,"holdbackCap":2048,
+                "evidenceCap":512,"maxResumes":0,"endpoint":"local","idleTimeoutMs":1500,
+                "progressTimeoutMs":null,"headTimeoutMs":900,"protocol":"anthropic",
+                "retryBudget":{"ttlMs":5000,"minRetriesPerSec":2,"percent":0.2},"admissionHook":true}"#,
+        )
+        .unwrap();
+        let p = &s.policy;
+        assert_eq!(p.max_attempts().get(), 5);
+        assert_eq!(p.backoff_base(), Duration::from_millis(100));
+        assert_eq!(p.backoff_ceiling(), Duration::from_secs(2));
+        assert_eq!(p.budget(), None);
+        assert_eq!(p.deadline(), Some(Duration::from_secs(30)));
+        assert_eq!(p.retryable_statuses(), &[429, 503]);
+        assert!(p.categories().transport && p.categories().http);
+        assert!(!p.categories().client_timeout && !p.categories().provider_response);
+        assert_eq!(p.retry_after_ceiling(), Duration::from_secs(5));
+        assert_eq!(p.over_ceiling(), OverCeiling::Backoff);
+        assert_eq!(p.replay_body_cap(), 1024);
+        assert_eq!(p.holdback_cap(), 2048);
+        assert_eq!(p.evidence_cap(), 512);
+        assert_eq!(p.max_resumes(), 0);
+        assert_eq!(p.endpoint(), Endpoint::Local);
+        assert_eq!(p.idle_timeout(), Some(Duration::from_millis(1500)));
+        assert_eq!(p.progress_timeout(), None);
+        assert_eq!(p.head_timeout(), Some(Duration::from_millis(900)));
+        assert_eq!(s.protocol, ProtocolChoice::Fixed(ProtocolKind::Anthropic));
+        let rb = s.retry_budget.unwrap();
+        assert_eq!(rb.ttl, Duration::from_secs(5));
+        assert_eq!(rb.min_retries_per_sec, 2);
+        assert!((rb.percent - 0.2).abs() < 1e-12);
+        assert!(s.admission_hook);
+    }
+
+    #[test]
+    fn bad_input_is_a_typed_error_naming_the_field() {
+        let cases: &[(&str, &str)] = &[
+            (r#"{"maxAttempts":0}"#, "maxAttempts"),
+            (r#"{"backoffBaseMs":-1}"#, "backoffBaseMs"),
+            (r#"{"backoffBaseMs":0}"#, "backoffBaseMs"),
+            (r#"{"headTimeoutMs":0}"#, "headTimeoutMs"),
+            (r#"{"holdbackCap":1.5}"#, "holdbackCap"),
+            (r#"{"protocol":"smtp"}"#, "protocol"),
+            (r#"{"sseTerminal":{"data":"[DONE]"}}"#, "sseTerminal"),
+            (r#"{"retryBudget":{"percent":11}}"#, "retryBudget.percent"),
+            (r#"{"retryBudget":{"ttlMs":100}}"#, "retryBudget.ttlMs"),
+        ];
+        for (json, field) in cases {
+            match Settings::from_json(json) {
+                Err(OptionsError::Range { field: f, .. }) => assert_eq!(f, *field, "{json}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+        for json in [
+            r#"{"maxAttempt":3}"#,
+            r#"{"maxAttempts":"3"}"#,
+            r#"{"retryableCategories":["protocoll"]}"#,
+            "[]",
+            "nope",
+        ] {
+            let e = Settings::from_json(json).unwrap_err();
+            assert!(matches!(e, OptionsError::Shape(_)), "{json}: {e:?}");
+            assert!(!e.is_range());
+        }
+        assert_eq!(
+            Settings::from_json(r#"{"retryableStatuses":[401]}"#).unwrap_err(),
+            OptionsError::Policy(PolicyError::InvalidStatus(401))
+        );
+        assert_eq!(
+            Settings::from_json(r#"{"backoffBaseMs":2000,"backoffCeilingMs":1000}"#).unwrap_err(),
+            OptionsError::Policy(PolicyError::CeilingBelowBase)
+        );
+        assert!(Settings::from_json(r#"{"retryableCategories":["protocol"]}"#).is_err());
+    }
+
+    #[test]
+    fn sse_terminal_goes_with_the_generic_protocol() {
+        let s = Settings::from_json(r#"{"protocol":"sse","sseTerminal":{"event":"end"}}"#).unwrap();
+        assert_eq!(
+            s.protocol,
+            ProtocolChoice::Fixed(ProtocolKind::Sse {
+                terminal_sentinel: Some(SseTerminal::Event("end".into()))
+            })
+        );
+        assert!(Settings::from_json(r#"{"protocol":"sse","sseTerminal":{}}"#).is_err());
+    }
+
+    #[test]
+    fn protocol_is_guessed_from_the_path() {
+        assert_eq!(
+            guess_protocol("http://h/v1/messages"),
+            ProtocolKind::Anthropic
+        );
+        assert_eq!(
+            guess_protocol("http://h/v1/responses?x=1"),
+            ProtocolKind::OpenAiResponses
+        );
+        assert_eq!(
+            guess_protocol("http://h/v1beta/models/g:streamGenerateContent?alt=sse"),
+            ProtocolKind::Gemini
+        );
+        assert_eq!(guess_protocol("http://h/api/chat"), ProtocolKind::Ollama);
+        assert_eq!(
+            guess_protocol("http://h/v1/chat/completions"),
+            ProtocolKind::OpenAiChat
+        );
+    }
+
+    #[test]
+    fn timer_delays_round_up_and_clamp() {
+        assert_eq!(timer_millis(Duration::ZERO), 0);
+        assert_eq!(timer_millis(Duration::from_micros(1)), 1);
+        assert_eq!(timer_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(timer_millis(Duration::from_millis(250)), 250);
+        assert_eq!(
+            timer_millis(Duration::from_millis(u64::from(MAX_TIMER_MS))),
+            MAX_TIMER_MS
+        );
+        assert_eq!(
+            timer_millis(Duration::from_millis(u64::from(MAX_TIMER_MS) + 1)),
+            MAX_TIMER_MS
+        );
+        assert_eq!(timer_millis(Duration::from_secs(u64::MAX)), MAX_TIMER_MS);
+    }
+}
