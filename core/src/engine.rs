@@ -14,7 +14,9 @@ use crate::budget::{AttemptAllowance, RetryBudget, RetryPermit};
 use crate::decision::{Action, AdmissionAnswer, AttemptState, DecisionInput, decide};
 use crate::failure::{Category, Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
-use crate::outcome::{BudgetKind, CancelPhase, FailureReason, Outcome, ReplayDisabled};
+use crate::outcome::{
+    BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, ReplayDisabled,
+};
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof, Transience};
 use crate::report::{AttemptRecord, AttemptResult, DelayRecord, RecoveryReport};
@@ -550,7 +552,25 @@ impl Recovery {
             jitter,
         });
         match action {
-            Action::Fail(outcome) => Action::Fail(self.finish(now, outcome)),
+            Action::Fail(outcome) => {
+                // A resume that fails for good ends the committed stream as a
+                // failed resume, whatever the resume request's own failure.
+                let resumed = self.report.attempts.last().is_some_and(|a| a.resume);
+                let outcome = match outcome {
+                    Outcome::Permanent { .. }
+                    | Outcome::NotRetryable { .. }
+                    | Outcome::Protocol { .. }
+                        if resumed =>
+                    {
+                        Outcome::Interrupted {
+                            cause: InterruptCause::ResumeFailed,
+                            stall: None,
+                        }
+                    }
+                    other => other,
+                };
+                Action::Fail(self.finish(now, outcome))
+            }
             Action::AskAdmission => {
                 self.emit(now, EventKind::AdmissionPending);
                 Action::AskAdmission

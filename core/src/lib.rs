@@ -2,8 +2,143 @@
 //!
 //! Plain data in, decisions out. No runtime, no sockets, no clock calls: time,
 //! sleep, randomness and connectivity come in through the [`timing`] traits so
-//! the same engine drives the tower layer and the wasm/`fetch` driver, and is
-//! tested exhaustively on a virtual clock.
+//! the same engine drives the tower layer (`tower-recovery`) and the
+//! wasm/`fetch` driver, and is tested exhaustively on a virtual clock.
+//!
+//! Most applications use a driver and only touch three things here: the
+//! [`policy::RecoveryPolicy`], the [`lifecycle`] events and the
+//! [`report::RecoveryReport`] / [`error::RecoveryError`] at the end.
+//!
+//! # Policy defaults
+//!
+//! | knob | default | builder method |
+//! |---|---|---|
+//! | physical sends, first included | 3 | `max_attempts` |
+//! | backoff base / ceiling (full jitter) | 500 ms / 8 s | `backoff` |
+//! | recovery budget, from the first failure | 60 s | `budget` |
+//! | deadline, from the start of the request | none | `deadline` |
+//! | retryable statuses | 408, 429, 500, 502, 503, 504, 529 | `retryable_statuses` |
+//! | never retryable, whatever is selected | 400, 401, 403, 404, 413, 422 | — |
+//! | retryable categories | transport, http, client_timeout, provider_response | `retryable_categories` |
+//! | `Retry-After` ceiling / above it | 60 s / refuse (never shortened) | `retry_after_ceiling` |
+//! | replay body cap | 8 MiB | `replay_body_cap` |
+//! | hold-back cap (pre-commit prefix) | 64 KiB | `holdback_cap` |
+//! | evidence cap (`inspect_*`) | 16 KiB | `evidence_cap` |
+//! | resumes | 1 | `max_resumes` |
+//! | endpoint | remote (ambiguous resends allowed) | `endpoint` |
+//! | idle / progress / head watchdogs | off | `idle_timeout`, `progress_timeout`, `head_timeout` |
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use recovery_core::policy::{OverCeiling, RecoveryPolicy, DEFAULT_RETRYABLE_STATUSES};
+//!
+//! let defaults = RecoveryPolicy::default();
+//! assert_eq!(defaults.max_attempts().get(), 3);
+//! assert_eq!(defaults.backoff_base(), Duration::from_millis(500));
+//! assert_eq!(defaults.backoff_ceiling(), Duration::from_secs(8));
+//! assert_eq!(defaults.budget(), Some(Duration::from_secs(60)));
+//! assert_eq!(defaults.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
+//! assert_eq!(defaults.retry_after_ceiling(), Duration::from_secs(60));
+//! assert_eq!(defaults.idle_timeout(), None);
+//!
+//! let policy = RecoveryPolicy::builder()
+//!     .max_attempts(NonZeroU32::new(5).unwrap())
+//!     .backoff(Duration::from_millis(250), Duration::from_secs(4))
+//!     .retry_after_ceiling(Duration::from_secs(30), OverCeiling::Refuse)
+//!     .idle_timeout(Some(Duration::from_secs(45)))
+//!     .build()?;
+//! assert_eq!(policy.max_attempts().get(), 5);
+//!
+//! // Permanent failures cannot be made retryable: a typed error, not a surprise later.
+//! assert!(RecoveryPolicy::builder().retryable_statuses([401]).build().is_err());
+//! # Ok::<(), recovery_core::policy::PolicyError>(())
+//! ```
+//!
+//! # Lifecycle vocabulary
+//!
+//! Every logical request emits [`lifecycle::LifecycleEvent`]s in order and
+//! ends in exactly one terminal event. The serde form is one flat JSON object
+//! with `event`, `logical_id`, `attempt_id`, `wire_attempt`, `at_ms` and the
+//! event's own fields; it never carries body text, header values or
+//! credentials.
+//!
+//! | event | meaning |
+//! |---|---|
+//! | `attempt_started` | a physical send starts (`max_attempts`, `resume`) |
+//! | `attempt_failed` | it failed (`category`, `phase`, `reason`, `status`) |
+//! | `delay_scheduled` | a wait before the next send (`delay_ms`, `cause`: `backoff` or `retry_after`) |
+//! | `retry_started` / `resume_started` | the wait is over; the next send follows |
+//! | `parked_offline` | offline: waiting for the network |
+//! | `admission_pending`, `_allowed`, `_rejected`, `_unresolved`, `_required` | the admission hook for ambiguous resends |
+//! | `committed` | output flows to the consumer from now on (`trigger`: `semantic`, `holdback_cap`, `terminal`) |
+//! | `attempt_succeeded` | the attempt ended with terminal proof (`proof`) |
+//! | **`completed`** | terminal: finished with proof |
+//! | **`exhausted`** | terminal: failed before commit (`outcome`) |
+//! | **`interrupted`** | terminal: failed after commit (`outcome`) |
+//! | **`cancelled`** | terminal: the caller cancelled (`phase`) |
+//!
+//! The engine is driven with plain values; a driver executes the actions it
+//! returns. Here a 503 with `Retry-After: 2` on the first send:
+//!
+//! ```
+//! use std::time::Duration;
+//! use recovery_core::budget::AttemptAllowance;
+//! use recovery_core::decision::{Action, DelayCause};
+//! use recovery_core::engine::Recovery;
+//! use recovery_core::failure::Failure;
+//! use recovery_core::policy::RecoveryPolicy;
+//! use recovery_core::retry_after::RetryAfter;
+//! use recovery_core::timing::{Fraction, Instant};
+//!
+//! let t0 = Instant::from_origin(Duration::ZERO);
+//! let policy = RecoveryPolicy::default();
+//! let mut engine = Recovery::new(policy.clone(), AttemptAllowance::new(3), 7, t0);
+//! assert_eq!(engine.begin_attempt(t0, false, false), Ok(1));
+//!
+//! let hint = RetryAfter::Seconds(Duration::from_secs(2));
+//! let action = engine.fail(t0, Failure::status(503, hint, None), true, Fraction::ZERO);
+//! assert_eq!(
+//!     action,
+//!     Action::RetryAfter { delay: Duration::from_secs(2), cause: DelayCause::RetryAfter }
+//! );
+//!
+//! let events: Vec<String> = engine
+//!     .drain_events()
+//!     .map(|e| serde_json::to_value(&e).unwrap()["event"].as_str().unwrap().to_owned())
+//!     .collect();
+//! assert_eq!(events, ["attempt_started", "attempt_failed", "delay_scheduled"]);
+//! ```
+//!
+//! # What is guaranteed, and what is not
+//!
+//! Guaranteed, each by a test that can fail:
+//!
+//! - no replay once any semantic fragment (text, reasoning, a tool-call
+//!   fragment, a server-side tool start) was *observed*, delivered or not;
+//! - physical sends ≤ `max_attempts`, across nested layers and resumes;
+//! - a stream is `completed` only on the protocol's terminal proof; a clean
+//!   EOF without it is a failure (`UnexpectedEof`), never success;
+//! - a `Retry-After` is a minimum: one above the ceiling or the remaining
+//!   budget is refused, not shortened; permanent statuses and unsuccessful
+//!   terminals (`length`, content filter) are never retried;
+//! - every logical request ends in exactly one terminal event, and
+//!   `Display`, `Debug`, events and reports carry no body text, credentials
+//!   or header values outside an allowlist.
+//!
+//! Not guaranteed:
+//!
+//! - **No exactly-once tool journal.** Recovery prevents a *transport* replay
+//!   from duplicating output; it does not record which tool calls an agent
+//!   already executed. Execute a tool call only after `completed`, and keep
+//!   your own journal if side effects must not repeat across *your* retries.
+//! - **Closing a socket does not prove the remote generation stopped.** After
+//!   a cancel or a reset the provider may still finish (and bill) the
+//!   original request; an ambiguous resend to a local runner can overlap it
+//!   (use `Endpoint::Local` and an admission hook there).
+//! - **Headers can differ between attempts before commit.** The caller sees
+//!   the committed attempt's status and headers only; request ids, rate-limit
+//!   headers and the like come from that attempt, not the first one sent.
 #![deny(unsafe_code, missing_docs)]
 
 pub mod backoff;
@@ -21,6 +156,7 @@ pub mod policy;
 pub mod progress;
 pub mod protocol;
 pub mod report;
+pub mod resume;
 pub mod retry_after;
 pub mod safe;
 pub mod timing;
