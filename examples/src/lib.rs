@@ -8,3 +8,8 @@ pub mod client;
 pub mod provider;
 pub mod show;
 pub mod text;
+
+/// The README's code blocks, compiled as doc tests so the README cannot rot.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -145,7 +145,7 @@ const SEMANTIC_KEYS: &[&[u8]] = &[
 ];
 
 /// Whether a truncated JSON body may already hold semantic output: some key
-/// of [`SEMANTIC_KEYS`] whose value had begun non-empty before the cut.
+/// of `SEMANTIC_KEYS` whose value had begun non-empty before the cut.
 ///
 /// Conservative by design: a cut answer whose content was partly received
 /// must not be replayed as if nothing was seen.
