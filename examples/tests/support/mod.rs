@@ -39,7 +39,9 @@ pub fn example(name: &str) -> PathBuf {
 
 fn build_examples(profile_dir: &Path) {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _once = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
     cmd.args(["build", "-p", "recovery-examples", "--examples"])
