@@ -126,6 +126,17 @@ pub fn is_background_stream(body: &[u8]) -> bool {
         && map.get("stream") == Some(&serde_json::Value::Bool(true))
 }
 
+/// Whether a resume strategy can apply to a request of `kind` at all, before
+/// any cursor is known (drivers then deliver event by event, so that a seam
+/// never splits an event).
+pub fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body: &[u8]) -> bool {
+    match kind {
+        ProtocolKind::OpenAiResponses => is_background_stream(request_body),
+        ProtocolKind::Sse { .. } => sse_resumable,
+        _ => false,
+    }
+}
+
 /// The resume possible for a stream of `kind` at `cursor`, if any.
 ///
 /// Responses: only for a request created with `background: true` and
@@ -144,7 +155,7 @@ pub fn plan(
             let (Some(id), Some(seq)) = (&cursor.response_id, cursor.sequence_number) else {
                 return None;
             };
-            is_background_stream(request_body).then(|| ResumePlan::ResponsesBackground {
+            may_resume(kind, sse_resumable, request_body).then(|| ResumePlan::ResponsesBackground {
                 response_id: id.clone(),
                 after_sequence: seq,
             })

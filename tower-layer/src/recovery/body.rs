@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::error::RecoveryError;
 use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
 use recovery_core::outcome::CancelPhase;
 use recovery_core::progress::Terminal;
-use recovery_core::timing::{Instant, Timing};
+use recovery_core::decision::Action;
+use recovery_core::timing::{Fraction, Instant, Timing};
 
 use super::classify;
+use super::resume::{Gate, Inner, ResumeCtx};
 use super::shared::{SharedRef, lock};
 use super::wire::WireObserver;
 use crate::BoxError;
@@ -49,6 +50,20 @@ where
     Arc::new(timing.clone())
 }
 
+/// Where a committed body is.
+enum Stage {
+    /// Reading the current attempt's body.
+    Streaming,
+    /// Waiting before a resume (backoff, `Retry-After`).
+    Waiting(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// Waiting for the network before deciding again.
+    Parked(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// The resume request is on its way.
+    Connecting(super::resume::Sent),
+    /// Ended (terminal outcome reached).
+    Done,
+}
+
 struct Live {
     handle: Option<ObserveHandle>,
     shared: SharedRef,
@@ -58,15 +73,31 @@ struct Live {
     wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
     failed_after_frame: Option<Failure>,
-    done: bool,
+    /// Event-granular delivery, when a resume strategy applies.
+    gate: Option<Gate>,
+    resume: Option<ResumeCtx>,
+    stage: Stage,
+}
+
+/// What a committed body starts from.
+pub(crate) struct Committed {
+    pub(crate) held: VecDeque<Frame<Bytes>>,
+    pub(crate) inner: Inner,
+    pub(crate) handle: Option<ObserveHandle>,
+    pub(crate) shared: SharedRef,
+    pub(crate) clock: Arc<dyn BodyClock>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) wire: Option<(Arc<dyn WireObserver>, u32)>,
+    pub(crate) resume: Option<ResumeCtx>,
 }
 
 /// The stitched response body: first the held-back prefix, then the
-/// committed attempt's stream. After commit a failure ends it with a typed
-/// [`RecoveryError`]; the end of the stream completes the report.
+/// committed attempt's stream, continued by resumes where the protocol
+/// allows. After commit a failure ends it with a typed [`RecoveryError`];
+/// the end of the stream completes the report.
 pub struct RecoveryBody {
     held: VecDeque<Frame<Bytes>>,
-    inner: Option<UnsyncBoxBody<Bytes, BoxError>>,
+    inner: Option<Inner>,
     live: Option<Live>,
 }
 
@@ -79,12 +110,11 @@ impl fmt::Debug for RecoveryBody {
     }
 }
 
+type Polled = Poll<Option<Result<Frame<Bytes>, RecoveryError>>>;
+
 impl RecoveryBody {
     /// A final HTTP error response's body, passed through as the server sent it.
-    pub(crate) fn passthrough(
-        held: VecDeque<Frame<Bytes>>,
-        rest: UnsyncBoxBody<Bytes, BoxError>,
-    ) -> Self {
+    pub(crate) fn passthrough(held: VecDeque<Frame<Bytes>>, rest: Inner) -> Self {
         RecoveryBody {
             held,
             inner: Some(rest),
@@ -92,28 +122,53 @@ impl RecoveryBody {
         }
     }
 
-    pub(crate) fn committed(
-        held: VecDeque<Frame<Bytes>>,
-        inner: UnsyncBoxBody<Bytes, BoxError>,
-        handle: Option<ObserveHandle>,
-        shared: SharedRef,
-        clock: Arc<dyn BodyClock>,
-        idle_timeout: Option<Duration>,
-        wire: Option<(Arc<dyn WireObserver>, u32)>,
-    ) -> Self {
-        let idle = idle_timeout.map(|d| clock.sleep(d));
+    pub(crate) fn committed(c: Committed) -> Self {
+        let idle = c.idle_timeout.map(|d| c.clock.sleep(d));
+        let mut gate = c
+            .resume
+            .as_ref()
+            .filter(|r| r.applies())
+            .map(|r| Gate::new(&r.protocol, r.limits, None));
+        let mut held = VecDeque::new();
+        let mut failed = None;
+        match gate.as_mut() {
+            // Event by event: held frames go through the gate too, and only
+            // complete events are released.
+            Some(g) => {
+                for frame in c.held {
+                    match frame.into_data() {
+                        Ok(data) => match g.push(&data) {
+                            Ok(events) => held.extend(events.into_iter().map(Frame::data)),
+                            Err(v) => {
+                                failed = Some(Failure::new(
+                                    FailureKind::Protocol {
+                                        violation: crate::observe::violation(v),
+                                    },
+                                    Phase::Decoding,
+                                ));
+                                break;
+                            }
+                        },
+                        Err(frame) => held.push_back(frame),
+                    }
+                }
+            }
+            None => held = c.held,
+        }
         RecoveryBody {
             held,
-            inner: Some(inner),
+            inner: Some(c.inner),
             live: Some(Live {
-                handle,
-                shared,
-                clock,
-                idle_timeout,
+                handle: c.handle,
+                shared: c.shared,
+                clock: c.clock,
+                idle_timeout: c.idle_timeout,
                 idle,
-                wire,
-                failed_after_frame: None,
-                done: false,
+                wire: c.wire,
+                failed_after_frame: failed,
+                gate,
+                resume: c.resume,
+                stage: Stage::Streaming,
             }),
         }
     }
@@ -138,45 +193,89 @@ impl RecoveryBody {
         }
     }
 
-    fn fail(&mut self, failure: Failure) -> Poll<Option<Result<Frame<Bytes>, RecoveryError>>> {
+    /// The committed attempt failed: resume if the engine says so, else end
+    /// with the typed error.
+    fn fail(&mut self, failure: Failure) -> Polled {
         self.inner = None;
         let Some(live) = &mut self.live else {
             return Poll::Ready(None);
         };
-        live.done = true;
-        let mut s = lock(&live.shared);
         let progress = live.handle.as_ref().map(|h| h.snapshot().progress);
         let failure = match progress {
-            Some(p) => {
-                let mut p = p;
+            Some(mut p) => {
                 p.deliver_observed();
                 failure.with_progress(p)
             }
             None => failure,
         };
+        if let (Some(resume), Some(gate)) = (live.resume.as_mut(), live.gate.as_ref()) {
+            resume.advance(gate.cursor());
+        }
+        let resumable = live.resume.as_ref().and_then(ResumeCtx::plan).is_some();
+        let mut s = lock(&live.shared);
+        s.engine.set_resume_possible(resumable);
         let now = live.clock.now();
-        let action = s
-            .engine
-            .fail(now, failure, true, recovery_core::timing::Fraction::ZERO);
+        let action = s.engine.fail(now, failure, true, Fraction::ZERO);
         s.flush();
-        let outcome = match action {
-            recovery_core::decision::Action::Fail(o) => o,
-            // After commit only a resume could continue the stream, and this
-            // body does not resume: the engine never offers one here.
-            _ => s.engine.cancel(now, CancelPhase::Streaming),
+        drop(s);
+        self.act(action)
+    }
+
+    fn act(&mut self, action: Action) -> Polled {
+        let Some(live) = &mut self.live else {
+            return Poll::Ready(None);
+        };
+        match action {
+            Action::Resume { delay, .. } => {
+                live.stage = Stage::Waiting(live.clock.sleep(delay));
+                Poll::Pending
+            }
+            Action::ParkUntilOnline => match &live.resume {
+                Some(r) => {
+                    live.stage = Stage::Parked((r.wait_online)());
+                    Poll::Pending
+                }
+                None => self.end_with_current_outcome(),
+            },
+            Action::Fail(outcome) => {
+                live.stage = Stage::Done;
+                Poll::Ready(Some(Err(lock(&live.shared).error(outcome))))
+            }
+            // After commit, neither a replay nor an admission wait applies:
+            // the stream ends with what the engine concluded.
+            Action::RetryAfter { .. } | Action::AskAdmission => self.end_with_current_outcome(),
+        }
+    }
+
+    fn end_with_current_outcome(&mut self) -> Polled {
+        let Some(live) = &mut self.live else {
+            return Poll::Ready(None);
+        };
+        live.stage = Stage::Done;
+        let mut s = lock(&live.shared);
+        let now = live.clock.now();
+        let outcome = match s.engine.outcome() {
+            Some(o) => o.clone(),
+            None => s.engine.cancel(now, CancelPhase::Streaming),
         };
         s.flush();
         Poll::Ready(Some(Err(s.error(outcome))))
     }
 
-    fn end(&mut self) -> Poll<Option<Result<Frame<Bytes>, RecoveryError>>> {
+    fn end(&mut self) -> Polled {
         let Some(live) = &mut self.live else {
             return Poll::Ready(None);
         };
         let terminal = live.handle.as_ref().and_then(|h| h.snapshot().terminal);
         match terminal {
             Some(Terminal::Success { proof }) => {
-                live.done = true;
+                if let Some(rest) = live.gate.as_mut().map(Gate::rest).filter(|b| !b.is_empty()) {
+                    self.held.push_back(Frame::data(rest));
+                }
+                let Some(live) = &mut self.live else {
+                    return Poll::Ready(None);
+                };
+                live.stage = Stage::Done;
                 let mut s = lock(&live.shared);
                 let mut progress = live
                     .handle
@@ -186,8 +285,12 @@ impl RecoveryBody {
                 progress.deliver_observed();
                 s.engine.succeed(live.clock.now(), proof, progress);
                 s.flush();
+                drop(s);
                 self.inner = None;
-                Poll::Ready(None)
+                match self.held.pop_front() {
+                    Some(frame) => Poll::Ready(Some(Ok(frame))),
+                    None => Poll::Ready(None),
+                }
             }
             Some(Terminal::Unsuccessful { reason }) => self.fail(Failure::new(
                 FailureKind::Unsuccessful { reason },
@@ -202,105 +305,213 @@ impl RecoveryBody {
             )),
         }
     }
+
+    /// Drives the waits and the resume request: `None` when streaming can go
+    /// on, `Some` with what to return otherwise.
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
+        loop {
+            let live = self.live.as_mut()?;
+            match &mut live.stage {
+                Stage::Streaming => return None,
+                Stage::Done => return Some(Poll::Ready(None)),
+                Stage::Parked(wait) => {
+                    if wait.as_mut().poll(cx).is_pending() {
+                        return Some(Poll::Pending);
+                    }
+                    live.stage = Stage::Streaming;
+                    let action = {
+                        let mut s = lock(&live.shared);
+                        let a = s.engine.online_again(live.clock.now(), Fraction::ZERO);
+                        s.flush();
+                        a
+                    };
+                    match self.act(action) {
+                        Poll::Pending => {}
+                        ready @ Poll::Ready(_) => return Some(ready),
+                    }
+                }
+                Stage::Waiting(sleep) => {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Some(Poll::Pending);
+                    }
+                    live.stage = Stage::Streaming;
+                    if let Some(ready) = self.start_resume() {
+                        return Some(ready);
+                    }
+                }
+                Stage::Connecting(fut) => {
+                    let result = match fut.as_mut().poll(cx) {
+                        Poll::Pending => return Some(Poll::Pending),
+                        Poll::Ready(r) => r,
+                    };
+                    live.stage = Stage::Streaming;
+                    match self.resumed(result) {
+                        Poll::Pending => {}
+                        Poll::Ready(None) => return None,
+                        ready @ Poll::Ready(_) => return Some(ready),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The wait before a resume is over: debit, then send the resume request.
+    fn start_resume(&mut self) -> Option<Polled> {
+        let live = self.live.as_mut()?;
+        let now = live.clock.now();
+        let cancelled = live
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.call.cancellation().is_cancelled());
+        let begun = {
+            let mut s = lock(&live.shared);
+            let b = s.engine.begin_attempt(now, cancelled, false);
+            s.flush();
+            b
+        };
+        if let Err(outcome) = begun {
+            live.stage = Stage::Done;
+            return Some(Poll::Ready(Some(Err(lock(&live.shared).error(outcome)))));
+        }
+        let resume = live.resume.as_mut()?;
+        let sent = resume
+            .plan()
+            .ok_or_else(|| BoxError::from("no resume plan"))
+            .and_then(|plan| resume.send(&plan));
+        match sent {
+            Ok(fut) => {
+                live.stage = Stage::Connecting(fut);
+                None
+            }
+            Err(e) => {
+                lock(&live.shared).evidence.set_cause(Arc::from(e));
+                match self.fail(Failure::new(
+                    FailureKind::Protocol {
+                        violation: recovery_core::failure::Violation::Sequence,
+                    },
+                    Phase::Sending,
+                )) {
+                    Poll::Pending => None,
+                    ready @ Poll::Ready(_) => Some(ready),
+                }
+            }
+        }
+    }
+
+    /// The resume request answered: stream its body (dropping the events a
+    /// server repeats), or fail it. `Ready(None)` means streaming goes on.
+    fn resumed(&mut self, result: Result<http::Response<Inner>, BoxError>) -> Polled {
+        let Some(live) = self.live.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let failure = classify::head_error(&e);
+                lock(&live.shared).evidence.set_cause(Arc::from(e));
+                return self.fail(failure);
+            }
+        };
+        let (parts, body) = response.into_parts();
+        let status = parts.status.as_u16();
+        {
+            let mut s = lock(&live.shared);
+            s.engine.head_received(
+                live.clock.now(),
+                status,
+                recovery_core::safe::request_id_from(&parts.headers),
+            );
+            s.flush();
+        }
+        if !parts.status.is_success() {
+            let retry_after = recovery_core::retry_after::RetryAfter::from_headers(
+                &parts.headers,
+                std::time::SystemTime::UNIX_EPOCH,
+            );
+            return self.fail(Failure::status(status, retry_after, None));
+        }
+        let after = live
+            .resume
+            .as_ref()
+            .and_then(ResumeCtx::plan)
+            .and_then(|p| p.after_sequence());
+        if let Some(r) = &live.resume {
+            live.gate = Some(Gate::new(&r.protocol, r.limits, after));
+        }
+        live.handle = parts.extensions.get::<ObserveHandle>().cloned();
+        if let Some(d) = live.idle_timeout {
+            live.idle = Some(live.clock.sleep(d));
+        }
+        self.inner = Some(body);
+        Poll::Ready(None)
+    }
 }
 
 impl Body for RecoveryBody {
     type Data = Bytes;
     type Error = RecoveryError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, RecoveryError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
-        if let Some(frame) = this.held.pop_front() {
-            this.deliver(&frame);
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        if let Some(live) = &mut this.live {
-            if live.done {
-                return Poll::Ready(None);
+        loop {
+            if let Some(frame) = this.held.pop_front() {
+                this.deliver(&frame);
+                return Poll::Ready(Some(Ok(frame)));
             }
-            if let Some(failure) = live.failed_after_frame.take() {
-                return this.fail(failure);
-            }
-        }
-        let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let polled = Pin::new(inner).poll_frame(cx);
-        if polled.is_pending() {
-            if let Some(live) = &mut this.live {
-                if let Some(idle) = live.idle.as_mut() {
-                    ready!(idle.as_mut().poll(cx));
-                    return this.fail(Failure::new(
-                        FailureKind::Timeout { stall: Stall::Idle },
-                        Phase::Streaming,
-                    ));
+            if let Some(polled) = this.poll_resume(cx) {
+                match polled {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(frame))) => {
+                        this.held.push_back(frame);
+                        continue;
+                    }
+                    ready @ Poll::Ready(_) => return ready,
                 }
             }
-            return Poll::Pending;
-        }
-        match ready!(polled) {
-            Some(Ok(frame)) => {
+            if let Some(live) = &mut this.live {
+                if let Some(failure) = live.failed_after_frame.take() {
+                    match this.fail(failure) {
+                        Poll::Pending => continue,
+                        ready @ Poll::Ready(_) => return ready,
+                    }
+                }
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let polled = Pin::new(inner).poll_frame(cx);
+            if polled.is_pending() {
                 if let Some(live) = &mut this.live {
-                    if let (Some((wire, attempt)), Some(data)) = (&live.wire, frame.data_ref()) {
-                        if let Err(e) = wire.on_body_chunk(*attempt, data) {
-                            lock(&live.shared).evidence.set_cause(Arc::from(e));
-                            return this.fail(Failure::new(
-                                FailureKind::ObserverRejected,
-                                Phase::Streaming,
-                            ));
+                    if let Some(idle) = live.idle.as_mut() {
+                        ready!(idle.as_mut().poll(cx));
+                        match this.fail(Failure::new(
+                            FailureKind::Timeout { stall: Stall::Idle },
+                            Phase::Streaming,
+                        )) {
+                            Poll::Pending => continue,
+                            ready @ Poll::Ready(_) => return ready,
                         }
                     }
-                    if let Some(d) = live.idle_timeout {
-                        live.idle = Some(live.clock.sleep(d));
-                    }
-                    if let Some(error) = live
-                        .handle
-                        .as_ref()
-                        .and_then(|h| h.snapshot().provider_error)
-                    {
-                        live.failed_after_frame = Some(Failure::new(
-                            FailureKind::Provider { error },
-                            Phase::Streaming,
-                        ));
-                    }
                 }
-                this.deliver(&frame);
-                Poll::Ready(Some(Ok(frame)))
+                return Poll::Pending;
             }
-            Some(Err(e)) => {
-                if this.live.is_none() {
-                    this.inner = None;
-                    return Poll::Ready(None);
-                }
-                if let Some(live) = &this.live {
-                    let proven = live
-                        .handle
-                        .as_ref()
-                        .is_some_and(|h| h.snapshot().terminal.is_some());
-                    if proven {
-                        // An error after terminal proof (a reset right after
-                        // `[DONE]`) changes nothing: the outcome stands.
-                        lock(&live.shared).engine.late_error();
-                        return this.end();
-                    }
-                }
-                let failure = classify::body_error(&e);
-                if let Some(live) = &this.live {
-                    lock(&live.shared).evidence.set_cause(Arc::from(e));
-                }
-                this.fail(failure)
+            let result = match ready!(polled) {
+                Some(Ok(frame)) => this.on_frame(frame),
+                Some(Err(e)) => this.on_error(e),
+                None => this.end(),
+            };
+            match result {
+                // A resume was scheduled: drive it on the next turn.
+                Poll::Pending => {}
+                ready @ Poll::Ready(_) => return ready,
             }
-            None => this.end(),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         self.held.is_empty()
             && match &self.live {
-                Some(live) => live.done,
+                Some(live) => matches!(live.stage, Stage::Done),
                 None => self.inner.as_ref().is_none_or(Body::is_end_stream),
             }
     }
@@ -310,15 +521,87 @@ impl Body for RecoveryBody {
     }
 }
 
+impl RecoveryBody {
+    fn on_frame(&mut self, frame: Frame<Bytes>) -> Polled {
+        let Some(live) = &mut self.live else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        if let (Some((wire, attempt)), Some(data)) = (&live.wire, frame.data_ref()) {
+            if let Err(e) = wire.on_body_chunk(*attempt, data) {
+                lock(&live.shared).evidence.set_cause(Arc::from(e));
+                return self.fail(Failure::new(FailureKind::ObserverRejected, Phase::Streaming));
+            }
+        }
+        if let Some(d) = live.idle_timeout {
+            live.idle = Some(live.clock.sleep(d));
+        }
+        if let Some(error) = live
+            .handle
+            .as_ref()
+            .and_then(|h| h.snapshot().provider_error)
+        {
+            live.failed_after_frame = Some(Failure::new(
+                FailureKind::Provider { error },
+                Phase::Streaming,
+            ));
+        }
+        match (live.gate.as_mut(), frame.into_data()) {
+            (Some(gate), Ok(data)) => match gate.push(&data) {
+                Ok(events) => {
+                    self.held.extend(events.into_iter().map(Frame::data));
+                    Poll::Pending
+                }
+                Err(v) => self.fail(Failure::new(
+                    FailureKind::Protocol {
+                        violation: crate::observe::violation(v),
+                    },
+                    Phase::Decoding,
+                )),
+            },
+            (_, Ok(data)) => {
+                let frame = Frame::data(data);
+                self.deliver(&frame);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            (_, Err(frame)) => Poll::Ready(Some(Ok(frame))),
+        }
+    }
+
+    fn on_error(&mut self, e: BoxError) -> Polled {
+        let Some(live) = &self.live else {
+            self.inner = None;
+            return Poll::Ready(None);
+        };
+        let proven = live
+            .handle
+            .as_ref()
+            .is_some_and(|h| h.snapshot().terminal.is_some());
+        if proven {
+            // An error after terminal proof (a reset right after `[DONE]`)
+            // changes nothing: the outcome stands.
+            lock(&live.shared).engine.late_error();
+            return self.end();
+        }
+        let failure = classify::body_error(&e);
+        lock(&live.shared).evidence.set_cause(Arc::from(e));
+        self.fail(failure)
+    }
+}
+
 impl Drop for RecoveryBody {
     fn drop(&mut self) {
         if let Some(live) = &self.live {
-            if !live.done {
-                // The consumer dropped the body: cancellation, never an EOF.
-                let mut s = lock(&live.shared);
-                s.engine.cancel(live.clock.now(), CancelPhase::Streaming);
-                s.flush();
-            }
+            let phase = match live.stage {
+                Stage::Done => return,
+                Stage::Waiting(_) => CancelPhase::Waiting,
+                Stage::Parked(_) => CancelPhase::Parked,
+                Stage::Connecting(_) => CancelPhase::AwaitingHead,
+                Stage::Streaming => CancelPhase::Streaming,
+            };
+            // The consumer dropped the body: cancellation, never an EOF.
+            let mut s = lock(&live.shared);
+            s.engine.cancel(live.clock.now(), phase);
+            s.flush();
         }
     }
 }

@@ -23,7 +23,8 @@ use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Connectivity, Timing};
 use tower_service::Service;
 
-use super::body::{RecoveryBody, clock};
+use super::body::{Committed, RecoveryBody, clock};
+use super::resume::{ResumeCtx, SendFn};
 use super::classify;
 use super::layer::{AdmissionContext, Config};
 use super::shared::{ReportHandle, Shared, SharedRef, lock};
@@ -262,6 +263,11 @@ where
                 &shared,
                 &cancel,
                 &mut guard,
+                Origin {
+                    head: &parts,
+                    body: &bytes,
+                    call: &call,
+                },
             ),
             &logical,
             wire_attempt,
@@ -387,6 +393,32 @@ where
     }
 }
 
+/// The logical request as the caller sent it, for building resumes.
+struct Origin<'a> {
+    head: &'a http::request::Parts,
+    body: &'a Bytes,
+    call: &'a RecoveryCall,
+}
+
+/// Sends `req` through a fresh clone of `svc`, readiness first.
+fn sender<S, ResBody>(svc: S) -> SendFn
+where
+    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    Box::new(move |req| {
+        let mut svc = svc.clone();
+        Box::pin(async move {
+            poll_fn(|cx| svc.poll_ready(cx)).await.map_err(Into::into)?;
+            let resp = svc.call(req).await.map_err(Into::into)?;
+            Ok(resp.map(|b| UnsyncBoxBody::new(b.map_err(Into::into))))
+        })
+    })
+}
+
 /// One physical attempt, up to commit or failure.
 async fn run_attempt<S, ResBody, T, C>(
     config: &Config<T, C>,
@@ -395,14 +427,18 @@ async fn run_attempt<S, ResBody, T, C>(
     shared: &SharedRef,
     cancel: &Cancellation,
     guard: &mut DropGuard,
+    origin: Origin<'_>,
 ) -> Attempt
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
     S::Error: Into<BoxError>,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
     T: Timing + Clone + Send + Sync + 'static,
     T::Sleep: Send,
+    C: Connectivity + Clone + Send + Sync + 'static,
+    C::Online: Send,
 {
     let timing = &config.timing;
     let policy = lock(shared).engine.policy().clone();
@@ -611,15 +647,16 @@ where
                     s.engine.commit(config.timing.now(), trigger);
                     s.flush();
                     drop(s);
-                    let body = RecoveryBody::committed(
+                    let body = RecoveryBody::committed(Committed {
                         held,
-                        body,
+                        inner: body,
+                        resume: resume_ctx(config, &svc, &origin, handle.as_ref()),
                         handle,
-                        Arc::clone(shared),
-                        clock(&config.timing),
-                        policy.idle_timeout(),
-                        config.wire.clone().map(|w| (w, attempt)),
-                    );
+                        shared: Arc::clone(shared),
+                        clock: clock(&config.timing),
+                        idle_timeout: policy.idle_timeout(),
+                        wire: config.wire.clone().map(|w| (w, attempt)),
+                    });
                     return Attempt::Commit(Response::from_parts(parts, body));
                 }
             }
@@ -640,15 +677,16 @@ where
                             .commit(config.timing.now(), CommitTrigger::Terminal);
                         s.flush();
                         drop(s);
-                        let body = RecoveryBody::committed(
+                        let body = RecoveryBody::committed(Committed {
                             held,
-                            body,
+                            inner: body,
+                            resume: resume_ctx(config, &svc, &origin, handle.as_ref()),
                             handle,
-                            Arc::clone(shared),
-                            clock(&config.timing),
-                            policy.idle_timeout(),
-                            config.wire.clone().map(|w| (w, attempt)),
-                        );
+                            shared: Arc::clone(shared),
+                            clock: clock(&config.timing),
+                            idle_timeout: policy.idle_timeout(),
+                            wire: config.wire.clone().map(|w| (w, attempt)),
+                        });
                         Attempt::Commit(Response::from_parts(parts, body))
                     }
                     None => Attempt::Failed(
@@ -697,4 +735,36 @@ fn traced<F: Future>(fut: F, logical_id: &str, attempt: u32) -> impl Future<Outp
 #[cfg(not(feature = "tracing"))]
 fn traced<F: Future>(fut: F, _logical_id: &str, _attempt: u32) -> F {
     fut
+}
+
+/// The resume context of a committed attempt, when its protocol is known.
+fn resume_ctx<S, ResBody, T, C>(
+    config: &Config<T, C>,
+    svc: &S,
+    origin: &Origin<'_>,
+    handle: Option<&ObserveHandle>,
+) -> Option<ResumeCtx>
+where
+    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+    C: Connectivity + Clone + Send + Sync + 'static,
+    C::Online: Send,
+{
+    let handle = handle?;
+    let connectivity = config.connectivity.clone();
+    let ctx = ResumeCtx {
+        protocol: handle.protocol().clone(),
+        limits: recovery_core::wire::Limits::default(),
+        sse_resumable: config.sse_resumable,
+        head: origin.head.clone(),
+        body: origin.body.clone(),
+        call: origin.call.clone(),
+        send: sender(svc.clone()),
+        wait_online: Arc::new(move || Box::pin(connectivity.wait_until_online())),
+        cursor: recovery_core::progress::ResumeCursor::default(),
+    };
+    ctx.applies().then_some(ctx)
 }

@@ -38,6 +38,7 @@ pub(crate) struct Config<T, C> {
     pub(crate) admission: Option<AdmissionHook>,
     pub(crate) retry_budget: Option<RetryBudget>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
+    pub(crate) sse_resumable: bool,
 }
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
@@ -84,6 +85,7 @@ impl RecoveryLayer {
                 admission: None,
                 retry_budget: None,
                 wire: None,
+                sse_resumable: false,
             }),
         }
     }
@@ -99,6 +101,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             admission: shared.admission.clone(),
             retry_budget: shared.retry_budget.clone(),
             wire: shared.wire.clone(),
+            sse_resumable: shared.sse_resumable,
         });
         RecoveryLayer {
             config: Arc::new(f(config)),
@@ -115,6 +118,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             admission: c.admission,
             retry_budget: c.retry_budget,
             wire: c.wire,
+            sse_resumable: c.sse_resumable,
         })
     }
 
@@ -128,6 +132,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             admission: c.admission,
             retry_budget: c.retry_budget,
             wire: c.wire,
+            sse_resumable: c.sse_resumable,
         })
     }
 
@@ -164,6 +169,17 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
     pub fn with_wire_observer(self, observer: impl WireObserver + 'static) -> RecoveryLayer<T, C> {
         self.map(|mut c| {
             c.wire = Some(Arc::new(observer));
+            c
+        })
+    }
+
+    /// Declares the endpoint a resumable SSE server: a committed stream
+    /// that breaks is re-requested with `Last-Event-ID` set to the last
+    /// event id delivered (never with an empty one). Only for servers that
+    /// honour the header; providers' LLM endpoints do not.
+    pub fn with_resumable_sse(self, resumable: bool) -> RecoveryLayer<T, C> {
+        self.map(|mut c| {
+            c.sse_resumable = resumable;
             c
         })
     }

@@ -8,6 +8,7 @@ mod body;
 mod classify;
 mod future;
 mod layer;
+mod resume;
 mod service;
 mod shared;
 mod wire;

@@ -1,0 +1,353 @@
+//! Resume of a committed stream over real sockets (issue: resume instead of
+//! fail): OpenAI Responses background streams continued with
+//! `starting_after`, declared-resumable SSE continued with `Last-Event-ID`.
+//!
+//! The consumer's bytes must equal the uninterrupted stream exactly, whatever
+//! event boundary the cut falls on and even when the server repeats events
+//! before the cursor.
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recovery_core::lifecycle::LifecycleEvent;
+use recovery_core::observer::StreamObserver;
+use recovery_core::outcome::{InterruptCause, Outcome};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::{ProtocolKind, SseTerminal};
+use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use tower_layer::Layer;
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
+use tower_service::Service;
+
+const LIMIT: Duration = Duration::from_secs(20);
+const POST_PATH: &str = "/v1/responses";
+const GET_PATH: &str = "/v1/responses/resp_1";
+const BACKGROUND: &str = r#"{"model":"m","input":"hi","stream":true,"background":true}"#;
+const FOREGROUND: &str = r#"{"model":"m","input":"hi","stream":true}"#;
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
+}
+
+fn policy(max_resumes: u32) -> RecoveryPolicy {
+    RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(3).unwrap())
+        .max_resumes(max_resumes)
+        .backoff(Duration::from_millis(2), Duration::from_millis(10))
+        .build()
+        .unwrap()
+}
+
+struct Run {
+    body: Vec<u8>,
+    error: Option<Outcome>,
+    outcome: Option<Outcome>,
+    events: Vec<&'static str>,
+}
+
+async fn run(
+    provider: &FaultProvider,
+    kind: ProtocolKind,
+    layer: RecoveryLayer,
+    path: &str,
+    body: &'static str,
+) -> Run {
+    let events: Arc<Mutex<Vec<LifecycleEvent>>> = Arc::default();
+    let sink = Arc::clone(&events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = layer
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(kind).layer(client));
+    let req = Request::post(provider.url(path))
+        .header("authorization", "Bearer sk-test")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap();
+    let (bytes, error, report) = tokio::time::timeout(LIMIT, async {
+        let resp = svc.call(req).await.expect("committed");
+        let report = resp.extensions().get::<ReportHandle>().cloned().unwrap();
+        let mut body = resp.into_body();
+        let mut bytes = Vec::new();
+        let mut error = None;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => bytes.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+                Err(e) => {
+                    error = Some(e.outcome().clone());
+                    break;
+                }
+            }
+        }
+        (bytes, error, report)
+    })
+    .await
+    .expect("hung");
+    drop(svc);
+    tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .expect("connections left open");
+    let events: Vec<&'static str> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    let terminal = events
+        .iter()
+        .filter(|n| matches!(**n, "completed" | "exhausted" | "interrupted" | "cancelled"))
+        .count();
+    assert_eq!(terminal, 1, "exactly one terminal event: {events:?}");
+    Run {
+        body: bytes,
+        error,
+        outcome: report.report().outcome,
+        events,
+    }
+}
+
+/// Event boundaries after the first semantic event, with the sequence
+/// number of the last event before each.
+fn cuts_after_commit(kind: &ProtocolKind, bytes: &[u8]) -> Vec<(usize, Option<u64>)> {
+    let mut observer = StreamObserver::new(kind.clone());
+    let mut ends = Vec::new();
+    let feed = observer
+        .feed_with(bytes, |e| ends.push((e.end_offset, e.info.sequence_number)))
+        .unwrap();
+    let commit = feed.committed_at.unwrap();
+    ends.into_iter()
+        .filter(|(end, _)| *end >= commit && (*end as usize) < bytes.len())
+        .map(|(end, seq)| (end as usize, seq))
+        .collect()
+}
+
+#[tokio::test]
+async fn rs1_rs2_background_stream_resumes_at_every_boundary_exactly_once() {
+    let name = "openai-responses/happy.sse";
+    let full = fixture(name);
+    let kind = ProtocolKind::OpenAiResponses;
+    let cuts = cuts_after_commit(&kind, &full);
+    assert!(cuts.len() >= 3, "enough cut points: {cuts:?}");
+    for (cut, seq) in cuts {
+        let provider = FaultProvider::start(
+            ScriptSet::new(vec![])
+                .path(
+                    POST_PATH,
+                    vec![
+                        Script::ok()
+                            .header("content-type", "text/event-stream")
+                            .write(Write::fixture(name).split_lines())
+                            .cut_at(cut)
+                            .ending(Ending::Rst),
+                    ],
+                )
+                // The resumed stream repeats everything from the start (RS2):
+                // the events at or below the cursor must be dropped.
+                .path(
+                    GET_PATH,
+                    vec![
+                        Script::ok()
+                            .header("content-type", "text/event-stream")
+                            .write(Write::fixture(name)),
+                    ],
+                ),
+        )
+        .await
+        .unwrap();
+        let run = run(
+            &provider,
+            kind.clone(),
+            RecoveryLayer::new(policy(1)),
+            POST_PATH,
+            BACKGROUND,
+        )
+        .await;
+        assert!(run.error.is_none(), "cut {cut}: {:?}", run.error);
+        assert_eq!(
+            String::from_utf8_lossy(&run.body),
+            String::from_utf8_lossy(&full),
+            "cut {cut}: the consumer sees the uninterrupted stream, no gap, no duplicate"
+        );
+        assert!(
+            matches!(run.outcome, Some(Outcome::Completed { .. })),
+            "cut {cut}"
+        );
+        assert_eq!(
+            provider.count_path(POST_PATH),
+            1,
+            "cut {cut}: never a POST replay"
+        );
+        assert_eq!(provider.count_path(GET_PATH), 1, "cut {cut}: one resume");
+        let get = &provider.requests_for(GET_PATH)[0];
+        assert_eq!(get.method, "GET");
+        let want = format!("starting_after={}", seq.expect("a sequence number"));
+        assert!(get.target.contains("stream=true"), "{}", get.target);
+        assert!(
+            get.target.contains(&want),
+            "cut {cut}: {} lacks {want}",
+            get.target
+        );
+        assert_eq!(
+            get.header("authorization").map(<[u8]>::to_vec),
+            Some(b"Bearer sk-test".to_vec()),
+            "same auth headers"
+        );
+        assert!(run.events.contains(&"resume_started"), "{:?}", run.events);
+    }
+}
+
+#[tokio::test]
+async fn rs3_resume_answered_404_keeps_the_prefix_and_fails_typed() {
+    let name = "openai-responses/happy.sse";
+    let full = fixture(name);
+    let (cut, _) = cuts_after_commit(&ProtocolKind::OpenAiResponses, &full)[0];
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                POST_PATH,
+                vec![
+                    Script::ok()
+                        .header("content-type", "text/event-stream")
+                        .write(Write::fixture(name))
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            )
+            .path(GET_PATH, vec![Script::status(404).write(Write::text("{}"))]),
+    )
+    .await
+    .unwrap();
+    let run = run(
+        &provider,
+        ProtocolKind::OpenAiResponses,
+        RecoveryLayer::new(policy(1)),
+        POST_PATH,
+        BACKGROUND,
+    )
+    .await;
+    assert_eq!(run.body, &full[..cut], "the delivered prefix is kept");
+    assert_eq!(
+        run.error,
+        Some(Outcome::Interrupted {
+            cause: InterruptCause::ResumeFailed,
+            stall: None
+        })
+    );
+    assert_eq!(provider.count_path(POST_PATH), 1);
+    assert_eq!(provider.count_path(GET_PATH), 1);
+}
+
+#[tokio::test]
+async fn rs5_foreground_request_is_never_resumed() {
+    let name = "openai-responses/happy.sse";
+    let full = fixture(name);
+    let (cut, _) = cuts_after_commit(&ProtocolKind::OpenAiResponses, &full)[0];
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        POST_PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture(name))
+            .cut_at(cut)
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let run = run(
+        &provider,
+        ProtocolKind::OpenAiResponses,
+        RecoveryLayer::new(policy(1)),
+        POST_PATH,
+        FOREGROUND,
+    )
+    .await;
+    assert!(
+        matches!(run.error, Some(Outcome::Interrupted { .. })),
+        "{:?}",
+        run.error
+    );
+    assert_eq!(run.body, &full[..cut]);
+    assert_eq!(provider.count_path(GET_PATH), 0, "zero GETs");
+    assert_eq!(provider.count_path(POST_PATH), 1);
+}
+
+const SSE_PATH: &str = "/events";
+const SSE_STREAM: &str =
+    "id: 1\ndata: one\n\nid: 2\ndata: two\n\nid: 3\ndata: three\n\ndata: [DONE]\n\n";
+
+fn sse_kind() -> ProtocolKind {
+    ProtocolKind::Sse {
+        terminal_sentinel: Some(SseTerminal::Data("[DONE]".into())),
+    }
+}
+
+#[tokio::test]
+async fn rs7_declared_resumable_sse_resends_with_last_event_id() {
+    let cut = SSE_STREAM.find("id: 3").unwrap();
+    let tail = &SSE_STREAM[cut..];
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        SSE_PATH,
+        vec![
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(SSE_STREAM))
+                .cut_at(cut)
+                .ending(Ending::Rst),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(tail)),
+        ],
+    ))
+    .await
+    .unwrap();
+    let layer = RecoveryLayer::new(policy(1)).with_resumable_sse(true);
+    let run = run(&provider, sse_kind(), layer, SSE_PATH, "{}").await;
+    assert!(run.error.is_none(), "{:?}", run.error);
+    assert_eq!(run.body, SSE_STREAM.as_bytes());
+    let sent = provider.requests_for(SSE_PATH);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].header("last-event-id"), None);
+    assert_eq!(
+        sent[1].header("last-event-id").map(<[u8]>::to_vec),
+        Some(b"2".to_vec())
+    );
+    assert_eq!(
+        sent[1].body, sent[0].body,
+        "the same request, with the cursor"
+    );
+}
+
+#[tokio::test]
+async fn rs7_undeclared_sse_is_interrupted_not_resent() {
+    let cut = SSE_STREAM.find("id: 3").unwrap();
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        SSE_PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::text(SSE_STREAM))
+            .cut_at(cut)
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let run = run(
+        &provider,
+        sse_kind(),
+        RecoveryLayer::new(policy(1)),
+        SSE_PATH,
+        "{}",
+    )
+    .await;
+    assert!(
+        matches!(run.error, Some(Outcome::Interrupted { .. })),
+        "{:?}",
+        run.error
+    );
+    assert_eq!(provider.count_path(SSE_PATH), 1);
+}
