@@ -199,7 +199,20 @@ async fn rs1_rs2_background_stream_resumes_at_every_boundary_exactly_once() {
             Some(b"Bearer sk-test".to_vec()),
             "same auth headers"
         );
-        assert!(run.events.contains(&"resume_started"), "{:?}", run.events);
+        assert_eq!(
+            run.events,
+            [
+                "attempt_started",
+                "committed",
+                "attempt_failed",
+                "delay_scheduled",
+                "resume_started",
+                "attempt_started",
+                "attempt_succeeded",
+                "completed"
+            ],
+            "cut {cut}"
+        );
     }
 }
 
@@ -350,4 +363,76 @@ async fn rs7_undeclared_sse_is_interrupted_not_resent() {
         run.error
     );
     assert_eq!(provider.count_path(SSE_PATH), 1);
+}
+
+#[tokio::test]
+async fn rs4_repeated_cuts_stop_at_max_attempts_across_post_and_resumes() {
+    let name = "openai-responses/happy.sse";
+    let full = fixture(name);
+    let cuts = cuts_after_commit(&ProtocolKind::OpenAiResponses, &full);
+    let (cut, _) = cuts[0];
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                POST_PATH,
+                vec![
+                    Script::ok()
+                        .header("content-type", "text/event-stream")
+                        .write(Write::fixture(name))
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            )
+            // Every resume is cut too: it repeats the stream up to the same cut.
+            .path(
+                GET_PATH,
+                vec![
+                    Script::ok()
+                        .header("content-type", "text/event-stream")
+                        .write(Write::fixture(name))
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            ),
+    )
+    .await
+    .unwrap();
+    let run = run(
+        &provider,
+        ProtocolKind::OpenAiResponses,
+        RecoveryLayer::new(policy(5)),
+        POST_PATH,
+        BACKGROUND,
+    )
+    .await;
+    assert_eq!(
+        run.error,
+        Some(Outcome::Interrupted {
+            cause: InterruptCause::AttemptsExhausted,
+            stall: None
+        })
+    );
+    assert_eq!(
+        provider.count_path(POST_PATH) + provider.count_path(GET_PATH),
+        3,
+        "max_attempts physical sends in all (G2)"
+    );
+    assert_eq!(run.body, &full[..cut], "nothing delivered twice");
+    assert_eq!(
+        run.events,
+        [
+            "attempt_started",
+            "committed",
+            "attempt_failed",
+            "delay_scheduled",
+            "resume_started",
+            "attempt_started",
+            "attempt_failed",
+            "delay_scheduled",
+            "resume_started",
+            "attempt_started",
+            "attempt_failed",
+            "interrupted"
+        ]
+    );
 }
