@@ -1,0 +1,120 @@
+// The npm API in Node: fetch-shaped, stitched body, final HTTP error as the
+// response, TypeError on transport exhaustion, typed errors after commit,
+// abort, events with the Rust serde fields, report on the response.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { createRecoveringFetch, recoveryOf, RecoveryError } from '../../js/node.mjs';
+import { FAULT, prefix, load, count, fixture, fast, terminals } from './helpers.mjs';
+
+const HAPPY = await readFile(new URL('../../../tests/fixtures/openai-chat/happy-usage.sse', import.meta.url), 'utf8');
+
+test('a reset before the first token is replayed; the body is the second attempt exactly', async () => {
+  const path = `${prefix('reset')}/v1/chat/completions`;
+  await load({ [path]: [fixture('openai-chat/role-only-then-cut.sse', { ending: 'rst' }), fixture('openai-chat/happy-usage.sse')] });
+  const events = [];
+  const rfetch = createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) });
+  const res = await rfetch(`${FAULT}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"stream":true}' });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'text/event-stream');
+  assert.equal(await res.text(), HAPPY);
+  assert.equal(await count(path), 2);
+  assert.equal(terminals(events).length, 1);
+  assert.equal(events.at(-1).event, 'completed');
+  const failed = events.find((e) => e.event === 'attempt_failed');
+  assert.deepEqual(
+    Object.keys(failed).sort(),
+    ['at_ms', 'attempt_id', 'category', 'event', 'logical_id', 'phase', 'reason', 'status', 'wire_attempt'],
+  );
+  const report = res.recovery.report();
+  assert.equal(report.attempts.length, 2);
+  assert.equal(report.outcome.outcome, 'completed');
+  assert.equal(recoveryOf(res), res.recovery);
+  assert.equal(res.recovery.protocol, 'openai-chat');
+});
+
+test('the request body is replayed byte for byte', async () => {
+  const path = `${prefix('replay-body')}/v1/chat/completions`;
+  await load({ [path]: [{ ending: 'reset_before_head' }, fixture('openai-chat/happy-usage.sse')] });
+  const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi ✓' }] });
+  const res = await createRecoveringFetch(fast)(`${FAULT}${path}`, { method: 'POST', body });
+  await res.text();
+  const requests = (await (await fetch(`${FAULT}/__fault/requests`)).json()).filter((r) => r.target === path);
+  assert.equal(requests.length, 2);
+  assert.equal(requests[0].body, body);
+  assert.equal(requests[1].body, body);
+});
+
+test('a final HTTP error comes back as that response', async () => {
+  const path = `${prefix('final-429')}/v1/chat/completions`;
+  await load({ [path]: [{ status: 429, headers: { 'content-type': 'application/json' }, transfer: 'content_length', body: ['{"error":{"type":"rate_limit_error","message":"slow down"}}'] }] });
+  const res = await createRecoveringFetch({ ...fast, maxAttempts: 2 })(`${FAULT}${path}`, { method: 'POST', body: '{}' });
+  assert.equal(res.status, 429);
+  assert.equal((await res.json()).error.message, 'slow down');
+  assert.equal(res.recovery.outcome().outcome, 'exhausted');
+  assert.equal(await count(path), 2);
+});
+
+test('transport exhaustion rejects with a TypeError carrying the report', async () => {
+  const events = [];
+  const rfetch = createRecoveringFetch({ ...fast, maxAttempts: 2, onEvent: (e) => events.push(e) });
+  await assert.rejects(rfetch(`${process.env.RECOVERY_REFUSED_URL}/v1/chat/completions`, { method: 'POST', body: '{}' }), (e) => {
+    assert.ok(e instanceof TypeError);
+    assert.equal(e.outcome.outcome, 'exhausted');
+    assert.equal(e.report.attempts.length, 2);
+    assert.equal(e.report.attempts[0].phase, 'unknown');
+    assert.ok(e.cause instanceof TypeError, 'the fetch error is the cause');
+    return true;
+  });
+  assert.equal(terminals(events).length, 1);
+});
+
+test('a cut after commit errors the body with a RecoveryError', async () => {
+  const path = `${prefix('cut')}/v1/chat/completions`;
+  await load({ [path]: [fixture('openai-chat/happy-usage.sse', { body: [{ fixture: 'openai-chat/happy-usage.sse', end: 636 }, { text: ': x\n\n', stall: true }], ending: 'rst' })] });
+  const res = await createRecoveringFetch(fast)(`${FAULT}${path}`, { method: 'POST', body: '{}' });
+  const reader = res.body.getReader();
+  const first = await reader.read();
+  assert.ok(first.value.length > 0);
+  await fetch(`${FAULT}/__fault/release?n=1`, { method: 'POST' });
+  let error;
+  try {
+    for (;;) {
+      const { done } = await reader.read();
+      if (done) break;
+    }
+  } catch (e) {
+    error = e;
+  }
+  assert.ok(error instanceof RecoveryError, String(error));
+  assert.equal(error.outcome.outcome, 'interrupted');
+  assert.equal(await count(path), 1);
+});
+
+test('aborting the signal mid-stream rejects the read with the reason and ends cancelled', async () => {
+  const path = `${prefix('abort')}/v1/chat/completions`;
+  await load({ [path]: [fixture('x', { body: [{ fixture: 'openai-chat/happy-usage.sse', end: 636 }, { text: 'data: [DONE]\n\n', stall: true }] })] });
+  const events = [];
+  const controller = new AbortController();
+  const res = await createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) })(`${FAULT}${path}`, { method: 'POST', body: '{}', signal: controller.signal });
+  const reader = res.body.getReader();
+  await reader.read();
+  const pending = reader.read().then(() => reader.read());
+  controller.abort(new Error('user stop'));
+  await assert.rejects(pending, /user stop/);
+  assert.equal(events.at(-1).event, 'cancelled');
+  assert.equal(terminals(events).length, 1);
+});
+
+test('an aborted signal rejects before any send', async () => {
+  const controller = new AbortController();
+  controller.abort();
+  await assert.rejects(createRecoveringFetch(fast)(`${FAULT}/never`, { signal: controller.signal }), { name: 'AbortError' });
+});
+
+test('bad options are typed errors', () => {
+  assert.throws(() => createRecoveringFetch({ maxAttempts: 0 }), (e) => e instanceof RangeError && e.code === 'invalid_option');
+  assert.throws(() => createRecoveringFetch({ maxAtempts: 3 }), (e) => e instanceof TypeError && e.code === 'invalid_option');
+  assert.throws(() => createRecoveringFetch({ onEvent: 'nope' }), TypeError);
+  assert.throws(() => createRecoveringFetch({ protocol: 'smtp' }), RangeError);
+});

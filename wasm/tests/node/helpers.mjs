@@ -1,0 +1,28 @@
+// Shared helpers of the JS-level tests: the provider URL exported by
+// scripts/test-wasm.sh, per-test paths and the provider's control endpoint.
+import { randomBytes } from 'node:crypto';
+
+export const FAULT = (process.env.RECOVERY_FAULT_URL ?? '').replace(/\/$/, '');
+if (!FAULT) throw new Error('RECOVERY_FAULT_URL is not set: run scripts/test-wasm.sh');
+
+export function prefix(name) {
+  return `/js/${randomBytes(8).toString('hex')}/${name}`;
+}
+
+export async function load(paths) {
+  const res = await fetch(`${FAULT}/__fault/script?merge`, { method: 'POST', body: JSON.stringify({ paths }) });
+  if (!res.ok) throw new Error(`script refused: ${await res.text()}`);
+}
+
+export async function count(path) {
+  const c = await (await fetch(`${FAULT}/__fault/count`)).json();
+  return c.paths[path] ?? 0;
+}
+
+export const sse = (body, extra = {}) => ({ headers: { 'content-type': 'text/event-stream' }, body, ...extra });
+export const fixture = (name, extra = {}) => sse([{ fixture: name }], extra);
+export const fast = { backoffBaseMs: 1, backoffCeilingMs: 2 };
+
+export function terminals(events) {
+  return events.filter((e) => ['completed', 'exhausted', 'interrupted', 'cancelled'].includes(e.event));
+}
