@@ -489,3 +489,71 @@ async fn tb11_a_readiness_error_is_final() {
         "the readiness error is kept as evidence"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn ad4_failure_while_offline_parks_until_online() {
+    use recovery_core::timing::ScriptedConnectivity;
+    let inner = Scripted::new(vec![
+        status(503),
+        ok(&[
+            Step::Data(ROLE),
+            Step::Data(HELLO),
+            Step::Data(STOP),
+            Step::Data(DONE),
+        ]),
+    ]);
+    let events: Events = Arc::default();
+    let net = ScriptedConnectivity::new(false);
+    let sink = Arc::clone(&events);
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_connectivity(net.clone())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let fut = tokio::spawn(svc.oneshot(request()));
+    while net.waiters() == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Parked: half a minute passes offline (within the 60 s budget), and
+    // nothing is sent.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(inner.calls(), 1, "no send while offline");
+    assert!(names(&events).contains(&"parked_offline"));
+    net.set_online(true);
+    let resp = fut.await.unwrap().unwrap();
+    let (_, err) = collect(resp).await;
+    assert!(err.is_none());
+    assert_eq!(inner.calls(), 2);
+    assert_eq!(net.waiters(), 0, "the online listener was removed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn ad6_parking_is_bounded_by_the_recovery_budget() {
+    use recovery_core::timing::ScriptedConnectivity;
+    let inner = Scripted::new(vec![status(503)]);
+    let events: Events = Arc::default();
+    let net = ScriptedConnectivity::new(false);
+    let sink = Arc::clone(&events);
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_connectivity(net.clone())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let started = tokio::time::Instant::now();
+    let resp = svc.oneshot(request()).await.unwrap();
+    assert_eq!(
+        resp.status(),
+        503,
+        "the last answer, once the budget ran out"
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(60),
+        "parked exactly for the budget"
+    );
+    assert_eq!(inner.calls(), 1);
+    let report = resp.extensions().get::<ReportHandle>().unwrap().report();
+    assert!(matches!(
+        report.outcome,
+        Some(Outcome::BudgetExhausted { .. })
+    ));
+    assert_eq!(net.waiters(), 0);
+}
