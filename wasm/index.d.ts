@@ -1,0 +1,139 @@
+// Hand-written declarations of the recovery-wasm npm package.
+
+/** A lifecycle event: the Rust serde form (flattened identity, `at_ms`, `event` tag). */
+export interface LifecycleEvent {
+  /** The logical request, 16 hex digits. */
+  logical_id: string;
+  /** `<logical_id>-<n>`; `null` before the first send. */
+  attempt_id: string | null;
+  /** 1-based physical send number; 0 before the first send. */
+  wire_attempt: number;
+  /** Milliseconds since the logical request started. */
+  at_ms: number;
+  event:
+    | 'attempt_started' | 'attempt_succeeded' | 'attempt_failed'
+    | 'admission_pending' | 'admission_allowed' | 'admission_rejected' | 'admission_unresolved' | 'admission_required'
+    | 'delay_scheduled' | 'retry_started' | 'resume_started' | 'parked_offline' | 'committed'
+    | 'completed' | 'exhausted' | 'interrupted' | 'cancelled';
+  /** Event-specific fields (`category`, `phase`, `reason`, `status`, `delay_ms`, `cause`, `trigger`, `outcome`, `attempts`, ...). */
+  [field: string]: unknown;
+}
+
+/** How a logical request ended (Rust `Outcome`, tagged by `outcome`). */
+export interface Outcome {
+  outcome:
+    | 'completed' | 'unsuccessful' | 'permanent' | 'not_retryable' | 'exhausted' | 'budget_exhausted'
+    | 'deadline_exceeded' | 'retry_after_refused' | 'interrupted' | 'protocol' | 'admission_required'
+    | 'admission_rejected' | 'admission_unresolved' | 'replay_disabled' | 'cancelled';
+  [field: string]: unknown;
+}
+
+/** One physical send in a report. */
+export interface AttemptRecord {
+  wire_attempt: number;
+  resume: boolean;
+  started_ms: number;
+  ended_ms: number | null;
+  status: number | null;
+  result: 'in_progress' | 'succeeded' | 'failed';
+  retry_after: { state: 'absent' | 'invalid' | 'millis' | 'seconds' | 'date'; delay?: unknown };
+  progress: Record<string, number | boolean>;
+  request_id: string | null;
+  [field: string]: unknown;
+}
+
+/** The safe report of one logical request (Rust `RecoveryReport`). */
+export interface RecoveryReport {
+  logical_id: string;
+  outcome: Outcome | null;
+  attempts: AttemptRecord[];
+  delays: Array<{ after_attempt: number; delay_ms: number; cause: 'backoff' | 'retry_after' }>;
+  resend_count: number;
+  resumes: number;
+  committed_attempt: number | null;
+  replay_disabled: 'body_too_large' | 'not_replayable' | null;
+  metrics: { time_to_headers_ms: number | null; time_to_first_semantic_ms: number | null; total_ms: number | null };
+  [field: string]: unknown;
+}
+
+/** What the admission hook is asked before an ambiguous resend. */
+export interface AdmissionContext {
+  logicalId: string;
+  nextAttempt: number;
+  failure: Record<string, unknown>;
+}
+
+export type ProtocolName = 'auto' | 'openai-chat' | 'openai-responses' | 'anthropic' | 'gemini' | 'ollama' | 'sse';
+export type Category = 'transport' | 'http' | 'client_timeout' | 'provider_response';
+
+/** Options: the Rust `RecoveryPolicy` in camelCase (durations in ms), plus the JS hooks. */
+export interface RecoveringFetchOptions {
+  /** Physical sends allowed, the first included (default 3). */
+  maxAttempts?: number;
+  /** Full-jitter backoff base and ceiling (defaults 500 / 8000). */
+  backoffBaseMs?: number;
+  backoffCeilingMs?: number;
+  /** Recovery budget from the first failure; `null` for unbounded (default 60000). */
+  budgetMs?: number | null;
+  /** Deadline from the start of the request; `null` for none (default). */
+  deadlineMs?: number | null;
+  retryableStatuses?: number[];
+  retryableCategories?: Category[];
+  /** Largest Retry-After honoured (default 60000) and what to do above it. */
+  retryAfterCeilingMs?: number;
+  overCeiling?: 'refuse' | 'backoff';
+  replayBodyCap?: number;
+  holdbackCap?: number;
+  evidenceCap?: number;
+  maxResumes?: number;
+  endpoint?: 'remote' | 'local';
+  idleTimeoutMs?: number | null;
+  progressTimeoutMs?: number | null;
+  headTimeoutMs?: number | null;
+  /** Cross-request retry budget shared by every request of this function. */
+  retryBudget?: { ttlMs?: number; minRetriesPerSec?: number; percent?: number } | null;
+  /** The body's protocol; `auto` (default) guesses from the URL path. */
+  protocol?: ProtocolName;
+  /** Success terminal of a generic `sse` stream. */
+  sseTerminal?: { data: string } | { event: string };
+  /** Receives every lifecycle event. */
+  onEvent?: (event: LifecycleEvent) => void;
+  /** Cancels every request of this function when aborted. */
+  signal?: AbortSignal;
+  /** The underlying fetch (default: the global `fetch`). */
+  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+  /** Asked before an ambiguous resend; anything but allow is a refusal. */
+  admission?: (context: AdmissionContext) => boolean | 'allow' | 'reject' | Promise<boolean | 'allow' | 'reject'>;
+}
+
+/** Reachable from every response: `response.recovery` or `recoveryOf(response)`. */
+export interface RecoveryHandle {
+  /** The report so far; complete once the body ended. */
+  report(): RecoveryReport;
+  /** The outcome once the request ended, else `null`. */
+  outcome(): Outcome | null;
+  /** The protocol the body was decoded as. */
+  readonly protocol: string;
+}
+
+/** A recovering fetch: `fetch`'s signature; responses carry `recovery`. */
+export type RecoveringFetch = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response & { readonly recovery: RecoveryHandle }>;
+
+/** Thrown (rejected) before any response when attempts run out without an HTTP answer. */
+export interface RecoveryTypeError extends TypeError {
+  readonly outcome: Outcome;
+  readonly report: RecoveryReport;
+}
+
+/** The stitched body errors with this when the stream fails after commit. */
+export declare class RecoveryError extends Error {
+  readonly name: 'RecoveryError';
+  readonly outcome: Outcome;
+  readonly report: RecoveryReport;
+}
+
+/** Builds a recovering fetch. Throws a TypeError/RangeError (`code: "invalid_option"`) on bad options. */
+export declare function createRecoveringFetch(options?: RecoveringFetchOptions): RecoveringFetch;
+
+/** The recovery handle of a response returned by a recovering fetch. */
+export declare function recoveryOf(response: Response): RecoveryHandle | undefined;

@@ -1,0 +1,36 @@
+// A typed use of the package, checked by `tsc --noEmit` (never run).
+import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type RecoveryTypeError } from 'recovery-wasm';
+
+const events: LifecycleEvent[] = [];
+const controller = new AbortController();
+const rfetch = createRecoveringFetch({
+  maxAttempts: 4,
+  backoffBaseMs: 250,
+  budgetMs: null,
+  retryableCategories: ['transport', 'http'],
+  protocol: 'anthropic',
+  onEvent: (e) => {
+    events.push(e);
+    if (e.event === 'completed') console.log(e.logical_id, e.at_ms);
+  },
+  signal: controller.signal,
+  admission: async (ctx) => ctx.nextAttempt <= 2,
+});
+
+export async function run(url: string): Promise<string> {
+  try {
+    const res = await rfetch(url, { method: 'POST', body: '{}' });
+    const report = res.recovery.report();
+    const attempts: number = report.attempts.length;
+    const handle = recoveryOf(res);
+    if (handle && handle.outcome()?.outcome === 'completed') console.log(attempts);
+    return await res.text();
+  } catch (e) {
+    if (e instanceof RecoveryError) return e.outcome.outcome;
+    if (e instanceof TypeError && 'report' in e) return (e as RecoveryTypeError).report.logical_id;
+    throw e;
+  }
+}
+
+// @ts-expect-error: unknown protocol names are rejected by the types.
+createRecoveringFetch({ protocol: 'smtp' });
