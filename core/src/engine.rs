@@ -1,6 +1,6 @@
 //! The attempt state machine of one logical request.
 //!
-//! [`Recovery`] wraps [`decide`](crate::decision::decide) with everything a
+//! [`Recovery`] wraps [`decide`](crate::decision::decide()) with everything a
 //! driver would otherwise re-implement: the shared attempt allowance (debited
 //! before each send), the cross-request retry budget (a permit taken when a
 //! wait is scheduled, spent at the send, refunded if the wait is cancelled),
@@ -325,6 +325,16 @@ impl Recovery {
         .flatten()
         .min()
         .map(|end| end.saturating_since(now))
+    }
+
+    /// Records the seam of the resume attempt now in flight.
+    pub fn record_seam(&mut self, strategy: crate::report::SeamStrategy, delivered_bytes: u64) {
+        let attempt = self.state.attempts_made;
+        self.report.seams.push(crate::report::Seam {
+            attempt,
+            strategy,
+            delivered_bytes,
+        });
     }
 
     /// A transport error arrived after terminal proof (a reset right after

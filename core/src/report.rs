@@ -71,6 +71,29 @@ pub struct DelayRecord {
     pub cause: DelayCause,
 }
 
+/// How a committed stream was continued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeamStrategy {
+    /// OpenAI Responses background stream, `starting_after`.
+    ResponsesBackground,
+    /// SSE `Last-Event-ID`.
+    LastEventId,
+    /// A caller continuation hook (prompt-level).
+    Continuation,
+}
+
+/// Where a resumed stream joins the delivered prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seam {
+    /// The resume attempt that continues the stream.
+    pub attempt: u32,
+    /// How.
+    pub strategy: SeamStrategy,
+    /// Body bytes the consumer had before the seam.
+    pub delivered_bytes: u64,
+}
+
 /// Timings across all attempts, in ms since the logical request started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamMetrics {
@@ -106,6 +129,8 @@ pub struct RecoveryReport {
     pub metrics: StreamMetrics,
     /// A transport error arrived after terminal proof; it changed nothing.
     pub late_error: bool,
+    /// Every seam where a resume joined the delivered prefix.
+    pub seams: Vec<Seam>,
 }
 
 impl RecoveryReport {
@@ -122,6 +147,7 @@ impl RecoveryReport {
             replay_disabled: None,
             metrics: StreamMetrics::default(),
             late_error: false,
+            seams: Vec::new(),
         }
     }
 

@@ -49,6 +49,7 @@ struct Run {
     body: Vec<u8>,
     error: Option<Outcome>,
     outcome: Option<Outcome>,
+    seams: Vec<recovery_core::report::Seam>,
     events: Vec<&'static str>,
 }
 
@@ -109,6 +110,7 @@ async fn run(
         body: bytes,
         error,
         outcome: report.report().outcome,
+        seams: report.report().seams,
         events,
     }
 }
@@ -435,4 +437,138 @@ async fn rs4_repeated_cuts_stop_at_max_attempts_across_post_and_resumes() {
             "interrupted"
         ]
     );
+}
+
+const MESSAGES_PATH: &str = "/v1/messages";
+
+fn sse_event(kind: &str, data: &str) -> String {
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+#[tokio::test]
+async fn continuation_hook_splices_a_prefilled_continuation_after_the_prefix() {
+    let prefix = [
+        sse_event("message_start", r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#),
+        sse_event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
+        sse_event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Once upon"}}"#),
+        sse_event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" a time"}}"#),
+    ]
+    .concat();
+    let continuation_preamble = [
+        sse_event("message_start", r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":1}}}"#),
+        sse_event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
+        sse_event("ping", r#"{"type": "ping"}"#),
+    ]
+    .concat();
+    let continuation_body = [
+        sse_event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", the end."}}"#),
+        sse_event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        sse_event("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":4}}"#),
+        sse_event("message_stop", r#"{"type":"message_stop"}"#),
+    ]
+    .concat();
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        MESSAGES_PATH,
+        vec![
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(prefix.clone()))
+                .ending(Ending::Rst),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text([continuation_preamble, continuation_body.clone()].concat())),
+        ],
+    ))
+    .await
+    .unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let seen_in_hook = Arc::clone(&seen);
+    let hook: tower_recovery::recovery::ContinuationHook = Arc::new(move |ctx| {
+        seen_in_hook.lock().unwrap().clone_from(&ctx.delivered.text);
+        let body = serde_json::json!({
+            "model": "m",
+            "stream": true,
+            "messages": [
+                {"role": "user", "content": "tell a story"},
+                {"role": "assistant", "content": ctx.delivered.text},
+            ],
+        });
+        let mut req = Request::builder()
+            .method(ctx.head.method.clone())
+            .uri(ctx.head.uri.clone());
+        for (k, v) in &ctx.head.headers {
+            req = req.header(k, v);
+        }
+        Some(req.body(Bytes::from(body.to_string())).unwrap())
+    });
+    let layer = RecoveryLayer::new(policy(1)).with_continuation(hook);
+    let run = run(
+        &provider,
+        ProtocolKind::Anthropic,
+        layer,
+        MESSAGES_PATH,
+        r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"tell a story"}]}"#,
+    )
+    .await;
+    assert!(run.error.is_none(), "{:?}", run.error);
+    assert_eq!(
+        String::from_utf8_lossy(&run.body),
+        [prefix, continuation_body].concat(),
+        "the prefix, then the continuation from its first semantic event"
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        "Once upon a time",
+        "the hook saw the delivered text"
+    );
+    let sent = provider.requests_for(MESSAGES_PATH);
+    assert_eq!(sent.len(), 2);
+    let second: serde_json::Value = serde_json::from_slice(&sent[1].body).unwrap();
+    assert_eq!(
+        second["messages"][1]["content"], "Once upon a time",
+        "prefilled"
+    );
+    assert!(matches!(run.outcome, Some(Outcome::Completed { .. })));
+    assert!(run.events.contains(&"resume_started"));
+    assert_eq!(run.seams.len(), 1, "the seam is recorded");
+    assert_eq!(
+        run.seams[0].strategy,
+        recovery_core::report::SeamStrategy::Continuation
+    );
+    assert_eq!(run.seams[0].attempt, 2);
+}
+
+#[tokio::test]
+async fn a_declining_continuation_hook_leaves_the_typed_interruption() {
+    let name = "anthropic/happy.sse";
+    let full = fixture(name);
+    let cuts = cuts_after_commit(&ProtocolKind::Anthropic, &full);
+    let (cut, _) = cuts[0];
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        MESSAGES_PATH,
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture(name))
+            .cut_at(cut)
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let hook: tower_recovery::recovery::ContinuationHook = Arc::new(|_| None);
+    let layer = RecoveryLayer::new(policy(1)).with_continuation(hook);
+    let run = run(
+        &provider,
+        ProtocolKind::Anthropic,
+        layer,
+        MESSAGES_PATH,
+        "{}",
+    )
+    .await;
+    assert!(
+        matches!(run.error, Some(Outcome::Interrupted { .. })),
+        "{:?}",
+        run.error
+    );
+    assert_eq!(provider.count_path(MESSAGES_PATH), 1);
+    assert_eq!(run.body, &full[..cut]);
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use recovery_core::decision::Action;
 use recovery_core::error::RecoveryError;
 use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
 use recovery_core::outcome::CancelPhase;
 use recovery_core::progress::Terminal;
-use recovery_core::decision::Action;
 use recovery_core::timing::{Fraction, Instant, Timing};
 
 use super::classify;
@@ -75,6 +75,8 @@ struct Live {
     failed_after_frame: Option<Failure>,
     /// Event-granular delivery, when a resume strategy applies.
     gate: Option<Gate>,
+    /// The gate of the resume request in flight.
+    next_gate: Option<Gate>,
     resume: Option<ResumeCtx>,
     stage: Stage,
 }
@@ -124,8 +126,8 @@ impl RecoveryBody {
 
     pub(crate) fn committed(c: Committed) -> Self {
         let idle = c.idle_timeout.map(|d| c.clock.sleep(d));
-        let mut gate = c
-            .resume
+        let mut resume = c.resume;
+        let mut gate = resume
             .as_ref()
             .filter(|r| r.applies())
             .map(|r| Gate::new(&r.protocol, r.limits, None));
@@ -138,7 +140,12 @@ impl RecoveryBody {
                 for frame in c.held {
                     match frame.into_data() {
                         Ok(data) => match g.push(&data) {
-                            Ok(events) => held.extend(events.into_iter().map(Frame::data)),
+                            Ok(events) => {
+                                if let Some(r) = resume.as_mut() {
+                                    r.delivered(&events);
+                                }
+                                held.extend(events.into_iter().map(Frame::data));
+                            }
                             Err(v) => {
                                 failed = Some(Failure::new(
                                     FailureKind::Protocol {
@@ -167,7 +174,8 @@ impl RecoveryBody {
                 wire: c.wire,
                 failed_after_frame: failed,
                 gate,
-                resume: c.resume,
+                next_gate: None,
+                resume,
                 stage: Stage::Streaming,
             }),
         }
@@ -211,7 +219,7 @@ impl RecoveryBody {
         if let (Some(resume), Some(gate)) = (live.resume.as_mut(), live.gate.as_ref()) {
             resume.advance(gate.cursor());
         }
-        let resumable = live.resume.as_ref().and_then(ResumeCtx::plan).is_some();
+        let resumable = live.resume.as_mut().is_some_and(ResumeCtx::prepare);
         let mut s = lock(&live.shared);
         s.engine.set_resume_possible(resumable);
         let now = live.clock.now();
@@ -374,12 +382,17 @@ impl RecoveryBody {
             return Some(Poll::Ready(Some(Err(lock(&live.shared).error(outcome)))));
         }
         let resume = live.resume.as_mut()?;
-        let sent = resume
-            .plan()
-            .ok_or_else(|| BoxError::from("no resume plan"))
-            .and_then(|plan| resume.send(&plan));
-        match sent {
-            Ok(fut) => {
+        match resume.send_next() {
+            Ok((fut, strategy, gate)) => {
+                let delivered = lock(&live.shared)
+                    .engine
+                    .report()
+                    .attempts
+                    .iter()
+                    .map(|a| a.progress.delivered_bytes)
+                    .sum();
+                lock(&live.shared).engine.record_seam(strategy, delivered);
+                live.next_gate = Some(gate);
                 live.stage = Stage::Connecting(fut);
                 None
             }
@@ -430,14 +443,7 @@ impl RecoveryBody {
             );
             return self.fail(Failure::status(status, retry_after, None));
         }
-        let after = live
-            .resume
-            .as_ref()
-            .and_then(ResumeCtx::plan)
-            .and_then(|p| p.after_sequence());
-        if let Some(r) = &live.resume {
-            live.gate = Some(Gate::new(&r.protocol, r.limits, after));
-        }
+        live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
         if let Some(d) = live.idle_timeout {
             live.idle = Some(live.clock.sleep(d));
@@ -529,7 +535,10 @@ impl RecoveryBody {
         if let (Some((wire, attempt)), Some(data)) = (&live.wire, frame.data_ref()) {
             if let Err(e) = wire.on_body_chunk(*attempt, data) {
                 lock(&live.shared).evidence.set_cause(Arc::from(e));
-                return self.fail(Failure::new(FailureKind::ObserverRejected, Phase::Streaming));
+                return self.fail(Failure::new(
+                    FailureKind::ObserverRejected,
+                    Phase::Streaming,
+                ));
             }
         }
         if let Some(d) = live.idle_timeout {
@@ -548,6 +557,9 @@ impl RecoveryBody {
         match (live.gate.as_mut(), frame.into_data()) {
             (Some(gate), Ok(data)) => match gate.push(&data) {
                 Ok(events) => {
+                    if let Some(r) = live.resume.as_mut() {
+                        r.delivered(&events);
+                    }
                     self.held.extend(events.into_iter().map(Frame::data));
                     Poll::Pending
                 }

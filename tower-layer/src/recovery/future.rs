@@ -24,9 +24,9 @@ use recovery_core::timing::{Connectivity, Timing};
 use tower_service::Service;
 
 use super::body::{Committed, RecoveryBody, clock};
-use super::resume::{ResumeCtx, SendFn};
 use super::classify;
 use super::layer::{AdmissionContext, Config};
+use super::resume::{ResumeCtx, SendFn};
 use super::shared::{ReportHandle, Shared, SharedRef, lock};
 use crate::BoxError;
 use crate::observe::ObserveHandle;
@@ -765,6 +765,12 @@ where
         send: sender(svc.clone()),
         wait_online: Arc::new(move || Box::pin(connectivity.wait_until_online())),
         cursor: recovery_core::progress::ResumeCursor::default(),
+        delivered: config
+            .continuation
+            .as_ref()
+            .map(|_| recovery_core::continuation::DeliveredPrefix::new(handle.protocol().clone())),
+        continuation: config.continuation.clone(),
+        next_continuation: None,
     };
     ctx.applies().then_some(ctx)
 }

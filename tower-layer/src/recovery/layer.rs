@@ -11,6 +11,7 @@ use recovery_core::policy::RecoveryPolicy;
 use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
 use tower_layer::Layer;
 
+use super::resume::ContinuationHook;
 use super::service::Recover;
 use super::wire::WireObserver;
 
@@ -39,6 +40,7 @@ pub(crate) struct Config<T, C> {
     pub(crate) retry_budget: Option<RetryBudget>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
+    pub(crate) continuation: Option<ContinuationHook>,
 }
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
@@ -86,6 +88,7 @@ impl RecoveryLayer {
                 retry_budget: None,
                 wire: None,
                 sse_resumable: false,
+                continuation: None,
             }),
         }
     }
@@ -102,6 +105,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             retry_budget: shared.retry_budget.clone(),
             wire: shared.wire.clone(),
             sse_resumable: shared.sse_resumable,
+            continuation: shared.continuation.clone(),
         });
         RecoveryLayer {
             config: Arc::new(f(config)),
@@ -119,6 +123,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             retry_budget: c.retry_budget,
             wire: c.wire,
             sse_resumable: c.sse_resumable,
+            continuation: c.continuation,
         })
     }
 
@@ -133,6 +138,7 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
             retry_budget: c.retry_budget,
             wire: c.wire,
             sse_resumable: c.sse_resumable,
+            continuation: c.continuation,
         })
     }
 
@@ -180,6 +186,17 @@ impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
     pub fn with_resumable_sse(self, resumable: bool) -> RecoveryLayer<T, C> {
         self.map(|mut c| {
             c.sse_resumable = resumable;
+            c
+        })
+    }
+
+    /// Continues committed streams that have no native resume with `hook`:
+    /// it gets the original request and the delivered prefix and returns a
+    /// continuation request (or declines). Each continuation is a resume: it
+    /// is a physical send, counted against `max_attempts` and `max_resumes`.
+    pub fn with_continuation(self, hook: ContinuationHook) -> RecoveryLayer<T, C> {
+        self.map(|mut c| {
+            c.continuation = Some(hook);
             c
         })
     }

@@ -16,6 +16,7 @@ mod wire;
 pub use body::RecoveryBody;
 pub use future::ResponseFuture;
 pub use layer::{AdmissionContext, AdmissionHook, RecoveryLayer};
+pub use resume::{ContinuationContext, ContinuationHook};
 pub use service::Recover;
 pub use shared::ReportHandle;
 pub use wire::WireObserver;
