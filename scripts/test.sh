@@ -27,3 +27,6 @@ fi
 
 step "native tests"
 cargo test --workspace
+
+step "docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
