@@ -379,9 +379,13 @@ impl Recovery {
     /// Updates the progress of the attempt in flight.
     pub fn record_progress(&mut self, progress: Progress) {
         if let Some(rec) = self.current() {
-            let headers = rec.progress.headers_received;
+            let (headers, delivered) =
+                (rec.progress.headers_received, rec.progress.delivered_bytes);
             rec.progress = progress;
             rec.progress.headers_received |= headers;
+            // Delivered bytes are counted by the driver as it hands them
+            // out; an observer's snapshot never lowers them.
+            rec.progress.delivered_bytes = rec.progress.delivered_bytes.max(delivered);
         }
     }
 

@@ -187,7 +187,7 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Completed { proof } => write!(f, "completed ({proof:?} proof)"),
+            Outcome::Completed { proof } => write!(f, "completed ({proof} proof)"),
             Outcome::Unsuccessful { reason } => write!(f, "unsuccessful terminal ({reason:?})"),
             Outcome::Permanent { cause } => write!(f, "permanent failure ({cause:?})"),
             Outcome::NotRetryable { category, status } => match status {

@@ -115,6 +115,15 @@ pub enum Proof {
     FinishReasonOnly,
 }
 
+impl std::fmt::Display for Proof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Proof::Strong => "strong",
+            Proof::FinishReasonOnly => "finish_reason_only",
+        })
+    }
+}
+
 /// Why a generation ended without success, by the provider's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "value")]

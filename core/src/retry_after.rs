@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The parsed hint and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "state", content = "delay")]
+#[serde(into = "Repr", try_from = "Repr")]
 pub enum RetryAfter {
     /// No hint was sent.
     #[default]
@@ -66,6 +66,42 @@ impl RetryAfter {
             (Some(_), _) | (None, Some(_)) => RetryAfter::Invalid,
             (None, None) => RetryAfter::Absent,
         }
+    }
+}
+
+/// The serde form: `{"state": "seconds", "delay_ms": 2000}`.
+#[derive(Serialize, Deserialize)]
+struct Repr {
+    state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
+}
+
+impl From<RetryAfter> for Repr {
+    fn from(r: RetryAfter) -> Self {
+        Repr {
+            state: r.state().to_owned(),
+            delay_ms: r.delay().map(|d| d.as_millis() as u64),
+        }
+    }
+}
+
+impl TryFrom<Repr> for RetryAfter {
+    type Error = String;
+    fn try_from(r: Repr) -> Result<Self, String> {
+        let delay = || {
+            r.delay_ms
+                .map(Duration::from_millis)
+                .ok_or_else(|| format!("state {} needs delay_ms", r.state))
+        };
+        Ok(match r.state.as_str() {
+            "absent" => RetryAfter::Absent,
+            "invalid" => RetryAfter::Invalid,
+            "millis" => RetryAfter::Millis(delay()?),
+            "seconds" => RetryAfter::Seconds(delay()?),
+            "date" => RetryAfter::Date(delay()?),
+            other => return Err(format!("unknown Retry-After state {other}")),
+        })
     }
 }
 
@@ -154,6 +190,26 @@ mod tests {
                 *want,
                 "Retry-After: {value:.40}"
             );
+        }
+    }
+
+    #[test]
+    fn serde_form_is_state_and_milliseconds() {
+        let json = serde_json::to_string(&RetryAfter::Seconds(Duration::from_secs(2))).unwrap();
+        assert_eq!(json, r#"{"state":"seconds","delay_ms":2000}"#);
+        assert_eq!(
+            serde_json::to_string(&RetryAfter::Absent).unwrap(),
+            r#"{"state":"absent"}"#
+        );
+        for r in [
+            RetryAfter::Absent,
+            RetryAfter::Invalid,
+            RetryAfter::Millis(Duration::from_millis(1500)),
+            RetryAfter::Date(Duration::ZERO),
+        ] {
+            let back: RetryAfter =
+                serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
         }
     }
 
