@@ -148,7 +148,9 @@ impl DeliveredPrefix {
                 let t = v["type"].as_str().unwrap_or_default();
                 if t == "response.output_text.delta" || t == "response.refusal.delta" {
                     text.extend(s(&v["delta"]));
-                } else if t.starts_with("response.reasoning") && t.rsplit('.').next() == Some("delta") {
+                } else if t.starts_with("response.reasoning")
+                    && t.rsplit('.').next() == Some("delta")
+                {
                     reasoning.extend(s(&v["delta"]));
                 } else if t == "response.function_call_arguments.delta" {
                     tools.extend(s(&v["delta"]));
