@@ -149,6 +149,19 @@ impl fmt::Display for Violation {
     }
 }
 
+impl From<crate::wire::ProtocolViolation> for Violation {
+    /// The failure family of a decoder's typed violation.
+    fn from(v: crate::wire::ProtocolViolation) -> Self {
+        use crate::wire::ProtocolViolation as P;
+        match v {
+            P::LineTooLong { .. } | P::EventTooLarge { .. } => Violation::LineTooLong,
+            P::SplicedMessage => Violation::SplicedMessage,
+            P::TooManyParallelItems => Violation::Sequence,
+            P::MalformedJson | P::InvalidUtf8 | P::UnexpectedShape => Violation::Malformed,
+        }
+    }
+}
+
 /// What a clean end of body left behind when it carried no terminal proof.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct EofEvidence {

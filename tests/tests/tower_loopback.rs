@@ -571,3 +571,62 @@ async fn bd1_reset_at_every_event_boundary_of_every_protocol() {
         );
     }
 }
+
+#[tokio::test]
+async fn bd6_bd7_hostile_streams_end_in_typed_protocol_failures_not_retried() {
+    let huge = format!("data: {}", "x".repeat(2 << 20)).into_bytes();
+    let garbage = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"\n\n".to_vec();
+    let mut invalid_utf8 = b"data: {\"choices\":[{\"delta\":{\"content\":\"".to_vec();
+    invalid_utf8.extend_from_slice(b"\xff\xfe\"}}]}\n\n");
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("line_too_long", huge),
+        ("malformed", garbage),
+        ("malformed", invalid_utf8),
+    ];
+    for (want, body) in cases {
+        let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+            PATH,
+            vec![Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::bytes(body))],
+        ))
+        .await
+        .unwrap();
+        let events: Events = Arc::default();
+        let sink = Arc::clone(&events);
+        let client: Client<HttpConnector, ReplayBody> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut svc = RecoveryLayer::new(policy())
+            .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+            .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+        let req = Request::post(provider.url(PATH))
+            .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+            .unwrap();
+        // A line longer than the hold-back cap commits the attempt before the
+        // line cap is reached (BD5), so the violation may end the body
+        // rather than the response future: either way it is typed.
+        let outcome = match tokio::time::timeout(LIMIT, svc.call(req)).await.unwrap() {
+            Err(err) => err.outcome().clone(),
+            Ok(resp) => {
+                let mut body = resp.into_body();
+                let mut outcome = None;
+                while let Some(frame) = body.frame().await {
+                    if let Err(e) = frame {
+                        outcome = Some(e.outcome().clone());
+                        break;
+                    }
+                }
+                outcome.expect("the body ends with the typed error")
+            }
+        };
+        match outcome {
+            Outcome::Protocol { violation } => assert_eq!(violation.to_string(), want),
+            other => panic!("{want}: {other}"),
+        }
+        assert_eq!(provider.count_path(PATH), 1, "{want}: never retried");
+        drop(svc);
+        tokio::time::timeout(LIMIT, provider.wait_idle())
+            .await
+            .unwrap();
+    }
+}

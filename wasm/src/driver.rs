@@ -272,22 +272,10 @@ fn transport(phase: Phase) -> Failure {
     Failure::transport(TransportKind::Other, phase)
 }
 
-fn violation_kind(v: ProtocolViolation) -> recovery_core::failure::Violation {
-    use recovery_core::failure::Violation;
-    match v {
-        ProtocolViolation::LineTooLong { .. } | ProtocolViolation::EventTooLarge { .. } => {
-            Violation::LineTooLong
-        }
-        ProtocolViolation::SplicedMessage => Violation::SplicedMessage,
-        ProtocolViolation::TooManyParallelItems => Violation::Sequence,
-        _ => Violation::Malformed,
-    }
-}
-
 fn protocol_failure(v: ProtocolViolation) -> Failure {
     Failure::new(
         FailureKind::Protocol {
-            violation: violation_kind(v),
+            violation: v.into(),
         },
         Phase::Decoding,
     )

@@ -7,7 +7,7 @@ use http_body::{Body, Frame, SizeHint};
 use recovery_core::failure::{EofEvidence, Violation};
 use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use recovery_core::protocol::ProtocolKind;
-use recovery_core::wire::{Limits, ProtocolViolation};
+use recovery_core::wire::Limits;
 
 use super::handle::ObserveHandle;
 use crate::BoxError;
@@ -41,17 +41,6 @@ impl std::error::Error for ObserveError {
             ObserveError::Body(e) => Some(e.as_ref()),
             _ => None,
         }
-    }
-}
-
-pub(crate) fn violation(v: ProtocolViolation) -> Violation {
-    match v {
-        ProtocolViolation::LineTooLong { .. } | ProtocolViolation::EventTooLarge { .. } => {
-            Violation::LineTooLong
-        }
-        ProtocolViolation::SplicedMessage => Violation::SplicedMessage,
-        ProtocolViolation::TooManyParallelItems => Violation::Sequence,
-        _ => Violation::Malformed,
     }
 }
 
@@ -160,7 +149,7 @@ where
                 if let Some(data) = frame.data_ref() {
                     if let Err(v) = observer.feed(data) {
                         publish(handle, observer);
-                        let v = violation(v);
+                        let v = Violation::from(v);
                         handle.lock().violation = Some(v);
                         *this.ended = true;
                         handle.lock().ended = true;
@@ -186,7 +175,7 @@ where
                     | EndOfStream::Unsuccessful { .. }
                     | EndOfStream::ProviderError { .. } => Poll::Ready(None),
                     EndOfStream::Violation { violation: v } => {
-                        let v = violation(v);
+                        let v = Violation::from(v);
                         o.violation = Some(v);
                         Poll::Ready(Some(Err(ObserveError::Protocol(v))))
                     }

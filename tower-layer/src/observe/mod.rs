@@ -7,7 +7,6 @@ mod handle;
 mod layer;
 mod service;
 
-pub(crate) use body::violation;
 pub use body::{ObserveError, ObservedBody};
 pub use handle::{Observation, ObserveHandle};
 pub use layer::ObserveLayer;

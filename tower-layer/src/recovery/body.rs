@@ -149,7 +149,7 @@ impl RecoveryBody {
                             Err(v) => {
                                 failed = Some(Failure::new(
                                     FailureKind::Protocol {
-                                        violation: crate::observe::violation(v),
+                                        violation: v.into(),
                                     },
                                     Phase::Decoding,
                                 ));
@@ -565,7 +565,7 @@ impl RecoveryBody {
                 }
                 Err(v) => self.fail(Failure::new(
                     FailureKind::Protocol {
-                        violation: crate::observe::violation(v),
+                        violation: v.into(),
                     },
                     Phase::Decoding,
                 )),
