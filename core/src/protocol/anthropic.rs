@@ -1,8 +1,8 @@
 //! Anthropic Messages streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView};
-use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage, with_json};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
+use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 
@@ -15,7 +15,23 @@ pub struct Anthropic {
     stop_reason: Option<String>,
     /// Indexes of open `tool_use` blocks, completed at their stop.
     open_tools: Vec<u64>,
+    tape: Tape,
+    /// The shape of a plain `content_block_delta`, once one was seen.
+    template: Template,
+    /// The kinds such a delta shows with an empty and a non-empty probe.
+    probe_kinds: Option<[Option<SemanticKind>; 2]>,
 }
+
+/// Top-level keys [`Anthropic::event`] reads.
+const EVENT_KEYS: [&str; 7] = [
+    "type",
+    "message",
+    "index",
+    "content_block",
+    "delta",
+    "usage",
+    "error",
+];
 
 /// Most open tool blocks tracked.
 const MAX_OPEN_TOOLS: usize = 1024;
@@ -82,15 +98,7 @@ impl Anthropic {
         if root.kind() != JsonKind::Object {
             return Err(ProtocolViolation::UnexpectedShape);
         }
-        let [kind, message, index, block, delta, usage_v, error] = root.fields([
-            "type",
-            "message",
-            "index",
-            "content_block",
-            "delta",
-            "usage",
-            "error",
-        ]);
+        let [kind, message, index, block, delta, usage_v, error] = root.fields(EVENT_KEYS);
         let Some(kind) = kind.and_then(JsonView::text) else {
             return Ok(EventClass::NonSemantic);
         };
@@ -190,6 +198,48 @@ impl Anthropic {
     }
 }
 
+impl Anthropic {
+    /// Learns the template of a plain `content_block_delta` from `root`,
+    /// which [`event`](Self::event) has just classified. For such an event
+    /// `event` shows a kind that depends only on the delta's type (fixed
+    /// bytes) and on whether one string of it (the probe) is empty.
+    fn learn(&mut self, root: Skim<'_>) {
+        self.template.clear();
+        self.probe_kinds = None;
+        let [kind, delta] = root.fields(["type", "delta"]);
+        if !kind.is_some_and(|k| k.str_eq("content_block_delta")) {
+            return;
+        }
+        let Some(delta) = delta.filter(|d| d.kind() == JsonKind::Object) else {
+            return;
+        };
+        let [t, text, thinking, partial, signature] =
+            delta.fields(["type", "text", "thinking", "partial_json", "signature"]);
+        let opaque = self.opaque_reasoning.then_some(SemanticKind::Reasoning);
+        let Some(t) = t.and_then(JsonView::text) else {
+            return;
+        };
+        let (probe, kinds) = match t.as_ref() {
+            "text_delta" => (text, [None, Some(SemanticKind::Content)]),
+            "thinking_delta" => (thinking, [opaque, Some(SemanticKind::Reasoning)]),
+            "input_json_delta" => (partial, [Some(SemanticKind::Tool); 2]),
+            "signature_delta" => (signature, [opaque; 2]),
+            _ => return,
+        };
+        let Some(probe) = probe else {
+            return;
+        };
+        let mut spares = Vec::new();
+        root.members(|key, value| {
+            if key.is_some_and(|k| !EVENT_KEYS.iter().any(|c| c.as_bytes() == k)) {
+                spares.push(value);
+            }
+        });
+        self.template.learn(probe, spares);
+        self.probe_kinds = Some(kinds);
+    }
+}
+
 impl Protocol for Anthropic {
     fn on_frame(
         &mut self,
@@ -197,8 +247,42 @@ impl Protocol for Anthropic {
         decode: Decode,
         ev: &mut Evidence,
     ) -> Result<EventInfo, ProtocolViolation> {
-        let class = with_json!(frame.data, decode, |root| self.event(root, ev))?;
-        Ok(EventInfo::of(class))
+        let class = match decode {
+            Decode::Fast => {
+                if let Some(kinds) = self.probe_kinds {
+                    if let Some(nonempty) = self.template.check(frame.data) {
+                        // What `event` does for this shape.
+                        if ev.is_settled() {
+                            return Ok(EventInfo::of(EventClass::NonSemantic));
+                        }
+                        let class = match kinds[usize::from(nonempty)] {
+                            Some(k) => {
+                                ev.progress.observe(k);
+                                EventClass::Semantic(k)
+                            }
+                            None => EventClass::NonSemantic,
+                        };
+                        return Ok(EventInfo::of(class));
+                    }
+                }
+                let mut tape = std::mem::take(&mut self.tape);
+                let class = match tape.parse(frame.data) {
+                    Ok(Parsed::Tape(root)) => {
+                        let class = self.event(root, ev);
+                        if class.is_ok() {
+                            self.learn(root);
+                        }
+                        class
+                    }
+                    Ok(Parsed::Lazy(root)) => self.event(root, ev),
+                    Err(e) => Err(e),
+                };
+                self.tape = tape;
+                class
+            }
+            Decode::Reference => self.event(&parse_reference(frame.data)?, ev),
+        };
+        Ok(EventInfo::of(class?))
     }
 
     fn non_semantic_event_type(&self, event_type: &[u8]) -> bool {

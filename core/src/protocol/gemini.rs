@@ -2,7 +2,7 @@
 //! no sentinel, finish reasons per candidate.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView};
+use super::json::{JsonKind, JsonView, Tape};
 use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
     semantic_or_n, token, usage, with_json,
@@ -14,6 +14,7 @@ use crate::wire::ProtocolViolation;
 #[derive(Debug, Clone, Default)]
 pub struct Gemini {
     candidates: Choices,
+    tape: Tape,
 }
 
 /// Maps a `finishReason` or `blockReason`.
@@ -147,8 +148,10 @@ impl Protocol for Gemini {
         decode: Decode,
         ev: &mut Evidence,
     ) -> Result<EventInfo, ProtocolViolation> {
-        let class = with_json!(frame.data, decode, |root| self.chunk(root, ev))?;
-        Ok(EventInfo::of(class))
+        let mut tape = std::mem::take(&mut self.tape);
+        let class = with_json!(tape, frame.data, decode, |root| self.chunk(root, ev));
+        self.tape = tape;
+        Ok(EventInfo::of(class?))
     }
 
     fn on_eof(&mut self, _ev: &Evidence, pending: bool) -> Option<Terminal> {

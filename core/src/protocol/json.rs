@@ -1,11 +1,13 @@
 //! Reading the few fields a classifier needs from a JSON event without
 //! building a tree.
 //!
-//! [`Skim`] validates an event in one pass (UTF-8, grammar, escapes, number
-//! syntax, nesting depth: the same documents `serde_json` accepts) and then
-//! answers field look-ups by jumping over values it does not need. The
-//! classifiers are written once against [`JsonView`] and run either on
-//! [`Skim`] (the hot path) or on a full `serde_json::Value` (the reference the
+//! A [`Tape`] validates an event in one pass (UTF-8, grammar, escapes,
+//! number syntax, nesting depth: the same documents `serde_json` accepts)
+//! and records the span of every value, so a [`Skim`] answers field look-ups
+//! by jumping between spans. Documents larger than [`TAPE_MAX_DOC`] are
+//! validated with constant memory and read [`Lazy`]ily instead. The
+//! classifiers are written once against [`JsonView`] and run on [`Skim`]
+//! (the hot path), [`Lazy`] or a full `serde_json::Value` (the reference the
 //! differential tests compare against).
 
 use std::borrow::Cow;
@@ -70,24 +72,31 @@ pub trait JsonView<'a>: Copy + Sized {
     }
 }
 
-/// A validated JSON value, read lazily from its bytes.
+/// A validated JSON value, read lazily from its bytes: constant memory,
+/// but every look-up walks the bytes again. Used for documents too large
+/// for a [`Tape`].
 #[derive(Debug, Clone, Copy)]
-pub struct Skim<'a>(&'a [u8]);
+pub struct Lazy<'a>(&'a [u8]);
 
-impl<'a> Skim<'a> {
+impl<'a> Lazy<'a> {
     /// Validates `doc` as one JSON document and returns its root value.
     pub fn parse(doc: &'a [u8]) -> Result<Self, ProtocolViolation> {
         if std::str::from_utf8(doc).is_err() {
             return Err(ProtocolViolation::InvalidUtf8);
         }
         let (start, end) = validate(doc).ok_or(ProtocolViolation::MalformedJson)?;
-        Ok(Skim(&doc[start..end]))
+        Ok(Lazy(&doc[start..end]))
     }
 
     /// The value's bytes.
     pub fn as_bytes(self) -> &'a [u8] {
         self.0
     }
+}
+
+/// Validates `doc` as one JSON document with constant memory.
+pub fn validate_document(doc: &[u8]) -> Result<(), ProtocolViolation> {
+    Lazy::parse(doc).map(|_| ())
 }
 
 /// Parses `doc` the slow, reference way: a full `serde_json::Value`.
@@ -376,7 +385,7 @@ fn skip_value(b: &[u8], i: usize) -> usize {
     }
 }
 
-impl<'a> JsonView<'a> for Skim<'a> {
+impl<'a> JsonView<'a> for Lazy<'a> {
     fn kind(self) -> JsonKind {
         match self.0.first() {
             Some(b'{') => JsonKind::Object,
@@ -401,7 +410,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
             let colon = ws(b, key_end);
             let value_start = ws(b, colon + 1);
             let value_end = skip_value(b, value_start);
-            let value = Skim(&b[value_start..value_end]);
+            let value = Lazy(&b[value_start..value_end]);
             if escaped {
                 if let Ok(name) = serde_json::from_slice::<String>(key_span) {
                     for (slot, want) in out.iter_mut().zip(keys) {
@@ -439,7 +448,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
         let mut i = ws(b, 1);
         while i < b.len() && b[i] != b']' {
             let end = skip_value(b, i);
-            f(Skim(&b[i..end]));
+            f(Lazy(&b[i..end]));
             i = ws(b, end);
             if i < b.len() && b[i] == b',' {
                 i = ws(b, i + 1);
@@ -562,5 +571,585 @@ impl<'a> JsonView<'a> for &'a Value {
 
     fn decode<T: DeserializeOwned>(self) -> Option<T> {
         T::deserialize(self).ok()
+    }
+}
+
+// ------------------------------------------------------------------ tape
+
+/// Largest document scanned onto a [`Tape`]; larger ones are read [`Lazy`]
+/// so the tape stays bounded (at most ~`TAPE_MAX_DOC / 2` nodes).
+pub const TAPE_MAX_DOC: usize = 64 * 1024;
+
+/// No enclosing container (the root's parent).
+const NONE: u32 = u32::MAX;
+
+/// One value or object key of a scanned document, in document order.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    /// First byte.
+    start: u32,
+    /// One past the last byte.
+    end: u32,
+    /// Index of the first node after this value and everything inside it.
+    next: u32,
+    /// Index of the enclosing container, [`NONE`] for the root.
+    parent: u32,
+    /// An object key rather than a value.
+    key: bool,
+    /// A string that holds at least one escape.
+    escaped: bool,
+}
+
+/// Scratch space for reading the events of one stream: one validating pass
+/// per event records every value's span, so look-ups jump instead of
+/// re-scanning.
+///
+/// Events of one stream share long byte-exact prefixes (ids, model names,
+/// the path to the delta). The tape keeps the last valid document; the next
+/// one is compared with it word by word and scanning resumes at the last
+/// value that starts inside the common prefix. Scanning is a pure function
+/// of the bytes read so far, so the state there is the state a full scan
+/// would reach, and the result is the same.
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    nodes: Vec<Node>,
+    /// The last document that scanned valid; `nodes` describes it.
+    prev: Vec<u8>,
+}
+
+/// A document read through a [`Tape`]: on the tape, or lazily when large.
+#[derive(Debug, Clone, Copy)]
+pub enum Parsed<'a> {
+    /// Scanned onto the tape.
+    Tape(Skim<'a>),
+    /// Too large for the tape: validated, read lazily.
+    Lazy(Lazy<'a>),
+}
+
+impl Tape {
+    /// An empty tape.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates `doc` exactly as `serde_json` would (after a UTF-8 check)
+    /// and returns its root.
+    pub fn parse<'a>(&'a mut self, doc: &'a [u8]) -> Result<Parsed<'a>, ProtocolViolation> {
+        if doc.len() > TAPE_MAX_DOC {
+            self.forget();
+            return Lazy::parse(doc).map(Parsed::Lazy);
+        }
+        let (from, checked) = match self.resume_point(doc) {
+            Some(at) => (at, self.nodes[at].start as usize),
+            None => (0, 0),
+        };
+        if std::str::from_utf8(&doc[checked..]).is_err() {
+            self.forget();
+            return Err(ProtocolViolation::InvalidUtf8);
+        }
+        if scan(doc, &mut self.nodes, from).is_none() {
+            self.forget();
+            return Err(ProtocolViolation::MalformedJson);
+        }
+        self.prev.clear();
+        self.prev.extend_from_slice(doc);
+        Ok(Parsed::Tape(Skim {
+            doc,
+            nodes: &self.nodes,
+            at: 0,
+        }))
+    }
+
+    fn forget(&mut self) {
+        self.nodes.clear();
+        self.prev.clear();
+    }
+
+    /// The node to resume scanning at: the last value (not key) whose first
+    /// byte lies inside the prefix `doc` shares with the previous document;
+    /// `None` (a full scan) when there is none.
+    ///
+    /// The first byte must be shared too, not only the bytes before it: the
+    /// scan looked at it before reaching the value (to see whether `[` or
+    /// `{` closed at once, or where whitespace ended).
+    fn resume_point(&self, doc: &[u8]) -> Option<usize> {
+        if self.nodes.is_empty() {
+            return None;
+        }
+        let same = common_prefix(&self.prev, doc);
+        let after = self.nodes.partition_point(|n| (n.start as usize) < same);
+        let mut at = after.checked_sub(1)?;
+        if self.nodes[at].key {
+            // A key's predecessor is its object or a value inside it.
+            at -= 1;
+        }
+        Some(at)
+    }
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+fn common_prefix(left: &[u8], right: &[u8]) -> usize {
+    let len = left.len().min(right.len());
+    let (left, right) = (&left[..len], &right[..len]);
+    let mut at = 0;
+    for (x, y) in left.chunks_exact(16).zip(right.chunks_exact(16)) {
+        let mut wx = [0u8; 16];
+        let mut wy = [0u8; 16];
+        wx.copy_from_slice(x);
+        wy.copy_from_slice(y);
+        let diff = u128::from_le_bytes(wx) ^ u128::from_le_bytes(wy);
+        if diff != 0 {
+            return at + (diff.trailing_zeros() / 8) as usize;
+        }
+        at += 16;
+    }
+    while at < len && left[at] == right[at] {
+        at += 1;
+    }
+    at
+}
+
+/// Validates a string body starting after its opening quote; returns the
+/// index after the closing quote and whether the string holds escapes.
+#[inline]
+fn string_esc(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        i += special_pos(&b[i..])?;
+        match b[i] {
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i = escape(b, i + 1)?;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Expects a key at `i` (inside object node `parent`) and pushes it; returns
+/// the index after its colon.
+#[inline]
+fn tape_key(b: &[u8], i: usize, nodes: &mut Vec<Node>, parent: u32) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let (end, escaped) = string_esc(b, i + 1)?;
+    let at = nodes.len() as u32;
+    nodes.push(Node {
+        start: i as u32,
+        end: end as u32,
+        next: at + 1,
+        parent,
+        key: true,
+        escaped,
+    });
+    let j = ws(b, end);
+    (b.get(j) == Some(&b':')).then_some(j + 1)
+}
+
+/// Scans `b` onto `nodes`, resuming at node `from` (0: from the start) of
+/// the previous document, whose bytes before that node's start equal `b`'s.
+fn scan(b: &[u8], nodes: &mut Vec<Node>, from: usize) -> Option<()> {
+    let mut i;
+    let mut cur = NONE;
+    let mut depth: u32 = 0;
+    let mut stack: u128 = 0; // one bit per open container, 1 = object
+    if from == 0 {
+        nodes.clear();
+        i = 0;
+    } else {
+        i = nodes[from].start as usize;
+        cur = nodes[from].parent;
+        let mut a = cur;
+        while a != NONE {
+            let n = nodes[a as usize];
+            if b[n.start as usize] == b'{' {
+                stack |= 1 << depth;
+            }
+            depth += 1;
+            a = n.parent;
+        }
+        nodes.truncate(from);
+    }
+    'value: loop {
+        i = ws(b, i);
+        let at = nodes.len() as u32;
+        let c = *b.get(i)?;
+        let end = match c {
+            b'{' | b'[' => {
+                if depth == MAX_DEPTH {
+                    return None;
+                }
+                nodes.push(Node {
+                    start: i as u32,
+                    end: 0,
+                    next: 0,
+                    parent: cur,
+                    key: false,
+                    escaped: false,
+                });
+                let object = c == b'{';
+                i = ws(b, i + 1);
+                if *b.get(i)? == c + 2 {
+                    // `}` and `]` are two past `{` and `[`.
+                    i += 1;
+                    let n = &mut nodes[at as usize];
+                    n.end = i as u32;
+                    n.next = at + 1;
+                } else {
+                    cur = at;
+                    depth += 1;
+                    stack = (stack << 1) | u128::from(object);
+                    if object {
+                        i = tape_key(b, i, nodes, cur)?;
+                    }
+                    continue 'value;
+                }
+                None
+            }
+            b'"' => {
+                let (end, escaped) = string_esc(b, i + 1)?;
+                nodes.push(Node {
+                    start: i as u32,
+                    end: end as u32,
+                    next: at + 1,
+                    parent: cur,
+                    key: false,
+                    escaped,
+                });
+                i = end;
+                None
+            }
+            b't' => Some(literal(b, i, b"true")?),
+            b'f' => Some(literal(b, i, b"false")?),
+            b'n' => Some(literal(b, i, b"null")?),
+            b'-' | b'0'..=b'9' => Some(number(b, i)?),
+            _ => return None,
+        };
+        if let Some(end) = end {
+            nodes.push(Node {
+                start: i as u32,
+                end: end as u32,
+                next: at + 1,
+                parent: cur,
+                key: false,
+                escaped: false,
+            });
+            i = end;
+        }
+        loop {
+            if cur == NONE {
+                return (ws(b, i) == b.len()).then_some(());
+            }
+            i = ws(b, i);
+            let in_object = stack & 1 == 1;
+            match (in_object, *b.get(i)?) {
+                (true, b',') => {
+                    i = tape_key(b, ws(b, i + 1), nodes, cur)?;
+                    continue 'value;
+                }
+                (false, b',') => {
+                    i += 1;
+                    continue 'value;
+                }
+                (true, b'}') | (false, b']') => {
+                    i += 1;
+                    let next = nodes.len() as u32;
+                    let n = &mut nodes[cur as usize];
+                    n.end = i as u32;
+                    n.next = next;
+                    cur = n.parent;
+                    stack >>= 1;
+                    depth -= 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// A validated JSON value on a [`Tape`]: look-ups jump between recorded
+/// spans.
+#[derive(Debug, Clone, Copy)]
+pub struct Skim<'a> {
+    doc: &'a [u8],
+    nodes: &'a [Node],
+    at: usize,
+}
+
+impl<'a> Skim<'a> {
+    #[inline]
+    fn node(self) -> Node {
+        self.nodes[self.at]
+    }
+
+    #[inline]
+    fn first(self) -> u8 {
+        self.doc[self.node().start as usize]
+    }
+
+    #[inline]
+    fn with(self, at: usize) -> Self {
+        Skim { at, ..self }
+    }
+
+    /// The value's bytes.
+    pub fn as_bytes(self) -> &'a [u8] {
+        let n = self.node();
+        &self.doc[n.start as usize..n.end as usize]
+    }
+
+    /// A string's bytes between its quotes.
+    #[inline]
+    fn raw_str(self) -> &'a [u8] {
+        let n = self.node();
+        &self.doc[n.start as usize + 1..n.end as usize - 1]
+    }
+}
+
+impl<'a> JsonView<'a> for Skim<'a> {
+    #[inline]
+    fn kind(self) -> JsonKind {
+        match self.first() {
+            b'{' => JsonKind::Object,
+            b'[' => JsonKind::Array,
+            b'"' => JsonKind::String,
+            b't' | b'f' => JsonKind::Bool,
+            b'n' => JsonKind::Null,
+            _ => JsonKind::Number,
+        }
+    }
+
+    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        let mut out = [None; N];
+        let n = self.node();
+        if self.doc[n.start as usize] != b'{' {
+            return out;
+        }
+        let mut k = self.at + 1;
+        let stop = n.next as usize;
+        while k < stop {
+            let key = self.with(k);
+            let value = k + 1;
+            if key.node().escaped {
+                if let Ok(name) = serde_json::from_slice::<String>(key.as_bytes()) {
+                    for (slot, want) in out.iter_mut().zip(keys) {
+                        if name == want {
+                            *slot = Some(self.with(value));
+                        }
+                    }
+                }
+            } else {
+                let raw = key.raw_str();
+                for (slot, want) in out.iter_mut().zip(keys) {
+                    let want = want.as_bytes();
+                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
+                        *slot = Some(self.with(value));
+                    }
+                }
+            }
+            k = self.nodes[value].next as usize;
+        }
+        out
+    }
+
+    fn for_each(self, mut f: impl FnMut(Self)) {
+        let n = self.node();
+        if self.doc[n.start as usize] != b'[' {
+            return;
+        }
+        let mut k = self.at + 1;
+        let stop = n.next as usize;
+        while k < stop {
+            f(self.with(k));
+            k = self.nodes[k].next as usize;
+        }
+    }
+
+    fn str_eq(self, s: &str) -> bool {
+        if self.first() != b'"' {
+            return false;
+        }
+        if self.node().escaped {
+            self.text().is_some_and(|t| t == s)
+        } else {
+            self.raw_str() == s.as_bytes()
+        }
+    }
+
+    fn text(self) -> Option<Cow<'a, str>> {
+        if self.first() != b'"' {
+            return None;
+        }
+        if self.node().escaped {
+            serde_json::from_slice::<String>(self.as_bytes())
+                .ok()
+                .map(Cow::Owned)
+        } else {
+            std::str::from_utf8(self.raw_str()).ok().map(Cow::Borrowed)
+        }
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        Lazy(self.as_bytes()).as_u64()
+    }
+
+    fn as_bool(self) -> Option<bool> {
+        Lazy(self.as_bytes()).as_bool()
+    }
+
+    #[inline]
+    fn is_nonempty(self) -> bool {
+        let n = self.node();
+        match self.doc[n.start as usize] {
+            b'"' => n.end - n.start > 2,
+            b'[' | b'{' => n.next > self.at as u32 + 1,
+            _ => false,
+        }
+    }
+
+    fn decode<T: DeserializeOwned>(self) -> Option<T> {
+        serde_json::from_slice(self.as_bytes()).ok()
+    }
+}
+
+impl<'a> Skim<'a> {
+    /// Calls `f` with each member of an object: the key's bytes between its
+    /// quotes (`None` when the key holds escapes) and the value.
+    pub fn members(self, mut f: impl FnMut(Option<&'a [u8]>, Self)) {
+        let n = self.node();
+        if self.doc[n.start as usize] != b'{' {
+            return;
+        }
+        let mut k = self.at + 1;
+        let stop = n.next as usize;
+        while k < stop {
+            let key = self.with(k);
+            let raw = (!key.node().escaped).then(|| key.raw_str());
+            f(raw, self.with(k + 1));
+            k = self.nodes[k + 1].next as usize;
+        }
+    }
+
+    /// Body span (between the quotes) of a string value.
+    fn body_span(self) -> (usize, usize) {
+        let n = self.node();
+        (n.start as usize + 1, n.end as usize - 1)
+    }
+}
+
+// -------------------------------------------------------------- template
+
+/// Most strings a [`Template`] lets vary.
+const MAX_HOLES: usize = 8;
+
+/// A learned event shape: the bytes of one event whose string values at
+/// some places ("holes") may differ in later events.
+///
+/// Streams repeat one shape for nearly every event (a content delta whose
+/// text changes). A protocol learns a template from an event it has just
+/// classified on a [`Tape`], naming the string whose emptiness decided the
+/// class (the probe) and strings its classifier never reads (spares). A
+/// later event matches when it is byte-identical outside the holes and each
+/// hole holds a valid JSON string body (escapes, no control bytes, UTF-8):
+/// such a document is valid JSON with the same structure, and the
+/// classifier would read the same values except the probe's emptiness.
+///
+/// A spare becomes a hole only once an event differs inside it, so strings
+/// that never change are compared, not scanned.
+#[derive(Debug, Clone, Default)]
+pub struct Template {
+    doc: Vec<u8>,
+    /// Body spans (between the quotes) in `doc`, in document order.
+    holes: Vec<(usize, usize)>,
+    /// Index in `holes` of the probe.
+    probe: usize,
+    /// Body spans of unread strings not yet seen to differ.
+    spare: Vec<(usize, usize)>,
+}
+
+impl Template {
+    /// Forgets the learned shape.
+    pub fn clear(&mut self) {
+        self.doc.clear();
+        self.holes.clear();
+        self.spare.clear();
+    }
+
+    /// Learns the document `probe` belongs to, with `probe` (a string) as
+    /// the value whose emptiness [`check`](Self::check) reports and
+    /// `spares` (strings the classifier never reads) free to differ.
+    pub fn learn<'a>(&mut self, probe: Skim<'a>, spares: impl IntoIterator<Item = Skim<'a>>) {
+        self.clear();
+        if probe.kind() != JsonKind::String {
+            return;
+        }
+        self.doc.extend_from_slice(probe.doc);
+        self.holes.push(probe.body_span());
+        for s in spares {
+            if s.kind() == JsonKind::String && s.at != probe.at {
+                self.spare.push(s.body_span());
+            }
+        }
+    }
+
+    /// Whether `doc` has the learned shape; if so, whether the probe's
+    /// string is non-empty.
+    pub fn check(&mut self, doc: &[u8]) -> Option<bool> {
+        if self.doc.is_empty() {
+            return None;
+        }
+        loop {
+            match self.try_match(doc) {
+                Ok(nonempty) => return Some(nonempty),
+                Err(Some(at)) => {
+                    // A difference inside an unread string: let it vary.
+                    let pos = self.spare.iter().position(|&(s, e)| s <= at && at <= e)?;
+                    if self.holes.len() == MAX_HOLES {
+                        return None;
+                    }
+                    let span = self.spare.swap_remove(pos);
+                    let i = self.holes.partition_point(|h| h.0 < span.0);
+                    self.holes.insert(i, span);
+                    if i <= self.probe {
+                        self.probe += 1;
+                    }
+                }
+                Err(None) => return None,
+            }
+        }
+    }
+
+    /// Matches `doc`; on a difference in the fixed bytes, its offset in the
+    /// template (`None` when a hole did not hold a string body).
+    fn try_match(&self, doc: &[u8]) -> Result<bool, Option<usize>> {
+        let mut t = 0; // position in the template
+        let mut d = 0; // position in `doc`
+        let mut nonempty = false;
+        for (k, &(start, end)) in self.holes.iter().enumerate() {
+            let fixed = &self.doc[t..start];
+            let theirs = &doc[d.min(doc.len())..doc.len().min(d + fixed.len())];
+            if fixed != theirs {
+                return Err(Some(t + common_prefix(fixed, theirs)));
+            }
+            d += fixed.len();
+            let (after, _) = string_esc(doc, d).ok_or(None)?;
+            let close = after - 1;
+            if std::str::from_utf8(&doc[d..close]).is_err() {
+                return Err(None);
+            }
+            if k == self.probe {
+                nonempty = close > d;
+            }
+            d = close;
+            t = end;
+        }
+        let fixed = &self.doc[t..];
+        let theirs = &doc[d..];
+        if fixed != theirs {
+            return Err(Some(t + common_prefix(fixed, theirs)));
+        }
+        Ok(nonempty)
     }
 }

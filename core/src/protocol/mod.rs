@@ -228,19 +228,25 @@ pub trait Protocol {
     }
 }
 
-/// Runs `$body` with `$root` bound to the parsed JSON of `$data`, read the
-/// fast or the reference way.
+/// Evaluates `$body` (a `Result`) with `$root` bound to the parsed JSON of
+/// `$data`, read the fast way (through `$tape`, a [`json::Tape`] taken out
+/// of the protocol for the call) or the reference way.
 macro_rules! with_json {
-    ($data:expr, $decode:expr, |$root:ident| $body:expr) => {
+    ($tape:expr, $data:expr, $decode:expr, |$root:ident| $body:expr) => {
         match $decode {
-            $crate::protocol::Decode::Fast => {
-                let $root = $crate::protocol::json::Skim::parse($data)?;
-                $body
-            }
+            $crate::protocol::Decode::Fast => match $tape.parse($data) {
+                Ok($crate::protocol::json::Parsed::Tape($root)) => $body,
+                Ok($crate::protocol::json::Parsed::Lazy($root)) => $body,
+                Err(e) => Err(e),
+            },
             $crate::protocol::Decode::Reference => {
-                let value = $crate::protocol::json::parse_reference($data)?;
-                let $root = &value;
-                $body
+                match $crate::protocol::json::parse_reference($data) {
+                    Ok(value) => {
+                        let $root = &value;
+                        $body
+                    }
+                    Err(e) => Err(e),
+                }
             }
         }
     };

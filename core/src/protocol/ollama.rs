@@ -1,23 +1,48 @@
 //! Ollama `/api/chat` and `/api/generate` NDJSON streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
 use super::usage::OllamaMetrics;
 use super::{
     Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note, semantic_or_n, token, usage,
-    with_json,
 };
 use crate::progress::{Proof, SemanticKind, Terminal, Transience, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 
 /// Ollama: one object per line, `done: true` ends it.
 #[derive(Debug, Clone, Default)]
-pub struct Ollama;
+pub struct Ollama {
+    tape: Tape,
+    /// The shape of a plain delta line, once one was seen.
+    template: Template,
+    /// What the template's probe string carries.
+    probe_kind: Option<SemanticKind>,
+}
+
+/// Top-level keys [`Ollama::line`] reads.
+const LINE_KEYS: [&str; 13] = [
+    "error",
+    "message",
+    "response",
+    "thinking",
+    "tool_calls",
+    "done",
+    "done_reason",
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+];
+
+/// Keys of `message` that [`Ollama::line`] reads.
+const MESSAGE_KEYS: [&str; 3] = ["content", "thinking", "tool_calls"];
 
 impl Ollama {
     /// A fresh stream.
     pub fn new() -> Self {
-        Ollama
+        Self::default()
     }
 
     pub(crate) fn line<'a, V: JsonView<'a>>(
@@ -44,21 +69,7 @@ impl Ollama {
             prompt_eval_duration,
             eval_count,
             eval_duration,
-        ] = root.fields([
-            "error",
-            "message",
-            "response",
-            "thinking",
-            "tool_calls",
-            "done",
-            "done_reason",
-            "total_duration",
-            "load_duration",
-            "prompt_eval_count",
-            "prompt_eval_duration",
-            "eval_count",
-            "eval_duration",
-        ]);
+        ] = root.fields(LINE_KEYS);
         if let Some(err) = error.filter(|e| !e.is_null()) {
             let mut e = classify_error_value(err, None);
             if err.kind() == JsonKind::String {
@@ -67,9 +78,8 @@ impl Ollama {
             }
             return Ok(ev.set_error(e));
         }
-        let [m_content, m_thinking, m_tools] = message.map_or([None, None, None], |m| {
-            m.fields(["content", "thinking", "tool_calls"])
-        });
+        let [m_content, m_thinking, m_tools] =
+            message.map_or([None, None, None], |m| m.fields(MESSAGE_KEYS));
         let mut first = None;
         let p = &mut ev.progress;
         if m_content.is_some_and(JsonView::is_nonempty_str)
@@ -128,6 +138,69 @@ impl Ollama {
     }
 }
 
+impl Ollama {
+    /// Learns the template of a plain delta line from `root`, which
+    /// [`line`](Self::line) has just classified: no error, not done, no
+    /// tool calls, and at most one string (content, response or thinking)
+    /// that can make the line semantic. For such a line `line` only notes
+    /// that string's kind when it is non-empty (unless the stream settled).
+    fn learn(&mut self, root: Skim<'_>) {
+        self.template.clear();
+        self.probe_kind = None;
+        let [error, message, response, thinking, tool_calls, done] = root.fields([
+            "error",
+            "message",
+            "response",
+            "thinking",
+            "tool_calls",
+            "done",
+        ]);
+        if error.is_some_and(|e| !e.is_null()) || done.and_then(JsonView::as_bool) == Some(true) {
+            return;
+        }
+        let [m_content, m_thinking, m_tools] =
+            message.map_or([None, None, None], |m| m.fields(MESSAGE_KEYS));
+        if [m_tools, tool_calls]
+            .into_iter()
+            .flatten()
+            .any(|c| c.kind() == JsonKind::Array && c.is_nonempty())
+        {
+            return;
+        }
+        let candidates = [
+            (m_content, SemanticKind::Content),
+            (response, SemanticKind::Content),
+            (m_thinking, SemanticKind::Reasoning),
+            (thinking, SemanticKind::Reasoning),
+        ];
+        let semantic = candidates.map(|c| c.0.is_some_and(JsonView::is_nonempty_str));
+        let is_str = |v: Option<Skim<'_>>| v.is_some_and(|v| v.kind() == JsonKind::String);
+        let pick = match semantic.iter().filter(|&&s| s).count() {
+            0 => candidates.iter().position(|c| is_str(c.0)),
+            1 => semantic.iter().position(|&s| s),
+            _ => None,
+        };
+        let Some((Some(probe), kind)) = pick.map(|i| candidates[i]) else {
+            return;
+        };
+        let mut spares = Vec::new();
+        root.members(|key, value| {
+            if key.is_some_and(|k| !LINE_KEYS.iter().any(|c| c.as_bytes() == k)) {
+                spares.push(value);
+            }
+        });
+        if let Some(m) = message.filter(|m| m.kind() == JsonKind::Object) {
+            m.members(|key, value| {
+                if key.is_some_and(|k| !MESSAGE_KEYS.iter().any(|c| c.as_bytes() == k)) {
+                    spares.push(value);
+                }
+            });
+        }
+        self.template.learn(probe, spares);
+        self.probe_kind = Some(kind);
+    }
+}
+
 impl Protocol for Ollama {
     fn on_frame(
         &mut self,
@@ -135,7 +208,38 @@ impl Protocol for Ollama {
         decode: Decode,
         ev: &mut Evidence,
     ) -> Result<EventInfo, ProtocolViolation> {
-        let class = with_json!(frame.data, decode, |root| Self::line(root, ev))?;
-        Ok(EventInfo::of(class))
+        let class = match decode {
+            Decode::Fast => {
+                if let Some(kind) = self.probe_kind {
+                    if let Some(nonempty) = self.template.check(frame.data) {
+                        // What `line` does for this shape.
+                        if ev.is_settled() {
+                            return Ok(EventInfo::of(EventClass::NonSemantic));
+                        }
+                        let mut first = None;
+                        if nonempty {
+                            note(&mut ev.progress, &mut first, kind);
+                        }
+                        return Ok(EventInfo::of(semantic_or_n(first)));
+                    }
+                }
+                let mut tape = std::mem::take(&mut self.tape);
+                let class = match tape.parse(frame.data) {
+                    Ok(Parsed::Tape(root)) => {
+                        let class = Self::line(root, ev);
+                        if class.is_ok() {
+                            self.learn(root);
+                        }
+                        class
+                    }
+                    Ok(Parsed::Lazy(root)) => Self::line(root, ev),
+                    Err(e) => Err(e),
+                };
+                self.tape = tape;
+                class
+            }
+            Decode::Reference => Self::line(&parse_reference(frame.data)?, ev),
+        };
+        Ok(EventInfo::of(class?))
     }
 }

@@ -1,10 +1,10 @@
 //! OpenAI Chat Completions streams (and the compatible dialects).
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
 use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
-    semantic_or_n, token, usage, with_json,
+    semantic_or_n, token, usage,
 };
 use crate::progress::{
     Proof, ProviderError, SemanticKind, Terminal, Transience, UnsuccessfulReason,
@@ -16,7 +16,15 @@ use crate::wire::ProtocolViolation;
 pub struct OpenAiChat {
     choices: Choices,
     done: bool,
+    tape: Tape,
+    /// The shape of a plain delta chunk, once one was seen.
+    template: Template,
+    /// What the template's probe string carries.
+    probe_kind: Option<SemanticKind>,
 }
+
+/// Top-level keys [`OpenAiChat::chunk`] reads.
+const CHUNK_KEYS: [&str; 4] = ["error", "object", "choices", "usage"];
 
 /// How a `finish_reason` ends its choice (protocols.md §4.3).
 enum Finish {
@@ -57,8 +65,7 @@ impl OpenAiChat {
         if root.kind() != JsonKind::Object {
             return Err(ProtocolViolation::UnexpectedShape);
         }
-        let [error, object, choices, usage_v] =
-            root.fields(["error", "object", "choices", "usage"]);
+        let [error, object, choices, usage_v] = root.fields(CHUNK_KEYS);
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
             usage::chat(&mut ev.usage, u);
         }
@@ -184,6 +191,106 @@ impl OpenAiChat {
         Ok(())
     }
 
+    /// Learns the template of a plain delta chunk from `root`, which
+    /// [`chunk`](Self::chunk) has just classified: one choice, no finish
+    /// reason, no error, no usage, and at most one string (content,
+    /// refusal or reasoning) that can make the chunk semantic. For such a
+    /// chunk `chunk` only notes that string's kind when it is non-empty.
+    fn learn(&mut self, root: Skim<'_>) {
+        self.template.clear();
+        self.probe_kind = None;
+        let [error, object, choices, usage_v] = root.fields(CHUNK_KEYS);
+        if error.is_some_and(|e| e.kind() == JsonKind::Object)
+            || object.is_some_and(|o| o.str_eq("error"))
+            || usage_v.is_some_and(|u| u.kind() == JsonKind::Object)
+        {
+            return;
+        }
+        let mut count = 0;
+        let mut only = None;
+        if let Some(choices) = choices {
+            choices.for_each(|c| {
+                count += 1;
+                only = Some(c);
+            });
+        }
+        let (1, Some(choice)) = (count, only) else {
+            return;
+        };
+        let [_, delta, _, finish_reason] =
+            choice.fields(["index", "delta", "message", "finish_reason"]);
+        let Some(delta) = delta.filter(|d| d.kind() == JsonKind::Object) else {
+            return;
+        };
+        if finish_reason.is_some_and(|f| f.kind() == JsonKind::String) {
+            return;
+        }
+        let [
+            content,
+            refusal,
+            tool_calls,
+            function_call,
+            audio,
+            r_content,
+            reasoning,
+            r_details,
+        ] = delta.fields([
+            "content",
+            "refusal",
+            "tool_calls",
+            "function_call",
+            "audio",
+            "reasoning_content",
+            "reasoning",
+            "reasoning_details",
+        ]);
+        if tool_calls.is_some_and(|t| t.kind() == JsonKind::Array && t.is_nonempty())
+            || function_call.is_some_and(|f| f.kind() == JsonKind::Object && f.is_nonempty())
+            || audio.is_some_and(JsonView::is_nonempty)
+            || r_details.is_some_and(|d| d.kind() == JsonKind::Array && d.is_nonempty())
+        {
+            return;
+        }
+        // Content counts when it is any non-empty non-object; the others
+        // only as non-empty strings.
+        let semantic = [
+            content.is_some_and(|c| c.kind() != JsonKind::Object && c.is_nonempty()),
+            refusal.is_some_and(JsonView::is_nonempty_str),
+            r_content.is_some_and(JsonView::is_nonempty_str),
+            reasoning.is_some_and(JsonView::is_nonempty_str),
+        ];
+        let candidates = [
+            (content, SemanticKind::Content),
+            (refusal, SemanticKind::Content),
+            (r_content, SemanticKind::Reasoning),
+            (reasoning, SemanticKind::Reasoning),
+        ];
+        let is_str = |v: Option<Skim<'_>>| v.is_some_and(|v| v.kind() == JsonKind::String);
+        // The probe: the semantic string if there is one, else the first string.
+        let pick = match semantic.iter().filter(|&&s| s).count() {
+            0 => candidates.iter().position(|c| is_str(c.0)),
+            1 => semantic
+                .iter()
+                .position(|&s| s)
+                .filter(|&i| is_str(candidates[i].0)),
+            _ => None,
+        };
+        let Some(pick) = pick else {
+            return;
+        };
+        let (Some(probe), kind) = candidates[pick] else {
+            return;
+        };
+        let mut spares = Vec::new();
+        root.members(|key, value| {
+            if key.is_some_and(|k| !CHUNK_KEYS.iter().any(|c| c.as_bytes() == k)) {
+                spares.push(value);
+            }
+        });
+        self.template.learn(probe, spares);
+        self.probe_kind = Some(kind);
+    }
+
     /// The outcome of a complete non-streamed body.
     pub(crate) fn body_outcome(&self) -> Terminal {
         self.choices
@@ -218,8 +325,36 @@ impl Protocol for OpenAiChat {
                 });
             return Ok(EventInfo::of(ev.set_terminal(terminal)));
         }
-        let class = with_json!(frame.data, decode, |root| self.chunk(root, ev))?;
-        Ok(EventInfo::of(class))
+        let class = match decode {
+            Decode::Fast => {
+                if let Some(kind) = self.probe_kind {
+                    if let Some(nonempty) = self.template.check(frame.data) {
+                        // What `chunk` does for this shape.
+                        let mut first = None;
+                        if nonempty {
+                            note(&mut ev.progress, &mut first, kind);
+                        }
+                        return Ok(EventInfo::of(semantic_or_n(first)));
+                    }
+                }
+                let mut tape = std::mem::take(&mut self.tape);
+                let class = match tape.parse(frame.data) {
+                    Ok(Parsed::Tape(root)) => {
+                        let class = self.chunk(root, ev);
+                        if class.is_ok() {
+                            self.learn(root);
+                        }
+                        class
+                    }
+                    Ok(Parsed::Lazy(root)) => self.chunk(root, ev),
+                    Err(e) => Err(e),
+                };
+                self.tape = tape;
+                class
+            }
+            Decode::Reference => self.chunk(&parse_reference(frame.data)?, ev),
+        };
+        Ok(EventInfo::of(class?))
     }
 
     fn on_eof(&mut self, _ev: &Evidence, pending: bool) -> Option<Terminal> {

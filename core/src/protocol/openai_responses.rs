@@ -1,7 +1,7 @@
 //! OpenAI Responses streams: named events with sequence numbers.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView};
+use super::json::{JsonKind, JsonView, Tape};
 use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage, with_json};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
@@ -11,6 +11,7 @@ use crate::wire::ProtocolViolation;
 #[allow(clippy::case_sensitive_file_extension_comparisons)] // event names, not files
 pub struct OpenAiResponses {
     opaque_reasoning: bool,
+    tape: Tape,
 }
 
 /// Event types known to carry no semantic output (for BD3).
@@ -68,7 +69,10 @@ impl OpenAiResponses {
     /// A fresh stream; `opaque_reasoning` counts reasoning items without
     /// visible text as semantic.
     pub fn new(opaque_reasoning: bool) -> Self {
-        OpenAiResponses { opaque_reasoning }
+        OpenAiResponses {
+            opaque_reasoning,
+            ..Self::default()
+        }
     }
 
     /// The class of an `output_item.added` / `.done` event from its item.
@@ -309,7 +313,10 @@ impl Protocol for OpenAiResponses {
             // Some gateways append it; the spec defines no sentinel.
             return Ok(EventInfo::of(EventClass::NonSemantic));
         }
-        with_json!(frame.data, decode, |root| self.event(frame, root, ev))
+        let mut tape = std::mem::take(&mut self.tape);
+        let info = with_json!(tape, frame.data, decode, |root| self.event(frame, root, ev));
+        self.tape = tape;
+        info
     }
 
     fn non_semantic_event_type(&self, event_type: &[u8]) -> bool {
