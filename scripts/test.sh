@@ -16,6 +16,8 @@ cargo fmt --all --check
 
 step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p tower-recovery --all-targets --all-features -- -D warnings
+cargo clippy -p recovery-wasm --target wasm32-unknown-unknown -- -D warnings
 
 step "core stays runtime-free (wasm32)"
 cargo check -p recovery-core --target wasm32-unknown-unknown
@@ -30,3 +32,7 @@ cargo test --workspace
 
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+
+step "wasm package (Node, Chromium page + worker, workerd, real SDKs, types)"
+bash scripts/setup-wasm.sh
+bash scripts/test-wasm.sh
