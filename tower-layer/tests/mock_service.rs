@@ -557,3 +557,103 @@ async fn ad6_parking_is_bounded_by_the_recovery_budget() {
     ));
     assert_eq!(net.waiters(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn bd9_after_commit_keepalives_do_not_hold_off_the_progress_watchdog() {
+    let mut steps = vec![Step::Data(ROLE), Step::Data(HELLO)];
+    steps.extend(std::iter::repeat_n(Step::Data(KEEPALIVE), 3));
+    steps.push(Step::Pending);
+    let inner = Scripted::new(vec![ok(&steps)]);
+    let events: Events = Arc::default();
+    let p = policy()
+        .progress_timeout(Some(Duration::from_secs(20)))
+        .build()
+        .unwrap();
+    let svc =
+        layer(p, &events).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let resp = svc.oneshot(request()).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let (body, err) = collect(resp).await;
+    assert_eq!(
+        err,
+        Some(Outcome::Interrupted {
+            cause: recovery_core::outcome::InterruptCause::Stall,
+            stall: Some(recovery_core::failure::Stall::Progress)
+        })
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(20));
+    assert_eq!(
+        body,
+        [ROLE, HELLO, KEEPALIVE, KEEPALIVE, KEEPALIVE]
+            .concat()
+            .as_bytes()
+    );
+    assert_eq!(inner.calls(), 1, "committed: not replayed");
+}
+
+#[derive(Default)]
+struct Capture {
+    requests: Mutex<Vec<Bytes>>,
+    chunks: AtomicU32,
+    veto_after_chunks: u32,
+}
+
+impl tower_recovery::recovery::WireObserver for Capture {
+    fn on_request(
+        &self,
+        _attempt: u32,
+        _head: &http::request::Parts,
+        body: &Bytes,
+    ) -> Result<(), tower_recovery::BoxError> {
+        self.requests.lock().unwrap().push(body.clone());
+        Ok(())
+    }
+
+    fn on_body_chunk(&self, _attempt: u32, _chunk: &Bytes) -> Result<(), tower_recovery::BoxError> {
+        let n = self.chunks.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.veto_after_chunks != 0 && n >= self.veto_after_chunks {
+            return Err("audit refused the stream".into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wire_observer_sees_every_send_and_its_error_stops_recovery() {
+    // Sees both sends of a 503-then-success exchange.
+    let inner = Scripted::new(vec![
+        status(503),
+        ok(&[
+            Step::Data(ROLE),
+            Step::Data(HELLO),
+            Step::Data(STOP),
+            Step::Data(DONE),
+        ]),
+    ]);
+    let capture = Arc::new(Capture::default());
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_wire_observer(Arc::clone(&capture))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let (_, err) = collect(svc.oneshot(request()).await.unwrap()).await;
+    assert!(err.is_none());
+    assert_eq!(capture.requests.lock().unwrap().len(), 2);
+    assert!(capture.chunks.load(Ordering::SeqCst) >= 4);
+
+    // A veto on the first chunk stops before anything is delivered.
+    let inner = Scripted::new(vec![ok(&[Step::Data(ROLE), Step::Data(HELLO)])]);
+    let capture = Arc::new(Capture {
+        veto_after_chunks: 1,
+        ..Capture::default()
+    });
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_wire_observer(Arc::clone(&capture))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let err = svc.oneshot(request()).await.unwrap_err();
+    assert!(
+        matches!(err.outcome(), Outcome::Permanent { .. }),
+        "{}",
+        err.outcome()
+    );
+    assert_eq!(inner.calls(), 1, "no replay after a veto");
+    assert!(err.inspect_cause().is_some());
+}

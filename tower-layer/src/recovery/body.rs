@@ -64,12 +64,81 @@ enum Stage {
     Done,
 }
 
+type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The opt-in stall watchdog after commit: silence (no byte) and lack of
+/// progress (no semantic fragment; keepalives do not count).
+struct Watchdog {
+    idle_timeout: Option<Duration>,
+    progress_timeout: Option<Duration>,
+    idle: Option<Timer>,
+    progress: Option<Timer>,
+    semantic_seen: u64,
+}
+
+impl Watchdog {
+    fn new(
+        clock: &dyn BodyClock,
+        idle_timeout: Option<Duration>,
+        progress_timeout: Option<Duration>,
+    ) -> Self {
+        Watchdog {
+            idle_timeout,
+            progress_timeout,
+            idle: idle_timeout.map(|d| clock.sleep(d)),
+            progress: progress_timeout.map(|d| clock.sleep(d)),
+            semantic_seen: 0,
+        }
+    }
+
+    /// Rearms both timers (a new attempt's stream starts).
+    fn restart(&mut self, clock: &dyn BodyClock) {
+        self.idle = self.idle_timeout.map(|d| clock.sleep(d));
+        self.progress = self.progress_timeout.map(|d| clock.sleep(d));
+        self.semantic_seen = 0;
+    }
+
+    /// Bytes arrived; `semantic` is the stream's semantic fragment count.
+    fn on_frame(&mut self, clock: &dyn BodyClock, semantic: u64) {
+        if let Some(d) = self.idle_timeout {
+            self.idle = Some(clock.sleep(d));
+        }
+        if semantic > self.semantic_seen {
+            self.semantic_seen = semantic;
+            if let Some(d) = self.progress_timeout {
+                self.progress = Some(clock.sleep(d));
+            }
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stall> {
+        if self
+            .idle
+            .as_mut()
+            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
+        {
+            return Poll::Ready(Stall::Idle);
+        }
+        if self
+            .progress
+            .as_mut()
+            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
+        {
+            return Poll::Ready(Stall::Progress);
+        }
+        Poll::Pending
+    }
+}
+
+fn semantic_count(p: &recovery_core::progress::Progress) -> u64 {
+    p.observed_content + p.observed_reasoning + p.observed_tool_fragments + p.observed_side_effects
+}
+
 struct Live {
     handle: Option<ObserveHandle>,
     shared: SharedRef,
     clock: Arc<dyn BodyClock>,
-    idle_timeout: Option<Duration>,
-    idle: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    watchdog: Watchdog,
     wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
     failed_after_frame: Option<Failure>,
@@ -89,6 +158,7 @@ pub(crate) struct Committed {
     pub(crate) shared: SharedRef,
     pub(crate) clock: Arc<dyn BodyClock>,
     pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) progress_timeout: Option<Duration>,
     pub(crate) wire: Option<(Arc<dyn WireObserver>, u32)>,
     pub(crate) resume: Option<ResumeCtx>,
 }
@@ -125,7 +195,7 @@ impl RecoveryBody {
     }
 
     pub(crate) fn committed(c: Committed) -> Self {
-        let idle = c.idle_timeout.map(|d| c.clock.sleep(d));
+        let watchdog = Watchdog::new(c.clock.as_ref(), c.idle_timeout, c.progress_timeout);
         let mut resume = c.resume;
         let mut gate = resume
             .as_ref()
@@ -169,8 +239,7 @@ impl RecoveryBody {
                 handle: c.handle,
                 shared: c.shared,
                 clock: c.clock,
-                idle_timeout: c.idle_timeout,
-                idle,
+                watchdog,
                 wire: c.wire,
                 failed_after_frame: failed,
                 gate,
@@ -445,9 +514,7 @@ impl RecoveryBody {
         }
         live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
-        if let Some(d) = live.idle_timeout {
-            live.idle = Some(live.clock.sleep(d));
-        }
+        live.watchdog.restart(live.clock.as_ref());
         self.inner = Some(body);
         Poll::Ready(None)
     }
@@ -488,15 +555,13 @@ impl Body for RecoveryBody {
             let polled = Pin::new(inner).poll_frame(cx);
             if polled.is_pending() {
                 if let Some(live) = &mut this.live {
-                    if let Some(idle) = live.idle.as_mut() {
-                        ready!(idle.as_mut().poll(cx));
-                        match this.fail(Failure::new(
-                            FailureKind::Timeout { stall: Stall::Idle },
-                            Phase::Streaming,
-                        )) {
-                            Poll::Pending => continue,
-                            ready @ Poll::Ready(_) => return ready,
-                        }
+                    let stall = ready!(live.watchdog.poll(cx));
+                    match this.fail(Failure::new(
+                        FailureKind::Timeout { stall },
+                        Phase::Streaming,
+                    )) {
+                        Poll::Pending => continue,
+                        ready @ Poll::Ready(_) => return ready,
                     }
                 }
                 return Poll::Pending;
@@ -541,9 +606,11 @@ impl RecoveryBody {
                 ));
             }
         }
-        if let Some(d) = live.idle_timeout {
-            live.idle = Some(live.clock.sleep(d));
-        }
+        let semantic = live
+            .handle
+            .as_ref()
+            .map_or(0, |h| semantic_count(&h.snapshot().progress));
+        live.watchdog.on_frame(live.clock.as_ref(), semantic);
         if let Some(error) = live
             .handle
             .as_ref()

@@ -655,6 +655,7 @@ where
                         shared: Arc::clone(shared),
                         clock: clock(&config.timing),
                         idle_timeout: policy.idle_timeout(),
+                        progress_timeout: policy.progress_timeout(),
                         wire: config.wire.clone().map(|w| (w, attempt)),
                     });
                     return Attempt::Commit(Response::from_parts(parts, body));
@@ -685,6 +686,7 @@ where
                             shared: Arc::clone(shared),
                             clock: clock(&config.timing),
                             idle_timeout: policy.idle_timeout(),
+                            progress_timeout: policy.progress_timeout(),
                             wire: config.wire.clone().map(|w| (w, attempt)),
                         });
                         Attempt::Commit(Response::from_parts(parts, body))

@@ -35,3 +35,23 @@ pub trait WireObserver: Send + Sync {
         Ok(())
     }
 }
+
+/// A shared observer, so the caller can keep a handle to what it captured.
+impl<T: WireObserver + ?Sized> WireObserver for std::sync::Arc<T> {
+    fn on_request(
+        &self,
+        attempt: u32,
+        head: &http::request::Parts,
+        body: &Bytes,
+    ) -> Result<(), BoxError> {
+        (**self).on_request(attempt, head, body)
+    }
+
+    fn on_response_head(&self, attempt: u32, head: &http::response::Parts) -> Result<(), BoxError> {
+        (**self).on_response_head(attempt, head)
+    }
+
+    fn on_body_chunk(&self, attempt: u32, chunk: &Bytes) -> Result<(), BoxError> {
+        (**self).on_body_chunk(attempt, chunk)
+    }
+}
