@@ -204,8 +204,6 @@ impl Anthropic {
     /// `event` shows a kind that depends only on the delta's type (fixed
     /// bytes) and on whether one string of it (the probe) is empty.
     fn learn(&mut self, root: Skim<'_>) {
-        self.template.clear();
-        self.probe_kinds = None;
         let [kind, delta] = root.fields(["type", "delta"]);
         if !kind.is_some_and(|k| k.str_eq("content_block_delta")) {
             return;

@@ -1057,7 +1057,9 @@ const MAX_HOLES: usize = 8;
 /// classifier would read the same values except the probe's emptiness.
 ///
 /// A spare becomes a hole only once an event differs inside it, so strings
-/// that never change are compared, not scanned.
+/// that never change are compared, not scanned. Events of other shapes in
+/// between leave the template in place: what it proves does not depend on
+/// them.
 #[derive(Debug, Clone, Default)]
 pub struct Template {
     doc: Vec<u8>,
@@ -1136,7 +1138,8 @@ impl Template {
             d += fixed.len();
             let (after, _) = string_esc(doc, d).ok_or(None)?;
             let close = after - 1;
-            if std::str::from_utf8(&doc[d..close]).is_err() {
+            let body = &doc[d..close];
+            if !body.is_ascii() && std::str::from_utf8(body).is_err() {
                 return Err(None);
             }
             if k == self.probe {

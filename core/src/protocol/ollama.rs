@@ -145,8 +145,6 @@ impl Ollama {
     /// that can make the line semantic. For such a line `line` only notes
     /// that string's kind when it is non-empty (unless the stream settled).
     fn learn(&mut self, root: Skim<'_>) {
-        self.template.clear();
-        self.probe_kind = None;
         let [error, message, response, thinking, tool_calls, done] = root.fields([
             "error",
             "message",

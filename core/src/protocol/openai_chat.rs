@@ -197,8 +197,6 @@ impl OpenAiChat {
     /// refusal or reasoning) that can make the chunk semantic. For such a
     /// chunk `chunk` only notes that string's kind when it is non-empty.
     fn learn(&mut self, root: Skim<'_>) {
-        self.template.clear();
-        self.probe_kind = None;
         let [error, object, choices, usage_v] = root.fields(CHUNK_KEYS);
         if error.is_some_and(|e| e.kind() == JsonKind::Object)
             || object.is_some_and(|o| o.str_eq("error"))

@@ -136,7 +136,12 @@ impl SseDecoder {
             }
         }
         while pos < chunk.len() {
-            if let Some(rel) = memchr2(b'\n', b'\r', &chunk[pos..]) {
+            // A blank line (the usual end of an event) needs no search.
+            let found = match chunk[pos] {
+                b'\n' | b'\r' => Some(0),
+                _ => memchr2(b'\n', b'\r', &chunk[pos..]),
+            };
+            if let Some(rel) = found {
                 let end = pos + rel;
                 let mut next = end + 1;
                 if chunk[end] == b'\r' {
@@ -210,6 +215,17 @@ impl SseDecoder {
         }
         if line[0] == b':' {
             return emit(SseItem::Comment { end_offset });
+        }
+        // The two fields of nearly every line, without searching for the colon.
+        if line.starts_with(b"data:") {
+            let v = if line.get(5) == Some(&b' ') { 6 } else { 5 };
+            return self.push_data(chunk, &line[v..], chunk_start.map(|s| s + v));
+        }
+        if line.starts_with(b"event:") {
+            let v = if line.get(6) == Some(&b' ') { 7 } else { 6 };
+            self.event_type.clear();
+            self.event_type.extend_from_slice(&line[v..]);
+            return self.check_event_size(0);
         }
         let (name, value, value_start) = match memchr(b':', line) {
             Some(colon) => {
