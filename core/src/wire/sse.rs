@@ -136,6 +136,12 @@ impl SseDecoder {
             }
         }
         while pos < chunk.len() {
+            if self.idle() {
+                pos = self.whole_events(chunk, pos, emit)?;
+                if pos == chunk.len() {
+                    break;
+                }
+            }
             // A blank line (the usual end of an event) needs no search.
             let found = match chunk[pos] {
                 b'\n' | b'\r' => Some(0),
@@ -188,6 +194,76 @@ impl SseDecoder {
             self.data.push(b'\n');
         }
         Ok(())
+    }
+
+    /// Whether no event is under way: nothing carried, no data, type or id
+    /// pending, past the start of the stream.
+    fn idle(&self) -> bool {
+        self.carry.is_empty()
+            && !self.has_data
+            && self.event_type.is_empty()
+            && !self.at_start
+            && self.last_id == self.id_buf
+    }
+
+    /// Dispatches, straight from the read, every complete event of the
+    /// usual shape at `pos`: an optional `event:` line, one `data:` line and
+    /// a blank line, all ending in LF and within the caps. Returns where
+    /// the first other line starts; the line-by-line path takes it from
+    /// there. For such events both paths emit the same items and leave the
+    /// decoder in the same (idle) state.
+    fn whole_events<F>(
+        &mut self,
+        chunk: &[u8],
+        mut pos: usize,
+        emit: &mut F,
+    ) -> Result<usize, ProtocolViolation>
+    where
+        F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
+    {
+        let base = self.consumed;
+        let Limits {
+            max_line,
+            max_event,
+        } = self.limits;
+        loop {
+            let rest = &chunk[pos..];
+            let (event_type, data_line) = if rest.starts_with(b"event:") {
+                let Some(n) = memchr2(b'\n', b'\r', rest) else {
+                    return Ok(pos);
+                };
+                if rest[n] != b'\n' || n > max_line {
+                    return Ok(pos);
+                }
+                // `n` > 6 when a space follows the colon.
+                let v = if rest[6] == b' ' { 7 } else { 6 };
+                (&rest[v..n], n + 1)
+            } else {
+                (&rest[..0], 0)
+            };
+            let line = &rest[data_line..];
+            if !line.starts_with(b"data:") {
+                return Ok(pos);
+            }
+            let Some(n) = memchr2(b'\n', b'\r', line) else {
+                return Ok(pos);
+            };
+            if line[n] != b'\n' || n > max_line || line.get(n + 1) != Some(&b'\n') {
+                return Ok(pos);
+            }
+            let v = if line[5] == b' ' { 6 } else { 5 };
+            let data = &line[v..n];
+            if data.len() + 1 + event_type.len() > max_event {
+                return Ok(pos);
+            }
+            let blank = pos + data_line + n + 1;
+            emit(SseItem::Event(SseEvent {
+                event_type,
+                data,
+                end_offset: base + blank as u64 + 1,
+            }))?;
+            pos = blank + 1;
+        }
     }
 
     fn line<F>(
