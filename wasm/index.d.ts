@@ -25,8 +25,18 @@ export interface Outcome {
     | 'completed' | 'unsuccessful' | 'permanent' | 'not_retryable' | 'exhausted' | 'budget_exhausted'
     | 'deadline_exceeded' | 'retry_after_refused' | 'interrupted' | 'protocol' | 'admission_required'
     | 'admission_rejected' | 'admission_unresolved' | 'replay_disabled' | 'cancelled';
+  /** Present on `completed`. */
+  proof?: Proof;
   [field: string]: unknown;
 }
+
+/** A parsed `Retry-After` (or `retry-after-ms`) hint: where it came from and, when usable, the delay. */
+export type RetryAfterHint =
+  | { state: 'absent' | 'invalid' }
+  | { state: 'millis' | 'seconds' | 'date'; delay_ms: number };
+
+/** How strong the proof of a completed stream is (Rust `Proof`, shown by this name). */
+export type Proof = 'strong' | 'finish_reason_only';
 
 /** One physical send in a report. */
 export interface AttemptRecord {
@@ -36,7 +46,7 @@ export interface AttemptRecord {
   ended_ms: number | null;
   status: number | null;
   result: 'in_progress' | 'succeeded' | 'failed';
-  retry_after: { state: 'absent' | 'invalid' | 'millis' | 'seconds' | 'date'; delay?: unknown };
+  retry_after: RetryAfterHint;
   progress: Record<string, number | boolean>;
   request_id: string | null;
   [field: string]: unknown;

@@ -118,3 +118,19 @@ test('bad options are typed errors', () => {
   assert.throws(() => createRecoveringFetch({ onEvent: 'nope' }), TypeError);
   assert.throws(() => createRecoveringFetch({ protocol: 'smtp' }), RangeError);
 });
+
+test('a Retry-After hint is reported as state and delay_ms; the proof by its stable name', async () => {
+  const path = `${prefix('retry-after')}/v1/chat/completions`;
+  await load({ [path]: [
+    { status: 429, headers: { 'content-type': 'application/json', 'retry-after-ms': '5' }, transfer: 'content_length', body: ['{"error":{"type":"rate_limit_error","message":"slow down"}}'] },
+    fixture('openai-chat/happy-usage.sse'),
+  ] });
+  const res = await createRecoveringFetch(fast)(`${FAULT}${path}`, { method: 'POST', body: '{}' });
+  assert.equal(await res.text(), HAPPY);
+  const report = res.recovery.report();
+  assert.deepEqual(report.attempts[0].retry_after, { state: 'millis', delay_ms: 5 });
+  assert.deepEqual(report.attempts[1].retry_after, { state: 'absent' });
+  assert.ok(report.delays[0].delay_ms >= 5, JSON.stringify(report.delays));
+  assert.equal(report.delays[0].cause, 'retry_after');
+  assert.deepEqual(res.recovery.outcome(), { outcome: 'completed', proof: 'strong' });
+});

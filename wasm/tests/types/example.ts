@@ -1,5 +1,5 @@
 // A typed use of the package, checked by `tsc --noEmit` (never run).
-import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type RecoveryTypeError } from 'recovery-wasm';
+import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type Proof, type RetryAfterHint, type RecoveryTypeError } from 'recovery-wasm';
 
 const events: LifecycleEvent[] = [];
 const controller = new AbortController();
@@ -24,6 +24,10 @@ export async function run(url: string): Promise<string> {
     const attempts: number = report.attempts.length;
     const handle = recoveryOf(res);
     if (handle && handle.outcome()?.outcome === 'completed') console.log(attempts);
+    const proof: Proof | undefined = report.outcome?.proof;
+    const hint: RetryAfterHint = report.attempts[0].retry_after;
+    const waited: number = hint.state === 'millis' || hint.state === 'seconds' || hint.state === 'date' ? hint.delay_ms : 0;
+    console.log(proof, waited);
     return await res.text();
   } catch (e) {
     if (e instanceof RecoveryError) return e.outcome.outcome;
@@ -34,3 +38,6 @@ export async function run(url: string): Promise<string> {
 
 // @ts-expect-error: unknown protocol names are rejected by the types.
 createRecoveringFetch({ protocol: 'smtp' });
+
+// @ts-expect-error: the hint carries delay_ms, never the old `delay`.
+export const oldHint = (h: RetryAfterHint) => h.delay;
