@@ -177,6 +177,8 @@ pub struct StreamObserver {
     violation: Option<ProtocolViolation>,
     end: Option<EndOfStream>,
     committed_at: Option<u64>,
+    /// The decoder's last-event-id version already copied into the cursor.
+    id_version: u64,
 }
 
 /// Folds one classified frame into the read's [`Feed`].
@@ -250,6 +252,7 @@ impl StreamObserver {
             violation: None,
             end: None,
             committed_at: None,
+            id_version: 0,
         }
     }
 
@@ -346,13 +349,13 @@ impl StreamObserver {
             }
         };
         if let Framing::Sse(dec) = &self.framing {
-            let id = dec.last_event_id();
-            if !id.is_empty() || self.ev.cursor.last_event_id.is_some() {
-                let changed =
-                    self.ev.cursor.last_event_id.as_deref().map(str::as_bytes) != Some(id);
-                if changed {
-                    self.ev.cursor.last_event_id = Some(String::from_utf8_lossy(id).into_owned());
-                }
+            // Copied when it changed at any dispatch of this read (even back
+            // to empty), so the cursor does not depend on where reads end.
+            let version = dec.last_event_id_version();
+            if version != self.id_version {
+                self.id_version = version;
+                let id = dec.last_event_id();
+                self.ev.cursor.last_event_id = Some(String::from_utf8_lossy(id).into_owned());
             }
         }
         if self.committed_at.is_none() {

@@ -1032,6 +1032,32 @@ impl<'a> Skim<'a> {
         }
     }
 
+    /// The value rebuilt as a `serde_json::Value` from the tape alone (for
+    /// tests that compare the tape with `serde_json`).
+    #[doc(hidden)]
+    pub fn to_value(self) -> Value {
+        match self.kind() {
+            JsonKind::Object => {
+                let mut map = serde_json::Map::new();
+                let n = self.node();
+                let mut k = self.at + 1;
+                while k < n.next as usize {
+                    let key = self.with(k).text().map(Cow::into_owned).unwrap_or_default();
+                    map.insert(key, self.with(k + 1).to_value());
+                    k = self.nodes[k + 1].next as usize;
+                }
+                Value::Object(map)
+            }
+            JsonKind::Array => {
+                let mut items = Vec::new();
+                self.for_each(|v| items.push(v.to_value()));
+                Value::Array(items)
+            }
+            JsonKind::String => Value::String(self.text().map(Cow::into_owned).unwrap_or_default()),
+            _ => serde_json::from_slice(self.as_bytes()).unwrap_or(Value::Null),
+        }
+    }
+
     /// Body span (between the quotes) of a string value.
     fn body_span(self) -> (usize, usize) {
         let n = self.node();
@@ -1076,6 +1102,7 @@ impl Template {
     pub fn clear(&mut self) {
         self.doc.clear();
         self.holes.clear();
+        self.probe = 0;
         self.spare.clear();
     }
 
