@@ -34,7 +34,7 @@ use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::retry_after::RetryAfter;
 use recovery_core::safe::request_id_from;
-use recovery_core::timing::{Connectivity, Fraction, Timing};
+use recovery_core::timing::{Fraction, Instant};
 use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -42,7 +42,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
 
 use crate::options::{ProtocolChoice, Settings, guess_protocol};
-use crate::platform::{JsConnectivity, JsTiming, get, random_u64};
+use crate::platform::{Platform, get, random_u64};
 
 /// What a `createRecoveringFetch` instance shares between its requests.
 pub(crate) struct Client {
@@ -155,6 +155,14 @@ pub(crate) struct Shared {
     /// The last failed response's status text and headers are not kept:
     /// the final error response itself is returned to the caller.
     pub(crate) protocol: ProtocolKind,
+    /// Clocks, timers, jitter and connectivity: the JS platform, or what a
+    /// test injected.
+    pub(crate) platform: Rc<dyn Platform>,
+}
+
+/// Now, on the request's monotonic clock.
+pub(crate) fn now(shared: &SharedRef) -> Instant {
+    shared.borrow().platform.now()
 }
 
 pub(crate) type SharedRef = Rc<RefCell<Shared>>;
@@ -294,10 +302,14 @@ fn eof_failure(pending: Option<recovery_core::protocol::PendingAtEof>) -> Failur
 }
 
 /// Starts the engine for one logical request.
-pub(crate) fn start_engine(client: &Client, spec: &RequestSpec) -> SharedRef {
+pub(crate) fn start_engine(
+    client: &Client,
+    spec: &RequestSpec,
+    platform: Rc<dyn Platform>,
+) -> SharedRef {
     let policy: RecoveryPolicy = client.settings.policy.clone();
     let allowance = AttemptAllowance::new(policy.max_attempts().get());
-    let mut engine = Recovery::new(policy, allowance, random_u64(), JsTiming.now())
+    let mut engine = Recovery::new(policy, allowance, random_u64(), platform.now())
         .with_admission_hook(spec.admission.is_some());
     if let Some(budget) = &client.budget {
         engine = engine.with_retry_budget(budget.clone());
@@ -311,6 +323,7 @@ pub(crate) fn start_engine(client: &Client, spec: &RequestSpec) -> SharedRef {
         on_event: spec.on_event.clone(),
         cause: JsValue::UNDEFINED,
         protocol,
+        platform,
     }))
 }
 
@@ -321,8 +334,8 @@ pub(crate) async fn drive(
     shared: &SharedRef,
     cancel: &Cancel,
 ) -> Result<Resolved, JsValue> {
-    let timing = JsTiming;
-    let connectivity = JsConnectivity;
+    let timing = Rc::clone(&shared.borrow().platform);
+    let connectivity = Rc::clone(&timing);
     let policy = shared.borrow().engine.policy().clone();
     if spec
         .body
@@ -520,7 +533,7 @@ async fn run_attempt(
     cancel: &Cancel,
     policy: &RecoveryPolicy,
 ) -> Attempt {
-    let timing = JsTiming;
+    let timing = Rc::clone(&shared.borrow().platform);
     let Ok(controller) = AbortController::new() else {
         return Attempt::Failed(transport(Phase::Unknown), None);
     };
@@ -641,9 +654,9 @@ async fn run_attempt(
         response.body().map(|s| s.get_reader().unchecked_into());
     let mut held: VecDeque<Uint8Array> = VecDeque::new();
     let mut held_bytes = 0usize;
-    let mut idle = policy.idle_timeout().map(|d| Box::pin(timing.sleep(d)));
+    let mut idle = policy.idle_timeout().map(|d| timing.sleep(d));
     // Time to the first semantic fragment; commit ends it (as in tower).
-    let mut progress_timer = policy.progress_timeout().map(|d| Box::pin(timing.sleep(d)));
+    let mut progress_timer = policy.progress_timeout().map(|d| timing.sleep(d));
     let fail_with = |failure: Failure, observer: &StreamObserver| {
         controller.abort();
         Attempt::Failed(
@@ -697,7 +710,7 @@ async fn run_attempt(
             }
             Ok(Ok(Some(chunk))) => {
                 if let Some(d) = policy.idle_timeout() {
-                    idle = Some(Box::pin(timing.sleep(d)));
+                    idle = Some(timing.sleep(d));
                 }
                 let fed = feed(&mut observer, &chunk);
                 held_bytes += chunk.length() as usize;
@@ -784,7 +797,7 @@ pub(crate) async fn next_chunk(
     shared: &SharedRef,
     cancel: &Cancel,
 ) -> Result<Option<Uint8Array>, JsValue> {
-    let timing = JsTiming;
+    let timing = Rc::clone(&shared.borrow().platform);
     if live.done {
         return Ok(None);
     }
@@ -866,10 +879,8 @@ fn end_live(
             let mut progress = *live.observer.progress();
             progress.deliver_observed();
             progress.delivered_bytes = live.delivered_bytes;
-            shared
-                .borrow_mut()
-                .engine
-                .succeed(JsTiming.now(), proof, progress);
+            let now = now(shared);
+            shared.borrow_mut().engine.succeed(now, proof, progress);
             flush(shared);
             Ok(None)
         }
@@ -905,7 +916,7 @@ fn fail_live(live: &mut Live, shared: &SharedRef, cancel: &Cancel, failure: Fail
     let mut progress = *live.observer.progress();
     progress.deliver_observed();
     progress.delivered_bytes = live.delivered_bytes;
-    let now = JsTiming.now();
+    let now = now(shared);
     let outcome = {
         let mut s = shared.borrow_mut();
         match s
@@ -929,9 +940,10 @@ pub(crate) fn cancel_live(live: &mut Live, shared: &SharedRef) {
     if let Some(reader) = live.reader.take() {
         settle(reader.cancel());
     }
+    let now = now(shared);
     shared
         .borrow_mut()
         .engine
-        .cancel(JsTiming.now(), CancelPhase::Streaming);
+        .cancel(now, CancelPhase::Streaming);
     flush(shared);
 }

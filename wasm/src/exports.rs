@@ -6,15 +6,16 @@ use std::rc::Rc;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::RetryBudget;
+use recovery_core::timing::{Connectivity, Timing};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::driver::{
     Cancel, Client, Live, RequestSpec, Resolved, SharedRef, cancel_live, drive, flush, next_chunk,
-    start_engine, to_js,
+    now, start_engine, to_js,
 };
 use crate::options::Settings;
-use crate::platform::JsTiming;
+use crate::platform::{Injected, JsConnectivity, JsTiming, Platform};
 
 /// A validated set of options; one per `createRecoveringFetch` call. Its
 /// retry budget (if any) is shared by every request it starts.
@@ -68,7 +69,19 @@ impl RecoveryClient {
             on_event,
             admission,
         };
-        let shared = start_engine(&self.client, &spec);
+        self.start(
+            spec,
+            Rc::new(Injected {
+                timing: JsTiming,
+                connectivity: JsConnectivity,
+            }),
+        )
+    }
+}
+
+impl RecoveryClient {
+    fn start(&self, spec: RequestSpec, platform: Rc<dyn Platform>) -> Call {
+        let shared = start_engine(&self.client, &spec, platform);
         Call {
             inner: Rc::new(CallInner {
                 spec,
@@ -79,6 +92,47 @@ impl RecoveryClient {
                 started: std::cell::Cell::new(false),
             }),
         }
+    }
+
+    /// [`call`](RecoveryClient::call) on an injected clock, timer, jitter
+    /// source and connectivity instead of the JS platform's: the same
+    /// driver, so a test can run it on a virtual clock with pinned jitter
+    /// (the shared conformance vectors do). Not exported to JS.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_with<T, C>(
+        &self,
+        fetch: Function,
+        url: String,
+        method: String,
+        headers: Array,
+        body: Option<Uint8Array>,
+        on_event: Option<Function>,
+        admission: Option<Function>,
+        timing: T,
+        connectivity: C,
+    ) -> Call
+    where
+        T: Timing + 'static,
+        T::Sleep: 'static,
+        C: Connectivity + 'static,
+        C::Online: 'static,
+    {
+        let spec = RequestSpec {
+            fetch,
+            url,
+            method,
+            headers,
+            body,
+            on_event,
+            admission,
+        };
+        self.start(
+            spec,
+            Rc::new(Injected {
+                timing,
+                connectivity,
+            }),
+        )
     }
 }
 
@@ -101,11 +155,11 @@ impl Drop for CallInner {
         }
         let ended = self.shared.borrow().engine.outcome().is_some();
         if !ended {
-            use recovery_core::timing::Timing;
+            let now = now(&self.shared);
             self.shared
                 .borrow_mut()
                 .engine
-                .cancel(JsTiming.now(), recovery_core::outcome::CancelPhase::Sending);
+                .cancel(now, recovery_core::outcome::CancelPhase::Sending);
             flush(&self.shared);
         }
     }

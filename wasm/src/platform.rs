@@ -214,3 +214,57 @@ impl Connectivity for JsConnectivity {
         }
     }
 }
+
+/// A boxed, `!Send` future of the driver's waits.
+pub(crate) type Wait = Pin<Box<dyn Future<Output = ()>>>;
+
+/// What the driver needs of the platform, object-safe: the engine's
+/// [`Timing`] and [`Connectivity`] behind one `Rc<dyn Platform>`, so one
+/// copy of the driver runs on the JS platform and on whatever a test
+/// injects (a virtual clock, pinned jitter, scripted connectivity).
+pub(crate) trait Platform {
+    fn now(&self) -> Instant;
+    fn wall_now(&self) -> SystemTime;
+    fn sleep(&self, duration: Duration) -> Wait;
+    fn jitter(&self) -> Fraction;
+    fn is_online(&self) -> bool;
+    fn wait_until_online(&self) -> Wait;
+}
+
+/// A [`Timing`] and a [`Connectivity`] as a [`Platform`].
+pub(crate) struct Injected<T, C> {
+    pub(crate) timing: T,
+    pub(crate) connectivity: C,
+}
+
+impl<T, C> Platform for Injected<T, C>
+where
+    T: Timing,
+    T::Sleep: 'static,
+    C: Connectivity,
+    C::Online: 'static,
+{
+    fn now(&self) -> Instant {
+        self.timing.now()
+    }
+
+    fn wall_now(&self) -> SystemTime {
+        self.timing.wall_now()
+    }
+
+    fn sleep(&self, duration: Duration) -> Wait {
+        Box::pin(self.timing.sleep(duration))
+    }
+
+    fn jitter(&self) -> Fraction {
+        self.timing.jitter()
+    }
+
+    fn is_online(&self) -> bool {
+        self.connectivity.is_online()
+    }
+
+    fn wait_until_online(&self) -> Wait {
+        Box::pin(self.connectivity.wait_until_online())
+    }
+}
