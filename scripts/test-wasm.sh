@@ -4,8 +4,9 @@
 #      worker, against the loopback fault provider (CORS on) and a plain
 #      server without CORS;
 #   2. the JS-level tests of the npm package (node --test): the API in Node,
-#      the real openai / @anthropic-ai/sdk / ai SDKs, workerd, Chromium
-#      (page + module worker) through Playwright;
+#      the real openai / @anthropic-ai/sdk / ai SDKs, workerd, the
+#      examples/edge-worker proxy in workerd, Chromium (page + module
+#      worker) through Playwright;
 #   3. the TypeScript declarations (tsc --noEmit on a typed example).
 # Run scripts/setup-wasm.sh once first. `--build-only` stops after the build.
 set -euo pipefail
