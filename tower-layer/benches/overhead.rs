@@ -1,5 +1,6 @@
 //! CPU and wall overhead of `ObserveLayer` + `RecoveryLayer` over a bare
-//! hyper-util client, on a loopback stream of 100k OpenAI-style SSE events.
+//! hyper-util client, on a loopback stream of 100k OpenAI-style SSE events,
+//! one HTTP chunk per event (as providers flush them).
 //!
 //! The server runs on its own thread in this process; the client runs on a
 //! current-thread runtime in the measuring thread. Two CPU figures are
@@ -50,7 +51,8 @@ fn corpus() -> Bytes {
     Bytes::from(out)
 }
 
-/// A close-delimited SSE server that answers every connection with `body`.
+/// An SSE server that answers every connection with `body`, one event per
+/// HTTP chunk, as streaming LLM servers flush each event as it is produced.
 fn serve(body: Bytes) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -74,10 +76,26 @@ fn serve(body: Bytes) -> SocketAddr {
                         }
                         seen.extend_from_slice(&buf[..n]);
                     }
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-                    let _ = sock.write_all(head.as_bytes()).await;
-                    for chunk in body.chunks(16 * 1024) {
-                        if sock.write_all(chunk).await.is_err() {
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                    let mut out = Vec::with_capacity(body.len() + body.len() / 8);
+                    out.extend_from_slice(head.as_bytes());
+                    let mut rest = &body[..];
+                    while !rest.is_empty() {
+                        let end = rest
+                            .windows(2)
+                            .position(|w| w == b"\n\n")
+                            .map_or(rest.len(), |i| i + 2);
+                        let (event, tail) = rest.split_at(end);
+                        out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+                        out.extend_from_slice(event);
+                        out.extend_from_slice(b"\r\n");
+                        rest = tail;
+                    }
+                    out.extend_from_slice(b"0\r\n\r\n");
+                    // Written in 16 KiB pieces: the kernel coalesces, the
+                    // client still decodes one HTTP chunk per event.
+                    for piece in out.chunks(16 * 1024) {
+                        if sock.write_all(piece).await.is_err() {
                             return;
                         }
                     }

@@ -116,9 +116,16 @@ impl<B> ObservedBody<B> {
 fn publish(handle: &ObserveHandle, observer: &StreamObserver) {
     let mut o = handle.lock();
     o.progress = *observer.progress();
-    o.terminal = observer.terminal().cloned();
-    o.provider_error = observer.provider_error().cloned();
-    o.cursor.clone_from(observer.cursor());
+    // Terminal proof and provider errors are set once and never change.
+    if o.terminal.is_none() {
+        o.terminal = observer.terminal().cloned();
+    }
+    if o.provider_error.is_none() {
+        o.provider_error = observer.provider_error().cloned();
+    }
+    if o.cursor != *observer.cursor() {
+        o.cursor.clone_from(observer.cursor());
+    }
 }
 
 impl<B> Body for ObservedBody<B>

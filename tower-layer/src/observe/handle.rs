@@ -55,6 +55,21 @@ impl ObserveHandle {
         self.lock().progress.semantic_observed()
     }
 
+    /// The progress counters now (cheap: no clone of the rest).
+    pub fn progress(&self) -> Progress {
+        self.lock().progress
+    }
+
+    /// The in-stream provider error, once seen.
+    pub fn provider_error(&self) -> Option<ProviderError> {
+        self.lock().provider_error.clone()
+    }
+
+    /// The terminal proof, once seen.
+    pub fn terminal(&self) -> Option<Terminal> {
+        self.lock().terminal.clone()
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Observation> {
         self.inner
             .lock()

@@ -135,6 +135,8 @@ fn semantic_count(p: &recovery_core::progress::Progress) -> u64 {
 }
 
 struct Live {
+    /// Body bytes handed to the consumer from the current attempt.
+    delivered_bytes: std::sync::atomic::AtomicU64,
     handle: Option<ObserveHandle>,
     shared: SharedRef,
     clock: Arc<dyn BodyClock>,
@@ -236,6 +238,7 @@ impl RecoveryBody {
             held,
             inner: Some(c.inner),
             live: Some(Live {
+                delivered_bytes: std::sync::atomic::AtomicU64::new(0),
                 handle: c.handle,
                 shared: c.shared,
                 clock: c.clock,
@@ -256,16 +259,16 @@ impl RecoveryBody {
             let mut progress = live
                 .handle
                 .as_ref()
-                .map(|h| h.snapshot().progress)
+                .map(ObserveHandle::progress)
                 .unwrap_or_default();
             progress.deliver_observed();
-            progress.delivered_bytes = s
-                .engine
-                .report()
-                .attempts
-                .last()
-                .map_or(0, |a| a.progress.delivered_bytes)
-                + frame.data_ref().map_or(0, |d| d.len() as u64);
+            live.delivered_bytes.fetch_add(
+                frame.data_ref().map_or(0, |d| d.len() as u64),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            progress.delivered_bytes = live
+                .delivered_bytes
+                .load(std::sync::atomic::Ordering::Relaxed);
             s.engine.record_progress(progress);
         }
     }
@@ -277,7 +280,7 @@ impl RecoveryBody {
         let Some(live) = &mut self.live else {
             return Poll::Ready(None);
         };
-        let progress = live.handle.as_ref().map(|h| h.snapshot().progress);
+        let progress = live.handle.as_ref().map(ObserveHandle::progress);
         let failure = match progress {
             Some(mut p) => {
                 p.deliver_observed();
@@ -343,7 +346,7 @@ impl RecoveryBody {
         let Some(live) = &mut self.live else {
             return Poll::Ready(None);
         };
-        let terminal = live.handle.as_ref().and_then(|h| h.snapshot().terminal);
+        let terminal = live.handle.as_ref().and_then(ObserveHandle::terminal);
         match terminal {
             Some(Terminal::Success { proof }) => {
                 if let Some(rest) = live.gate.as_mut().map(Gate::rest).filter(|b| !b.is_empty()) {
@@ -357,7 +360,7 @@ impl RecoveryBody {
                 let mut progress = live
                     .handle
                     .as_ref()
-                    .map(|h| h.snapshot().progress)
+                    .map(ObserveHandle::progress)
                     .unwrap_or_default();
                 progress.deliver_observed();
                 s.engine.succeed(live.clock.now(), proof, progress);
@@ -514,6 +517,7 @@ impl RecoveryBody {
         }
         live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
+        live.delivered_bytes = std::sync::atomic::AtomicU64::new(0);
         live.watchdog.restart(live.clock.as_ref());
         self.inner = Some(body);
         Poll::Ready(None)
@@ -609,13 +613,9 @@ impl RecoveryBody {
         let semantic = live
             .handle
             .as_ref()
-            .map_or(0, |h| semantic_count(&h.snapshot().progress));
+            .map_or(0, |h| semantic_count(&h.progress()));
         live.watchdog.on_frame(live.clock.as_ref(), semantic);
-        if let Some(error) = live
-            .handle
-            .as_ref()
-            .and_then(|h| h.snapshot().provider_error)
-        {
+        if let Some(error) = live.handle.as_ref().and_then(ObserveHandle::provider_error) {
             live.failed_after_frame = Some(Failure::new(
                 FailureKind::Provider { error },
                 Phase::Streaming,
@@ -654,7 +654,7 @@ impl RecoveryBody {
         let proven = live
             .handle
             .as_ref()
-            .is_some_and(|h| h.snapshot().terminal.is_some());
+            .is_some_and(|h| h.terminal().is_some());
         if proven {
             // An error after terminal proof (a reset right after `[DONE]`)
             // changes nothing: the outcome stands.
