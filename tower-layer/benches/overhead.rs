@@ -51,9 +51,31 @@ fn corpus() -> Bytes {
     Bytes::from(out)
 }
 
-/// An SSE server that answers every connection with `body`, one event per
-/// HTTP chunk, as streaming LLM servers flush each event as it is produced.
-fn serve(body: Bytes) -> SocketAddr {
+/// The response bytes: head, then one HTTP chunk per SSE event, as streaming
+/// LLM servers flush each event as it is produced. Built once, so the server
+/// thread only writes.
+fn response(body: &[u8]) -> Bytes {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let mut out = Vec::with_capacity(body.len() + body.len() / 8);
+    out.extend_from_slice(head.as_bytes());
+    let mut rest = body;
+    while !rest.is_empty() {
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\n\n")
+            .map_or(rest.len(), |i| i + 2);
+        let (event, tail) = rest.split_at(end);
+        write!(out, "{:x}\r\n", event.len()).unwrap();
+        out.extend_from_slice(event);
+        out.extend_from_slice(b"\r\n");
+        rest = tail;
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    Bytes::from(out)
+}
+
+/// A loopback server answering every connection with `response`.
+fn serve(response: Bytes) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -65,7 +87,7 @@ fn serve(body: Bytes) -> SocketAddr {
             tx.send(listener.local_addr().unwrap()).unwrap();
             loop {
                 let (mut sock, _) = listener.accept().await.unwrap();
-                let body = body.clone();
+                let response = response.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 4096];
                     let mut seen = Vec::new();
@@ -76,25 +98,9 @@ fn serve(body: Bytes) -> SocketAddr {
                         }
                         seen.extend_from_slice(&buf[..n]);
                     }
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
-                    let mut out = Vec::with_capacity(body.len() + body.len() / 8);
-                    out.extend_from_slice(head.as_bytes());
-                    let mut rest = &body[..];
-                    while !rest.is_empty() {
-                        let end = rest
-                            .windows(2)
-                            .position(|w| w == b"\n\n")
-                            .map_or(rest.len(), |i| i + 2);
-                        let (event, tail) = rest.split_at(end);
-                        out.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
-                        out.extend_from_slice(event);
-                        out.extend_from_slice(b"\r\n");
-                        rest = tail;
-                    }
-                    out.extend_from_slice(b"0\r\n\r\n");
                     // Written in 16 KiB pieces: the kernel coalesces, the
                     // client still decodes one HTTP chunk per event.
-                    for piece in out.chunks(16 * 1024) {
+                    for piece in response.chunks(16 * 1024) {
                         if sock.write_all(piece).await.is_err() {
                             return;
                         }
@@ -147,7 +153,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let body = corpus();
     let expected = body.len();
-    let addr = serve(body);
+    let addr = serve(response(&body));
     let url = format!("http://{addr}/v1/chat/completions");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
