@@ -651,10 +651,7 @@ impl RecoveryBody {
             self.inner = None;
             return Poll::Ready(None);
         };
-        let proven = live
-            .handle
-            .as_ref()
-            .is_some_and(|h| h.terminal().is_some());
+        let proven = live.handle.as_ref().is_some_and(|h| h.terminal().is_some());
         if proven {
             // An error after terminal proof (a reset right after `[DONE]`)
             // changes nothing: the outcome stands.
