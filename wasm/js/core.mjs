@@ -109,12 +109,12 @@ function checkOptions(options) {
 export function createRecoveringFetch(options) {
   if (!wasm) throw new Error('recovery-wasm: the wasm module is not initialized');
   const opts = checkOptions(options);
-  const json = {};
+  const data = {};
   for (const [key, value] of Object.entries(opts)) {
-    if (!FUNCTION_OPTIONS.includes(key) && value !== undefined) json[key] = value;
+    if (!FUNCTION_OPTIONS.includes(key) && value !== undefined) data[key] = value;
   }
-  if (opts.admission) json.admissionHook = true;
-  const client = new wasm.RecoveryClient(JSON.stringify(json));
+  if (opts.admission) data.admissionHook = true;
+  const client = new wasm.RecoveryClient(data);
 
   return async function recoveringFetch(input, init) {
     const request = new Request(input, init);

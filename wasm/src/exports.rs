@@ -7,6 +7,7 @@ use std::rc::Rc;
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::RetryBudget;
 use recovery_core::timing::{Connectivity, Timing};
+use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -14,7 +15,7 @@ use crate::driver::{
     Cancel, Client, Live, RequestSpec, Resolved, SharedRef, cancel_live, drive, flush, next_chunk,
     now, start_engine, to_js,
 };
-use crate::options::Settings;
+use crate::options::{OptionValue, OptionsError, Settings};
 use crate::platform::{Injected, JsConnectivity, JsTiming, Platform};
 
 /// A validated set of options; one per `createRecoveringFetch` call. Its
@@ -26,21 +27,30 @@ pub struct RecoveryClient {
 
 #[wasm_bindgen]
 impl RecoveryClient {
-    /// Validates the options (JSON text). Throws a `TypeError` for a wrong
+    /// Validates the options: a plain object (functions already taken out
+    /// by the wrapper), or its JSON text. Throws a `TypeError` for a wrong
     /// shape or a `RangeError` for a value out of range, with `code =
     /// "invalid_option"`.
     #[wasm_bindgen(constructor)]
-    pub fn new(options_json: &str) -> Result<RecoveryClient, JsValue> {
-        let settings = Settings::from_json(options_json).map_err(|e| {
-            let message = e.to_string();
-            let error: JsValue = if e.is_range() {
-                js_sys::RangeError::new(&message).into()
-            } else {
-                js_sys::TypeError::new(&message).into()
-            };
-            let _ = Reflect::set(&error, &"code".into(), &"invalid_option".into());
-            error
-        })?;
+    pub fn new(options: &JsValue) -> Result<RecoveryClient, JsValue> {
+        let parsed = match options.as_string() {
+            Some(text) => js_sys::JSON::parse(&text)
+                .map_err(|_| OptionsError::Shape("the options are not valid JSON".into())),
+            None => Ok(options.clone()),
+        };
+        let settings = parsed
+            .and_then(|v| option_value(&v, 0))
+            .and_then(|v| Settings::from_value(&v))
+            .map_err(|e| {
+                let message = e.to_string();
+                let error: JsValue = if e.is_range() {
+                    js_sys::RangeError::new(&message).into()
+                } else {
+                    js_sys::TypeError::new(&message).into()
+                };
+                let _ = Reflect::set(&error, &"code".into(), &"invalid_option".into());
+                error
+            })?;
         let budget = settings.retry_budget.map(RetryBudget::new);
         Ok(RecoveryClient {
             client: Rc::new(Client { settings, budget }),
@@ -134,6 +144,46 @@ impl RecoveryClient {
             }),
         )
     }
+}
+
+/// The JS options value in the JSON data model: `undefined` members are
+/// left out (as `JSON.stringify` would), functions and symbols refused.
+fn option_value(v: &JsValue, depth: u32) -> Result<OptionValue, OptionsError> {
+    if depth > 8 {
+        return Err(OptionsError::Shape("the options nest too deeply".into()));
+    }
+    Ok(if v.is_null() || v.is_undefined() {
+        OptionValue::Null
+    } else if let Some(b) = v.as_bool() {
+        OptionValue::Bool(b)
+    } else if let Some(n) = v.as_f64() {
+        OptionValue::Number(n)
+    } else if let Some(s) = v.as_string() {
+        OptionValue::String(s)
+    } else if Array::is_array(v) {
+        let a: &Array = v.unchecked_ref();
+        let mut items = Vec::new();
+        for item in a.iter() {
+            items.push(option_value(&item, depth + 1)?);
+        }
+        OptionValue::Array(items)
+    } else if v.is_object() {
+        let mut members = Vec::new();
+        for entry in Object::entries(v.unchecked_ref()).iter() {
+            let pair: Array = entry.unchecked_into();
+            let value = pair.get(1);
+            if value.is_undefined() {
+                continue;
+            }
+            let key = pair.get(0).as_string().unwrap_or_default();
+            members.push((key, option_value(&value, depth + 1)?));
+        }
+        OptionValue::Object(members)
+    } else {
+        return Err(OptionsError::Shape(
+            "options hold only numbers, strings, booleans, arrays and objects".into(),
+        ));
+    })
 }
 
 struct CallInner {

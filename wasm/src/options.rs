@@ -14,7 +14,6 @@ use recovery_core::budget::RetryBudgetConfig;
 use recovery_core::failure::Category;
 use recovery_core::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
 use recovery_core::protocol::{ProtocolKind, SseTerminal};
-use serde::Deserialize;
 
 /// Why an options object was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,34 +62,141 @@ pub enum ProtocolChoice {
     Fixed(ProtocolKind),
 }
 
+/// An options value as it arrives: the JSON data model, built from the JS
+/// options object on wasm (no JSON text, no serde: a derived deserializer
+/// was a fifth of the module) and from JSON text in native tests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionValue {
+    /// `null` (an `undefined` member is left out instead).
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// A number.
+    Number(f64),
+    /// A string.
+    String(String),
+    /// An array.
+    Array(Vec<OptionValue>),
+    /// An object's own enumerable members, in order.
+    Object(Vec<(String, OptionValue)>),
+}
+
+impl OptionValue {
+    fn kind(&self) -> &'static str {
+        match self {
+            OptionValue::Null => "null",
+            OptionValue::Bool(_) => "a boolean",
+            OptionValue::Number(_) => "a number",
+            OptionValue::String(_) => "a string",
+            OptionValue::Array(_) => "an array",
+            OptionValue::Object(_) => "an object",
+        }
+    }
+}
+
+fn shape(field: &str, expected: &str, got: &OptionValue) -> OptionsError {
+    OptionsError::Shape(format!(
+        "`{field}`: expected {expected}, got {}",
+        got.kind()
+    ))
+}
+
+fn number(field: &str, v: &OptionValue) -> Result<f64, OptionsError> {
+    match v {
+        OptionValue::Number(n) => Ok(*n),
+        other => Err(shape(field, "a number", other)),
+    }
+}
+
+/// A whole number in `0..=max` (what serde accepts for an unsigned field).
+fn whole(field: &str, v: &OptionValue, max: f64) -> Result<f64, OptionsError> {
+    let n = number(field, v)?;
+    if n.fract() != 0.0 || !(0.0..=max).contains(&n) {
+        return Err(OptionsError::Shape(format!(
+            "`{field}`: expected a whole number from 0 to {max}"
+        )));
+    }
+    Ok(n)
+}
+
+fn uint(field: &str, v: &OptionValue) -> Result<u32, OptionsError> {
+    whole(field, v, f64::from(u32::MAX)).map(|n| n as u32)
+}
+
+fn string<'a>(field: &str, v: &'a OptionValue) -> Result<&'a str, OptionsError> {
+    match v {
+        OptionValue::String(s) => Ok(s),
+        other => Err(shape(field, "a string", other)),
+    }
+}
+
+fn array<'a>(field: &str, v: &'a OptionValue) -> Result<&'a [OptionValue], OptionsError> {
+    match v {
+        OptionValue::Array(a) => Ok(a),
+        other => Err(shape(field, "an array", other)),
+    }
+}
+
+fn object<'a>(
+    field: &str,
+    v: &'a OptionValue,
+) -> Result<&'a [(String, OptionValue)], OptionsError> {
+    match v {
+        OptionValue::Object(o) => Ok(o),
+        other => Err(shape(field, "an object", other)),
+    }
+}
+
+fn unknown(field: &str) -> OptionsError {
+    OptionsError::Shape(format!("unknown field `{field}`"))
+}
+
+/// One of `names` (the snake_case serde names of a core enum).
+fn variant<T: Copy>(field: &str, v: &OptionValue, names: &[(&str, T)]) -> Result<T, OptionsError> {
+    let name = string(field, v)?;
+    names
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| OptionsError::Shape(format!("`{field}`: unknown variant `{name}`")))
+}
+
+const CATEGORIES: &[(&str, Category)] = &[
+    ("transport", Category::Transport),
+    ("http", Category::Http),
+    ("provider_response", Category::ProviderResponse),
+    ("protocol", Category::Protocol),
+    ("cancellation", Category::Cancellation),
+    ("client_timeout", Category::ClientTimeout),
+];
+
+/// `null` as absent, for plain optional fields (as serde reads `Option`).
+fn present(v: &OptionValue) -> Option<&OptionValue> {
+    (*v != OptionValue::Null).then_some(v)
+}
+
 /// The generic SSE terminal: `{ "data": "[DONE]" }` or `{ "event": "end" }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SseTerminalJson {
     data: Option<String>,
     event: Option<String>,
 }
 
 /// The cross-request retry budget options.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default)]
 struct RetryBudgetJson {
     ttl_ms: Option<f64>,
     min_retries_per_sec: Option<u32>,
     percent: Option<f64>,
 }
 
-/// The options object as JSON. Absent keys keep the policy defaults;
-/// `null` for `budgetMs`/`deadlineMs`/timeouts means "none".
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// The options object. Absent keys keep the policy defaults; `null` for
+/// `budgetMs`/`deadlineMs`/timeouts means "none".
+#[derive(Default)]
 struct OptionsJson {
     max_attempts: Option<u32>,
     backoff_base_ms: Option<f64>,
     backoff_ceiling_ms: Option<f64>,
-    #[serde(default)]
     budget_ms: Nullable<f64>,
-    #[serde(default)]
     deadline_ms: Nullable<f64>,
     retryable_statuses: Option<Vec<u16>>,
     retryable_categories: Option<Vec<Category>>,
@@ -101,18 +207,176 @@ struct OptionsJson {
     evidence_cap: Option<f64>,
     max_resumes: Option<u32>,
     endpoint: Option<Endpoint>,
-    #[serde(default)]
     idle_timeout_ms: Nullable<f64>,
-    #[serde(default)]
     progress_timeout_ms: Nullable<f64>,
-    #[serde(default)]
     head_timeout_ms: Nullable<f64>,
     protocol: Option<String>,
     sse_terminal: Option<SseTerminalJson>,
-    #[serde(default)]
     retry_budget: Nullable<RetryBudgetJson>,
     /// Set by the wrapper when an `admission` function was given.
     admission_hook: Option<bool>,
+}
+
+fn nullable_number(field: &str, v: &OptionValue) -> Result<Nullable<f64>, OptionsError> {
+    Ok(match v {
+        OptionValue::Null => Nullable::Null,
+        v => Nullable::Value(number(field, v)?),
+    })
+}
+
+impl OptionsJson {
+    /// Reads the options object: an unknown key or a wrong type is a
+    /// [`OptionsError::Shape`].
+    fn read(v: &OptionValue) -> Result<OptionsJson, OptionsError> {
+        let OptionValue::Object(members) = v else {
+            return Err(OptionsError::Shape(format!(
+                "expected an object, got {}",
+                v.kind()
+            )));
+        };
+        let mut o = OptionsJson::default();
+        for (key, value) in members {
+            let k = key.as_str();
+            if k == "budgetMs" {
+                o.budget_ms = nullable_number(k, value)?;
+                continue;
+            }
+            if k == "deadlineMs" {
+                o.deadline_ms = nullable_number(k, value)?;
+                continue;
+            }
+            if k == "idleTimeoutMs" {
+                o.idle_timeout_ms = nullable_number(k, value)?;
+                continue;
+            }
+            if k == "progressTimeoutMs" {
+                o.progress_timeout_ms = nullable_number(k, value)?;
+                continue;
+            }
+            if k == "headTimeoutMs" {
+                o.head_timeout_ms = nullable_number(k, value)?;
+                continue;
+            }
+            if k == "retryBudget" {
+                o.retry_budget = match value {
+                    OptionValue::Null => Nullable::Null,
+                    v => Nullable::Value(read_retry_budget(v)?),
+                };
+                continue;
+            }
+            let Some(value) = present(value) else {
+                if is_known(k) {
+                    continue;
+                }
+                return Err(unknown(k));
+            };
+            match k {
+                "maxAttempts" => o.max_attempts = Some(uint(k, value)?),
+                "backoffBaseMs" => o.backoff_base_ms = Some(number(k, value)?),
+                "backoffCeilingMs" => o.backoff_ceiling_ms = Some(number(k, value)?),
+                "retryableStatuses" => {
+                    o.retryable_statuses = Some(
+                        array(k, value)?
+                            .iter()
+                            .map(|s| whole(k, s, f64::from(u16::MAX)).map(|n| n as u16))
+                            .collect::<Result<_, _>>()?,
+                    );
+                }
+                "retryableCategories" => {
+                    o.retryable_categories = Some(
+                        array(k, value)?
+                            .iter()
+                            .map(|c| variant(k, c, CATEGORIES))
+                            .collect::<Result<_, _>>()?,
+                    );
+                }
+                "retryAfterCeilingMs" => o.retry_after_ceiling_ms = Some(number(k, value)?),
+                "overCeiling" => {
+                    o.over_ceiling = Some(variant(
+                        k,
+                        value,
+                        &[
+                            ("refuse", OverCeiling::Refuse),
+                            ("backoff", OverCeiling::Backoff),
+                        ],
+                    )?);
+                }
+                "replayBodyCap" => o.replay_body_cap = Some(number(k, value)?),
+                "holdbackCap" => o.holdback_cap = Some(number(k, value)?),
+                "evidenceCap" => o.evidence_cap = Some(number(k, value)?),
+                "maxResumes" => o.max_resumes = Some(uint(k, value)?),
+                "endpoint" => {
+                    o.endpoint = Some(variant(
+                        k,
+                        value,
+                        &[("remote", Endpoint::Remote), ("local", Endpoint::Local)],
+                    )?);
+                }
+                "protocol" => o.protocol = Some(string(k, value)?.to_owned()),
+                "sseTerminal" => {
+                    let mut t = SseTerminalJson {
+                        data: None,
+                        event: None,
+                    };
+                    for (name, v) in object(k, value)? {
+                        let slot = match name.as_str() {
+                            "data" => &mut t.data,
+                            "event" => &mut t.event,
+                            other => return Err(unknown(other)),
+                        };
+                        *slot = present(v)
+                            .map(|v| string(name, v).map(str::to_owned))
+                            .transpose()?;
+                    }
+                    o.sse_terminal = Some(t);
+                }
+                "admissionHook" => match value {
+                    OptionValue::Bool(b) => o.admission_hook = Some(*b),
+                    other => return Err(shape(k, "a boolean", other)),
+                },
+                other => return Err(unknown(other)),
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// Whether `key` is an option name (a `null` for it keeps the default).
+fn is_known(key: &str) -> bool {
+    matches!(
+        key,
+        "maxAttempts"
+            | "backoffBaseMs"
+            | "backoffCeilingMs"
+            | "retryableStatuses"
+            | "retryableCategories"
+            | "retryAfterCeilingMs"
+            | "overCeiling"
+            | "replayBodyCap"
+            | "holdbackCap"
+            | "evidenceCap"
+            | "maxResumes"
+            | "endpoint"
+            | "protocol"
+            | "sseTerminal"
+            | "admissionHook"
+    )
+}
+
+fn read_retry_budget(v: &OptionValue) -> Result<RetryBudgetJson, OptionsError> {
+    let mut rb = RetryBudgetJson::default();
+    for (name, value) in object("retryBudget", v)? {
+        let Some(value) = present(value) else {
+            continue;
+        };
+        match name.as_str() {
+            "ttlMs" => rb.ttl_ms = Some(number(name, value)?),
+            "minRetriesPerSec" => rb.min_retries_per_sec = Some(uint(name, value)?),
+            "percent" => rb.percent = Some(number(name, value)?),
+            other => return Err(unknown(other)),
+        }
+    }
+    Ok(rb)
 }
 
 /// A key that may be absent (keep the default), `null` (none) or a value.
@@ -122,15 +386,6 @@ enum Nullable<T> {
     Absent,
     Null,
     Value(T),
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(match Option::<T>::deserialize(d)? {
-            None => Nullable::Null,
-            Some(v) => Nullable::Value(v),
-        })
-    }
 }
 
 impl<T> Nullable<T> {
@@ -240,10 +495,32 @@ pub fn guess_protocol(url: &str) -> ProtocolKind {
 }
 
 impl Settings {
-    /// Validates the JSON form of the options.
+    /// Validates the JSON text of the options (native tests; the wasm
+    /// build reads the JS object directly with [`Settings::from_value`]).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn from_json(json: &str) -> Result<Settings, OptionsError> {
-        let o: OptionsJson =
+        fn convert(v: serde_json::Value) -> OptionValue {
+            match v {
+                serde_json::Value::Null => OptionValue::Null,
+                serde_json::Value::Bool(b) => OptionValue::Bool(b),
+                serde_json::Value::Number(n) => OptionValue::Number(n.as_f64().unwrap_or(f64::NAN)),
+                serde_json::Value::String(s) => OptionValue::String(s),
+                serde_json::Value::Array(a) => {
+                    OptionValue::Array(a.into_iter().map(convert).collect())
+                }
+                serde_json::Value::Object(o) => {
+                    OptionValue::Object(o.into_iter().map(|(k, v)| (k, convert(v))).collect())
+                }
+            }
+        }
+        let v: serde_json::Value =
             serde_json::from_str(json).map_err(|e| OptionsError::Shape(e.to_string()))?;
+        Settings::from_value(&convert(v))
+    }
+
+    /// Validates the options.
+    pub fn from_value(value: &OptionValue) -> Result<Settings, OptionsError> {
+        let o = OptionsJson::read(value)?;
         let mut b = RecoveryPolicy::builder();
         if let Some(n) = o.max_attempts {
             let n = NonZeroU32::new(n).ok_or(OptionsError::Range {
@@ -392,7 +669,7 @@ pub fn timer_millis(d: Duration) -> u32 {
     u32::try_from(ms).map_or(MAX_TIMER_MS, |ms| ms.min(MAX_TIMER_MS))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
 

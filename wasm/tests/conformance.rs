@@ -186,7 +186,8 @@ async fn run_vector(v: &Vector) -> Observed {
         .with_pinned_jitter(Fraction::new(v.jitter))
         .with_wall_clock(WALL_CLOCK);
     let stub = stub_fetch(&serde_json::to_string(&v.attempts).unwrap());
-    let client = RecoveryClient::new(&options(v)).expect("the vector's policy is valid options");
+    let client = RecoveryClient::new(&JsValue::from_str(&options(v)))
+        .expect("the vector's policy is valid options");
 
     // The caller's cancellations, performed by the loop below.
     let cancel_now = Rc::new(Cell::new(false));

@@ -202,7 +202,8 @@ fn start_with(
     hook: Option<EventHook>,
     fetch: Function,
 ) -> Run {
-    let client = RecoveryClient::new(&options.to_string()).expect("valid options");
+    let client =
+        RecoveryClient::new(&JsValue::from_str(&options.to_string())).expect("valid options");
     let events = Rc::new(RefCell::new(Vec::new()));
     let slot: Rc<RefCell<Option<Rc<Call>>>> = Rc::new(RefCell::new(None));
     let hook: Hook = Rc::new(RefCell::new(hook));
@@ -827,12 +828,12 @@ async fn unexposed_retry_after_is_invisible_cross_origin() {
 
 #[wasm_bindgen_test]
 fn bad_options_are_typed_errors() {
-    let err = RecoveryClient::new(r#"{"maxAttempts":0}"#)
+    let err = RecoveryClient::new(&JsValue::from_str(r#"{"maxAttempts":0}"#))
         .err()
         .expect("range error");
     assert!(err.is_instance_of::<js_sys::RangeError>());
     assert_eq!(s(&get(&err, "code")), "invalid_option");
-    let err = RecoveryClient::new(r#"{"maxAtempts":3}"#)
+    let err = RecoveryClient::new(&JsValue::from_str(r#"{"maxAtempts":3}"#))
         .err()
         .expect("type error");
     assert!(err.is_instance_of::<js_sys::TypeError>());
