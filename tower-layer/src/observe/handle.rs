@@ -70,6 +70,11 @@ impl ObserveHandle {
         self.lock().terminal.clone()
     }
 
+    /// Reads the observation under one lock.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&Observation) -> R) -> R {
+        f(&self.lock())
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Observation> {
         self.inner
             .lock()

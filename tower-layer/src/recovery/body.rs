@@ -12,7 +12,7 @@ use recovery_core::decision::Action;
 use recovery_core::error::RecoveryError;
 use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
 use recovery_core::outcome::CancelPhase;
-use recovery_core::progress::Terminal;
+use recovery_core::progress::{Progress, Terminal};
 use recovery_core::timing::{Fraction, Instant, Timing};
 
 use super::classify;
@@ -136,7 +136,7 @@ fn semantic_count(p: &recovery_core::progress::Progress) -> u64 {
 
 struct Live {
     /// Body bytes handed to the consumer from the current attempt.
-    delivered_bytes: std::sync::atomic::AtomicU64,
+    delivered_bytes: u64,
     handle: Option<ObserveHandle>,
     shared: SharedRef,
     clock: Arc<dyn BodyClock>,
@@ -238,7 +238,7 @@ impl RecoveryBody {
             held,
             inner: Some(c.inner),
             live: Some(Live {
-                delivered_bytes: std::sync::atomic::AtomicU64::new(0),
+                delivered_bytes: 0,
                 handle: c.handle,
                 shared: c.shared,
                 clock: c.clock,
@@ -253,24 +253,24 @@ impl RecoveryBody {
         }
     }
 
-    fn deliver(&self, frame: &Frame<Bytes>) {
-        if let Some(live) = &self.live {
-            let mut s = lock(&live.shared);
-            let mut progress = live
-                .handle
-                .as_ref()
-                .map(ObserveHandle::progress)
-                .unwrap_or_default();
-            progress.deliver_observed();
-            live.delivered_bytes.fetch_add(
-                frame.data_ref().map_or(0, |d| d.len() as u64),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            progress.delivered_bytes = live
-                .delivered_bytes
-                .load(std::sync::atomic::Ordering::Relaxed);
-            s.engine.record_progress(progress);
+    /// Counts bytes handed to the consumer. The engine's record is brought up
+    /// to date when the stream ends, fails or is dropped, not per frame.
+    fn deliver(&mut self, frame: &Frame<Bytes>) {
+        if let Some(live) = &mut self.live {
+            live.delivered_bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
         }
+    }
+
+    /// The attempt's progress as delivered so far.
+    fn delivered_progress(live: &Live) -> Progress {
+        let mut progress = live
+            .handle
+            .as_ref()
+            .map(ObserveHandle::progress)
+            .unwrap_or_default();
+        progress.deliver_observed();
+        progress.delivered_bytes = live.delivered_bytes;
+        progress
     }
 
     /// The committed attempt failed: resume if the engine says so, else end
@@ -280,14 +280,7 @@ impl RecoveryBody {
         let Some(live) = &mut self.live else {
             return Poll::Ready(None);
         };
-        let progress = live.handle.as_ref().map(ObserveHandle::progress);
-        let failure = match progress {
-            Some(mut p) => {
-                p.deliver_observed();
-                failure.with_progress(p)
-            }
-            None => failure,
-        };
+        let failure = failure.with_progress(Self::delivered_progress(live));
         if let (Some(resume), Some(gate)) = (live.resume.as_mut(), live.gate.as_ref()) {
             resume.advance(gate.cursor());
         }
@@ -356,13 +349,8 @@ impl RecoveryBody {
                     return Poll::Ready(None);
                 };
                 live.stage = Stage::Done;
+                let progress = Self::delivered_progress(live);
                 let mut s = lock(&live.shared);
-                let mut progress = live
-                    .handle
-                    .as_ref()
-                    .map(ObserveHandle::progress)
-                    .unwrap_or_default();
-                progress.deliver_observed();
                 s.engine.succeed(live.clock.now(), proof, progress);
                 s.flush();
                 drop(s);
@@ -517,7 +505,7 @@ impl RecoveryBody {
         }
         live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
-        live.delivered_bytes = std::sync::atomic::AtomicU64::new(0);
+        live.delivered_bytes = 0;
         live.watchdog.restart(live.clock.as_ref());
         self.inner = Some(body);
         Poll::Ready(None)
@@ -610,12 +598,11 @@ impl RecoveryBody {
                 ));
             }
         }
-        let semantic = live
-            .handle
-            .as_ref()
-            .map_or(0, |h| semantic_count(&h.progress()));
+        let (semantic, error) = live.handle.as_ref().map_or((0, None), |h| {
+            h.read(|o| (semantic_count(&o.progress), o.provider_error.clone()))
+        });
         live.watchdog.on_frame(live.clock.as_ref(), semantic);
-        if let Some(error) = live.handle.as_ref().and_then(ObserveHandle::provider_error) {
+        if let Some(error) = error {
             live.failed_after_frame = Some(Failure::new(
                 FailureKind::Provider { error },
                 Phase::Streaming,
@@ -675,7 +662,9 @@ impl Drop for RecoveryBody {
                 Stage::Streaming => CancelPhase::Streaming,
             };
             // The consumer dropped the body: cancellation, never an EOF.
+            let progress = Self::delivered_progress(live);
             let mut s = lock(&live.shared);
+            s.engine.record_progress(progress);
             s.engine.cancel(live.clock.now(), phase);
             s.flush();
         }
