@@ -630,3 +630,162 @@ async fn bd6_bd7_hostile_streams_end_in_typed_protocol_failures_not_retried() {
             .unwrap();
     }
 }
+
+#[tokio::test]
+async fn cn4_fin_before_the_head_is_replayed_byte_identically() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::just(Ending::FinBeforeHead),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("openai-chat/happy-usage.sse")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    assert_eq!(run.body, happy);
+    assert_eq!(provider.count_path(PATH), 2);
+}
+
+#[tokio::test]
+async fn cn7_head_timeout_closes_the_stalled_connection_and_retries() {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::just(Ending::NeverAnswer),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::fixture("openai-chat/happy-usage.sse")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let p = RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(3).unwrap())
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .head_timeout(Some(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, p).await;
+    assert_eq!(run.body, happy);
+    assert_eq!(provider.count_path(PATH), 2);
+    let report = run.report.unwrap();
+    assert!(matches!(
+        report.attempts[0].result,
+        recovery_core::report::AttemptResult::Failed {
+            category: recovery_core::failure::Category::ClientTimeout,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn cx4_cancel_while_awaiting_the_head_releases_the_connection() {
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).path(PATH, vec![Script::just(Ending::NeverAnswer)]),
+    )
+    .await
+    .unwrap();
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut svc = RecoveryLayer::new(policy())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let cancel = recovery_core::call::Cancellation::new();
+    let mut req = Request::post(provider.url(PATH))
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    req.extensions_mut()
+        .insert(recovery_core::call::RecoveryCall::new().with_cancellation(cancel.clone()));
+    let fut = tokio::spawn(svc.call(req));
+    tokio::time::timeout(LIMIT, provider.wait_for_stalls(1))
+        .await
+        .unwrap();
+    cancel.cancel();
+    let err = tokio::time::timeout(LIMIT, fut)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        err.outcome(),
+        &Outcome::Cancelled {
+            phase: recovery_core::outcome::CancelPhase::AwaitingHead
+        }
+    );
+    drop(svc);
+    let stats = tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .unwrap();
+    assert_eq!(stats.open_connections, 0, "the server saw the disconnect");
+    assert_eq!(provider.count_path(PATH), 1);
+    let names: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(names, ["attempt_started", "attempt_failed", "cancelled"]);
+}
+
+#[tokio::test]
+async fn tb9_storm_over_sockets_with_and_without_the_retry_budget() {
+    const N: usize = 200;
+    let mut ratios = Vec::new();
+    for with_budget in [false, true] {
+        let provider = FaultProvider::start(
+            ScriptSet::new(vec![]).path(PATH, vec![Script::status(503).write(Write::text("{}"))]),
+        )
+        .await
+        .unwrap();
+        let client: Client<HttpConnector, ReplayBody> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut layer = RecoveryLayer::new(policy());
+        if with_budget {
+            layer = layer.with_retry_budget(recovery_core::budget::RetryBudget::new(
+                recovery_core::budget::RetryBudgetConfig::default(),
+            ));
+        }
+        let svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+        let mut tasks = Vec::new();
+        for _ in 0..N {
+            let mut svc = svc.clone();
+            let req = Request::post(provider.url(PATH))
+                .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+                .unwrap();
+            tasks.push(tokio::spawn(async move {
+                match svc.call(req).await {
+                    Ok(resp) => {
+                        let _ = resp.into_body().collect().await;
+                    }
+                    Err(e) => assert!(
+                        matches!(e.outcome(), Outcome::BudgetExhausted { .. }),
+                        "{e}"
+                    ),
+                }
+            }));
+        }
+        for t in tasks {
+            tokio::time::timeout(LIMIT, t).await.unwrap().unwrap();
+        }
+        drop(svc);
+        tokio::time::timeout(LIMIT, provider.wait_idle())
+            .await
+            .unwrap();
+        let ratio = provider.count_path(PATH) as f64 / N as f64;
+        println!(
+            "storm over sockets: {N} requests, always 503, budget {}: {} sends, {ratio:.2} sends/request",
+            if with_budget { "on" } else { "off" },
+            provider.count_path(PATH)
+        );
+        ratios.push(ratio);
+    }
+    assert!((ratios[0] - 3.0).abs() < f64::EPSILON);
+    assert!(ratios[1] <= 1.0 + 0.2 + 100.0 / N as f64, "{}", ratios[1]);
+}
