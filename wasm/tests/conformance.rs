@@ -281,17 +281,26 @@ async fn run_vector(v: &Vector) -> Observed {
         });
     }
 
-    // Settle every promise, then let the caller act, then move the virtual
-    // clock to the next deadline; a run that can do none of these is stuck.
-    for _ in 0..1000 {
+    // Settle every promise (a browser may need several macrotasks to move
+    // a body along), then let the caller act, then move the virtual clock
+    // to the next deadline; a run that stays idle with none of these to do
+    // is stuck.
+    let mut idle = 0;
+    for _ in 0..5000 {
         tick().await;
         if done.get() {
             break;
         }
         if cancel_now.replace(false) {
             call.cancel();
+            idle = 0;
             continue;
         }
+        idle += 1;
+        if idle < 20 {
+            continue;
+        }
+        idle = 0;
         if let Some(deadline) = timing.next_deadline() {
             timing.advance(deadline - timing.now());
             continue;
