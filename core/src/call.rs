@@ -93,6 +93,7 @@ pub struct RecoveryCall {
     policy: Option<Arc<RecoveryPolicy>>,
     allowance: Option<AttemptAllowance>,
     logical_id: Option<u64>,
+    stream_body: bool,
 }
 
 impl RecoveryCall {
@@ -106,6 +107,20 @@ impl RecoveryCall {
     pub fn with_policy(mut self, policy: RecoveryPolicy) -> Self {
         self.policy = Some(Arc::new(policy));
         self
+    }
+
+    /// Streams the request body through once instead of buffering it (a body
+    /// too large or too slow to hold): the request is sent once and a
+    /// failure before commit ends with `replay_disabled(not_replayable)`.
+    #[must_use]
+    pub fn streaming_body(mut self) -> Self {
+        self.stream_body = true;
+        self
+    }
+
+    /// Whether the body must be streamed through once, never buffered.
+    pub fn streams_body(&self) -> bool {
+        self.stream_body
     }
 
     /// Cancels this call when `cancellation` is raised.

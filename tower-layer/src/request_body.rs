@@ -87,6 +87,8 @@ pub(crate) enum Buffered {
     Replayable(Bytes),
     /// Over the cap: the prefix read so far and the rest, to send once.
     TooLarge(ReplayBody),
+    /// The caller asked for the body to be streamed through, never buffered.
+    NotReplayable(ReplayBody),
 }
 
 /// Reads `body` into memory up to `cap` bytes.

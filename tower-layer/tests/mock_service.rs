@@ -657,3 +657,30 @@ async fn wire_observer_sees_every_send_and_its_error_stops_recovery() {
     assert_eq!(inner.calls(), 1, "no replay after a veto");
     assert!(err.inspect_cause().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn rq3_a_body_the_caller_streams_is_sent_once_never_buffered() {
+    let inner = Scripted::new(vec![ok(&[Step::Data(ROLE), Step::Reset])]);
+    let events: Events = Arc::default();
+    let svc = layer(policy().build().unwrap(), &events)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
+    let mut req = request();
+    req.extensions_mut()
+        .insert(RecoveryCall::new().streaming_body());
+    let err = svc.oneshot(req).await.unwrap_err();
+    assert_eq!(
+        err.outcome(),
+        &Outcome::ReplayDisabled {
+            reason: ReplayDisabled::NotReplayable
+        }
+    );
+    assert_eq!(inner.calls(), 1);
+    assert_eq!(
+        inner.bodies.lock().unwrap()[0],
+        Bytes::from_static(b"{\"stream\":true}")
+    );
+    assert_eq!(
+        err.report().replay_disabled,
+        Some(ReplayDisabled::NotReplayable)
+    );
+}

@@ -185,7 +185,21 @@ where
 
     let (parts, body) = req.into_parts();
     let mut once_body = None;
-    let bytes = match buffer(body, policy.replay_body_cap()).await {
+    let buffered = if call.streams_body() {
+        Ok(Buffered::NotReplayable(ReplayBody::once(
+            UnsyncBoxBody::new(body.map_err(Into::into)),
+        )))
+    } else {
+        buffer(body, policy.replay_body_cap()).await
+    };
+    let bytes = match buffered {
+        Ok(Buffered::NotReplayable(body)) => {
+            lock(&shared)
+                .engine
+                .disable_replay(ReplayDisabled::NotReplayable);
+            once_body = Some(body);
+            Bytes::new()
+        }
         Ok(Buffered::Replayable(bytes)) => bytes,
         Ok(Buffered::TooLarge(body)) => {
             lock(&shared)
