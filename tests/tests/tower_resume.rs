@@ -303,39 +303,54 @@ fn sse_kind() -> ProtocolKind {
 }
 
 #[tokio::test]
-async fn rs7_declared_resumable_sse_resends_with_last_event_id() {
-    let cut = SSE_STREAM.find("id: 3").unwrap();
-    let tail = &SSE_STREAM[cut..];
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        SSE_PATH,
-        vec![
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::text(SSE_STREAM))
-                .cut_at(cut)
-                .ending(Ending::Rst),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::text(tail)),
-        ],
-    ))
-    .await
-    .unwrap();
-    let layer = RecoveryLayer::new(policy(1)).with_resumable_sse(true);
-    let run = run(&provider, sse_kind(), layer, SSE_PATH, "{}").await;
-    assert!(run.error.is_none(), "{:?}", run.error);
-    assert_eq!(run.body, SSE_STREAM.as_bytes());
-    let sent = provider.requests_for(SSE_PATH);
-    assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0].header("last-event-id"), None);
-    assert_eq!(
-        sent[1].header("last-event-id").map(<[u8]>::to_vec),
-        Some(b"2".to_vec())
-    );
-    assert_eq!(
-        sent[1].body, sent[0].body,
-        "the same request, with the cursor"
-    );
+async fn rs7_declared_resumable_sse_resends_with_last_event_id_at_every_boundary() {
+    let cuts = cuts_after_commit(&sse_kind(), SSE_STREAM.as_bytes());
+    assert!(cuts.len() >= 3, "{cuts:?}");
+    for (cut, _) in cuts {
+        let delivered = &SSE_STREAM[..cut];
+        let last_id = delivered
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .last()
+            .expect("an id before the cut");
+        // A server that honours Last-Event-ID sends what follows it.
+        let tail = &SSE_STREAM[cut..];
+        let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+            SSE_PATH,
+            vec![
+                Script::ok()
+                    .header("content-type", "text/event-stream")
+                    .write(Write::text(SSE_STREAM))
+                    .cut_at(cut)
+                    .ending(Ending::Rst),
+                Script::ok()
+                    .header("content-type", "text/event-stream")
+                    .write(Write::text(tail)),
+            ],
+        ))
+        .await
+        .unwrap();
+        let layer = RecoveryLayer::new(policy(1)).with_resumable_sse(true);
+        let run = run(&provider, sse_kind(), layer, SSE_PATH, "{}").await;
+        assert!(run.error.is_none(), "cut {cut}: {:?}", run.error);
+        assert_eq!(run.body, SSE_STREAM.as_bytes(), "cut {cut}");
+        let sent = provider.requests_for(SSE_PATH);
+        assert_eq!(sent.len(), 2, "cut {cut}");
+        assert_eq!(sent[0].header("last-event-id"), None);
+        assert_eq!(
+            sent[1].header("last-event-id").map(<[u8]>::to_vec),
+            Some(last_id.as_bytes().to_vec()),
+            "cut {cut}"
+        );
+        assert_eq!(
+            sent[1].body, sent[0].body,
+            "the same request, with the cursor"
+        );
+        assert_eq!(
+            run.seams.first().map(|s| s.strategy),
+            Some(recovery_core::report::SeamStrategy::LastEventId)
+        );
+    }
 }
 
 #[tokio::test]

@@ -159,6 +159,18 @@ fn names(events: &Events) -> Vec<&'static str> {
         .collect()
 }
 
+/// Yields until `cond` holds; a bounded wait, so a broken driver fails the
+/// test instead of hanging it.
+async fn until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..100_000 {
+        if cond() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the condition never held");
+}
+
 fn request() -> Request<Full<Bytes>> {
     Request::post("http://mock/v1/chat/completions")
         .body(Full::new(Bytes::from_static(b"{\"stream\":true}")))
@@ -280,9 +292,7 @@ async fn cx1_cancel_during_backoff_sends_nothing_more() {
         .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
     let fut = tokio::spawn(svc.oneshot(req));
     // Let the first attempt fail and the backoff start.
-    while !names(&events).contains(&"delay_scheduled") {
-        tokio::task::yield_now().await;
-    }
+    until(|| names(&events).contains(&"delay_scheduled")).await;
     cancel.cancel();
     let err = fut.await.unwrap().unwrap_err();
     assert_eq!(
@@ -331,9 +341,7 @@ async fn tb1_waits_follow_the_pinned_backoff_schedule() {
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
     let fut = tokio::spawn(svc.oneshot(request()));
     for (k, wait_ms) in [(1u32, 250u64), (2, 500)] {
-        while timing.pending_timers() == 0 {
-            tokio::task::yield_now().await;
-        }
+        until(|| timing.pending_timers() > 0).await;
         assert_eq!(inner.calls(), k);
         timing.advance(Duration::from_millis(wait_ms - 1));
         for _ in 0..50 {
@@ -341,9 +349,7 @@ async fn tb1_waits_follow_the_pinned_backoff_schedule() {
         }
         assert_eq!(inner.calls(), k, "advance d-1: no send");
         timing.advance(Duration::from_millis(1));
-        while inner.calls() == k {
-            tokio::task::yield_now().await;
-        }
+        until(|| inner.calls() != k).await;
     }
     let resp = fut.await.unwrap().unwrap();
     assert_eq!(resp.status(), 503);
@@ -435,9 +441,7 @@ async fn tb11_no_permit_is_held_during_backoff() {
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
     let svc = layer(policy().build().unwrap(), &events).layer(limited);
     let first = tokio::spawn(svc.clone().oneshot(request()));
-    while !names(&events).contains(&"delay_scheduled") {
-        tokio::task::yield_now().await;
-    }
+    until(|| names(&events).contains(&"delay_scheduled")).await;
     // The first request is asleep in its backoff; the second goes through.
     let second = svc.clone().oneshot(request()).await.unwrap();
     let (_, err) = collect(second).await;
@@ -510,9 +514,7 @@ async fn ad4_failure_while_offline_parks_until_online() {
         .on_event(move |e| sink.lock().unwrap().push(e.clone()))
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
     let fut = tokio::spawn(svc.oneshot(request()));
-    while net.waiters() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until(|| net.waiters() > 0).await;
     // Parked: half a minute passes offline (within the 60 s budget), and
     // nothing is sent.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -683,4 +685,58 @@ async fn rq3_a_body_the_caller_streams_is_sent_once_never_buffered() {
         err.report().replay_disabled,
         Some(ReplayDisabled::NotReplayable)
     );
+}
+
+const R_CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_9\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n";
+const R_DELTA_1: &str = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hel\"}\n\n";
+const R_DELTA_2: &str = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"lo\"}\n\n";
+const R_DONE: &str = "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_9\",\"object\":\"response\",\"status\":\"completed\",\"output\":[]}}\n\n";
+
+#[tokio::test(start_paused = true)]
+async fn ad5_a_resume_decided_offline_waits_for_the_network() {
+    use recovery_core::timing::ScriptedConnectivity;
+    let inner = Scripted::new(vec![
+        ok(&[Step::Data(R_CREATED), Step::Data(R_DELTA_1), Step::Reset]),
+        // The resumed stream repeats everything; the body drops what it had.
+        ok(&[
+            Step::Data(R_CREATED),
+            Step::Data(R_DELTA_1),
+            Step::Data(R_DELTA_2),
+            Step::Data(R_DONE),
+        ]),
+    ]);
+    let events: Events = Arc::default();
+    let net = ScriptedConnectivity::new(true);
+    let sink = Arc::clone(&events);
+    let svc = RecoveryLayer::new(policy().build().unwrap())
+        .with_connectivity(net.clone())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiResponses).layer(inner.clone()));
+    let req = Request::post("http://mock/v1/responses")
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"input\":\"x\",\"stream\":true,\"background\":true}",
+        )))
+        .unwrap();
+    let resp = svc.oneshot(req).await.unwrap();
+    // The network goes away before the cut is seen.
+    net.set_online(false);
+    let reader = tokio::spawn(collect(resp));
+    until(|| net.waiters() > 0).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(inner.calls(), 1, "no resume while offline");
+    net.set_online(true);
+    let (body, err) = reader.await.unwrap();
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(
+        body,
+        [R_CREATED, R_DELTA_1, R_DELTA_2, R_DONE]
+            .concat()
+            .as_bytes()
+    );
+    assert_eq!(inner.calls(), 2);
+    let names = names(&events);
+    let park = names.iter().position(|n| *n == "parked_offline").unwrap();
+    let resume = names.iter().position(|n| *n == "resume_started").unwrap();
+    assert!(park < resume, "{names:?}");
+    assert_eq!(net.waiters(), 0);
 }

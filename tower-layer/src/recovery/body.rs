@@ -27,6 +27,7 @@ use crate::observe::ObserveHandle;
 pub(crate) trait BodyClock: Send + Sync {
     fn now(&self) -> Instant;
     fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    fn jitter(&self) -> Fraction;
 }
 
 impl<T> BodyClock for T
@@ -39,6 +40,9 @@ where
     }
     fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(Timing::sleep(self, d))
+    }
+    fn jitter(&self) -> Fraction {
+        Timing::jitter(self)
     }
 }
 
@@ -285,10 +289,11 @@ impl RecoveryBody {
             resume.advance(gate.cursor());
         }
         let resumable = live.resume.as_mut().is_some_and(ResumeCtx::prepare);
+        let online = live.resume.as_ref().is_none_or(|r| (r.is_online)());
         let mut s = lock(&live.shared);
         s.engine.set_resume_possible(resumable);
         let now = live.clock.now();
-        let action = s.engine.fail(now, failure, true, Fraction::ZERO);
+        let action = s.engine.fail(now, failure, online, live.clock.jitter());
         s.flush();
         drop(s);
         self.act(action)
@@ -389,7 +394,7 @@ impl RecoveryBody {
                     live.stage = Stage::Streaming;
                     let action = {
                         let mut s = lock(&live.shared);
-                        let a = s.engine.online_again(live.clock.now(), Fraction::ZERO);
+                        let a = s.engine.online_again(live.clock.now(), live.clock.jitter());
                         s.flush();
                         a
                     };

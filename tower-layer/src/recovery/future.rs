@@ -771,6 +771,7 @@ where
 {
     let handle = handle?;
     let connectivity = config.connectivity.clone();
+    let probe = config.connectivity.clone();
     let ctx = ResumeCtx {
         protocol: handle.protocol().clone(),
         limits: recovery_core::wire::Limits::default(),
@@ -780,6 +781,7 @@ where
         call: origin.call.clone(),
         send: sender(svc.clone()),
         wait_online: Arc::new(move || Box::pin(connectivity.wait_until_online())),
+        is_online: Arc::new(move || probe.is_online()),
         cursor: recovery_core::progress::ResumeCursor::default(),
         delivered: config
             .continuation

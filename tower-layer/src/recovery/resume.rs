@@ -106,6 +106,7 @@ pub(crate) struct ResumeCtx {
     pub(crate) call: RecoveryCall,
     pub(crate) send: SendFn,
     pub(crate) wait_online: OnlineFn,
+    pub(crate) is_online: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The cursor reached over every attempt so far (a resumed stream does
     /// not repeat the response id, so it is carried over).
     pub(crate) cursor: ResumeCursor,
