@@ -161,4 +161,5 @@ pub mod resume;
 pub mod retry_after;
 pub mod safe;
 pub mod timing;
+pub mod wait;
 pub mod wire;

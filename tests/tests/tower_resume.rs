@@ -311,7 +311,7 @@ async fn rs7_declared_resumable_sse_resends_with_last_event_id_at_every_boundary
         let last_id = delivered
             .lines()
             .filter_map(|l| l.strip_prefix("id: "))
-            .last()
+            .next_back()
             .expect("an id before the cut");
         // A server that honours Last-Event-ID sends what follows it.
         let tail = &SSE_STREAM[cut..];

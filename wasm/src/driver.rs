@@ -16,12 +16,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures_util::future::{Either, select};
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
 use recovery_core::decision::{Action, AdmissionAnswer};
@@ -35,6 +34,7 @@ use recovery_core::protocol::ProtocolKind;
 use recovery_core::retry_after::RetryAfter;
 use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Fraction, Instant};
+use recovery_core::wait::{First, TimedOut, first, unless, within};
 use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -126,24 +126,7 @@ async fn or_cancel<F: Future>(fut: F, cancel: &Cancel) -> Option<F::Output> {
     if cancel.is_cancelled() {
         return None;
     }
-    match select(pin!(fut), pin!(cancel.wait())).await {
-        Either::Left((v, _)) => Some(v),
-        Either::Right(((), _)) => None,
-    }
-}
-
-/// Races `fut` against an optional timer: `Err(())` when the timer fired.
-async fn or_timeout<F: Future, S: Future<Output = ()>>(
-    fut: F,
-    timer: Option<S>,
-) -> Result<F::Output, ()> {
-    match timer {
-        None => Ok(fut.await),
-        Some(t) => match select(pin!(fut), pin!(t)).await {
-            Either::Left((v, _)) => Ok(v),
-            Either::Right(((), _)) => Err(()),
-        },
-    }
+    unless(fut, cancel.wait()).await
 }
 
 /// The engine, where its events go, and the sensitive evidence.
@@ -558,9 +541,9 @@ async fn run_attempt(
         Err(e) => js_sys::Promise::reject(&e),
     };
     let head_timer = policy.head_timeout().map(|d| timing.sleep(d));
-    let response = match or_cancel(or_timeout(JsFuture::from(promise), head_timer), cancel).await {
+    let response = match or_cancel(within(JsFuture::from(promise), head_timer), cancel).await {
         None => return Attempt::Cancelled(CancelPhase::AwaitingHead),
-        Some(Err(())) => {
+        Some(Err(TimedOut)) => {
             controller.abort();
             return Attempt::Failed(
                 Failure::new(
@@ -681,16 +664,16 @@ async fn run_attempt(
                             p.await;
                             Stall::Progress
                         }
-                        (Some(i), Some(p)) => match select(i, p).await {
-                            Either::Left(_) => Stall::Idle,
-                            Either::Right(_) => Stall::Progress,
+                        (Some(i), Some(p)) => match first(i, p).await {
+                            First::Left(()) => Stall::Idle,
+                            First::Right(()) => Stall::Progress,
                         },
                     }
                 };
-                match or_cancel(select(pin!(read_chunk(reader)), pin!(watchdog)), cancel).await {
+                match or_cancel(first(read_chunk(reader), watchdog), cancel).await {
                     None => return Attempt::Cancelled(CancelPhase::Streaming),
-                    Some(Either::Left((r, _))) => Ok(r),
-                    Some(Either::Right((stall, _))) => Err(stall),
+                    Some(First::Left(r)) => Ok(r),
+                    Some(First::Right(stall)) => Err(stall),
                 }
             }
         };
@@ -816,12 +799,12 @@ pub(crate) async fn next_chunk(
         return end_live(live, shared, cancel);
     };
     let idle = live.idle_timeout.map(|d| timing.sleep(d));
-    let Some(read) = or_cancel(or_timeout(read_chunk(&reader), idle), cancel).await else {
+    let Some(read) = or_cancel(within(read_chunk(&reader), idle), cancel).await else {
         cancel_live(live, shared);
         return Ok(None);
     };
     match read {
-        Err(()) => Err(fail_live(
+        Err(TimedOut) => Err(fail_live(
             live,
             shared,
             cancel,

@@ -1,11 +1,10 @@
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::future::{Either, select};
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
@@ -21,6 +20,7 @@ use recovery_core::progress::Terminal;
 use recovery_core::retry_after::RetryAfter;
 use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Connectivity, Timing};
+use recovery_core::wait::{First, TimedOut, first, unless, within};
 use tower_service::Service;
 
 use super::body::{Committed, RecoveryBody, clock};
@@ -88,26 +88,9 @@ impl Drop for DropGuard {
     }
 }
 
-/// Races `fut` against cancellation.
+/// Races `fut` against the caller's cancellation.
 async fn or_cancel<F: Future>(fut: F, cancel: &Cancellation) -> Option<F::Output> {
-    match select(pin!(fut), pin!(cancel.cancelled())).await {
-        Either::Left((v, _)) => Some(v),
-        Either::Right(((), _)) => None,
-    }
-}
-
-/// Races `fut` against an optional timer; `Err(())` when the timer fired.
-async fn or_timeout<F: Future, S: Future<Output = ()>>(
-    fut: F,
-    timer: Option<S>,
-) -> Result<F::Output, ()> {
-    match timer {
-        None => Ok(fut.await),
-        Some(t) => match select(pin!(fut), pin!(t)).await {
-            Either::Left((v, _)) => Ok(v),
-            Either::Right(((), _)) => Err(()),
-        },
-    }
+    unless(fut, cancel.cancelled()).await
 }
 
 enum Attempt {
@@ -333,7 +316,7 @@ where
                     guard.phase = CancelPhase::Parked;
                     let limit = lock(&shared).engine.wait_limit(timing.now());
                     let waited = or_cancel(
-                        or_timeout(
+                        within(
                             config.connectivity.wait_until_online(),
                             limit.map(|d| timing.sleep(d)),
                         ),
@@ -368,12 +351,11 @@ where
                     // budget and the deadline, and then counts as unresolved.
                     let limit = lock(&shared).engine.wait_limit(timing.now());
                     let answer = match hook {
-                        Some(hook) => or_cancel(
-                            or_timeout(hook(ctx), limit.map(|d| timing.sleep(d))),
-                            &cancel,
-                        )
-                        .await
-                        .map(|r| r.unwrap_or(AdmissionAnswer::Unresolved)),
+                        Some(hook) => {
+                            or_cancel(within(hook(ctx), limit.map(|d| timing.sleep(d))), &cancel)
+                                .await
+                                .map(|r| r.unwrap_or(AdmissionAnswer::Unresolved))
+                        }
                         None => Some(AdmissionAnswer::Unresolved),
                     };
                     let Some(answer) = answer else {
@@ -470,9 +452,9 @@ where
 
     guard.phase = CancelPhase::AwaitingHead;
     let head_timer = policy.head_timeout().map(|d| timing.sleep(d));
-    let response = match or_cancel(or_timeout(svc.call(req), head_timer), cancel).await {
+    let response = match or_cancel(within(svc.call(req), head_timer), cancel).await {
         None => return Attempt::Cancelled(CancelPhase::AwaitingHead),
-        Some(Err(())) => {
+        Some(Err(TimedOut)) => {
             return Attempt::Failed(
                 Failure::new(
                     FailureKind::Timeout { stall: Stall::Head },
@@ -588,16 +570,16 @@ where
                         p.await;
                         Stall::Progress
                     }
-                    (Some(i), Some(p)) => match select(i, p).await {
-                        Either::Left(_) => Stall::Idle,
-                        Either::Right(_) => Stall::Progress,
+                    (Some(i), Some(p)) => match first(i, p).await {
+                        First::Left(()) => Stall::Idle,
+                        First::Right(()) => Stall::Progress,
                     },
                 }
             };
-            match or_cancel(select(pin!(frame), pin!(watchdog)), cancel).await {
+            match or_cancel(first(frame, watchdog), cancel).await {
                 None => return Attempt::Cancelled(CancelPhase::Streaming),
-                Some(Either::Left((f, _))) => Ok(f),
-                Some(Either::Right((stall, _))) => Err(stall),
+                Some(First::Left(f)) => Ok(f),
+                Some(First::Right(stall)) => Err(stall),
             }
         };
         let observation = handle.as_ref().map(ObserveHandle::snapshot);
