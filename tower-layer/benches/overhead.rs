@@ -145,6 +145,23 @@ async fn layered(url: &str) -> usize {
     n
 }
 
+/// `ObserveLayer` alone: the decoding cost without the recovery body.
+async fn observed(url: &str) -> usize {
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let svc = ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client);
+    let resp = svc
+        .oneshot(Request::post(url).body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
+    }
+    n
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -162,6 +179,7 @@ fn main() {
     let (mut bare_cpu, mut bare_wall, mut layer_cpu, mut layer_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
+    let mut observe_proc = Vec::new();
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
     assert_eq!(rt.block_on(layered(&url)), expected);
@@ -176,8 +194,11 @@ fn main() {
         layer_cpu.push(c.elapsed());
         layer_wall.push(w.elapsed());
         layer_proc.push(p.elapsed());
+        let p = ProcessTime::now();
+        assert_eq!(rt.block_on(observed(&url)), expected);
+        observe_proc.push(p.elapsed());
     }
-    let (bp, lp) = (median(bare_proc), median(layer_proc));
+    let (bp, lp, op) = (median(bare_proc), median(layer_proc), median(observe_proc));
     let (bc, bw, lc, lw) = (
         median(bare_cpu),
         median(bare_wall),
@@ -198,6 +219,11 @@ fn main() {
         ms(lp),
         ms(lc),
         ms(lw)
+    );
+    println!(
+        "  ObserveLayer alone:         process cpu {:>7.1} ms  (ratio {:.3})",
+        ms(op),
+        op.as_secs_f64() / bp.as_secs_f64()
     );
     println!(
         "  ratio layered/bare:         process cpu {:.3}   client cpu {:.3}   wall {:.3}   (target: process cpu <= 1.10)",
