@@ -29,6 +29,7 @@ fi
 
 step "native tests"
 cargo test --workspace
+cargo test -p tower-recovery --features tracing --test tracing_spans
 
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace

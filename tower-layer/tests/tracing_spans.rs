@@ -1,0 +1,131 @@
+//! With the `tracing` feature, every logical request gets a
+//! `recovery.request` span and every attempt a `recovery.attempt` span; a
+//! resend carries the OpenTelemetry attribute `http.request.resend_count`.
+#![cfg(feature = "tracing")]
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use tower::{Layer, Service, ServiceExt};
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+
+/// Spans seen: name and the fields recorded on them, as text.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>);
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>>
+    tracing_subscriber::Layer<S> for Spans
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: LayerContext<'_, S>) {
+        let mut fields = Vec::new();
+        attrs.record(&mut Fields(&mut fields));
+        self.0
+            .lock()
+            .unwrap()
+            .push((attrs.metadata().name().to_owned(), fields));
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        let name = ctx
+            .span(id)
+            .map(|s| s.name().to_owned())
+            .unwrap_or_default();
+        let mut fields = Vec::new();
+        values.record(&mut Fields(&mut fields));
+        let mut spans = self.0.lock().unwrap();
+        if let Some(entry) = spans.iter_mut().rev().find(|(n, _)| *n == name) {
+            entry.1.extend(fields);
+        }
+    }
+}
+
+#[derive(Clone)]
+struct FailOnce(Arc<AtomicU32>);
+
+impl Service<Request<ReplayBody>> for FailOnce {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request<ReplayBody>) -> Self::Future {
+        let n = self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            Ok(if n == 0 {
+                Response::builder()
+                    .status(503)
+                    .body(Full::default())
+                    .unwrap()
+            } else {
+                Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Full::new(Bytes::from_static(
+                        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+                    )))
+                    .unwrap()
+            })
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_and_attempt_spans_carry_the_resend_count() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let svc = RecoveryLayer::new(RecoveryPolicy::default())
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(FailOnce(Arc::default())));
+    let resp = svc
+        .oneshot(
+            Request::post("http://mock/")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    resp.into_body().collect().await.unwrap();
+    let spans = spans.0.lock().unwrap().clone();
+    let names: Vec<&str> = spans.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["recovery.request", "recovery.attempt", "recovery.attempt"]
+    );
+    let field = |i: usize, key: &str| {
+        spans[i]
+            .1
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    assert!(field(0, "recovery.logical_id").is_some(), "{spans:?}");
+    assert_eq!(
+        field(1, "http.request.resend_count"),
+        None,
+        "not on the first send"
+    );
+    assert_eq!(field(2, "http.request.resend_count").as_deref(), Some("1"));
+    assert_eq!(field(2, "recovery.attempt").as_deref(), Some("2"));
+}
