@@ -20,9 +20,12 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
-/// Spans seen: name and the fields recorded on them, as text.
+/// A span's name and the fields recorded on it, as text.
+type SpanRecord = (String, Vec<(String, String)>);
+
+/// Spans seen, in creation order.
 #[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>);
+struct Spans(Arc<Mutex<Vec<SpanRecord>>>);
 
 struct Fields<'a>(&'a mut Vec<(String, String)>);
 
