@@ -740,3 +740,49 @@ async fn ad5_a_resume_decided_offline_waits_for_the_network() {
     assert!(park < resume, "{names:?}");
     assert_eq!(net.waiters(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn cx1_dropping_the_body_while_a_resume_waits_cancels_it() {
+    let inner = Scripted::new(vec![
+        ok(&[Step::Data(R_CREATED), Step::Data(R_DELTA_1), Step::Reset]),
+        ok(&[Step::Data(R_DELTA_2), Step::Data(R_DONE)]),
+    ]);
+    let events: Events = Arc::default();
+    let p = policy()
+        .backoff(Duration::from_secs(4), Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let svc = layer(p, &events)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiResponses).layer(inner.clone()));
+    let req = Request::post("http://mock/v1/responses")
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"input\":\"x\",\"stream\":true,\"background\":true}",
+        )))
+        .unwrap();
+    let resp = svc.oneshot(req).await.unwrap();
+    let mut body = resp.into_body();
+    // Read until the cut has been seen and the resume is waiting.
+    let mut got = Vec::new();
+    while !names(&events).contains(&"delay_scheduled") {
+        match tokio::time::timeout(Duration::from_millis(10), body.frame()).await {
+            Ok(Some(Ok(f))) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+            Ok(other) => panic!("the body ended early: {:?}", other.map(|r| r.is_ok())),
+            Err(_) => {}
+        }
+    }
+    drop(body);
+    assert_eq!(got, [R_CREATED, R_DELTA_1].concat().as_bytes());
+    let names = names(&events);
+    assert_eq!(names.last(), Some(&"cancelled"), "{names:?}");
+    assert_eq!(names.iter().filter(|n| **n == "cancelled").count(), 1);
+    let last = events.lock().unwrap().last().cloned().unwrap();
+    assert!(matches!(
+        last.kind,
+        EventKind::Cancelled {
+            phase: CancelPhase::Waiting,
+            ..
+        }
+    ));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(inner.calls(), 1, "no resume after the consumer left");
+}
