@@ -209,7 +209,8 @@ fn interrupted(failure: &Failure, cause: Option<InterruptCause>) -> Outcome {
 /// policy selection; the semantic gate (resume or interrupt); replay
 /// disabled; attempts left; recovery budget and deadline; `Retry-After`
 /// against its ceiling, the budget and the deadline; the backoff against
-/// the deadline; admission; connectivity. Only then a wait is scheduled.
+/// the deadline; admission; connectivity (for a replay; a resume checks it
+/// after its backoff). Only then a wait is scheduled.
 pub fn decide(input: DecisionInput<'_>) -> Action {
     let DecisionInput {
         policy,
@@ -339,7 +340,10 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
         Some(AdmissionAnswer::Allow) | None => {}
     }
 
-    if !online {
+    // A replay parks before any backoff is spent (AD4). A resume waits its
+    // backoff first; the driver checks connectivity again just before the
+    // send ([`crate::engine::Recovery::park_before_send`], AD5).
+    if !online && !resume {
         return Action::ParkUntilOnline;
     }
 

@@ -225,6 +225,18 @@ impl Recovery {
         outcome
     }
 
+    /// Call after a resume's wait, before [`Recovery::begin_attempt`]: when
+    /// the platform is offline, announces `parked_offline` and returns
+    /// `true` (the driver waits for connectivity, then sends). A resume waits
+    /// its backoff first and connectivity second (reliability matrix AD5).
+    pub fn park_before_send(&mut self, now: Instant, online: bool) -> bool {
+        if online || self.outcome.is_some() || self.next != NextSend::Resume {
+            return false;
+        }
+        self.emit(now, EventKind::ParkedOffline);
+        true
+    }
+
     /// Call immediately before every physical send. Rechecks cancellation and
     /// the deadline, debits the allowance (unless an outer layer already did:
     /// `prepaid`), spends the retry permit, and emits `retry_started` /

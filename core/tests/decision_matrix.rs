@@ -122,7 +122,9 @@ fn state(c: &Case) -> AttemptState {
 /// 7. An admission answer decides: reject and unresolved stop (pending is not
 ///    approval); with a hook and no answer yet, ask; with no hook, an
 ///    ambiguous resend to a local endpoint needs admission.
-/// 8. Offline: park until online.
+/// 8. Offline: a replay parks until online before any backoff (AD4); a
+///    resume waits its backoff first and checks connectivity just before
+///    sending (AD5).
 /// 9. Otherwise wait the jittered backoff `r · min(ceiling, base · 2^(n−1))`
 ///    for retry `n`, then replay or resume.
 fn oracle(c: &Case) -> Action {
@@ -174,7 +176,7 @@ fn oracle(c: &Case) -> Action {
         }
         _ => {}
     }
-    if !c.online {
+    if !c.online && !resume {
         return Action::ParkUntilOnline;
     }
     // Retry 1 (after the first send): 0.5 · min(8 s, 0.5 s · 2^0) = 250 ms.

@@ -147,3 +147,51 @@ fn unsuccessful_terminal_is_never_resumed() {
     let action = r.fail(at(2), f, true, Fraction::HALF);
     assert!(matches!(action, Action::Fail(Outcome::Unsuccessful { .. })));
 }
+
+#[test]
+fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
+    let mut r = engine(3, 1);
+    r.begin_attempt(at(0), false, false).unwrap();
+    r.commit(at(1), CommitTrigger::Semantic);
+    // Offline when the committed stream breaks: the backoff comes first.
+    let action = r.fail(at(2), committed_reset(), false, Fraction::HALF);
+    let Action::Resume { delay, .. } = action else {
+        panic!("a resume, not a park: {action:?}");
+    };
+    // After the wait, still offline: park before sending.
+    let after = at(2) + delay;
+    assert!(r.park_before_send(after, false));
+    // Back online: send.
+    assert!(!r.park_before_send(after, true));
+    assert_eq!(r.begin_attempt(after, false, false), Ok(2));
+    assert_eq!(
+        names(&mut r),
+        [
+            "attempt_started",
+            "committed",
+            "attempt_failed",
+            "delay_scheduled",
+            "parked_offline",
+            "resume_started",
+            "attempt_started"
+        ]
+    );
+}
+
+#[test]
+fn ad4_a_replay_decided_offline_parks_before_any_backoff() {
+    let policy = RecoveryPolicy::builder().build().unwrap();
+    let mut r = Recovery::new(policy, AttemptAllowance::new(3), 1, at(0));
+    r.begin_attempt(at(0), false, false).unwrap();
+    let action = r.fail(
+        at(1),
+        Failure::transport(TransportKind::Reset, Phase::AwaitingHeaders),
+        false,
+        Fraction::HALF,
+    );
+    assert_eq!(action, Action::ParkUntilOnline);
+    assert!(
+        !r.park_before_send(at(2), false),
+        "only resumes park at the send"
+    );
+}

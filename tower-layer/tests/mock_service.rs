@@ -721,8 +721,9 @@ async fn ad5_a_resume_decided_offline_waits_for_the_network() {
     // The network goes away before the cut is seen.
     net.set_online(false);
     let reader = tokio::spawn(collect(resp));
-    until(|| net.waiters() > 0).await;
+    // The resume waits its backoff (at most 8 s) first, then parks.
     tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(net.waiters(), 1, "parked after the backoff");
     assert_eq!(inner.calls(), 1, "no resume while offline");
     net.set_online(true);
     let (body, err) = reader.await.unwrap();
@@ -735,9 +736,11 @@ async fn ad5_a_resume_decided_offline_waits_for_the_network() {
     );
     assert_eq!(inner.calls(), 2);
     let names = names(&events);
+    // Backoff first, then connectivity, then the resume (AD5).
+    let delay = names.iter().position(|n| *n == "delay_scheduled").unwrap();
     let park = names.iter().position(|n| *n == "parked_offline").unwrap();
     let resume = names.iter().position(|n| *n == "resume_started").unwrap();
-    assert!(park < resume, "{names:?}");
+    assert!(delay < park && park < resume, "{names:?}");
     assert_eq!(net.waiters(), 0);
 }
 

@@ -62,6 +62,9 @@ enum Stage {
     Waiting(Pin<Box<dyn Future<Output = ()> + Send>>),
     /// Waiting for the network before deciding again.
     Parked(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// A resume's wait is over but the network is gone: waiting for it (or
+    /// for the budget to run out), then sending.
+    ParkedBeforeSend(Timer, Option<Timer>),
     /// The resume request is on its way.
     Connecting(super::resume::Sent),
     /// Ended (terminal outcome reached).
@@ -408,8 +411,49 @@ impl RecoveryBody {
                         return Some(Poll::Pending);
                     }
                     live.stage = Stage::Streaming;
+                    // Backoff first, connectivity second (AD5).
+                    let online = live.resume.as_ref().is_none_or(|r| (r.is_online)());
+                    let now = live.clock.now();
+                    let (parked, limit) = {
+                        let mut s = lock(&live.shared);
+                        let parked = s.engine.park_before_send(now, online);
+                        s.flush();
+                        (parked, s.engine.wait_limit(now))
+                    };
+                    if let (true, Some(r)) = (parked, live.resume.as_ref()) {
+                        let limit = limit.map(|d| live.clock.sleep(d));
+                        live.stage = Stage::ParkedBeforeSend((r.wait_online)(), limit);
+                        continue;
+                    }
                     if let Some(ready) = self.start_resume() {
                         return Some(ready);
+                    }
+                }
+                Stage::ParkedBeforeSend(online, limit) => {
+                    if online.as_mut().poll(cx).is_ready() {
+                        live.stage = Stage::Streaming;
+                        if let Some(ready) = self.start_resume() {
+                            return Some(ready);
+                        }
+                        continue;
+                    }
+                    let expired = limit
+                        .as_mut()
+                        .is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                    if !expired {
+                        return Some(Poll::Pending);
+                    }
+                    // The budget ran out while parked: decide again, now.
+                    live.stage = Stage::Streaming;
+                    let action = {
+                        let mut s = lock(&live.shared);
+                        let a = s.engine.online_again(live.clock.now(), live.clock.jitter());
+                        s.flush();
+                        a
+                    };
+                    match self.act(action) {
+                        Poll::Pending => {}
+                        ready @ Poll::Ready(_) => return Some(ready),
                     }
                 }
                 Stage::Connecting(fut) => {
@@ -662,7 +706,7 @@ impl Drop for RecoveryBody {
             let phase = match live.stage {
                 Stage::Done => return,
                 Stage::Waiting(_) => CancelPhase::Waiting,
-                Stage::Parked(_) => CancelPhase::Parked,
+                Stage::Parked(_) | Stage::ParkedBeforeSend(..) => CancelPhase::Parked,
                 Stage::Connecting(_) => CancelPhase::AwaitingHead,
                 Stage::Streaming => CancelPhase::Streaming,
             };
