@@ -162,4 +162,5 @@ pub mod retry_after;
 pub mod safe;
 pub mod timing;
 pub mod wait;
+pub mod watchdog;
 pub mod wire;

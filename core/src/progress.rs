@@ -59,6 +59,15 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Semantic fragments observed so far (content, reasoning, tool, side
+    /// effect): what the progress watchdog counts.
+    pub fn semantic_fragments(&self) -> u64 {
+        self.observed_content
+            + self.observed_reasoning
+            + self.observed_tool_fragments
+            + self.observed_side_effects
+    }
+
     /// Whether any semantic fragment (or side effect) was observed.
     pub fn semantic_observed(&self) -> bool {
         self.observed_content

@@ -19,7 +19,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
@@ -35,6 +34,7 @@ use recovery_core::retry_after::RetryAfter;
 use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Fraction, Instant};
 use recovery_core::wait::{First, TimedOut, first, unless, within};
+use recovery_core::watchdog::Watchdog;
 use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -42,7 +42,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
 
 use crate::options::{ProtocolChoice, Settings, guess_protocol};
-use crate::platform::{Platform, get, random_u64};
+use crate::platform::{Platform, Wait, get, random_u64};
 
 /// What a `createRecoveringFetch` instance shares between its requests.
 pub(crate) struct Client {
@@ -242,7 +242,8 @@ pub(crate) struct Live {
     pub(crate) done: bool,
     /// A provider error arrived in the last delivered chunk: fail next.
     failed_after_chunk: Option<Failure>,
-    idle_timeout: Option<Duration>,
+    /// The stall watchdog after commit (idle and progress).
+    watchdog: Watchdog<Wait>,
 }
 
 /// What a finished attempt hands back.
@@ -637,9 +638,10 @@ async fn run_attempt(
         response.body().map(|s| s.get_reader().unchecked_into());
     let mut held: VecDeque<Uint8Array> = VecDeque::new();
     let mut held_bytes = 0usize;
-    let mut idle = policy.idle_timeout().map(|d| timing.sleep(d));
     // Time to the first semantic fragment; commit ends it (as in tower).
-    let mut progress_timer = policy.progress_timeout().map(|d| timing.sleep(d));
+    let mut watchdog = Watchdog::start(policy.idle_timeout(), policy.progress_timeout(), |d| {
+        timing.sleep(d)
+    });
     let fail_with = |failure: Failure, observer: &StreamObserver| {
         controller.abort();
         Attempt::Failed(
@@ -653,24 +655,7 @@ async fn run_attempt(
         let next = match &reader {
             None => Ok(Ok(None)),
             Some(reader) => {
-                let watchdog = async {
-                    match (&mut idle, &mut progress_timer) {
-                        (None, None) => std::future::pending::<Stall>().await,
-                        (Some(i), None) => {
-                            i.await;
-                            Stall::Idle
-                        }
-                        (None, Some(p)) => {
-                            p.await;
-                            Stall::Progress
-                        }
-                        (Some(i), Some(p)) => match first(i, p).await {
-                            First::Left(()) => Stall::Idle,
-                            First::Right(()) => Stall::Progress,
-                        },
-                    }
-                };
-                match or_cancel(first(read_chunk(reader), watchdog), cancel).await {
+                match or_cancel(first(read_chunk(reader), watchdog.stalled()), cancel).await {
                     None => return Attempt::Cancelled(CancelPhase::Streaming),
                     Some(First::Left(r)) => Ok(r),
                     Some(First::Right(stall)) => Err(stall),
@@ -692,10 +677,10 @@ async fn run_attempt(
                 return fail_with(transport(Phase::Streaming), &observer);
             }
             Ok(Ok(Some(chunk))) => {
-                if let Some(d) = policy.idle_timeout() {
-                    idle = Some(timing.sleep(d));
-                }
                 let fed = feed(&mut observer, &chunk);
+                watchdog.on_frame(observer.progress().semantic_fragments(), |d| {
+                    timing.sleep(d)
+                });
                 held_bytes += chunk.length() as usize;
                 held.push_back(chunk);
                 shared
@@ -731,7 +716,11 @@ async fn run_attempt(
                         delivered_bytes: 0,
                         done: false,
                         failed_after_chunk: None,
-                        idle_timeout: policy.idle_timeout(),
+                        watchdog: Watchdog::start(
+                            policy.idle_timeout(),
+                            policy.progress_timeout(),
+                            |d| timing.sleep(d),
+                        ),
                     };
                     return Attempt::Commit(response, Box::new(live));
                 }
@@ -753,7 +742,7 @@ async fn run_attempt(
                             delivered_bytes: 0,
                             done: false,
                             failed_after_chunk: None,
-                            idle_timeout: None,
+                            watchdog: Watchdog::start(None, None, |d| timing.sleep(d)),
                         };
                         Attempt::Commit(response, Box::new(live))
                     }
@@ -798,22 +787,24 @@ pub(crate) async fn next_chunk(
     let Some(reader) = live.reader.clone() else {
         return end_live(live, shared, cancel);
     };
-    let idle = live.idle_timeout.map(|d| timing.sleep(d));
-    let Some(read) = or_cancel(within(read_chunk(&reader), idle), cancel).await else {
-        cancel_live(live, shared);
-        return Ok(None);
+    let read = or_cancel(first(read_chunk(&reader), live.watchdog.stalled()), cancel).await;
+    let read = match read {
+        None => {
+            cancel_live(live, shared);
+            return Ok(None);
+        }
+        Some(First::Right(stall)) => {
+            return Err(fail_live(
+                live,
+                shared,
+                cancel,
+                Failure::new(FailureKind::Timeout { stall }, Phase::Streaming),
+            ));
+        }
+        Some(First::Left(read)) => read,
     };
     match read {
-        Err(TimedOut) => Err(fail_live(
-            live,
-            shared,
-            cancel,
-            Failure::new(
-                FailureKind::Timeout { stall: Stall::Idle },
-                Phase::Streaming,
-            ),
-        )),
-        Ok(Err(e)) => {
+        Err(e) => {
             if cancel.is_cancelled() {
                 cancel_live(live, shared);
                 return Ok(None);
@@ -821,14 +812,16 @@ pub(crate) async fn next_chunk(
             shared.borrow_mut().cause = e;
             Err(fail_live(live, shared, cancel, transport(Phase::Streaming)))
         }
-        Ok(Ok(None)) => {
+        Ok(None) => {
             live.reader = None;
             end_live(live, shared, cancel)
         }
-        Ok(Ok(Some(chunk))) => {
+        Ok(Some(chunk)) => {
             if let Err(v) = feed(&mut live.observer, &chunk) {
                 return Err(fail_live(live, shared, cancel, protocol_failure(v)));
             }
+            let semantic = live.observer.progress().semantic_fragments();
+            live.watchdog.on_frame(semantic, |d| timing.sleep(d));
             if let Some(error) = live.observer.provider_error() {
                 live.failed_after_chunk = Some(Failure::new(
                     FailureKind::Provider {

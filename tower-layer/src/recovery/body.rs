@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use recovery_core::decision::Action;
 use recovery_core::error::RecoveryError;
-use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
+use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::CancelPhase;
 use recovery_core::progress::{Progress, Terminal};
 use recovery_core::timing::{Fraction, Instant, Timing};
+use recovery_core::watchdog::Watchdog;
 
 use super::classify;
 use super::resume::{Gate, Inner, ResumeCtx};
@@ -73,81 +74,13 @@ enum Stage {
 
 type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The opt-in stall watchdog after commit: silence (no byte) and lack of
-/// progress (no semantic fragment; keepalives do not count).
-struct Watchdog {
-    idle_timeout: Option<Duration>,
-    progress_timeout: Option<Duration>,
-    idle: Option<Timer>,
-    progress: Option<Timer>,
-    semantic_seen: u64,
-}
-
-impl Watchdog {
-    fn new(
-        clock: &dyn BodyClock,
-        idle_timeout: Option<Duration>,
-        progress_timeout: Option<Duration>,
-    ) -> Self {
-        Watchdog {
-            idle_timeout,
-            progress_timeout,
-            idle: idle_timeout.map(|d| clock.sleep(d)),
-            progress: progress_timeout.map(|d| clock.sleep(d)),
-            semantic_seen: 0,
-        }
-    }
-
-    /// Rearms both timers (a new attempt's stream starts).
-    fn restart(&mut self, clock: &dyn BodyClock) {
-        self.idle = self.idle_timeout.map(|d| clock.sleep(d));
-        self.progress = self.progress_timeout.map(|d| clock.sleep(d));
-        self.semantic_seen = 0;
-    }
-
-    /// Bytes arrived; `semantic` is the stream's semantic fragment count.
-    fn on_frame(&mut self, clock: &dyn BodyClock, semantic: u64) {
-        if let Some(d) = self.idle_timeout {
-            self.idle = Some(clock.sleep(d));
-        }
-        if semantic > self.semantic_seen {
-            self.semantic_seen = semantic;
-            if let Some(d) = self.progress_timeout {
-                self.progress = Some(clock.sleep(d));
-            }
-        }
-    }
-
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stall> {
-        if self
-            .idle
-            .as_mut()
-            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
-        {
-            return Poll::Ready(Stall::Idle);
-        }
-        if self
-            .progress
-            .as_mut()
-            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
-        {
-            return Poll::Ready(Stall::Progress);
-        }
-        Poll::Pending
-    }
-}
-
-fn semantic_count(p: &recovery_core::progress::Progress) -> u64 {
-    p.observed_content + p.observed_reasoning + p.observed_tool_fragments + p.observed_side_effects
-}
-
 struct Live {
     /// Body bytes handed to the consumer from the current attempt.
     delivered_bytes: u64,
     handle: Option<ObserveHandle>,
     shared: SharedRef,
     clock: Arc<dyn BodyClock>,
-    watchdog: Watchdog,
+    watchdog: Watchdog<Timer>,
     wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
     failed_after_frame: Option<Failure>,
@@ -204,7 +137,8 @@ impl RecoveryBody {
     }
 
     pub(crate) fn committed(c: Committed) -> Self {
-        let watchdog = Watchdog::new(c.clock.as_ref(), c.idle_timeout, c.progress_timeout);
+        let clock = &c.clock;
+        let watchdog = Watchdog::start(c.idle_timeout, c.progress_timeout, |d| clock.sleep(d));
         let mut resume = c.resume;
         let mut gate = resume
             .as_ref()
@@ -555,7 +489,8 @@ impl RecoveryBody {
         live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
         live.delivered_bytes = 0;
-        live.watchdog.restart(live.clock.as_ref());
+        let clock = &live.clock;
+        live.watchdog.restart(|d| clock.sleep(d));
         self.inner = Some(body);
         Poll::Ready(None)
     }
@@ -596,7 +531,7 @@ impl Body for RecoveryBody {
             let polled = Pin::new(inner).poll_frame(cx);
             if polled.is_pending() {
                 if let Some(live) = &mut this.live {
-                    let stall = ready!(live.watchdog.poll(cx));
+                    let stall = ready!(live.watchdog.poll_stall(cx));
                     match this.fail(Failure::new(
                         FailureKind::Timeout { stall },
                         Phase::Streaming,
@@ -648,9 +583,10 @@ impl RecoveryBody {
             }
         }
         let (semantic, error) = live.handle.as_ref().map_or((0, None), |h| {
-            h.read(|o| (semantic_count(&o.progress), o.provider_error.clone()))
+            h.read(|o| (o.progress.semantic_fragments(), o.provider_error.clone()))
         });
-        live.watchdog.on_frame(live.clock.as_ref(), semantic);
+        let clock = &live.clock;
+        live.watchdog.on_frame(semantic, |d| clock.sleep(d));
         if let Some(error) = error {
             live.failed_after_frame = Some(Failure::new(
                 FailureKind::Provider { error },

@@ -21,6 +21,7 @@ use recovery_core::retry_after::RetryAfter;
 use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Connectivity, Timing};
 use recovery_core::wait::{First, TimedOut, first, unless, within};
+use recovery_core::watchdog::Watchdog;
 use tower_service::Service;
 
 use super::body::{Committed, RecoveryBody, clock};
@@ -553,34 +554,14 @@ where
     guard.phase = CancelPhase::Streaming;
     let mut held: VecDeque<Frame<Bytes>> = VecDeque::new();
     let mut held_bytes = 0usize;
-    let mut idle = policy.idle_timeout().map(|d| Box::pin(timing.sleep(d)));
-    let progress_timer = policy.progress_timeout().map(|d| Box::pin(timing.sleep(d)));
-    let mut progress_timer = progress_timer;
+    let mut watchdog = Watchdog::start(policy.idle_timeout(), policy.progress_timeout(), |d| {
+        timing.sleep(d)
+    });
     loop {
-        let next = {
-            let frame = body.frame();
-            let watchdog = async {
-                match (&mut idle, &mut progress_timer) {
-                    (None, None) => std::future::pending::<Stall>().await,
-                    (Some(i), None) => {
-                        i.await;
-                        Stall::Idle
-                    }
-                    (None, Some(p)) => {
-                        p.await;
-                        Stall::Progress
-                    }
-                    (Some(i), Some(p)) => match first(i, p).await {
-                        First::Left(()) => Stall::Idle,
-                        First::Right(()) => Stall::Progress,
-                    },
-                }
-            };
-            match or_cancel(first(frame, watchdog), cancel).await {
-                None => return Attempt::Cancelled(CancelPhase::Streaming),
-                Some(First::Left(f)) => Ok(f),
-                Some(First::Right(stall)) => Err(stall),
-            }
+        let next = match or_cancel(first(body.frame(), watchdog.stalled()), cancel).await {
+            None => return Attempt::Cancelled(CancelPhase::Streaming),
+            Some(First::Left(f)) => Ok(f),
+            Some(First::Right(stall)) => Err(stall),
         };
         let observation = handle.as_ref().map(ObserveHandle::snapshot);
         let progress = observation.as_ref().map(|o| o.progress).unwrap_or_default();
@@ -594,9 +575,7 @@ where
                 );
             }
             Ok(Some(Ok(frame))) => {
-                if let Some(d) = policy.idle_timeout() {
-                    idle = Some(Box::pin(timing.sleep(d)));
-                }
+                watchdog.on_frame(progress.semantic_fragments(), |d| timing.sleep(d));
                 if let Some(data) = frame.data_ref() {
                     held_bytes += data.len();
                     if let Some(wire) = &config.wire {
