@@ -51,21 +51,39 @@ impl RetryAfter {
     /// Reads the hint from response headers. `retry-after-ms` wins over
     /// `Retry-After` when it is valid.
     pub fn from_headers(headers: &http::HeaderMap, wall_now: SystemTime) -> Self {
-        let ms = headers
-            .get("retry-after-ms")
-            .map(|v| v.to_str().map_or(RetryAfter::Invalid, parse_millis));
+        // A value that is not visible ASCII is present but unreadable.
+        let value = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        RetryAfter::from_values(value("retry-after-ms"), value("retry-after"), wall_now)
+    }
+
+    /// Reads the hint from the raw values of `retry-after-ms` and
+    /// `Retry-After` (for drivers whose headers are not an `http::HeaderMap`,
+    /// such as fetch). `retry-after-ms` wins when it is valid.
+    pub fn from_values(
+        retry_after_ms: Option<&str>,
+        retry_after: Option<&str>,
+        wall_now: SystemTime,
+    ) -> Self {
+        let ms = retry_after_ms.map(parse_millis);
         if let Some(hint @ RetryAfter::Millis(_)) = ms {
             return hint;
         }
-        let secs = headers.get(http::header::RETRY_AFTER).map(|v| {
-            v.to_str()
-                .map_or(RetryAfter::Invalid, |s| parse_retry_after(s, wall_now))
-        });
+        let secs = retry_after.map(|v| parse_retry_after(v, wall_now));
         match (secs, ms) {
             (Some(hint), _) if hint.delay().is_some() => hint,
             (Some(_), _) | (None, Some(_)) => RetryAfter::Invalid,
             (None, None) => RetryAfter::Absent,
         }
+    }
+}
+
+/// Reads `x-should-retry`: `true` or `false` (surrounding spaces allowed);
+/// anything else is no hint.
+pub fn parse_should_retry(value: &str) -> Option<bool> {
+    match value.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
     }
 }
 
@@ -211,6 +229,21 @@ mod tests {
                 serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
             assert_eq!(back, r);
         }
+    }
+
+    #[test]
+    fn should_retry_reads_only_true_and_false() {
+        assert_eq!(parse_should_retry(" true"), Some(true));
+        assert_eq!(parse_should_retry("false"), Some(false));
+        assert_eq!(parse_should_retry("yes"), None);
+        assert_eq!(
+            RetryAfter::from_values(Some("1500"), Some("2"), wall()),
+            RetryAfter::Millis(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            RetryAfter::from_values(None, Some("\u{fffd}"), wall()),
+            RetryAfter::Invalid
+        );
     }
 
     #[test]

@@ -114,12 +114,20 @@ pub fn safe_request_id(raw: &str) -> Option<SafeToken> {
 
 /// Picks the first safe provider request id out of response headers.
 pub fn request_id_from(headers: &http::HeaderMap) -> Option<SafeToken> {
-    REQUEST_ID_HEADERS.iter().find_map(|name| {
+    request_id_with(|name| {
         headers
-            .get(*name)
+            .get(name)
             .and_then(|v| v.to_str().ok())
-            .and_then(safe_request_id)
+            .map(str::to_owned)
     })
+}
+
+/// Picks the first safe provider request id through a header lookup (for
+/// drivers whose headers are not an `http::HeaderMap`, such as fetch).
+pub fn request_id_with(get: impl Fn(&str) -> Option<String>) -> Option<SafeToken> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|name| get(name).as_deref().and_then(safe_request_id))
 }
 
 /// The allowlisted response headers as `(name, token)` pairs, values reduced

@@ -30,8 +30,8 @@ use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
-use recovery_core::retry_after::RetryAfter;
-use recovery_core::safe::request_id_from;
+use recovery_core::retry_after::{RetryAfter, parse_should_retry};
+use recovery_core::safe::request_id_with;
 use recovery_core::timing::{Fraction, Instant};
 use recovery_core::wait::{First, TimedOut, first, unless, within};
 use recovery_core::watchdog::Watchdog;
@@ -208,28 +208,6 @@ pub(crate) fn failure_value(shared: &SharedRef, outcome: &Outcome, committed: bo
     set(&obj, "cause", &s.cause);
     set(&obj, "committed", &JsValue::from_bool(committed));
     obj.into()
-}
-
-/// Converts fetch `Headers` into an `http::HeaderMap` (invalid entries are
-/// skipped), so the core's header readers are used unchanged.
-fn header_map(headers: &JsValue) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    let Ok(Some(iter)) = js_sys::try_iter(headers) else {
-        return map;
-    };
-    for entry in iter.flatten() {
-        let pair: Array = entry.unchecked_into();
-        let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else {
-            continue;
-        };
-        if let (Ok(n), Ok(v)) = (
-            http::HeaderName::from_bytes(name.as_bytes()),
-            http::HeaderValue::from_str(&value),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 /// A committed attempt's body, consumed by [`Call::next`](crate::Call).
@@ -564,14 +542,15 @@ async fn run_attempt(
         Some(Ok(Ok(r))) => r.unchecked_into::<Response>(),
     };
 
-    let headers = header_map(&response.headers());
+    let js_headers = response.headers();
+    let header = |name: &str| js_headers.get(name).ok().flatten();
     let status = response.status();
     let opaque_redirect = get(&response, "type").as_string().as_deref() == Some("opaqueredirect");
     {
         shared
             .borrow_mut()
             .engine
-            .head_received(timing.now(), status, request_id_from(&headers));
+            .head_received(timing.now(), status, request_id_with(header));
         flush(shared);
     }
 
@@ -599,15 +578,14 @@ async fn run_attempt(
                 }
             }
         }
-        let retry_after = RetryAfter::from_headers(&headers, timing.wall_now());
-        let should_retry = headers
-            .get("x-should-retry")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| match v.trim() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => None,
-            });
+        let retry_after = RetryAfter::from_values(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            timing.wall_now(),
+        );
+        let should_retry = header("x-should-retry")
+            .as_deref()
+            .and_then(parse_should_retry);
         let mut failure = if opaque_redirect {
             // The browser hides the redirect's status: status 0, kind redirect.
             let mut f = Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
@@ -630,10 +608,8 @@ async fn run_attempt(
 
     // A 2xx: stream until commit, holding the prefix back.
     let protocol = shared.borrow().protocol.clone();
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let mut observer = observer_for(&protocol, content_type, policy);
+    let content_type = header("content-type");
+    let mut observer = observer_for(&protocol, content_type.as_deref(), policy);
     let reader: Option<ReadableStreamDefaultReader> =
         response.body().map(|s| s.get_reader().unchecked_into());
     let mut held: VecDeque<Uint8Array> = VecDeque::new();

@@ -17,7 +17,7 @@ use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
 use recovery_core::lifecycle::CommitTrigger;
 use recovery_core::outcome::{CancelPhase, ReplayDisabled};
 use recovery_core::progress::Terminal;
-use recovery_core::retry_after::RetryAfter;
+use recovery_core::retry_after::{RetryAfter, parse_should_retry};
 use recovery_core::safe::request_id_from;
 use recovery_core::timing::{Connectivity, Timing};
 use recovery_core::wait::{First, TimedOut, first, unless, within};
@@ -526,11 +526,7 @@ where
             .headers
             .get("x-should-retry")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| match v.trim() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => None,
-            });
+            .and_then(parse_should_retry);
         let mut failure = Failure::status(status, retry_after, should_retry);
         let protocol = handle_protocol(&parts);
         if let Some(error) =
