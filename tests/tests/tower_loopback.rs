@@ -34,6 +34,13 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).expect("fixture")
 }
 
+/// A 200 SSE answer starting with `write`.
+fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
+    Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(write)
+}
+
 fn policy() -> RecoveryPolicy {
     RecoveryPolicy::builder()
         .max_attempts(NonZeroU32::new(3).unwrap())
@@ -43,6 +50,23 @@ fn policy() -> RecoveryPolicy {
 }
 
 type Events = Arc<Mutex<Vec<LifecycleEvent>>>;
+
+/// The stack under test: `RecoveryLayer` (its events into `events`) over
+/// `ObserveLayer` over a hyper-util client.
+type Stack = tower_recovery::recovery::Recover<
+    tower_recovery::observe::Observe<Client<HttpConnector, ReplayBody>>,
+    tower_recovery::TokioTiming,
+    recovery_core::timing::AlwaysOnline,
+>;
+
+fn stack(layer: RecoveryLayer, kind: ProtocolKind, events: &Events) -> Stack {
+    let sink = Arc::clone(events);
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    layer
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(kind).layer(client))
+}
 
 struct Run {
     status: u16,
@@ -54,12 +78,7 @@ struct Run {
 
 async fn run(provider: &FaultProvider, kind: ProtocolKind, policy: RecoveryPolicy) -> Run {
     let events: Events = Arc::default();
-    let sink = Arc::clone(&events);
-    let client: Client<HttpConnector, ReplayBody> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut svc = RecoveryLayer::new(policy)
-        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-        .layer(ObserveLayer::new(kind).layer(client));
+    let mut svc = stack(RecoveryLayer::new(policy), kind, &events);
     let req = Request::post(provider.url(PATH))
         .header("content-type", "application/json")
         .header("authorization", "Bearer sk-canary-secret")
@@ -140,9 +159,7 @@ async fn st1_cn3_503_then_reset_before_head_then_happy_stream_completes() {
         vec![
             Script::status(503).header("retry-after-ms", "10"),
             Script::just(Ending::ResetBeforeHead),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("openai-chat/happy-usage.sse").split_lines()),
+            sse(Write::fixture("openai-chat/happy-usage.sse").split_lines()),
         ],
     ))
     .await
@@ -184,12 +201,8 @@ async fn pt5_transient_error_before_output_is_replayed_invisibly() {
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
         vec![
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("anthropic/error-first.sse")),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("anthropic/happy.sse").split_lines()),
+            sse(Write::fixture("anthropic/error-first.sse")),
+            sse(Write::fixture("anthropic/happy.sse").split_lines()),
         ],
     ))
     .await
@@ -214,9 +227,7 @@ async fn bd1_cut_after_first_semantic_event_is_interrupted_not_replayed() {
     let cut = text.match_indices("\n\n").nth(1).unwrap().0 + 2;
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/happy-usage.sse").split_lines())
+        vec![sse(Write::fixture("openai-chat/happy-usage.sse").split_lines())
             .cut_at(cut)
             .ending(Ending::Rst)],
     ))
@@ -248,13 +259,8 @@ async fn bd4_keepalives_then_cut_are_replayed() {
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
         vec![
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::text(": keep-alive\n\n: keep-alive\n\n"))
-                .ending(Ending::Fin),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("openai-chat/happy-usage.sse")),
+            sse(Write::text(": keep-alive\n\n: keep-alive\n\n")).ending(Ending::Fin),
+            sse(Write::fixture("openai-chat/happy-usage.sse")),
         ],
     ))
     .await
@@ -318,12 +324,11 @@ async fn st2_st3_permanent_status_and_redirect_are_sent_once() {
 async fn cn1_connection_refused_exhausts_with_a_typed_error() {
     let addr = recovery_tests::fault::refused_addr().unwrap();
     let events: Events = Arc::default();
-    let sink = Arc::clone(&events);
-    let client: Client<HttpConnector, ReplayBody> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut svc = RecoveryLayer::new(policy())
-        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let mut svc = stack(
+        RecoveryLayer::new(policy()),
+        ProtocolKind::OpenAiChat,
+        &events,
+    );
     let req = Request::post(format!("http://{addr}{PATH}"))
         .header("authorization", "Bearer sk-canary-secret")
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
@@ -347,12 +352,9 @@ async fn cn1_connection_refused_exhausts_with_a_typed_error() {
 
 #[tokio::test]
 async fn pt4_unsuccessful_terminal_is_not_retried_and_not_completed() {
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/length.sse"))],
-    ))
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).path(PATH, vec![sse(Write::fixture("openai-chat/length.sse"))]),
+    )
     .await
     .unwrap();
     let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
@@ -370,20 +372,18 @@ async fn cx5_consumer_drop_is_cancellation_not_eof() {
     let cut = happy.match_indices("\n\n").nth(1).unwrap().0 + 2;
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/happy-usage.sse").range(0, cut))
-            .ending(Ending::Stall)],
+        vec![
+            sse(Write::fixture("openai-chat/happy-usage.sse").range(0, cut)).ending(Ending::Stall),
+        ],
     ))
     .await
     .unwrap();
     let events: Events = Arc::default();
-    let sink = Arc::clone(&events);
-    let client: Client<HttpConnector, ReplayBody> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut svc = RecoveryLayer::new(policy())
-        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let mut svc = stack(
+        RecoveryLayer::new(policy()),
+        ProtocolKind::OpenAiChat,
+        &events,
+    );
     let req = Request::post(provider.url(PATH))
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
         .unwrap();
@@ -411,10 +411,7 @@ async fn bd11_reset_right_after_proof_completes_and_records_the_late_error() {
     let happy = fixture("openai-chat/happy-usage.sse");
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/happy-usage.sse"))
-            .ending(Ending::Rst)],
+        vec![sse(Write::fixture("openai-chat/happy-usage.sse")).ending(Ending::Rst)],
     ))
     .await
     .unwrap();
@@ -517,14 +514,10 @@ async fn bd1_reset_at_every_event_boundary_of_every_protocol() {
             let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
                 PATH,
                 vec![
-                    Script::ok()
-                        .header("content-type", "text/event-stream")
-                        .write(Write::fixture(name).split_lines())
+                    sse(Write::fixture(name).split_lines())
                         .cut_at(end as usize)
                         .ending(Ending::Rst),
-                    Script::ok()
-                        .header("content-type", "text/event-stream")
-                        .write(Write::fixture(name)),
+                    sse(Write::fixture(name)),
                 ],
             ))
             .await
@@ -584,21 +577,16 @@ async fn bd6_bd7_hostile_streams_end_in_typed_protocol_failures_not_retried() {
         ("malformed", invalid_utf8),
     ];
     for (want, body) in cases {
-        let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-            PATH,
-            vec![Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::bytes(body))],
-        ))
-        .await
-        .unwrap();
+        let provider =
+            FaultProvider::start(ScriptSet::new(vec![]).path(PATH, vec![sse(Write::bytes(body))]))
+                .await
+                .unwrap();
         let events: Events = Arc::default();
-        let sink = Arc::clone(&events);
-        let client: Client<HttpConnector, ReplayBody> =
-            Client::builder(TokioExecutor::new()).build_http();
-        let mut svc = RecoveryLayer::new(policy())
-            .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-            .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+        let mut svc = stack(
+            RecoveryLayer::new(policy()),
+            ProtocolKind::OpenAiChat,
+            &events,
+        );
         let req = Request::post(provider.url(PATH))
             .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
             .unwrap();
@@ -638,9 +626,7 @@ async fn cn4_fin_before_the_head_is_replayed_byte_identically() {
         PATH,
         vec![
             Script::just(Ending::FinBeforeHead),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("openai-chat/happy-usage.sse")),
+            sse(Write::fixture("openai-chat/happy-usage.sse")),
         ],
     ))
     .await
@@ -657,9 +643,7 @@ async fn cn7_head_timeout_closes_the_stalled_connection_and_retries() {
         PATH,
         vec![
             Script::just(Ending::NeverAnswer),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::fixture("openai-chat/happy-usage.sse")),
+            sse(Write::fixture("openai-chat/happy-usage.sse")),
         ],
     ))
     .await
@@ -691,12 +675,11 @@ async fn cx4_cancel_while_awaiting_the_head_releases_the_connection() {
     .await
     .unwrap();
     let events: Events = Arc::default();
-    let sink = Arc::clone(&events);
-    let client: Client<HttpConnector, ReplayBody> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut svc = RecoveryLayer::new(policy())
-        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let mut svc = stack(
+        RecoveryLayer::new(policy()),
+        ProtocolKind::OpenAiChat,
+        &events,
+    );
     let cancel = recovery_core::call::Cancellation::new();
     let mut req = Request::post(provider.url(PATH))
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))

@@ -36,6 +36,13 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
 }
 
+/// A 200 SSE answer starting with `write`.
+fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
+    Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(write)
+}
+
 fn policy(max_resumes: u32) -> RecoveryPolicy {
     RecoveryPolicy::builder()
         .max_attempts(NonZeroU32::new(3).unwrap())
@@ -143,23 +150,14 @@ async fn rs1_rs2_background_stream_resumes_at_every_boundary_exactly_once() {
                 .path(
                     POST_PATH,
                     vec![
-                        Script::ok()
-                            .header("content-type", "text/event-stream")
-                            .write(Write::fixture(name).split_lines())
+                        sse(Write::fixture(name).split_lines())
                             .cut_at(cut)
                             .ending(Ending::Rst),
                     ],
                 )
                 // The resumed stream repeats everything from the start (RS2):
                 // the events at or below the cursor must be dropped.
-                .path(
-                    GET_PATH,
-                    vec![
-                        Script::ok()
-                            .header("content-type", "text/event-stream")
-                            .write(Write::fixture(name)),
-                    ],
-                ),
+                .path(GET_PATH, vec![sse(Write::fixture(name))]),
         )
         .await
         .unwrap();
@@ -227,13 +225,7 @@ async fn rs3_resume_answered_404_keeps_the_prefix_and_fails_typed() {
         ScriptSet::new(vec![])
             .path(
                 POST_PATH,
-                vec![
-                    Script::ok()
-                        .header("content-type", "text/event-stream")
-                        .write(Write::fixture(name))
-                        .cut_at(cut)
-                        .ending(Ending::Rst),
-                ],
+                vec![sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst)],
             )
             .path(GET_PATH, vec![Script::status(404).write(Write::text("{}"))]),
     )
@@ -266,11 +258,7 @@ async fn rs5_foreground_request_is_never_resumed() {
     let (cut, _) = cuts_after_commit(&ProtocolKind::OpenAiResponses, &full)[0];
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         POST_PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture(name))
-            .cut_at(cut)
-            .ending(Ending::Rst)],
+        vec![sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst)],
     ))
     .await
     .unwrap();
@@ -318,14 +306,8 @@ async fn rs7_declared_resumable_sse_resends_with_last_event_id_at_every_boundary
         let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
             SSE_PATH,
             vec![
-                Script::ok()
-                    .header("content-type", "text/event-stream")
-                    .write(Write::text(SSE_STREAM))
-                    .cut_at(cut)
-                    .ending(Ending::Rst),
-                Script::ok()
-                    .header("content-type", "text/event-stream")
-                    .write(Write::text(tail)),
+                sse(Write::text(SSE_STREAM)).cut_at(cut).ending(Ending::Rst),
+                sse(Write::text(tail)),
             ],
         ))
         .await
@@ -358,11 +340,7 @@ async fn rs7_undeclared_sse_is_interrupted_not_resent() {
     let cut = SSE_STREAM.find("id: 3").unwrap();
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         SSE_PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::text(SSE_STREAM))
-            .cut_at(cut)
-            .ending(Ending::Rst)],
+        vec![sse(Write::text(SSE_STREAM)).cut_at(cut).ending(Ending::Rst)],
     ))
     .await
     .unwrap();
@@ -392,24 +370,12 @@ async fn rs4_repeated_cuts_stop_at_max_attempts_across_post_and_resumes() {
         ScriptSet::new(vec![])
             .path(
                 POST_PATH,
-                vec![
-                    Script::ok()
-                        .header("content-type", "text/event-stream")
-                        .write(Write::fixture(name))
-                        .cut_at(cut)
-                        .ending(Ending::Rst),
-                ],
+                vec![sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst)],
             )
             // Every resume is cut too: it repeats the stream up to the same cut.
             .path(
                 GET_PATH,
-                vec![
-                    Script::ok()
-                        .header("content-type", "text/event-stream")
-                        .write(Write::fixture(name))
-                        .cut_at(cut)
-                        .ending(Ending::Rst),
-                ],
+                vec![sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst)],
             ),
     )
     .await
@@ -485,13 +451,10 @@ async fn continuation_hook_splices_a_prefilled_continuation_after_the_prefix() {
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         MESSAGES_PATH,
         vec![
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::text(prefix.clone()))
-                .ending(Ending::Rst),
-            Script::ok()
-                .header("content-type", "text/event-stream")
-                .write(Write::text([continuation_preamble, continuation_body.clone()].concat())),
+            sse(Write::text(prefix.clone())).ending(Ending::Rst),
+            sse(Write::text(
+                [continuation_preamble, continuation_body.clone()].concat(),
+            )),
         ],
     ))
     .await
@@ -561,11 +524,7 @@ async fn a_declining_continuation_hook_leaves_the_typed_interruption() {
     let (cut, _) = cuts[0];
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         MESSAGES_PATH,
-        vec![Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture(name))
-            .cut_at(cut)
-            .ending(Ending::Rst)],
+        vec![sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst)],
     ))
     .await
     .unwrap();
