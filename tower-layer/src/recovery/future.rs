@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Frame;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::call::{Cancellation, RecoveryCall, SendCredit};
@@ -19,12 +19,12 @@ use recovery_core::outcome::{CancelPhase, ReplayDisabled};
 use recovery_core::progress::Terminal;
 use recovery_core::retry_after::{RetryAfter, parse_should_retry};
 use recovery_core::safe::request_id_from;
-use recovery_core::timing::{Connectivity, Timing};
+use recovery_core::timing::Timing;
 use recovery_core::wait::{First, TimedOut, first, unless, within};
 use recovery_core::watchdog::Watchdog;
-use tower_service::Service;
 
 use super::body::{Committed, RecoveryBody, clock};
+use super::bounds::{DriverConnectivity, DriverTiming, InnerService, StreamBody};
 use super::classify;
 use super::layer::{AdmissionContext, Config};
 use super::resume::{ResumeCtx, SendFn};
@@ -121,17 +121,11 @@ pub(crate) async fn drive<S, B, ResBody, T, C>(
     mut req: Request<B>,
 ) -> Result<Response<RecoveryBody>, RecoveryError>
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-    T: Timing + Clone + Send + Sync + 'static,
-    T::Sleep: Send,
-    C: Connectivity + Clone + Send + Sync + 'static,
-    C::Online: Send,
+    S: InnerService<ResBody>,
+    B: StreamBody,
+    ResBody: StreamBody,
+    T: DriverTiming,
+    C: DriverConnectivity,
 {
     let timing = config.timing.clone();
     let prepaid_first = req.extensions_mut().remove::<SendCredit>().is_some();
@@ -400,11 +394,8 @@ struct Origin<'a> {
 /// Sends `req` through a fresh clone of `svc`, readiness first.
 fn sender<S, ResBody>(svc: S) -> SendFn
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
+    S: InnerService<ResBody>,
+    ResBody: StreamBody,
 {
     Box::new(move |req| {
         let mut svc = svc.clone();
@@ -427,15 +418,10 @@ async fn run_attempt<S, ResBody, T, C>(
     origin: Origin<'_>,
 ) -> Attempt
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-    T: Timing + Clone + Send + Sync + 'static,
-    T::Sleep: Send,
-    C: Connectivity + Clone + Send + Sync + 'static,
-    C::Online: Send,
+    S: InnerService<ResBody>,
+    ResBody: StreamBody,
+    T: DriverTiming,
+    C: DriverConnectivity,
 {
     let timing = &config.timing;
     let policy = lock(shared).engine.policy().clone();
@@ -718,13 +704,9 @@ fn resume_ctx<S, ResBody, T, C>(
     handle: Option<&ObserveHandle>,
 ) -> Option<ResumeCtx>
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-    C: Connectivity + Clone + Send + Sync + 'static,
-    C::Online: Send,
+    S: InnerService<ResBody>,
+    ResBody: StreamBody,
+    C: DriverConnectivity,
 {
     let handle = handle?;
     let connectivity = config.connectivity.clone();

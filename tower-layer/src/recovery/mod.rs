@@ -5,6 +5,7 @@
 //! [`RecoveryError`]: recovery_core::error::RecoveryError
 
 mod body;
+mod bounds;
 mod classify;
 mod future;
 mod layer;
