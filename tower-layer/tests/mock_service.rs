@@ -73,6 +73,16 @@ fn ok(steps: &[Step]) -> Reply {
     }
 }
 
+/// A complete Chat stream: role, one content chunk, finish, `[DONE]`.
+fn happy() -> Reply {
+    ok(&[
+        Step::Data(ROLE),
+        Step::Data(HELLO),
+        Step::Data(STOP),
+        Step::Data(DONE),
+    ])
+}
+
 fn status(s: u16) -> Reply {
     Reply {
         status: s,
@@ -205,15 +215,7 @@ async fn tb3_stacked_layers_share_one_allowance() {
 
 #[tokio::test(start_paused = true)]
 async fn bd8_idle_watchdog_replays_before_commit() {
-    let inner = Scripted::new(vec![
-        ok(&[Step::Data(ROLE), Step::Pending]),
-        ok(&[
-            Step::Data(ROLE),
-            Step::Data(HELLO),
-            Step::Data(STOP),
-            Step::Data(DONE),
-        ]),
-    ]);
+    let inner = Scripted::new(vec![ok(&[Step::Data(ROLE), Step::Pending]), happy()]);
     let events: Events = Arc::default();
     let p = policy()
         .idle_timeout(Some(Duration::from_secs(5)))
@@ -399,12 +401,7 @@ async fn storm_with_and_without_the_retry_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn report_is_complete_when_the_body_ends() {
-    let inner = Scripted::new(vec![ok(&[
-        Step::Data(ROLE),
-        Step::Data(HELLO),
-        Step::Data(STOP),
-        Step::Data(DONE),
-    ])]);
+    let inner = Scripted::new(vec![happy()]);
     let events: Events = Arc::default();
     let svc = layer(policy().build().unwrap(), &events)
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
@@ -427,15 +424,7 @@ async fn report_is_complete_when_the_body_ends() {
 async fn tb11_no_permit_is_held_during_backoff() {
     // One concurrency permit shared by two logical requests: while the first
     // backs off after a 503, the second must get the permit and finish.
-    let inner = Scripted::new(vec![
-        status(503),
-        ok(&[
-            Step::Data(ROLE),
-            Step::Data(HELLO),
-            Step::Data(STOP),
-            Step::Data(DONE),
-        ]),
-    ]);
+    let inner = Scripted::new(vec![status(503), happy()]);
     let events: Events = Arc::default();
     let limited = tower::limit::ConcurrencyLimitLayer::new(1)
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
@@ -497,15 +486,7 @@ async fn tb11_a_readiness_error_is_final() {
 #[tokio::test(start_paused = true)]
 async fn ad4_failure_while_offline_parks_until_online() {
     use recovery_core::timing::ScriptedConnectivity;
-    let inner = Scripted::new(vec![
-        status(503),
-        ok(&[
-            Step::Data(ROLE),
-            Step::Data(HELLO),
-            Step::Data(STOP),
-            Step::Data(DONE),
-        ]),
-    ]);
+    let inner = Scripted::new(vec![status(503), happy()]);
     let events: Events = Arc::default();
     let net = ScriptedConnectivity::new(false);
     let sink = Arc::clone(&events);
@@ -623,15 +604,7 @@ impl tower_recovery::recovery::WireObserver for Capture {
 #[tokio::test(start_paused = true)]
 async fn wire_observer_sees_every_send_and_its_error_stops_recovery() {
     // Sees both sends of a 503-then-success exchange.
-    let inner = Scripted::new(vec![
-        status(503),
-        ok(&[
-            Step::Data(ROLE),
-            Step::Data(HELLO),
-            Step::Data(STOP),
-            Step::Data(DONE),
-        ]),
-    ]);
+    let inner = Scripted::new(vec![status(503), happy()]);
     let capture = Arc::new(Capture::default());
     let svc = RecoveryLayer::new(policy().build().unwrap())
         .with_wire_observer(Arc::clone(&capture))
