@@ -11,6 +11,19 @@ use crate::progress::{
 };
 use crate::wire::ProtocolViolation;
 
+/// The delta (or message) keys a chunk is classified by, in the order the
+/// classifier destructures them.
+const DELTA_KEYS: [&str; 8] = [
+    "content",
+    "refusal",
+    "tool_calls",
+    "function_call",
+    "audio",
+    "reasoning_content",
+    "reasoning",
+    "reasoning_details",
+];
+
 /// Chat Completions: `data:` chunks, `[DONE]`, finish reasons per choice.
 #[derive(Debug, Clone, Default)]
 pub struct OpenAiChat {
@@ -113,16 +126,7 @@ impl OpenAiChat {
                 r_content,
                 reasoning,
                 r_details,
-            ] = delta.fields([
-                "content",
-                "refusal",
-                "tool_calls",
-                "function_call",
-                "audio",
-                "reasoning_content",
-                "reasoning",
-                "reasoning_details",
-            ]);
+            ] = delta.fields(DELTA_KEYS);
             let p = &mut ev.progress;
             if content.is_some_and(|c| c.kind() != JsonKind::Object && c.is_nonempty()) {
                 note(p, first, SemanticKind::Content);
@@ -232,16 +236,7 @@ impl OpenAiChat {
             r_content,
             reasoning,
             r_details,
-        ] = delta.fields([
-            "content",
-            "refusal",
-            "tool_calls",
-            "function_call",
-            "audio",
-            "reasoning_content",
-            "reasoning",
-            "reasoning_details",
-        ]);
+        ] = delta.fields(DELTA_KEYS);
         if tool_calls.is_some_and(|t| t.kind() == JsonKind::Array && t.is_nonempty())
             || function_call.is_some_and(|f| f.kind() == JsonKind::Object && f.is_nonempty())
             || audio.is_some_and(JsonView::is_nonempty)
