@@ -60,10 +60,18 @@ impl Evidence {
 }
 
 /// A logical request that did not complete.
+///
+/// One pointer wide: it travels in every `Result` a body returns per frame,
+/// so its weight would be copied on the hot path.
 #[derive(Clone)]
 pub struct RecoveryError {
+    inner: Box<Parts>,
+}
+
+#[derive(Clone)]
+struct Parts {
     outcome: Outcome,
-    report: Box<RecoveryReport>,
+    report: RecoveryReport,
     evidence: Evidence,
 }
 
@@ -71,35 +79,37 @@ impl RecoveryError {
     /// An error with `outcome`, its report and the sensitive evidence.
     pub fn new(outcome: Outcome, report: RecoveryReport, evidence: Evidence) -> Self {
         RecoveryError {
-            outcome,
-            report: Box::new(report),
-            evidence,
+            inner: Box::new(Parts {
+                outcome,
+                report,
+                evidence,
+            }),
         }
     }
 
     /// How the request ended.
     pub fn outcome(&self) -> &Outcome {
-        &self.outcome
+        &self.inner.outcome
     }
 
     /// The full, safe report.
     pub fn report(&self) -> &RecoveryReport {
-        &self.report
+        &self.inner.report
     }
 
     /// The underlying error (may hold text from the wire).
     pub fn inspect_cause(&self) -> Option<&(dyn Error + Send + Sync + 'static)> {
-        self.evidence.cause.as_deref()
+        self.inner.evidence.cause.as_deref()
     }
 
     /// The failed response's body bytes, capped at the policy's evidence cap.
     pub fn inspect_response_bytes(&self) -> &[u8] {
-        &self.evidence.response_bytes
+        &self.inner.evidence.response_bytes
     }
 
     /// The failed response's headers, unfiltered.
     pub fn inspect_response_headers(&self) -> Option<&http::HeaderMap> {
-        self.evidence.response_headers.as_ref()
+        self.inner.evidence.response_headers.as_ref()
     }
 }
 
@@ -108,10 +118,10 @@ impl fmt::Display for RecoveryError {
         write!(
             f,
             "recovery failed: {} ({} attempt(s)",
-            self.outcome,
-            self.report.attempt_count()
+            self.inner.outcome,
+            self.inner.report.attempt_count()
         )?;
-        if let Some(status) = self.report.last_status() {
+        if let Some(status) = self.inner.report.last_status() {
             write!(f, ", last status {status}")?;
         }
         f.write_str(")")
@@ -121,9 +131,9 @@ impl fmt::Display for RecoveryError {
 impl fmt::Debug for RecoveryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecoveryError")
-            .field("outcome", &self.outcome)
-            .field("report", &self.report)
-            .field("evidence", &self.evidence)
+            .field("outcome", &self.inner.outcome)
+            .field("report", &self.inner.report)
+            .field("evidence", &self.inner.evidence)
             .finish()
     }
 }
@@ -134,8 +144,8 @@ impl serde::Serialize for RecoveryError {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut st = s.serialize_struct("RecoveryError", 2)?;
-        st.serialize_field("outcome", &self.outcome)?;
-        st.serialize_field("report", &*self.report)?;
+        st.serialize_field("outcome", &self.inner.outcome)?;
+        st.serialize_field("report", &self.inner.report)?;
         st.end()
     }
 }

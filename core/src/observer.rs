@@ -15,9 +15,11 @@ use crate::progress::{Proof, UnsuccessfulReason};
 use crate::protocol::{
     Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
     OpenAiChat, OpenAiResponses, PendingAtEof, Protocol, ProtocolKind, SemanticOptions,
-    classify_json_body, partial_body_may_be_semantic,
+    classify_json_body, note, partial_body_may_be_semantic, semantic_or_n,
 };
-use crate::wire::{Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem};
+use crate::wire::{
+    Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem, SseSink, data_value_start,
+};
 
 pub use crate::wire::ProtocolViolation;
 
@@ -181,6 +183,94 @@ pub struct StreamObserver {
     id_version: u64,
 }
 
+/// One read's SSE items folded into the evidence.
+struct SseFeed<'a, F> {
+    protocol: &'a mut AnyProtocol,
+    ev: &'a mut Evidence,
+    feed: &'a mut Feed,
+    decode: Decode,
+    limits: Limits,
+    on_event: &'a mut F,
+}
+
+impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
+    fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation> {
+        let ev = &mut *self.ev;
+        let (info, end_offset, before) = match item {
+            SseItem::Comment { end_offset } => (
+                EventInfo::of(EventClass::Keepalive),
+                end_offset,
+                (true, true, true),
+            ),
+            SseItem::Event(e) => {
+                let before = (
+                    ev.progress.semantic_observed(),
+                    ev.terminal.is_some(),
+                    ev.provider_error.is_some(),
+                );
+                let frame = Frame {
+                    event_type: e.event_type,
+                    data: e.data,
+                };
+                let info = self.protocol.on_frame(frame, self.decode, ev)?;
+                (info, e.end_offset, before)
+            }
+        };
+        account(
+            ev, self.feed, info, end_offset, before.0, before.1, before.2,
+        );
+        (self.on_event)(&EventRecord { info, end_offset });
+        Ok(())
+    }
+
+    /// The fused path for the usual event: an unnamed `data:` line holding
+    /// a plain delta of the protocol's learned shape, then a blank line.
+    /// Framing and classification in one comparison against the template,
+    /// without the line search; the result equals the decoder's dispatch
+    /// followed by the protocol's classification (the learned document
+    /// holds no line end, and template holes, being JSON string bodies,
+    /// hold no control byte, so a match cannot span lines).
+    fn whole_events(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
+        if self.decode != Decode::Fast {
+            return None;
+        }
+        let AnyProtocol::Chat(chat) = &mut *self.protocol else {
+            return None;
+        };
+        let mut taken = 0;
+        loop {
+            let buf = &rest[taken..];
+            let Some(v) = data_value_start(buf) else {
+                break;
+            };
+            let Some((len, kind)) = chat.delta_prefix(&buf[v..]) else {
+                break;
+            };
+            let line = v + len;
+            if buf.get(line..line + 2) != Some(b"\n\n".as_slice())
+                || line > self.limits.max_line
+                || len + 1 > self.limits.max_event
+            {
+                break;
+            }
+            taken += line + 2;
+            let end_offset = offset + taken as u64;
+            let ev = &mut *self.ev;
+            let was_semantic = ev.progress.semantic_observed();
+            let mut first = None;
+            if let Some(kind) = kind {
+                note(&mut ev.progress, &mut first, kind);
+            }
+            let info = EventInfo::of(semantic_or_n(first));
+            // Neither terminal proof nor a provider error comes from a
+            // plain delta.
+            account(ev, self.feed, info, end_offset, was_semantic, true, true);
+            (self.on_event)(&EventRecord { info, end_offset });
+        }
+        (taken > 0).then_some(taken)
+    }
+}
+
 /// Folds one classified frame into the read's [`Feed`].
 #[inline]
 fn account(
@@ -275,42 +365,17 @@ impl StreamObserver {
         let protocol = &mut self.protocol;
         let ev = &mut self.ev;
         let result = match &mut self.framing {
-            Framing::Sse(dec) => dec.feed(chunk, |item| {
-                let (info, end_offset) = match item {
-                    SseItem::Comment { end_offset } => {
-                        (EventInfo::of(EventClass::Keepalive), end_offset)
-                    }
-                    SseItem::Event(e) => {
-                        let before = (
-                            ev.progress.semantic_observed(),
-                            ev.terminal.is_some(),
-                            ev.provider_error.is_some(),
-                        );
-                        let frame = Frame {
-                            event_type: e.event_type,
-                            data: e.data,
-                        };
-                        let info = protocol.on_frame(frame, decode, ev)?;
-                        account(
-                            ev,
-                            &mut feed,
-                            info,
-                            e.end_offset,
-                            before.0,
-                            before.1,
-                            before.2,
-                        );
-                        on_event(&EventRecord {
-                            info,
-                            end_offset: e.end_offset,
-                        });
-                        return Ok(());
-                    }
-                };
-                account(ev, &mut feed, info, end_offset, true, true, true);
-                on_event(&EventRecord { info, end_offset });
-                Ok(())
-            }),
+            Framing::Sse(dec) => dec.feed_into(
+                chunk,
+                SseFeed {
+                    protocol,
+                    ev,
+                    feed: &mut feed,
+                    decode,
+                    limits: self.config.limits,
+                    on_event: &mut on_event,
+                },
+            ),
             Framing::Ndjson(dec) => dec.feed(chunk, |item| {
                 let (info, end_offset) = match item {
                     NdjsonItem::Blank { end_offset } => {

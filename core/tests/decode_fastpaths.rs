@@ -9,7 +9,12 @@
 //!   duplicate keys, key order, numbers, nested values, control bytes) must
 //!   classify exactly as the reference decode does;
 //! - whole-event SSE dispatch: any split of a generated SSE stream (which
-//!   sends events down the line-by-line path) yields the same as one read.
+//!   sends events down the line-by-line path) yields the same as one read;
+//! - the fused delta path (framing and template in one comparison): deltas
+//!   of the learned shape mixed with framing that must stop it (no space
+//!   after the colon, CR and CRLF, fields after the data line, named
+//!   events, ids, comments, multi-line data, caps) agree with the
+//!   reference whole and cut anywhere.
 
 #[path = "decode_support.rs"]
 mod support;
@@ -311,6 +316,77 @@ proptest! {
         prop_assert_eq!(&whole, &split);
         let slow = run_with(kind, reference(), &bytes, &[]);
         prop_assert_eq!(whole, slow);
+    }
+}
+
+/// Pieces of an OpenAI Chat stream around the delta shape the fused path
+/// learns: `{}` stands for a fresh content string.
+const FUSED_PIECES: &[&str] = &[
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"{}\"}\n\n",
+    "data:{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\r\n\r\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\r",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\n\"obfuscation\":\"o\"}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\n\\u00e9{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\u{e9}{}\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":null}],\"obfuscation\":\"o\"}\n\n",
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{}\"},\"finish_reason\":null}],\ndata: \"obfuscation\":\"o\"}\n\n",
+    "event: delta\n",
+    "id: 9\n",
+    "id\n",
+    ": ping\n",
+    "retry: 5\n",
+    "\n",
+    "\r\n",
+    "data: [DONE]\n\n",
+    "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The fused delta path against the line-by-line path and the
+    /// reference decode: a learned delta shape, then pieces that match it,
+    /// break its framing or change the stream's state.
+    #[test]
+    fn fused_deltas_agree_with_the_reference(
+        pieces in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+        texts in prop::collection::vec("[a-z \"\\\\]{0,12}", 30),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        caps in 0usize..3,
+    ) {
+        let piece = |i: usize, text: &str| {
+            let text = text.replace('\\', "\\\\").replace('"', "\\\"");
+            FUSED_PIECES[i].replace("{}", &text)
+        };
+        // Two deltas of one shape arm the template.
+        let mut stream = piece(0, "first") + &piece(0, "second");
+        for (k, p) in pieces.iter().enumerate() {
+            stream += &piece(p.index(FUSED_PIECES.len()), &texts[k]);
+        }
+        let bytes = stream.into_bytes();
+        let mut config = ObserverConfig::default();
+        let mut slow = reference();
+        // Caps a little above the arming events' sizes, so that longer
+        // deltas pass them: the event cap, or the line cap.
+        let arming_line = piece(0, "second").len() - 2;
+        match caps {
+            1 => config.limits.max_event = arming_line - 6 + 1 + 8,
+            2 => config.limits.max_line = arming_line + 8,
+            _ => {}
+        }
+        slow.limits = config.limits;
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let whole = run_with(ProtocolKind::OpenAiChat, config, &bytes, &[]);
+        let reference = run_with(ProtocolKind::OpenAiChat, slow, &bytes, &[]);
+        prop_assert_eq!(&whole, &reference, "{}", String::from_utf8_lossy(&bytes));
+        let mut split = run_with(ProtocolKind::OpenAiChat, config, &bytes, &cuts);
+        split.evidence.progress.raw_bytes = whole.evidence.progress.raw_bytes;
+        prop_assert_eq!(&whole, &split);
     }
 }
 

@@ -176,6 +176,20 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // For profilers: `OVERHEAD_ONLY=bare|observed|layered` runs one client
+    // `OVERHEAD_RUNS` times (default 20) and prints nothing else.
+    if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
+        let runs = std::env::var("OVERHEAD_RUNS").map_or(20, |r| r.parse().unwrap_or(20));
+        for _ in 0..runs {
+            let n = match only.as_str() {
+                "bare" => rt.block_on(bare(&url)),
+                "observed" => rt.block_on(observed(&url)),
+                _ => rt.block_on(layered(&url)),
+            };
+            assert_eq!(n, expected);
+        }
+        return;
+    }
     let (mut bare_cpu, mut bare_wall, mut layer_cpu, mut layer_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());

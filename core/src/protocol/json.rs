@@ -1095,6 +1095,8 @@ pub struct Template {
     probe: usize,
     /// Body spans of unread strings not yet seen to differ.
     spare: Vec<(usize, usize)>,
+    /// The document holds a line end (whitespace between tokens).
+    multiline: bool,
 }
 
 impl Template {
@@ -1104,6 +1106,7 @@ impl Template {
         self.holes.clear();
         self.probe = 0;
         self.spare.clear();
+        self.multiline = false;
     }
 
     /// Learns the document `probe` belongs to, with `probe` (a string) as
@@ -1115,6 +1118,7 @@ impl Template {
             return;
         }
         self.doc.extend_from_slice(probe.doc);
+        self.multiline = memchr::memchr2(b'\n', b'\r', probe.doc).is_some();
         self.holes.push(probe.body_span());
         for s in spares {
             if s.kind() == JsonKind::String && s.at != probe.at {
@@ -1126,12 +1130,28 @@ impl Template {
     /// Whether `doc` has the learned shape; if so, whether the probe's
     /// string is non-empty.
     pub fn check(&mut self, doc: &[u8]) -> Option<bool> {
+        self.check_at(doc, true).map(|(nonempty, _)| nonempty)
+    }
+
+    /// Whether `buf` starts with a document of the learned shape; if so,
+    /// whether the probe's string is non-empty and the document's length.
+    /// Bytes after the document are not looked at. `None` also when the
+    /// learned document spans lines, so that a match never crosses a line
+    /// end of the framing around it.
+    pub fn check_prefix(&mut self, buf: &[u8]) -> Option<(bool, usize)> {
+        if self.multiline {
+            return None;
+        }
+        self.check_at(buf, false)
+    }
+
+    fn check_at(&mut self, doc: &[u8], whole: bool) -> Option<(bool, usize)> {
         if self.doc.is_empty() {
             return None;
         }
         loop {
-            match self.try_match(doc) {
-                Ok(nonempty) => return Some(nonempty),
+            match self.try_match(doc, whole) {
+                Ok(found) => return Some(found),
                 Err(Some(at)) => {
                     // A difference inside an unread string: let it vary.
                     let pos = self.spare.iter().position(|&(s, e)| s <= at && at <= e)?;
@@ -1150,9 +1170,10 @@ impl Template {
         }
     }
 
-    /// Matches `doc`; on a difference in the fixed bytes, its offset in the
-    /// template (`None` when a hole did not hold a string body).
-    fn try_match(&self, doc: &[u8]) -> Result<bool, Option<usize>> {
+    /// Matches `doc` (the whole of it, or a prefix when `whole` is false);
+    /// on a difference in the fixed bytes, its offset in the template
+    /// (`None` when a hole did not hold a string body).
+    fn try_match(&self, doc: &[u8], whole: bool) -> Result<(bool, usize), Option<usize>> {
         let mut t = 0; // position in the template
         let mut d = 0; // position in `doc`
         let mut nonempty = false;
@@ -1163,12 +1184,7 @@ impl Template {
                 return Err(Some(t + common_prefix(fixed, theirs)));
             }
             d += fixed.len();
-            let (after, _) = string_esc(doc, d).ok_or(None)?;
-            let close = after - 1;
-            let body = &doc[d..close];
-            if !body.is_ascii() && std::str::from_utf8(body).is_err() {
-                return Err(None);
-            }
+            let close = hole_end(doc, d).ok_or(None)?;
             if k == self.probe {
                 nonempty = close > d;
             }
@@ -1176,10 +1192,49 @@ impl Template {
             t = end;
         }
         let fixed = &self.doc[t..];
-        let theirs = &doc[d..];
+        let theirs = if whole {
+            &doc[d..]
+        } else {
+            &doc[d..doc.len().min(d + fixed.len())]
+        };
         if fixed != theirs {
             return Err(Some(t + common_prefix(fixed, theirs)));
         }
-        Ok(nonempty)
+        Ok((nonempty, d + fixed.len()))
     }
+}
+
+/// Where the string body starting at `i` ends (the index of its closing
+/// quote), when it is a valid body: escapes, no control bytes, UTF-8.
+#[inline]
+fn hole_end(doc: &[u8], i: usize) -> Option<usize> {
+    // Plain ASCII without escapes, eight bytes at a time: the usual hole.
+    let mut j = i;
+    while j + 8 <= doc.len() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&doc[j..j + 8]);
+        let x = u64::from_le_bytes(word);
+        let q = x ^ (LO * u64::from(b'"'));
+        let bs = x ^ (LO * u64::from(b'\\'));
+        let stop = ((q.wrapping_sub(LO) & !q)
+            | (bs.wrapping_sub(LO) & !bs)
+            | (x.wrapping_sub(LO * 0x20) & !x)
+            | x)
+            & HI;
+        if stop != 0 {
+            let at = j + (stop.trailing_zeros() / 8) as usize;
+            if doc[at] == b'"' {
+                return Some(at);
+            }
+            break;
+        }
+        j += 8;
+    }
+    let (after, _) = string_esc(doc, i)?;
+    let close = after - 1;
+    let body = &doc[i..close];
+    if !body.is_ascii() && std::str::from_utf8(body).is_err() {
+        return None;
+    }
+    Some(close)
 }

@@ -284,6 +284,20 @@ impl OpenAiChat {
         self.probe_kind = Some(kind);
     }
 
+    /// A plain delta of the learned shape at the start of `buf` (an event's
+    /// data with whatever follows it in the read): its length and the kind
+    /// of semantic output it carries, if any. Changes no evidence; applying
+    /// what it found is the caller's part, and equals what
+    /// [`on_frame`](Protocol::on_frame) does for that event.
+    pub(crate) fn delta_prefix(&mut self, buf: &[u8]) -> Option<(usize, Option<SemanticKind>)> {
+        if self.done {
+            return None;
+        }
+        let kind = self.probe_kind?;
+        let (nonempty, len) = self.template.check_prefix(buf)?;
+        Some((len, nonempty.then_some(kind)))
+    }
+
     /// The outcome of a complete non-streamed body.
     pub(crate) fn body_outcome(&self) -> Terminal {
         self.choices

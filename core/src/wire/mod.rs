@@ -13,5 +13,6 @@ mod violation;
 
 pub use limits::Limits;
 pub use ndjson::{NdjsonDecoder, NdjsonItem};
-pub use sse::{SseDecoder, SseEvent, SseItem, SsePending};
+pub(crate) use sse::data_value_start;
+pub use sse::{SseDecoder, SseEvent, SseItem, SsePending, SseSink};
 pub use violation::ProtocolViolation;

@@ -55,6 +55,46 @@ impl SsePending<'_> {
     }
 }
 
+/// What an [`SseDecoder`] hands its items to.
+///
+pub trait SseSink {
+    /// A completed item, in stream order.
+    fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation>;
+
+    /// Offered `rest`, the unread bytes of the read at an event boundary
+    /// (nothing carried or pending, no field set), which start at stream
+    /// offset `offset`. A sink that recognises whole events of the plainest
+    /// shape there (one `data:` line and a blank line, both ending in LF,
+    /// within the caps) may handle them itself and return their length;
+    /// the decoder then skips them, and stands at the next event boundary.
+    /// The default recognises nothing.
+    fn whole_events(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
+        let _ = (rest, offset);
+        None
+    }
+}
+
+/// A closure as a sink.
+struct FnSink<F>(F);
+
+impl<F> SseSink for FnSink<F>
+where
+    F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
+{
+    fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation> {
+        (self.0)(item)
+    }
+}
+
+/// Where the value of a `data:` line at the start of `buf` begins: after
+/// the colon and one optional space.
+pub(crate) fn data_value_start(buf: &[u8]) -> Option<usize> {
+    if !buf.starts_with(b"data:") {
+        return None;
+    }
+    Some(if buf.get(5) == Some(&b' ') { 6 } else { 5 })
+}
+
 /// Incremental SSE decoder.
 #[derive(Debug, Clone)]
 pub struct SseDecoder {
@@ -104,14 +144,26 @@ impl SseDecoder {
     /// Feeds one read; `emit` sees every item it completes, in order.
     ///
     /// After an error the decoder stays failed and returns the same error.
-    pub fn feed<F>(&mut self, chunk: &[u8], mut emit: F) -> Result<(), ProtocolViolation>
+    pub fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
     where
         F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
     {
+        self.feed_into(chunk, FnSink(emit))
+    }
+
+    /// Feeds one read into `sink`, which sees every item it completes, in
+    /// order, and is offered whole events first.
+    ///
+    /// After an error the decoder stays failed and returns the same error.
+    pub fn feed_into<S: SseSink>(
+        &mut self,
+        chunk: &[u8],
+        mut sink: S,
+    ) -> Result<(), ProtocolViolation> {
         if let Some(v) = self.failed {
             return Err(v);
         }
-        let result = self.feed_inner(chunk, &mut emit);
+        let result = self.feed_inner(chunk, &mut sink);
         self.consumed += chunk.len() as u64;
         if let Err(v) = result {
             self.failed = Some(v);
@@ -119,10 +171,11 @@ impl SseDecoder {
         result
     }
 
-    fn feed_inner<F>(&mut self, chunk: &[u8], emit: &mut F) -> Result<(), ProtocolViolation>
-    where
-        F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
-    {
+    fn feed_inner<S: SseSink>(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut S,
+    ) -> Result<(), ProtocolViolation> {
         if chunk.is_empty() {
             return Ok(());
         }
@@ -137,7 +190,7 @@ impl SseDecoder {
         }
         while pos < chunk.len() {
             if self.idle() {
-                pos = self.whole_events(chunk, pos, emit)?;
+                pos = self.whole_events(chunk, pos, sink)?;
                 if pos == chunk.len() {
                     break;
                 }
@@ -166,14 +219,14 @@ impl SseDecoder {
                     if rel > max_line {
                         return Err(ProtocolViolation::LineTooLong { cap: max_line });
                     }
-                    self.line(chunk, &chunk[pos..end], Some(pos), end_offset, emit)?;
+                    self.line(chunk, &chunk[pos..end], Some(pos), end_offset, sink)?;
                 } else {
                     if self.carry.len() + rel > max_line {
                         return Err(ProtocolViolation::LineTooLong { cap: max_line });
                     }
                     self.carry.extend_from_slice(&chunk[pos..end]);
                     let carry = std::mem::take(&mut self.carry);
-                    let result = self.line(chunk, &carry, None, end_offset, emit);
+                    let result = self.line(chunk, &carry, None, end_offset, sink);
                     self.carry = carry;
                     self.carry.clear();
                     result?;
@@ -211,16 +264,14 @@ impl SseDecoder {
     /// a blank line, all ending in LF and within the caps. Returns where
     /// the first other line starts; the line-by-line path takes it from
     /// there. For such events both paths emit the same items and leave the
-    /// decoder in the same (idle) state.
-    fn whole_events<F>(
+    /// decoder in the same (idle) state. The sink is offered each event
+    /// first ([`SseSink::whole_events`]).
+    fn whole_events<S: SseSink>(
         &mut self,
         chunk: &[u8],
         mut pos: usize,
-        emit: &mut F,
-    ) -> Result<usize, ProtocolViolation>
-    where
-        F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
-    {
+        sink: &mut S,
+    ) -> Result<usize, ProtocolViolation> {
         let base = self.consumed;
         let Limits {
             max_line,
@@ -228,6 +279,11 @@ impl SseDecoder {
         } = self.limits;
         loop {
             let rest = &chunk[pos..];
+            let taken = sink.whole_events(rest, base + pos as u64);
+            if let Some(n) = taken.filter(|&n| n > 0 && n <= rest.len()) {
+                pos += n;
+                continue;
+            }
             let (event_type, data_line) = if rest.starts_with(b"event:") {
                 let Some(n) = memchr2(b'\n', b'\r', rest) else {
                     return Ok(pos);
@@ -257,7 +313,7 @@ impl SseDecoder {
                 return Ok(pos);
             }
             let blank = pos + data_line + n + 1;
-            emit(SseItem::Event(SseEvent {
+            sink.item(SseItem::Event(SseEvent {
                 event_type,
                 data,
                 end_offset: base + blank as u64 + 1,
@@ -266,17 +322,14 @@ impl SseDecoder {
         }
     }
 
-    fn line<F>(
+    fn line<S: SseSink>(
         &mut self,
         chunk: &[u8],
         line: &[u8],
         chunk_start: Option<usize>,
         end_offset: u64,
-        emit: &mut F,
-    ) -> Result<(), ProtocolViolation>
-    where
-        F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
-    {
+        sink: &mut S,
+    ) -> Result<(), ProtocolViolation> {
         let mut line = line;
         let mut chunk_start = chunk_start;
         if self.at_start {
@@ -287,10 +340,10 @@ impl SseDecoder {
             }
         }
         if line.is_empty() {
-            return self.dispatch(chunk, end_offset, emit);
+            return self.dispatch(chunk, end_offset, sink);
         }
         if line[0] == b':' {
-            return emit(SseItem::Comment { end_offset });
+            return sink.item(SseItem::Comment { end_offset });
         }
         // The two fields of nearly every line, without searching for the colon.
         if line.starts_with(b"data:") {
@@ -381,15 +434,12 @@ impl SseDecoder {
         Ok(())
     }
 
-    fn dispatch<F>(
+    fn dispatch<S: SseSink>(
         &mut self,
         chunk: &[u8],
         end_offset: u64,
-        emit: &mut F,
-    ) -> Result<(), ProtocolViolation>
-    where
-        F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
-    {
+        sink: &mut S,
+    ) -> Result<(), ProtocolViolation> {
         if self.last_id != self.id_buf {
             self.last_id.clear();
             self.last_id.extend_from_slice(&self.id_buf);
@@ -400,14 +450,14 @@ impl SseDecoder {
             return Ok(());
         }
         let result = if let Some((s, e)) = self.borrowed.take() {
-            emit(SseItem::Event(SseEvent {
+            sink.item(SseItem::Event(SseEvent {
                 event_type: &self.event_type,
                 data: &chunk[s..e],
                 end_offset,
             }))
         } else {
             let end = self.data.len() - 1;
-            emit(SseItem::Event(SseEvent {
+            sink.item(SseItem::Event(SseEvent {
                 event_type: &self.event_type,
                 data: &self.data[..end],
                 end_offset,

@@ -46,13 +46,12 @@ impl std::error::Error for ObserveError {
 
 pin_project_lite::pin_project! {
     /// A response body decoded as it passes. Bytes are forwarded untouched;
-    /// evidence goes to the [`ObserveHandle`]. A clean end without terminal
-    /// proof becomes [`ObserveError::UnexpectedEof`]; dropping the body early
-    /// is recorded as cancellation, never as an EOF.
+    /// evidence goes to the [`ObserveHandle`], which owns the decoder. A clean
+    /// end without terminal proof becomes [`ObserveError::UnexpectedEof`];
+    /// dropping the body early is recorded as cancellation, never as an EOF.
     pub struct ObservedBody<B> {
         #[pin]
         inner: B,
-        observer: Option<StreamObserver>,
         handle: Option<ObserveHandle>,
         ended: bool,
     }
@@ -72,32 +71,18 @@ pin_project_lite::pin_project! {
 impl<B> fmt::Debug for ObservedBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObservedBody")
-            .field("observed", &self.observer.is_some())
+            .field("observed", &self.handle.is_some())
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
 }
 
 impl<B> ObservedBody<B> {
-    pub(crate) fn new(
-        inner: B,
-        protocol: &ProtocolKind,
-        limits: Limits,
-        handle: ObserveHandle,
-        whole_json: bool,
-    ) -> Self {
-        let config = ObserverConfig {
-            limits,
-            ..ObserverConfig::default()
-        };
-        let observer = if whole_json {
-            StreamObserver::non_streaming(protocol.clone(), config)
-        } else {
-            StreamObserver::with_config(protocol.clone(), config)
-        };
+    /// A body decoded into `handle`, which must own a decoder (see
+    /// [`observer`]).
+    pub(crate) fn new(inner: B, handle: ObserveHandle) -> Self {
         ObservedBody {
             inner,
-            observer: Some(observer),
             handle: Some(handle),
             ended: false,
         }
@@ -106,25 +91,27 @@ impl<B> ObservedBody<B> {
     pub(crate) fn passthrough(inner: B) -> Self {
         ObservedBody {
             inner,
-            observer: None,
             handle: None,
             ended: false,
         }
     }
 }
 
-fn publish(handle: &ObserveHandle, observer: &StreamObserver) {
-    let mut o = handle.lock();
-    o.progress = *observer.progress();
-    // Terminal proof and provider errors are set once and never change.
-    if o.terminal.is_none() {
-        o.terminal = observer.terminal().cloned();
-    }
-    if o.provider_error.is_none() {
-        o.provider_error = observer.provider_error().cloned();
-    }
-    if o.cursor != *observer.cursor() {
-        o.cursor.clone_from(observer.cursor());
+/// The decoder for a successful answer: a stream decoder, or the whole-body
+/// judge for a JSON (non-streamed) answer.
+pub(crate) fn observer(
+    protocol: &ProtocolKind,
+    limits: Limits,
+    whole_json: bool,
+) -> StreamObserver {
+    let config = ObserverConfig {
+        limits,
+        ..ObserverConfig::default()
+    };
+    if whole_json {
+        StreamObserver::non_streaming(protocol.clone(), config)
+    } else {
+        StreamObserver::with_config(protocol.clone(), config)
     }
 }
 
@@ -145,7 +132,7 @@ where
             return Poll::Ready(None);
         }
         let polled = ready!(this.inner.poll_frame(cx));
-        let (Some(observer), Some(handle)) = (this.observer.as_mut(), this.handle.as_ref()) else {
+        let Some(handle) = this.handle.as_ref() else {
             if polled.is_none() {
                 *this.ended = true;
             }
@@ -154,15 +141,19 @@ where
         match polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    if let Err(v) = observer.feed(data) {
-                        publish(handle, observer);
-                        let v = Violation::from(v);
-                        handle.lock().violation = Some(v);
-                        *this.ended = true;
-                        handle.lock().ended = true;
-                        return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
+                    let mut state = handle.lock();
+                    let state = &mut *state;
+                    if let Some(observer) = state.observer.as_mut() {
+                        let fed = observer.feed(data);
+                        handle.publish(observer);
+                        if let Err(v) = fed {
+                            let v = Violation::from(v);
+                            state.violation = Some(v);
+                            state.ended = true;
+                            *this.ended = true;
+                            return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
+                        }
                     }
-                    publish(handle, observer);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -173,17 +164,21 @@ where
             }
             None => {
                 *this.ended = true;
+                let mut state = handle.lock();
+                let state = &mut *state;
+                state.ended = true;
+                let Some(observer) = state.observer.as_mut() else {
+                    return Poll::Ready(None);
+                };
                 let end = observer.finish();
-                publish(handle, observer);
-                let mut o = handle.lock();
-                o.ended = true;
+                handle.publish(observer);
                 match end {
                     EndOfStream::Success { .. }
                     | EndOfStream::Unsuccessful { .. }
                     | EndOfStream::ProviderError { .. } => Poll::Ready(None),
                     EndOfStream::Violation { violation: v } => {
                         let v = Violation::from(v);
-                        o.violation = Some(v);
+                        state.violation = Some(v);
                         Poll::Ready(Some(Err(ObserveError::Protocol(v))))
                     }
                     EndOfStream::UnexpectedEof { pending } => {
@@ -191,7 +186,7 @@ where
                             pending_bytes: pending.map_or(0, |p| p.bytes),
                             pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
                         };
-                        o.unexpected_eof = Some(eof);
+                        state.unexpected_eof = Some(eof);
                         Poll::Ready(Some(Err(ObserveError::UnexpectedEof(eof))))
                     }
                 }

@@ -1,6 +1,8 @@
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use recovery_core::failure::{EofEvidence, Violation};
+use recovery_core::observer::StreamObserver;
 use recovery_core::progress::{Progress, ProviderError, ResumeCursor, Terminal};
 use recovery_core::protocol::ProtocolKind;
 
@@ -25,58 +27,133 @@ pub struct Observation {
     pub cursor: ResumeCursor,
 }
 
-/// Shared view of an [`Observation`]; cloned into the response extensions.
+/// Shared view of one observed body; cloned into the response extensions.
+///
+/// The decoder itself lives behind the handle: the body feeds it under the
+/// lock and readers look at it under the same lock, so nothing is copied
+/// per frame. The two facts a reader needs on every frame (the count of
+/// semantic fragments and whether a provider error arrived) are also kept in
+/// atomics, readable without the lock.
 #[derive(Debug, Clone)]
 pub struct ObserveHandle {
-    inner: Arc<Mutex<Observation>>,
-    protocol: Arc<ProtocolKind>,
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    protocol: ProtocolKind,
+    state: Mutex<State>,
+    semantic: AtomicU64,
+    flags: AtomicU8,
+}
+
+/// A provider error was observed (set once, never cleared).
+const PROVIDER_ERROR: u8 = 1;
+
+/// The decoder and what happened to the body, under the handle's lock.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// The stream decoder; `None` for a body passed through undecoded.
+    pub(crate) observer: Option<StreamObserver>,
+    pub(crate) violation: Option<Violation>,
+    pub(crate) unexpected_eof: Option<EofEvidence>,
+    pub(crate) ended: bool,
+    pub(crate) cancelled: bool,
 }
 
 impl ObserveHandle {
-    pub(crate) fn new(protocol: ProtocolKind) -> Self {
+    pub(crate) fn new(protocol: ProtocolKind, observer: Option<StreamObserver>) -> Self {
         ObserveHandle {
-            inner: Arc::default(),
-            protocol: Arc::new(protocol),
+            inner: Arc::new(Shared {
+                protocol,
+                state: Mutex::new(State {
+                    observer,
+                    ..State::default()
+                }),
+                semantic: AtomicU64::new(0),
+                flags: AtomicU8::new(0),
+            }),
         }
     }
 
     /// The protocol the body is decoded as.
     pub fn protocol(&self) -> &ProtocolKind {
-        &self.protocol
+        &self.inner.protocol
     }
 
     /// A copy of the observation now.
     pub fn snapshot(&self) -> Observation {
-        self.lock().clone()
+        let s = self.lock();
+        let mut o = Observation {
+            violation: s.violation,
+            unexpected_eof: s.unexpected_eof,
+            ended: s.ended,
+            cancelled: s.cancelled,
+            ..Observation::default()
+        };
+        if let Some(observer) = &s.observer {
+            o.progress = *observer.progress();
+            o.terminal = observer.terminal().cloned();
+            o.provider_error = observer.provider_error().cloned();
+            o.cursor = observer.cursor().clone();
+        }
+        o
     }
 
     /// Whether any semantic fragment was observed.
     pub fn semantic_observed(&self) -> bool {
-        self.lock().progress.semantic_observed()
+        self.progress().semantic_observed()
     }
 
     /// The progress counters now (cheap: no clone of the rest).
     pub fn progress(&self) -> Progress {
-        self.lock().progress
+        self.lock()
+            .observer
+            .as_ref()
+            .map(|o| *o.progress())
+            .unwrap_or_default()
     }
 
     /// The in-stream provider error, once seen.
     pub fn provider_error(&self) -> Option<ProviderError> {
-        self.lock().provider_error.clone()
+        if self.inner.flags.load(Ordering::Acquire) & PROVIDER_ERROR == 0 {
+            return None;
+        }
+        self.lock()
+            .observer
+            .as_ref()
+            .and_then(|o| o.provider_error().cloned())
     }
 
     /// The terminal proof, once seen.
     pub fn terminal(&self) -> Option<Terminal> {
-        self.lock().terminal.clone()
+        self.lock()
+            .observer
+            .as_ref()
+            .and_then(|o| o.terminal().cloned())
     }
 
-    /// Reads the observation under one lock.
-    pub(crate) fn read<R>(&self, f: impl FnOnce(&Observation) -> R) -> R {
-        f(&self.lock())
+    /// Semantic fragments observed so far, without taking the lock.
+    pub(crate) fn semantic_fragments(&self) -> u64 {
+        self.inner.semantic.load(Ordering::Acquire)
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Observation> {
+    /// Brings the lock-free facts up to date after the decoder moved.
+    pub(crate) fn publish(&self, observer: &StreamObserver) {
+        let semantic = observer.progress().semantic_fragments();
+        if semantic != self.inner.semantic.load(Ordering::Relaxed) {
+            self.inner.semantic.store(semantic, Ordering::Release);
+        }
+        if observer.provider_error().is_some()
+            && self.inner.flags.load(Ordering::Relaxed) & PROVIDER_ERROR == 0
+        {
+            self.inner.flags.fetch_or(PROVIDER_ERROR, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.inner
+            .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

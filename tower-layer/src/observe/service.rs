@@ -8,7 +8,7 @@ use recovery_core::protocol::ProtocolKind;
 use recovery_core::wire::Limits;
 use tower_service::Service;
 
-use super::body::ObservedBody;
+use super::body::{ObservedBody, observer};
 use super::handle::ObserveHandle;
 
 /// Observes the response bodies of the inner service. See [`ObserveLayer`].
@@ -66,7 +66,6 @@ where
         let response = ready!(this.inner.poll(cx))?;
         let protocol = this.protocol.take().unwrap_or(ProtocolKind::OpenAiChat);
         let (mut parts, body) = response.into_parts();
-        let handle = ObserveHandle::new(protocol.clone());
         // Only a successful answer is a stream to decode; an error body is
         // passed through untouched for the recovery layer to classify.
         let json = parts
@@ -75,12 +74,14 @@ where
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
         let body = if parts.status.is_success() {
-            parts.extensions.insert(handle.clone());
             // A JSON answer is a whole (non-streamed) body: judged at its end,
             // never fed to the stream decoder.
-            ObservedBody::new(body, &protocol, *this.limits, handle, json)
+            let observer = observer(&protocol, *this.limits, json);
+            let handle = ObserveHandle::new(protocol, Some(observer));
+            parts.extensions.insert(handle.clone());
+            ObservedBody::new(body, handle)
         } else {
-            parts.extensions.insert(handle);
+            parts.extensions.insert(ObserveHandle::new(protocol, None));
             ObservedBody::passthrough(body)
         };
         Poll::Ready(Ok(Response::from_parts(parts, body)))

@@ -502,6 +502,49 @@ impl Body for RecoveryBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
+        // The common case, kept small: nothing held, streaming the committed
+        // attempt, no failure pending.
+        let plain = this.held.is_empty()
+            && this.live.as_ref().is_some_and(|l| {
+                matches!(l.stage, Stage::Streaming) && l.failed_after_frame.is_none()
+            });
+        if let (true, Some(inner)) = (plain, this.inner.as_mut()) {
+            let polled = match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => this.on_frame(frame),
+                Poll::Pending => match this.on_pending(cx) {
+                    // Nothing fired: wait for the inner body.
+                    Poll::Pending if this.waiting() => return Poll::Pending,
+                    other => other,
+                },
+                Poll::Ready(other) => this.on_ended(other),
+            };
+            // `Pending` here means frames were queued or a resume was
+            // scheduled: the general path takes it from there.
+            if let ready @ Poll::Ready(_) = polled {
+                return ready;
+            }
+        }
+        this.poll_general(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_empty()
+            && match &self.live {
+                Some(live) => matches!(live.stage, Stage::Done),
+                None => self.inner.as_ref().is_none_or(Body::is_end_stream),
+            }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl RecoveryBody {
+    /// Every state: held frames, waits and resumes, pending failures.
+    #[inline(never)]
+    fn poll_general(&mut self, cx: &mut Context<'_>) -> Polled {
+        let this = self;
         loop {
             if let Some(frame) = this.held.pop_front() {
                 this.deliver(&frame);
@@ -528,47 +571,54 @@ impl Body for RecoveryBody {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
             };
-            let polled = Pin::new(inner).poll_frame(cx);
-            if polled.is_pending() {
-                if let Some(live) = &mut this.live {
-                    let stall = ready!(live.watchdog.poll_stall(cx));
-                    match this.fail(Failure::new(
-                        FailureKind::Timeout { stall },
-                        Phase::Streaming,
-                    )) {
-                        Poll::Pending => continue,
-                        ready @ Poll::Ready(_) => return ready,
-                    }
-                }
-                return Poll::Pending;
-            }
-            let result = match ready!(polled) {
-                Some(Ok(frame)) => this.on_frame(frame),
-                Some(Err(e)) => this.on_error(e),
-                None => this.end(),
+            let result = match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => this.on_frame(frame),
+                Poll::Pending => match this.on_pending(cx) {
+                    // Nothing fired: wait for the inner body.
+                    Poll::Pending if this.waiting() => return Poll::Pending,
+                    other => other,
+                },
+                Poll::Ready(other) => this.on_ended(other),
             };
             match result {
-                // A resume was scheduled: drive it on the next turn.
+                // A resume was scheduled, or frames were queued: go round.
                 Poll::Pending => {}
                 ready @ Poll::Ready(_) => return ready,
             }
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.held.is_empty()
-            && match &self.live {
-                Some(live) => matches!(live.stage, Stage::Done),
-                None => self.inner.as_ref().is_none_or(Body::is_end_stream),
-            }
+    /// Whether the body is waiting on its inner body and nothing else is due:
+    /// streaming, no failure pending.
+    fn waiting(&self) -> bool {
+        self.live
+            .as_ref()
+            .is_none_or(|l| matches!(l.stage, Stage::Streaming) && l.failed_after_frame.is_none())
     }
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    /// The inner body is not ready: the watchdog may have fired. `Pending`
+    /// either way but a stall; callers go round when [`waiting`] is false.
+    fn on_pending(&mut self, cx: &mut Context<'_>) -> Polled {
+        let Some(live) = &mut self.live else {
+            return Poll::Pending;
+        };
+        let stall = ready!(live.watchdog.poll_stall(cx));
+        self.fail(Failure::new(
+            FailureKind::Timeout { stall },
+            Phase::Streaming,
+        ))
     }
-}
 
-impl RecoveryBody {
+    /// The inner body ended or failed.
+    #[cold]
+    fn on_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) -> Polled {
+        match polled {
+            Some(Ok(frame)) => self.on_frame(frame),
+            Some(Err(e)) => self.on_error(e),
+            None => self.end(),
+        }
+    }
+
     fn on_frame(&mut self, frame: Frame<Bytes>) -> Polled {
         let Some(live) = &mut self.live else {
             return Poll::Ready(Some(Ok(frame)));
@@ -582,9 +632,10 @@ impl RecoveryBody {
                 ));
             }
         }
-        let (semantic, error) = live.handle.as_ref().map_or((0, None), |h| {
-            h.read(|o| (o.progress.semantic_fragments(), o.provider_error.clone()))
-        });
+        let (semantic, error) = live
+            .handle
+            .as_ref()
+            .map_or((0, None), |h| (h.semantic_fragments(), h.provider_error()));
         let clock = &live.clock;
         live.watchdog.on_frame(semantic, |d| clock.sleep(d));
         if let Some(error) = error {
