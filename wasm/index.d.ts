@@ -46,6 +46,8 @@ export interface AttemptRecord {
   ended_ms: number | null;
   status: number | null;
   result: 'in_progress' | 'succeeded' | 'failed';
+  /** On a failed attempt: whether the server may have accepted the request (`no`: provably not processed). */
+  acceptance?: 'no' | 'yes' | 'unknown';
   retry_after: RetryAfterHint;
   progress: Record<string, number | boolean>;
   request_id: string | null;

@@ -302,6 +302,7 @@ impl Recovery {
             ended_ms: None,
             status: None,
             result: AttemptResult::InProgress,
+            acceptance: None,
             retry_after: crate::retry_after::RetryAfter::Absent,
             progress: Progress::default(),
             request_id: None,
@@ -472,6 +473,7 @@ impl Recovery {
                 phase,
                 reason,
             };
+            rec.acceptance = Some(failure.acceptance);
         }
         self.in_flight = false;
         self.output_observed |= failure.progress.blocks_replay();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::DelayCause;
-use crate::failure::{Category, Phase};
+use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
 use crate::progress::{Progress, Proof};
 use crate::retry_after::RetryAfter;
@@ -51,6 +51,13 @@ pub struct AttemptRecord {
     /// How it ended.
     #[serde(flatten)]
     pub result: AttemptResult,
+    /// For an attempt that failed on evidence, whether the server may have
+    /// accepted the request: `no` when it provably did not (a refused
+    /// connection or HTTP/2 stream), `unknown` when the request went out and
+    /// no head came back. Absent while running, on success and on
+    /// cancellation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<Acceptance>,
     /// The server's retry hint.
     pub retry_after: RetryAfter,
     /// What the attempt's stream carried and delivered.

@@ -181,6 +181,24 @@ fn cn3_reset_before_the_head_is_retried_as_ambiguous() {
 }
 
 #[test]
+fn cn5_refused_stream_is_resent_without_admission_and_counted() {
+    // A local endpoint without a hook resends only what the server provably
+    // did not process; a refused stream is that, and it still costs a send.
+    let policy = test_builder().endpoint(Endpoint::Local).build().unwrap();
+    let refused = Failure::transport(TransportKind::RefusedStream, Phase::AwaitingHeaders);
+    assert_eq!(refused.acceptance, Acceptance::No);
+    let run = Script::new(policy, vec![fail(refused), succeed()]).run();
+    assert_eq!(run.outcome, completed());
+    assert_eq!(run.transitions(), SUCCESS_ON_2);
+    assert_eq!(run.report.attempt_count(), 2);
+    assert_eq!(run.report.attempts[0].acceptance, Some(Acceptance::No));
+    assert_eq!(run.report.attempts[1].acceptance, None);
+    let json = serde_json::to_value(&run.report).unwrap();
+    assert_eq!(json["attempts"][0]["acceptance"], "no");
+    assert!(json["attempts"][1].get("acceptance").is_none());
+}
+
+#[test]
 fn cn7_head_timeout_fires_at_its_value_then_retries() {
     let policy = test_builder().head_timeout(Some(secs(30))).build().unwrap();
     let run = Script::new(

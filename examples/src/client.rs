@@ -19,9 +19,10 @@ use tower_service::Service;
 /// roots), sending the replayable bodies the recovery layer hands it.
 pub type HttpsClient = Client<HttpsConnector<HttpConnector>, ReplayBody>;
 
-/// The client. Its own retry of requests cancelled on a pooled connection is
-/// off: recovery decides every resend, and a client that resends on its own
-/// would both multiply sends and hide failures from the evidence.
+/// The client. Its own re-send of a request that hyper handed back unwritten
+/// (a pooled connection found closed) stays on: nothing was sent, so there
+/// is nothing for recovery to decide, and turned off that request would be
+/// counted as a failed attempt of unknown acceptance.
 pub fn https_client() -> HttpsClient {
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
@@ -29,9 +30,7 @@ pub fn https_client() -> HttpsClient {
         .https_or_http()
         .enable_http1()
         .build();
-    Client::builder(TokioExecutor::new())
-        .retry_canceled_requests(false)
-        .build(connector)
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 /// How one exchange through the recovery stack ended.

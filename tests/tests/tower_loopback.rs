@@ -7,7 +7,10 @@
 //! lifecycle event, and no connection left open.
 
 use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -771,4 +774,308 @@ async fn tb9_storm_over_sockets_with_and_without_the_retry_budget() {
     }
     assert!((ratios[0] - 3.0).abs() < f64::EPSILON);
     assert!(ratios[1] <= 1.0 + 0.2 + 100.0 / N as f64, "{}", ratios[1]);
+}
+
+/// One call through a fresh `RecoveryLayer` + `ObserveLayer` over `client`
+/// (a clone shares its pool): the delivered bytes and the report, with
+/// exactly one terminal lifecycle event checked.
+async fn call_on<C>(
+    client: &Client<C, ReplayBody>,
+    url: String,
+) -> (Vec<u8>, tower_recovery::core::report::RecoveryReport)
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let mut svc = RecoveryLayer::new(policy())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client.clone()));
+    let req = Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let (body, report) = tokio::time::timeout(LIMIT, async {
+        let resp = svc.call(req).await.expect("the response future");
+        let report = resp.extensions().get::<ReportHandle>().cloned().unwrap();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .expect("the body")
+            .to_bytes();
+        (body.to_vec(), report.report())
+    })
+    .await
+    .expect("hung");
+    let terminal = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind.is_terminal())
+        .count();
+    assert_eq!(terminal, 1, "exactly one terminal event");
+    (body, report)
+}
+
+/// The server answers the first call, then closes that connection (FIN,
+/// unannounced) while it sits idle in the pool; the second call gets a
+/// clean answer on whatever connection it lands on.
+async fn closes_after_first_answer() -> FaultProvider {
+    FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            sse(Write::fixture("openai-chat/happy-usage.sse")).no_keep_alive(),
+            sse(Write::fixture("openai-chat/happy-usage.sse")),
+        ],
+    ))
+    .await
+    .unwrap()
+}
+
+/// What CN6 expects of the second call, whichever way the client learned
+/// that its pooled connection was closed: one attempt reported, one request
+/// received (on a new connection), the fixture delivered once.
+fn assert_second_call_is_one_attempt(
+    provider: &FaultProvider,
+    second: &(Vec<u8>, tower_recovery::core::report::RecoveryReport),
+) {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let (body, report) = second;
+    assert_eq!(body, &happy);
+    assert_eq!(report.attempt_count(), 1, "{report:?}");
+    assert_eq!(report.resend_count, 0);
+    assert!(matches!(report.outcome, Some(Outcome::Completed { .. })));
+    let sent = provider.requests_for(PATH);
+    assert_eq!(sent.len(), 2, "exactly one request per call");
+    assert_eq!(sent[0].connection, 0);
+    assert_eq!(
+        sent[1].connection, 1,
+        "the closed connection carried nothing"
+    );
+    assert_eq!(sent[1].body, sent[0].body);
+}
+
+#[tokio::test]
+async fn cn6_pooled_connection_closed_while_idle_costs_no_attempt() {
+    // A race by nature: the pool may notice the FIN before the checkout
+    // (it connects anew), or hyper may find it when the request arrives
+    // (hyper-util re-sends it unwritten). Either way: one attempt, one request.
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = closes_after_first_answer().await;
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let first = call_on(&client, provider.url(PATH)).await;
+    assert_eq!(first.0, happy);
+    assert_eq!(first.1.attempt_count(), 1);
+    let second = call_on(&client, provider.url(PATH)).await;
+    assert_second_call_is_one_attempt(&provider, &second);
+    drop(client);
+    let stats = tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .unwrap();
+    assert_eq!(stats.connections_accepted, 2);
+}
+
+/// Shared state of [`LateEof`] connections.
+#[derive(Default)]
+struct LateEofState {
+    /// Connections made.
+    connections: AtomicU32,
+    /// Once set, a hidden end of stream is reported on the next read.
+    reveal: AtomicBool,
+    /// Hidden ends of stream, counted as they happen.
+    hidden: tokio::sync::watch::Sender<u32>,
+    /// Hidden ends of stream later reported to hyper.
+    revealed: AtomicU32,
+    /// Bytes hyper wrote on a connection after its end of stream was hidden.
+    written_after_eof: AtomicUsize,
+}
+
+/// A connector whose connections keep the server's FIN from hyper until
+/// `reveal` is set *and* something else wakes the connection: an idle pooled
+/// connection the server closed then still looks open to the pool, and
+/// hyper finds it closed only when the next request wakes it, before it
+/// writes anything. This makes hyper-util's re-send of an unstarted request
+/// (`retry_canceled_requests`) happen every time instead of by chance.
+#[derive(Clone)]
+struct LateEof {
+    inner: HttpConnector,
+    state: Arc<LateEofState>,
+}
+
+impl LateEof {
+    fn new() -> Self {
+        LateEof {
+            inner: HttpConnector::new(),
+            state: Arc::default(),
+        }
+    }
+}
+
+struct LateEofStream {
+    stream: tokio::net::TcpStream,
+    state: Arc<LateEofState>,
+    eof: bool,
+    revealed: bool,
+}
+
+impl tower_service::Service<http::Uri> for LateEof {
+    type Response = hyper_util::rt::TokioIo<LateEofStream>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let state = Arc::clone(&self.state);
+        Box::pin(async move {
+            let stream = connecting.await?.into_inner();
+            state.connections.fetch_add(1, SeqCst);
+            Ok(hyper_util::rt::TokioIo::new(LateEofStream {
+                stream,
+                state,
+                eof: false,
+                revealed: false,
+            }))
+        })
+    }
+}
+
+impl hyper_util::client::legacy::connect::Connection for LateEofStream {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        self.stream.connected()
+    }
+}
+
+impl tokio::io::AsyncRead for LateEofStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if !this.eof {
+            let before = buf.filled().len();
+            match Pin::new(&mut this.stream).poll_read(cx, buf) {
+                Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
+                    this.eof = true;
+                    this.state.hidden.send_modify(|n| *n += 1);
+                }
+                other => return other,
+            }
+        }
+        if this.state.reveal.load(SeqCst) {
+            if !this.revealed {
+                this.revealed = true;
+                this.state.revealed.fetch_add(1, SeqCst);
+            }
+            Poll::Ready(Ok(()))
+        } else {
+            // No waker is kept: only another event (a request handed to
+            // this connection) polls it again.
+            Poll::Pending
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for LateEofStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if this.eof {
+            this.state.written_after_eof.fetch_add(data.len(), SeqCst);
+        }
+        Pin::new(&mut this.stream).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// The second call of [`closes_after_first_answer`] handed to the closed
+/// pooled connection every time (see [`LateEof`]), through a client whose
+/// own re-send of unwritten requests is `retry_canceled`.
+async fn second_call_on_a_closed_pooled_connection(
+    retry_canceled: bool,
+) -> (
+    FaultProvider,
+    (Vec<u8>, tower_recovery::core::report::RecoveryReport),
+) {
+    let happy = fixture("openai-chat/happy-usage.sse");
+    let provider = closes_after_first_answer().await;
+    let connector = LateEof::new();
+    let state = Arc::clone(&connector.state);
+    let client: Client<LateEof, ReplayBody> = Client::builder(TokioExecutor::new())
+        .retry_canceled_requests(retry_canceled)
+        .build(connector);
+    let first = call_on(&client, provider.url(PATH)).await;
+    assert_eq!(first.0, happy);
+    assert_eq!(first.1.attempt_count(), 1);
+    // The server closed connection 0 once its answer was out; hyper read
+    // the FIN, and it was kept from it.
+    let mut hidden = state.hidden.subscribe();
+    tokio::time::timeout(LIMIT, hidden.wait_for(|n| *n >= 1))
+        .await
+        .unwrap()
+        .unwrap();
+    // Let the pool take the connection back as idle (its return is a task
+    // woken by the connection) before the next checkout.
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    state.reveal.store(true, SeqCst);
+    let second = call_on(&client, provider.url(PATH)).await;
+    assert_eq!(
+        state.revealed.load(SeqCst),
+        1,
+        "the second request was handed to the closed pooled connection"
+    );
+    assert_eq!(
+        state.written_after_eof.load(SeqCst),
+        0,
+        "nothing was written to it"
+    );
+    assert_eq!(state.connections.load(SeqCst), 2);
+    drop(client);
+    let stats = tokio::time::timeout(LIMIT, provider.wait_idle())
+        .await
+        .unwrap();
+    assert_eq!(stats.connections_accepted, 2);
+    (provider, second)
+}
+
+#[tokio::test]
+async fn cn6_hyper_util_resends_an_unwritten_request_and_it_is_one_attempt() {
+    let (provider, second) = second_call_on_a_closed_pooled_connection(true).await;
+    assert_second_call_is_one_attempt(&provider, &second);
+}
+
+#[tokio::test]
+async fn cn6_with_the_clients_resend_off_the_unwritten_request_costs_an_attempt() {
+    // What the row guards against: without hyper-util's re-send, the request
+    // hyper handed back unwritten reaches recovery as a failure it cannot
+    // tell from a lost send (acceptance unknown) and is counted, although
+    // the server received one request.
+    let (provider, second) = second_call_on_a_closed_pooled_connection(false).await;
+    let (body, report) = &second;
+    assert_eq!(body, &fixture("openai-chat/happy-usage.sse"));
+    assert_eq!(report.attempt_count(), 2);
+    assert_eq!(
+        report.attempts[0].acceptance,
+        Some(recovery_core::failure::Acceptance::Unknown)
+    );
+    assert_eq!(provider.count_path(PATH), 2, "one request per call");
 }

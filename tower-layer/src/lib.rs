@@ -17,7 +17,7 @@
 //!     .layer(RecoveryLayer::new(policy))      // outermost: replay, hold-back, typed errors
 //!     .layer(ConcurrencyLimitLayer::new(8))   // limits inside: each send takes a permit
 //!     .layer(ObserveLayer::new(protocol))     // decodes the stream, publishes evidence
-//!     .service(client)                        // hyper-util client, its own retries off
+//!     .service(client)                        // hyper-util client (re-sends only unwritten requests)
 //! ```
 //!
 //! - **`RecoveryLayer` outermost.** It must see every attempt's failure and
@@ -27,9 +27,13 @@
 //!   between recovery and the client so every physical send is counted; no
 //!   permit is held while backing off. `ObserveLayer` sits next to the client
 //!   so it sees the bytes of every attempt.
-//! - **Turn off the inner client's or SDK's own retries** (hyper-util:
-//!   `retry_canceled_requests(false)`; SDKs: `max_retries = 0`). Two retry
+//! - **Turn off the inner SDK's own retries** (`max_retries = 0`). Two retry
 //!   loops multiply sends and hide the evidence this one decides from.
+//!   hyper-util's `retry_canceled_requests` (on by default) is not such a
+//!   loop: it re-sends only a request that hyper handed back unwritten from
+//!   a pooled connection found closed, so leave it on; turned off, that
+//!   request reaches recovery as a failed attempt of unknown acceptance and
+//!   is counted although nothing was sent.
 //!
 //! A complete stack, here over an in-process service that answers `503` once
 //! and then streams:
@@ -116,9 +120,8 @@
 //! use tower_recovery::core::protocol::ProtocolKind;
 //! use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
 //!
-//! let client: Client<HttpConnector, ReplayBody> = Client::builder(TokioExecutor::new())
-//!     .retry_canceled_requests(false) // recovery decides every resend
-//!     .build_http();
+//! let client: Client<HttpConnector, ReplayBody> =
+//!     Client::builder(TokioExecutor::new()).build_http();
 //! let svc = ServiceBuilder::new()
 //!     .layer(RecoveryLayer::new(RecoveryPolicy::default()))
 //!     .layer(ObserveLayer::new(ProtocolKind::Anthropic))
@@ -145,6 +148,17 @@
 //!   [`RecoveryLayer::on_event`]. Cancel a call with a
 //!   [`RecoveryCall`](recovery_core::call::RecoveryCall) in the request
 //!   extensions.
+//!
+//! # Features
+//!
+//! - `tokio` (default): [`TokioTiming`], the timing of the layers' waits.
+//! - `tracing`: a span per logical request and per attempt.
+//! - `h2`: tells HTTP/2 refusals apart. A stream the server reset with
+//!   `REFUSED_STREAM`, or failed by its `GOAWAY` (a stream above the last
+//!   one it processes), provably did not reach the application: it is
+//!   resent even where an ambiguous failure needs admission, and it counts
+//!   as an attempt. Without the feature it is a transport failure of unknown
+//!   acceptance. Enable it when the inner client speaks HTTP/2.
 //!
 //! What is guaranteed and what is not (no exactly-once tool journal; closing
 //! a socket does not prove remote termination; headers can differ between

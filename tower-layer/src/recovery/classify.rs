@@ -10,6 +10,9 @@ use crate::observe::ObserveError;
 
 /// Classifies an error of the inner service (no response head came back).
 pub(crate) fn head_error(err: &BoxError) -> Failure {
+    if refused_stream(err.as_ref()) {
+        return Failure::transport(TransportKind::RefusedStream, Phase::AwaitingHeaders);
+    }
     match io_kind(err.as_ref()) {
         Some(io::ErrorKind::ConnectionRefused) => {
             Failure::transport(TransportKind::Refused, Phase::Connecting)
@@ -59,6 +62,32 @@ fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
         cur = e.source();
     }
     None
+}
+
+/// An HTTP/2 stream the server provably did not process (RFC 9113 §8.7,
+/// §6.8): reset by the peer with `REFUSED_STREAM`, or failed by the peer's
+/// `GOAWAY`. The `h2` crate fails a stream with the remote `GOAWAY` only when
+/// its id is above the frame's last-stream-id, or when it is opened after the
+/// frame (never sent); streams the server kept end with their own result.
+#[cfg(feature = "h2")]
+fn refused_stream(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away()
+                    || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)));
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Without the `h2` feature no HTTP/2 error can be told apart: a refused
+/// stream stays a transport failure of unknown acceptance.
+#[cfg(not(feature = "h2"))]
+fn refused_stream(_err: &(dyn std::error::Error + 'static)) -> bool {
+    false
 }
 
 /// Certificate failures are configuration errors: permanent. Only the error
