@@ -15,7 +15,7 @@ use crate::progress::{Proof, UnsuccessfulReason};
 use crate::protocol::{
     Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
     OpenAiChat, OpenAiResponses, PendingAtEof, Protocol, ProtocolKind, SemanticOptions,
-    classify_json_body, note, partial_body_may_be_semantic, semantic_or_n,
+    classify_json_body, partial_body_may_be_semantic,
 };
 use crate::wire::{
     Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem, SseSink, data_value_start,
@@ -255,17 +255,25 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
             }
             taken += line + 2;
             let end_offset = offset + taken as u64;
-            let ev = &mut *self.ev;
-            let was_semantic = ev.progress.semantic_observed();
-            let mut first = None;
-            if let Some(kind) = kind {
-                note(&mut ev.progress, &mut first, kind);
-            }
-            let info = EventInfo::of(semantic_or_n(first));
-            // Neither terminal proof nor a provider error comes from a
-            // plain delta.
-            account(ev, self.feed, info, end_offset, was_semantic, true, true);
-            (self.on_event)(&EventRecord { info, end_offset });
+            // What `account` does for a plain delta: neither terminal proof
+            // nor a provider error comes from one.
+            let progress = &mut self.ev.progress;
+            let class = match kind {
+                Some(kind) => {
+                    if !progress.semantic_observed() {
+                        self.feed.committed_at = Some(end_offset);
+                    }
+                    progress.observe(kind);
+                    EventClass::Semantic(kind)
+                }
+                None => EventClass::NonSemantic,
+            };
+            progress.frames += 1;
+            self.feed.frames += 1;
+            (self.on_event)(&EventRecord {
+                info: EventInfo::of(class),
+                end_offset,
+            });
         }
         (taken > 0).then_some(taken)
     }
@@ -365,17 +373,29 @@ impl StreamObserver {
         let protocol = &mut self.protocol;
         let ev = &mut self.ev;
         let result = match &mut self.framing {
-            Framing::Sse(dec) => dec.feed_into(
-                chunk,
-                SseFeed {
+            Framing::Sse(dec) => {
+                let mut sink = SseFeed {
                     protocol,
                     ev,
                     feed: &mut feed,
                     decode,
                     limits: self.config.limits,
                     on_event: &mut on_event,
-                },
-            ),
+                };
+                // A read of whole plain deltas never reaches the decoder.
+                let mut rest = chunk;
+                if dec.at_event_boundary() {
+                    if let Some(n) = sink.whole_events(chunk, dec.consumed()) {
+                        dec.skip_taken(n);
+                        rest = &chunk[n..];
+                    }
+                }
+                if rest.is_empty() {
+                    Ok(())
+                } else {
+                    dec.feed_into(rest, sink)
+                }
+            }
             Framing::Ndjson(dec) => dec.feed(chunk, |item| {
                 let (info, end_offset) = match item {
                     NdjsonItem::Blank { end_offset } => {

@@ -55,6 +55,13 @@ impl<S: Future<Output = ()>> Watchdog<S> {
         self.semantic_seen = 0;
     }
 
+    /// Whether any timer is configured; without one, [`on_frame`](Self::on_frame)
+    /// has nothing to do and a driver may skip it.
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.idle_timeout.is_some() || self.progress_timeout.is_some()
+    }
+
     /// Bytes arrived; `semantic` is the stream's count of semantic fragments
     /// so far. Any byte rearms the idle timer; only a new semantic fragment
     /// rearms the progress timer.

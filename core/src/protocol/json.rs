@@ -1181,7 +1181,7 @@ impl Template {
             let fixed = &self.doc[t..start];
             let theirs = &doc[d.min(doc.len())..doc.len().min(d + fixed.len())];
             if fixed != theirs {
-                return Err(Some(t + common_prefix(fixed, theirs)));
+                return Err(difference(fixed, theirs, t));
             }
             d += fixed.len();
             let close = hole_end(doc, d).ok_or(None)?;
@@ -1198,10 +1198,18 @@ impl Template {
             &doc[d..doc.len().min(d + fixed.len())]
         };
         if fixed != theirs {
-            return Err(Some(t + common_prefix(fixed, theirs)));
+            return Err(difference(fixed, theirs, t));
         }
         Ok((nonempty, d + fixed.len()))
     }
+}
+
+/// Where `theirs` first differs from the template bytes `fixed` (which
+/// start at `t` in the template); `None` when `theirs` merely ends early (a
+/// document cut short says nothing about which strings vary).
+fn difference(fixed: &[u8], theirs: &[u8], t: usize) -> Option<usize> {
+    let common = common_prefix(fixed, theirs);
+    (common < theirs.len()).then_some(t + common)
 }
 
 /// Where the string body starting at `i` ends (the index of its closing

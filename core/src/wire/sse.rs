@@ -249,6 +249,19 @@ impl SseDecoder {
         Ok(())
     }
 
+    /// Whether the decoder stands between events with nothing pending: a
+    /// read may then start with events a [`SseSink`] takes whole (see
+    /// [`skip_taken`](Self::skip_taken)).
+    pub(crate) fn at_event_boundary(&self) -> bool {
+        self.failed.is_none() && !self.after_cr && self.idle()
+    }
+
+    /// Accounts for `n` bytes at an event boundary that a sink took whole
+    /// ([`SseSink::whole_events`]), as the decoder's own loop does.
+    pub(crate) fn skip_taken(&mut self, n: usize) {
+        self.consumed += n as u64;
+    }
+
     /// Whether no event is under way: nothing carried, no data, type or id
     /// pending, past the start of the stream.
     fn idle(&self) -> bool {

@@ -116,7 +116,7 @@ impl ObserveHandle {
 
     /// The in-stream provider error, once seen.
     pub fn provider_error(&self) -> Option<ProviderError> {
-        if self.inner.flags.load(Ordering::Acquire) & PROVIDER_ERROR == 0 {
+        if !self.provider_error_seen() {
             return None;
         }
         self.lock()
@@ -133,12 +133,20 @@ impl ObserveHandle {
             .and_then(|o| o.terminal().cloned())
     }
 
+    /// Whether a provider error was observed, without taking the lock.
+    #[inline]
+    pub(crate) fn provider_error_seen(&self) -> bool {
+        self.inner.flags.load(Ordering::Acquire) & PROVIDER_ERROR != 0
+    }
+
     /// Semantic fragments observed so far, without taking the lock.
+    #[inline]
     pub(crate) fn semantic_fragments(&self) -> u64 {
         self.inner.semantic.load(Ordering::Acquire)
     }
 
     /// Brings the lock-free facts up to date after the decoder moved.
+    #[inline]
     pub(crate) fn publish(&self, observer: &StreamObserver) {
         let semantic = observer.progress().semantic_fragments();
         if semantic != self.inner.semantic.load(Ordering::Relaxed) {

@@ -632,13 +632,16 @@ impl RecoveryBody {
                 ));
             }
         }
-        let (semantic, error) = live
-            .handle
-            .as_ref()
-            .map_or((0, None), |h| (h.semantic_fragments(), h.provider_error()));
-        let clock = &live.clock;
-        live.watchdog.on_frame(semantic, |d| clock.sleep(d));
-        if let Some(error) = error {
+        let handle = live.handle.as_ref();
+        if live.watchdog.is_armed() {
+            let clock = &live.clock;
+            let semantic = handle.map_or(0, ObserveHandle::semantic_fragments);
+            live.watchdog.on_frame(semantic, |d| clock.sleep(d));
+        }
+        if let Some(error) = handle
+            .filter(|h| h.provider_error_seen())
+            .and_then(ObserveHandle::provider_error)
+        {
             live.failed_after_frame = Some(Failure::new(
                 FailureKind::Provider { error },
                 Phase::Streaming,
