@@ -11,15 +11,23 @@
 //! interleaved (bare, layered, bare, ...) so drift affects both alike; the
 //! figures are medians.
 //!
+//! Two calibration wrappers run in the same trials, to place the figures on
+//! a scale: a pass-through body wrapper (the floor of any body middleware)
+//! and a wrapper that splits the events and decodes every payload with
+//! `serde_json` into a `Value` (what a naive observer costs).
+//!
 //! Run: `cargo bench -p tower-recovery --bench overhead`
 
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cpu_time::{ProcessTime, ThreadTime};
 use http::Request;
+use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -162,6 +170,75 @@ async fn observed(url: &str) -> usize {
     n
 }
 
+pin_project_lite::pin_project! {
+    /// A calibration body wrapper: forwards every frame; with `decode`, also
+    /// splits the SSE events and decodes each payload with `serde_json`.
+    struct Calibration<B> {
+        #[pin]
+        inner: B,
+        decode: bool,
+        carry: Vec<u8>,
+        decoded: u64,
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Calibration<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = ready!(this.inner.poll_frame(cx));
+        if let (true, Some(Ok(frame))) = (*this.decode, &polled) {
+            if let Some(data) = frame.data_ref() {
+                this.carry.extend_from_slice(data);
+                let mut start = 0;
+                while let Some(end) = memchr::memmem::find(&this.carry[start..], b"\n\n") {
+                    let event = &this.carry[start..start + end];
+                    if let Some(payload) = event.strip_prefix(b"data: ") {
+                        if payload != b"[DONE]" {
+                            let value: serde_json::Value =
+                                serde_json::from_slice(payload).expect("the corpus is valid JSON");
+                            *this.decoded += u64::from(value.is_object());
+                        }
+                    }
+                    start += end + 2;
+                }
+                this.carry.drain(..start);
+            }
+        }
+        Poll::Ready(polled)
+    }
+}
+
+/// The bare client's body behind a calibration wrapper.
+async fn calibrated(url: &str, decode: bool) -> usize {
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let resp = client
+        .request(Request::post(url).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let mut body = Calibration {
+        inner: resp.into_body(),
+        decode,
+        carry: Vec::new(),
+        decoded: 0,
+    };
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
+    }
+    assert!(
+        !decode || body.decoded as usize > EVENTS,
+        "every event decoded"
+    );
+    n
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -176,7 +253,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    // For profilers: `OVERHEAD_ONLY=bare|observed|layered` runs one client
+    // For profilers: `OVERHEAD_ONLY=bare|observed|layered|passthrough|serde`
+    // runs one client
     // `OVERHEAD_RUNS` times (default 20) and prints nothing else.
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
         let runs = std::env::var("OVERHEAD_RUNS").map_or(20, |r| r.parse().unwrap_or(20));
@@ -184,6 +262,8 @@ fn main() {
             let n = match only.as_str() {
                 "bare" => rt.block_on(bare(&url)),
                 "observed" => rt.block_on(observed(&url)),
+                "passthrough" => rt.block_on(calibrated(&url, false)),
+                "serde" => rt.block_on(calibrated(&url, true)),
                 _ => rt.block_on(layered(&url)),
             };
             assert_eq!(n, expected);
@@ -193,7 +273,7 @@ fn main() {
     let (mut bare_cpu, mut bare_wall, mut layer_cpu, mut layer_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
-    let mut observe_proc = Vec::new();
+    let (mut observe_proc, mut pass_proc, mut serde_proc) = (Vec::new(), Vec::new(), Vec::new());
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
     assert_eq!(rt.block_on(layered(&url)), expected);
@@ -211,6 +291,12 @@ fn main() {
         let p = ProcessTime::now();
         assert_eq!(rt.block_on(observed(&url)), expected);
         observe_proc.push(p.elapsed());
+        let p = ProcessTime::now();
+        assert_eq!(rt.block_on(calibrated(&url, false)), expected);
+        pass_proc.push(p.elapsed());
+        let p = ProcessTime::now();
+        assert_eq!(rt.block_on(calibrated(&url, true)), expected);
+        serde_proc.push(p.elapsed());
     }
     let (bp, lp, op) = (median(bare_proc), median(layer_proc), median(observe_proc));
     let (bc, bw, lc, lw) = (
@@ -238,6 +324,14 @@ fn main() {
         "  ObserveLayer alone:         process cpu {:>7.1} ms  (ratio {:.3})",
         ms(op),
         op.as_secs_f64() / bp.as_secs_f64()
+    );
+    let (pp, sp) = (median(pass_proc), median(serde_proc));
+    println!(
+        "  calibration: pass-through wrapper process cpu {:>7.1} ms (ratio {:.3}), serde_json wrapper {:>7.1} ms (ratio {:.3})",
+        ms(pp),
+        pp.as_secs_f64() / bp.as_secs_f64(),
+        ms(sp),
+        sp.as_secs_f64() / bp.as_secs_f64()
     );
     println!(
         "  ratio layered/bare:         process cpu {:.3}   client cpu {:.3}   wall {:.3}   (target: process cpu <= 1.10)",
