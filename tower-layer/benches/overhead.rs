@@ -16,7 +16,8 @@
 //! and a wrapper that splits the events and decodes every payload with
 //! `serde_json` into a `Value` (what a naive observer costs).
 //!
-//! Run: `cargo bench -p tower-recovery --bench overhead`
+//! Run: `cargo bench -p tower-recovery --bench overhead` (`OVERHEAD_TRIALS=n`
+//! for more than 5 trials).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -39,7 +40,6 @@ use tower::{Layer, ServiceExt};
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
 
 const EVENTS: usize = 100_000;
-const TRIALS: usize = 5;
 
 fn corpus() -> Bytes {
     let mut out = Vec::with_capacity(EVENTS * 280);
@@ -274,10 +274,11 @@ fn main() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
     let (mut observe_proc, mut pass_proc, mut serde_proc) = (Vec::new(), Vec::new(), Vec::new());
+    let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(5, |t| t.parse().unwrap_or(5));
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
     assert_eq!(rt.block_on(layered(&url)), expected);
-    for _ in 0..TRIALS {
+    for _ in 0..trials {
         let (p, c, w) = (ProcessTime::now(), ThreadTime::now(), Instant::now());
         assert_eq!(rt.block_on(bare(&url)), expected);
         bare_cpu.push(c.elapsed());
@@ -307,7 +308,7 @@ fn main() {
     );
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mb = expected as f64 / 1e6;
-    println!("overhead: {EVENTS} events, {mb:.1} MB, {TRIALS} interleaved trials, medians");
+    println!("overhead: {EVENTS} events, {mb:.1} MB, {trials} interleaved trials, medians");
     println!(
         "  bare hyper client:          process cpu {:>7.1} ms  client cpu {:>7.1} ms  wall {:>7.1} ms",
         ms(bp),

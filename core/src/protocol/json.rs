@@ -1173,40 +1173,37 @@ impl Template {
     /// Matches `doc` (the whole of it, or a prefix when `whole` is false);
     /// on a difference in the fixed bytes, its offset in the template
     /// (`None` when a hole did not hold a string body).
+    #[inline]
     fn try_match(&self, doc: &[u8], whole: bool) -> Result<(bool, usize), Option<usize>> {
+        let tpl = self.doc.as_slice();
         let mut t = 0; // position in the template
         let mut d = 0; // position in `doc`
         let mut nonempty = false;
         for (k, &(start, end)) in self.holes.iter().enumerate() {
-            let fixed = &self.doc[t..start];
-            let theirs = &doc[d.min(doc.len())..doc.len().min(d + fixed.len())];
-            if fixed != theirs {
-                return Err(difference(fixed, theirs, t));
+            let fixed = &tpl[t..start];
+            match doc.get(d..d + fixed.len()) {
+                Some(theirs) if theirs == fixed => {}
+                _ => return Err(difference(fixed, &doc[d.min(doc.len())..], t)),
             }
             d += fixed.len();
             let close = hole_end(doc, d).ok_or(None)?;
-            if k == self.probe {
-                nonempty = close > d;
-            }
+            nonempty |= k == self.probe && close > d;
             d = close;
             t = end;
         }
-        let fixed = &self.doc[t..];
-        let theirs = if whole {
-            &doc[d..]
-        } else {
-            &doc[d..doc.len().min(d + fixed.len())]
-        };
-        if fixed != theirs {
-            return Err(difference(fixed, theirs, t));
+        let fixed = &tpl[t..];
+        let end = d + fixed.len();
+        match doc.get(d..end) {
+            Some(theirs) if theirs == fixed && (!whole || end == doc.len()) => Ok((nonempty, end)),
+            _ => Err(difference(fixed, &doc[d.min(doc.len())..], t)),
         }
-        Ok((nonempty, d + fixed.len()))
     }
 }
 
 /// Where `theirs` first differs from the template bytes `fixed` (which
 /// start at `t` in the template); `None` when `theirs` merely ends early (a
 /// document cut short says nothing about which strings vary).
+#[cold]
 fn difference(fixed: &[u8], theirs: &[u8], t: usize) -> Option<usize> {
     let common = common_prefix(fixed, theirs);
     (common < theirs.len()).then_some(t + common)

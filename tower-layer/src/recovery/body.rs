@@ -647,6 +647,18 @@ impl RecoveryBody {
                 Phase::Streaming,
             ));
         }
+        if live.gate.is_some() {
+            return self.through_gate(frame);
+        }
+        live.delivered_bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    /// Event-granular delivery: only complete events leave the gate.
+    fn through_gate(&mut self, frame: Frame<Bytes>) -> Polled {
+        let Some(live) = &mut self.live else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
         match (live.gate.as_mut(), frame.into_data()) {
             (Some(gate), Ok(data)) => match gate.push(&data) {
                 Ok(events) => {
