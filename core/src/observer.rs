@@ -247,7 +247,8 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
                 break;
             };
             let line = v + len;
-            if buf.get(line..line + 2) != Some(b"\n\n".as_slice())
+            if buf.get(line) != Some(&b'\n')
+                || buf.get(line + 1) != Some(&b'\n')
                 || line > self.limits.max_line
                 || len + 1 > self.limits.max_event
             {

@@ -269,7 +269,8 @@ impl SseDecoder {
             && !self.has_data
             && self.event_type.is_empty()
             && !self.at_start
-            && self.last_id == self.id_buf
+            && self.id_buf.len() == self.last_id.len()
+            && (self.id_buf.is_empty() || self.last_id == self.id_buf)
     }
 
     /// Dispatches, straight from the read, every complete event of the
