@@ -1208,24 +1208,31 @@ impl Template {
 /// saves at that size when it runs once per event between other work.
 #[inline]
 fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        let mut w = [0u8; N];
+        w.copy_from_slice(&s[at..at + N]);
+        w
+    }
+    let len = a.len();
+    if len != b.len() {
         return false;
     }
-    let (mut x, mut y) = (a.chunks_exact(16), b.chunks_exact(16));
-    let mut diff = 0u128;
-    for (p, q) in (&mut x).zip(&mut y) {
-        let mut wp = [0u8; 16];
-        let mut wq = [0u8; 16];
-        wp.copy_from_slice(p);
-        wq.copy_from_slice(q);
-        diff |= u128::from_le_bytes(wp) ^ u128::from_le_bytes(wq);
+    if len >= 16 {
+        let mut at = 0;
+        while at + 16 <= len {
+            if word::<16>(a, at) != word::<16>(b, at) {
+                return false;
+            }
+            at += 16;
+        }
+        // The tail as the last sixteen bytes, overlapping what was compared.
+        return at == len || word::<16>(a, len - 16) == word::<16>(b, len - 16);
     }
-    let tail = x
-        .remainder()
-        .iter()
-        .zip(y.remainder())
-        .fold(0u8, |acc, (p, q)| acc | (p ^ q));
-    diff == 0 && tail == 0
+    if len >= 8 {
+        return word::<8>(a, 0) == word::<8>(b, 0)
+            && word::<8>(a, len - 8) == word::<8>(b, len - 8);
+    }
+    a.iter().zip(b).all(|(p, q)| p == q)
 }
 
 /// Where `theirs` first differs from the template bytes `fixed` (which
