@@ -115,6 +115,52 @@ pub(crate) fn observer(
     }
 }
 
+/// Feeds one data frame to the handle's decoder.
+fn observe(handle: &ObserveHandle, data: &Bytes) -> Result<(), Violation> {
+    let mut state = handle.lock();
+    let state = &mut *state;
+    let Some(observer) = state.observer.as_mut() else {
+        return Ok(());
+    };
+    let fed = observer.feed(data);
+    handle.publish(observer);
+    fed.map(drop).map_err(|v| {
+        let v = Violation::from(v);
+        state.violation = Some(v);
+        state.ended = true;
+        v
+    })
+}
+
+/// Judges the clean end of the body: the error it ends with, if any.
+#[cold]
+fn observe_end(handle: &ObserveHandle) -> Option<ObserveError> {
+    let mut state = handle.lock();
+    let state = &mut *state;
+    state.ended = true;
+    let observer = state.observer.as_mut()?;
+    let end = observer.finish();
+    handle.publish(observer);
+    match end {
+        EndOfStream::Success { .. }
+        | EndOfStream::Unsuccessful { .. }
+        | EndOfStream::ProviderError { .. } => None,
+        EndOfStream::Violation { violation: v } => {
+            let v = Violation::from(v);
+            state.violation = Some(v);
+            Some(ObserveError::Protocol(v))
+        }
+        EndOfStream::UnexpectedEof { pending } => {
+            let eof = EofEvidence {
+                pending_bytes: pending.map_or(0, |p| p.bytes),
+                pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
+            };
+            state.unexpected_eof = Some(eof);
+            Some(ObserveError::UnexpectedEof(eof))
+        }
+    }
+}
+
 impl<B> Body for ObservedBody<B>
 where
     B: Body<Data = Bytes>,
@@ -123,6 +169,7 @@ where
     type Data = Bytes;
     type Error = ObserveError;
 
+    #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -141,18 +188,9 @@ where
         match polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    let mut state = handle.lock();
-                    let state = &mut *state;
-                    if let Some(observer) = state.observer.as_mut() {
-                        let fed = observer.feed(data);
-                        handle.publish(observer);
-                        if let Err(v) = fed {
-                            let v = Violation::from(v);
-                            state.violation = Some(v);
-                            state.ended = true;
-                            *this.ended = true;
-                            return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
-                        }
+                    if let Err(v) = observe(handle, data) {
+                        *this.ended = true;
+                        return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -164,32 +202,7 @@ where
             }
             None => {
                 *this.ended = true;
-                let mut state = handle.lock();
-                let state = &mut *state;
-                state.ended = true;
-                let Some(observer) = state.observer.as_mut() else {
-                    return Poll::Ready(None);
-                };
-                let end = observer.finish();
-                handle.publish(observer);
-                match end {
-                    EndOfStream::Success { .. }
-                    | EndOfStream::Unsuccessful { .. }
-                    | EndOfStream::ProviderError { .. } => Poll::Ready(None),
-                    EndOfStream::Violation { violation: v } => {
-                        let v = Violation::from(v);
-                        state.violation = Some(v);
-                        Poll::Ready(Some(Err(ObserveError::Protocol(v))))
-                    }
-                    EndOfStream::UnexpectedEof { pending } => {
-                        let eof = EofEvidence {
-                            pending_bytes: pending.map_or(0, |p| p.bytes),
-                            pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
-                        };
-                        state.unexpected_eof = Some(eof);
-                        Poll::Ready(Some(Err(ObserveError::UnexpectedEof(eof))))
-                    }
-                }
+                Poll::Ready(observe_end(handle).map(Err))
             }
         }
     }
