@@ -9,7 +9,7 @@ use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::wire::Limits;
 
-use super::handle::ObserveHandle;
+use super::handle::{ObserveHandle, Published};
 use crate::BoxError;
 
 /// Why an observed body ended in error.
@@ -52,16 +52,16 @@ pin_project_lite::pin_project! {
     pub struct ObservedBody<B> {
         #[pin]
         inner: B,
-        handle: Option<ObserveHandle>,
+        observing: Option<Observing>,
         ended: bool,
     }
 
     impl<B> PinnedDrop for ObservedBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(handle) = this.handle.as_ref() {
+            if let Some(o) = this.observing.as_ref() {
                 if !*this.ended {
-                    handle.lock().cancelled = true;
+                    o.handle.lock().cancelled = true;
                 }
             }
         }
@@ -71,19 +71,29 @@ pin_project_lite::pin_project! {
 impl<B> fmt::Debug for ObservedBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObservedBody")
-            .field("observed", &self.handle.is_some())
+            .field("observed", &self.observing.is_some())
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
 }
 
+/// The decoder of an observed body and where it publishes.
+struct Observing {
+    observer: StreamObserver,
+    handle: ObserveHandle,
+    published: Published,
+}
+
 impl<B> ObservedBody<B> {
-    /// A body decoded into `handle`, which must own a decoder (see
-    /// [`observer`]).
-    pub(crate) fn new(inner: B, handle: ObserveHandle) -> Self {
+    /// A body decoded by `observer`, published to `handle`.
+    pub(crate) fn new(inner: B, observer: StreamObserver, handle: ObserveHandle) -> Self {
         ObservedBody {
             inner,
-            handle: Some(handle),
+            observing: Some(Observing {
+                observer,
+                handle,
+                published: Published::default(),
+            }),
             ended: false,
         }
     }
@@ -91,7 +101,7 @@ impl<B> ObservedBody<B> {
     pub(crate) fn passthrough(inner: B) -> Self {
         ObservedBody {
             inner,
-            handle: None,
+            observing: None,
             ended: false,
         }
     }
@@ -115,48 +125,44 @@ pub(crate) fn observer(
     }
 }
 
-/// Feeds one data frame to the handle's decoder.
-fn observe(handle: &ObserveHandle, data: &Bytes) -> Result<(), Violation> {
-    let mut state = handle.lock();
-    let state = &mut *state;
-    let Some(observer) = state.observer.as_mut() else {
-        return Ok(());
-    };
-    let fed = observer.feed(data);
-    handle.publish(observer);
-    fed.map(drop).map_err(|v| {
-        let v = Violation::from(v);
-        state.violation = Some(v);
-        state.ended = true;
-        v
-    })
-}
-
-/// Judges the clean end of the body: the error it ends with, if any.
-#[cold]
-fn observe_end(handle: &ObserveHandle) -> Option<ObserveError> {
-    let mut state = handle.lock();
-    let state = &mut *state;
-    state.ended = true;
-    let observer = state.observer.as_mut()?;
-    let end = observer.finish();
-    handle.publish(observer);
-    match end {
-        EndOfStream::Success { .. }
-        | EndOfStream::Unsuccessful { .. }
-        | EndOfStream::ProviderError { .. } => None,
-        EndOfStream::Violation { violation: v } => {
+impl Observing {
+    /// Feeds one data frame to the decoder.
+    fn frame(&mut self, data: &Bytes) -> Result<(), Violation> {
+        let fed = self.observer.feed(data);
+        self.handle.publish(&self.observer, &mut self.published);
+        fed.map(drop).map_err(|v| {
             let v = Violation::from(v);
+            let mut state = self.handle.lock();
             state.violation = Some(v);
-            Some(ObserveError::Protocol(v))
-        }
-        EndOfStream::UnexpectedEof { pending } => {
-            let eof = EofEvidence {
-                pending_bytes: pending.map_or(0, |p| p.bytes),
-                pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
-            };
-            state.unexpected_eof = Some(eof);
-            Some(ObserveError::UnexpectedEof(eof))
+            state.ended = true;
+            v
+        })
+    }
+
+    /// Judges the clean end of the body: the error it ends with, if any.
+    #[cold]
+    fn end(&mut self) -> Option<ObserveError> {
+        let end = self.observer.finish();
+        self.handle.publish(&self.observer, &mut self.published);
+        let mut state = self.handle.lock();
+        state.ended = true;
+        match end {
+            EndOfStream::Success { .. }
+            | EndOfStream::Unsuccessful { .. }
+            | EndOfStream::ProviderError { .. } => None,
+            EndOfStream::Violation { violation: v } => {
+                let v = Violation::from(v);
+                state.violation = Some(v);
+                Some(ObserveError::Protocol(v))
+            }
+            EndOfStream::UnexpectedEof { pending } => {
+                let eof = EofEvidence {
+                    pending_bytes: pending.map_or(0, |p| p.bytes),
+                    pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
+                };
+                state.unexpected_eof = Some(eof);
+                Some(ObserveError::UnexpectedEof(eof))
+            }
         }
     }
 }
@@ -179,7 +185,7 @@ where
             return Poll::Ready(None);
         }
         let polled = ready!(this.inner.poll_frame(cx));
-        let Some(handle) = this.handle.as_ref() else {
+        let Some(observing) = this.observing.as_mut() else {
             if polled.is_none() {
                 *this.ended = true;
             }
@@ -188,7 +194,7 @@ where
         match polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    if let Err(v) = observe(handle, data) {
+                    if let Err(v) = observing.frame(data) {
                         *this.ended = true;
                         return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
                     }
@@ -197,12 +203,12 @@ where
             }
             Some(Err(e)) => {
                 *this.ended = true;
-                handle.lock().ended = true;
+                observing.handle.lock().ended = true;
                 Poll::Ready(Some(Err(ObserveError::Body(e.into()))))
             }
             None => {
                 *this.ended = true;
-                Poll::Ready(observe_end(handle).map(Err))
+                Poll::Ready(observing.end().map(Err))
             }
         }
     }

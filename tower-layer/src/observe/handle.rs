@@ -29,11 +29,10 @@ pub struct Observation {
 
 /// Shared view of one observed body; cloned into the response extensions.
 ///
-/// The decoder itself lives behind the handle: the body feeds it under the
-/// lock and readers look at it under the same lock, so nothing is copied
-/// per frame. The two facts a reader needs on every frame (the count of
-/// semantic fragments and whether a provider error arrived) are also kept in
-/// atomics, readable without the lock.
+/// The body owns its decoder and publishes what it saw after every frame:
+/// the counters as atomics (plain stores, no lock on the frame path), and
+/// the facts that change rarely (terminal proof, a provider error, the
+/// resume cursor, how the body ended) under a lock, only when they change.
 #[derive(Debug, Clone)]
 pub struct ObserveHandle {
     inner: Arc<Shared>,
@@ -42,19 +41,62 @@ pub struct ObserveHandle {
 #[derive(Debug)]
 struct Shared {
     protocol: ProtocolKind,
-    state: Mutex<State>,
-    semantic: AtomicU64,
+    counters: Counters,
     flags: AtomicU8,
+    state: Mutex<State>,
 }
 
 /// A provider error was observed (set once, never cleared).
 const PROVIDER_ERROR: u8 = 1;
 
-/// The decoder and what happened to the body, under the handle's lock.
+/// The decoder's counters, each published on its own.
+#[derive(Debug, Default)]
+struct Counters {
+    raw_bytes: AtomicU64,
+    frames: AtomicU64,
+    keepalives: AtomicU64,
+    observed_content: AtomicU64,
+    observed_reasoning: AtomicU64,
+    observed_tool_fragments: AtomicU64,
+    observed_side_effects: AtomicU64,
+    completed_tool_calls: AtomicU64,
+}
+
+impl Counters {
+    fn store(&self, p: &Progress) {
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Release);
+        set(&self.raw_bytes, p.raw_bytes);
+        set(&self.frames, p.frames);
+        set(&self.keepalives, p.keepalives);
+        set(&self.observed_content, p.observed_content);
+        set(&self.observed_reasoning, p.observed_reasoning);
+        set(&self.observed_tool_fragments, p.observed_tool_fragments);
+        set(&self.observed_side_effects, p.observed_side_effects);
+        set(&self.completed_tool_calls, p.completed_tool_calls);
+    }
+
+    fn load(&self) -> Progress {
+        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
+        Progress {
+            raw_bytes: get(&self.raw_bytes),
+            frames: get(&self.frames),
+            keepalives: get(&self.keepalives),
+            observed_content: get(&self.observed_content),
+            observed_reasoning: get(&self.observed_reasoning),
+            observed_tool_fragments: get(&self.observed_tool_fragments),
+            observed_side_effects: get(&self.observed_side_effects),
+            completed_tool_calls: get(&self.completed_tool_calls),
+            ..Progress::default()
+        }
+    }
+}
+
+/// The rarely changing facts, under the handle's lock.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// The stream decoder; `None` for a body passed through undecoded.
-    pub(crate) observer: Option<StreamObserver>,
+    pub(crate) terminal: Option<Terminal>,
+    pub(crate) provider_error: Option<ProviderError>,
+    pub(crate) cursor: ResumeCursor,
     pub(crate) violation: Option<Violation>,
     pub(crate) unexpected_eof: Option<EofEvidence>,
     pub(crate) ended: bool,
@@ -62,16 +104,13 @@ pub(crate) struct State {
 }
 
 impl ObserveHandle {
-    pub(crate) fn new(protocol: ProtocolKind, observer: Option<StreamObserver>) -> Self {
+    pub(crate) fn new(protocol: ProtocolKind) -> Self {
         ObserveHandle {
             inner: Arc::new(Shared {
                 protocol,
-                state: Mutex::new(State {
-                    observer,
-                    ..State::default()
-                }),
-                semantic: AtomicU64::new(0),
+                counters: Counters::default(),
                 flags: AtomicU8::new(0),
+                state: Mutex::default(),
             }),
         }
     }
@@ -84,20 +123,16 @@ impl ObserveHandle {
     /// A copy of the observation now.
     pub fn snapshot(&self) -> Observation {
         let s = self.lock();
-        let mut o = Observation {
+        Observation {
+            progress: self.inner.counters.load(),
+            terminal: s.terminal.clone(),
+            provider_error: s.provider_error.clone(),
             violation: s.violation,
             unexpected_eof: s.unexpected_eof,
             ended: s.ended,
             cancelled: s.cancelled,
-            ..Observation::default()
-        };
-        if let Some(observer) = &s.observer {
-            o.progress = *observer.progress();
-            o.terminal = observer.terminal().cloned();
-            o.provider_error = observer.provider_error().cloned();
-            o.cursor = observer.cursor().clone();
+            cursor: s.cursor.clone(),
         }
-        o
     }
 
     /// Whether any semantic fragment was observed.
@@ -105,13 +140,9 @@ impl ObserveHandle {
         self.progress().semantic_observed()
     }
 
-    /// The progress counters now (cheap: no clone of the rest).
+    /// The progress counters now (without the lock).
     pub fn progress(&self) -> Progress {
-        self.lock()
-            .observer
-            .as_ref()
-            .map(|o| *o.progress())
-            .unwrap_or_default()
+        self.inner.counters.load()
     }
 
     /// The in-stream provider error, once seen.
@@ -119,18 +150,12 @@ impl ObserveHandle {
         if !self.provider_error_seen() {
             return None;
         }
-        self.lock()
-            .observer
-            .as_ref()
-            .and_then(|o| o.provider_error().cloned())
+        self.lock().provider_error.clone()
     }
 
     /// The terminal proof, once seen.
     pub fn terminal(&self) -> Option<Terminal> {
-        self.lock()
-            .observer
-            .as_ref()
-            .and_then(|o| o.terminal().cloned())
+        self.lock().terminal.clone()
     }
 
     /// Whether a provider error was observed, without taking the lock.
@@ -142,19 +167,38 @@ impl ObserveHandle {
     /// Semantic fragments observed so far, without taking the lock.
     #[inline]
     pub(crate) fn semantic_fragments(&self) -> u64 {
-        self.inner.semantic.load(Ordering::Acquire)
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
+        get(&c.observed_content)
+            + get(&c.observed_reasoning)
+            + get(&c.observed_tool_fragments)
+            + get(&c.observed_side_effects)
     }
 
-    /// Brings the lock-free facts up to date after the decoder moved.
+    /// Publishes what the decoder saw. `seen` is what the body published
+    /// before: the lock is taken only when a rarely changing fact moved.
     #[inline]
-    pub(crate) fn publish(&self, observer: &StreamObserver) {
-        let semantic = observer.progress().semantic_fragments();
-        if semantic != self.inner.semantic.load(Ordering::Relaxed) {
-            self.inner.semantic.store(semantic, Ordering::Release);
+    pub(crate) fn publish(&self, observer: &StreamObserver, seen: &mut Published) {
+        self.inner.counters.store(observer.progress());
+        let moved = seen.terminal != observer.terminal().is_some()
+            || seen.provider_error != observer.provider_error().is_some()
+            || seen.cursor != *observer.cursor();
+        if moved {
+            self.publish_facts(observer, seen);
         }
-        if observer.provider_error().is_some()
-            && self.inner.flags.load(Ordering::Relaxed) & PROVIDER_ERROR == 0
-        {
+    }
+
+    #[cold]
+    fn publish_facts(&self, observer: &StreamObserver, seen: &mut Published) {
+        let mut s = self.lock();
+        s.terminal = observer.terminal().cloned();
+        s.provider_error = observer.provider_error().cloned();
+        s.cursor.clone_from(observer.cursor());
+        drop(s);
+        seen.terminal = observer.terminal().is_some();
+        seen.provider_error = observer.provider_error().is_some();
+        seen.cursor.clone_from(observer.cursor());
+        if seen.provider_error {
             self.inner.flags.fetch_or(PROVIDER_ERROR, Ordering::Release);
         }
     }
@@ -165,4 +209,12 @@ impl ObserveHandle {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// What a body last published of the rarely changing facts.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    terminal: bool,
+    provider_error: bool,
+    cursor: ResumeCursor,
 }

@@ -77,11 +77,11 @@ where
             // A JSON answer is a whole (non-streamed) body: judged at its end,
             // never fed to the stream decoder.
             let observer = observer(&protocol, *this.limits, json);
-            let handle = ObserveHandle::new(protocol, Some(observer));
+            let handle = ObserveHandle::new(protocol);
             parts.extensions.insert(handle.clone());
-            ObservedBody::new(body, handle)
+            ObservedBody::new(body, observer, handle)
         } else {
-            parts.extensions.insert(ObserveHandle::new(protocol, None));
+            parts.extensions.insert(ObserveHandle::new(protocol));
             ObservedBody::passthrough(body)
         };
         Poll::Ready(Ok(Response::from_parts(parts, body)))
