@@ -360,8 +360,30 @@ impl StreamObserver {
         self.feed_with(chunk, |_| {})
     }
 
+    /// Feeds one body read, for a driver that reads the evidence from the
+    /// observer afterwards rather than from a per-read [`Feed`] (cheaper
+    /// per read: no summary is handed back).
+    pub fn observe(&mut self, chunk: &[u8]) -> Result<(), ProtocolViolation> {
+        let mut feed = Feed::default();
+        self.summarize(chunk, |_| {}, &mut feed)
+    }
+
     /// Feeds one body read and calls `on_event` for every frame it completes.
-    pub fn feed_with<F>(&mut self, chunk: &[u8], mut on_event: F) -> Result<Feed, ProtocolViolation>
+    pub fn feed_with<F>(&mut self, chunk: &[u8], on_event: F) -> Result<Feed, ProtocolViolation>
+    where
+        F: FnMut(&EventRecord),
+    {
+        let mut feed = Feed::default();
+        self.summarize(chunk, on_event, &mut feed).map(|()| feed)
+    }
+
+    /// Feeds one read, summing up what it changed in `feed`.
+    fn summarize<F>(
+        &mut self,
+        chunk: &[u8],
+        mut on_event: F,
+        feed: &mut Feed,
+    ) -> Result<(), ProtocolViolation>
     where
         F: FnMut(&EventRecord),
     {
@@ -369,7 +391,6 @@ impl StreamObserver {
             return Err(v);
         }
         self.ev.progress.raw_bytes += chunk.len() as u64;
-        let mut feed = Feed::default();
         let decode = self.decode;
         let protocol = &mut self.protocol;
         let ev = &mut self.ev;
@@ -378,7 +399,7 @@ impl StreamObserver {
                 let mut sink = SseFeed {
                     protocol,
                     ev,
-                    feed: &mut feed,
+                    feed,
                     decode,
                     limits: self.config.limits,
                     on_event: &mut on_event,
@@ -413,14 +434,12 @@ impl StreamObserver {
                             data,
                         };
                         let info = protocol.on_frame(frame, decode, ev)?;
-                        account(
-                            ev, &mut feed, info, end_offset, before.0, before.1, before.2,
-                        );
+                        account(ev, feed, info, end_offset, before.0, before.1, before.2);
                         on_event(&EventRecord { info, end_offset });
                         return Ok(());
                     }
                 };
-                account(ev, &mut feed, info, end_offset, true, true, true);
+                account(ev, feed, info, end_offset, true, true, true);
                 on_event(&EventRecord { info, end_offset });
                 Ok(())
             }),
@@ -448,7 +467,7 @@ impl StreamObserver {
             self.committed_at = feed.committed_at;
         }
         match result {
-            Ok(()) => Ok(feed),
+            Ok(()) => Ok(()),
             Err(v) => {
                 self.violation = Some(v);
                 Err(v)

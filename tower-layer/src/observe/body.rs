@@ -128,9 +128,9 @@ pub(crate) fn observer(
 impl Observing {
     /// Feeds one data frame to the decoder.
     fn frame(&mut self, data: &Bytes) -> Result<(), Violation> {
-        let fed = self.observer.feed(data);
+        let fed = self.observer.observe(data);
         self.handle.publish(&self.observer, &mut self.published);
-        fed.map(drop).map_err(|v| {
+        fed.map_err(|v| {
             let v = Violation::from(v);
             let mut state = self.handle.lock();
             state.violation = Some(v);
