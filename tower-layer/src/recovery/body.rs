@@ -510,7 +510,12 @@ impl Body for RecoveryBody {
             });
         if let (true, Some(inner)) = (plain, this.inner.as_mut()) {
             let polled = match Pin::new(inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => this.on_frame(frame),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if this.passes(&frame) {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    this.on_frame(frame)
+                }
                 Poll::Pending => match this.on_pending(cx) {
                     // Nothing fired: wait for the inner body.
                     Poll::Pending if this.waiting() => return Poll::Pending,
@@ -617,6 +622,28 @@ impl RecoveryBody {
             Some(Err(e)) => self.on_error(e),
             None => self.end(),
         }
+    }
+
+    /// The common frame: committed, no wire hook, no event gate. Does the
+    /// bookkeeping [`on_frame`](Self::on_frame) does for it and says whether
+    /// the frame goes out as it is.
+    #[inline]
+    fn passes(&mut self, frame: &Frame<Bytes>) -> bool {
+        let Some(live) = &mut self.live else {
+            return false;
+        };
+        if live.wire.is_some() || live.gate.is_some() || live.watchdog.is_armed() {
+            return false;
+        }
+        if live
+            .handle
+            .as_ref()
+            .is_some_and(ObserveHandle::provider_error_seen)
+        {
+            return false;
+        }
+        live.delivered_bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
+        true
     }
 
     fn on_frame(&mut self, frame: Frame<Bytes>) -> Polled {
