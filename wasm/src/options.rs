@@ -113,7 +113,8 @@ fn whole(field: &str, v: &OptionValue, max: f64) -> Result<f64, OptionsError> {
     let n = number(field, v)?;
     if n.fract() != 0.0 || !(0.0..=max).contains(&n) {
         return Err(OptionsError::Shape(format!(
-            "`{field}`: expected a whole number from 0 to {max}"
+            "`{field}`: expected a whole number from 0 to {}",
+            number_text(max)
         )));
     }
     Ok(n)
@@ -413,6 +414,70 @@ pub struct Settings {
     pub admission_hook: bool,
 }
 
+/// `n` as Rust's `{}` prints an `f64` (`1000000000000000000000`,
+/// `0.0000001`, `inf`, `NaN`: never an exponent). On wasm the digits come
+/// from JS's `String(n)`, which picks the same shortest round-trip digits,
+/// so the module links no float formatting.
+pub fn number_text(n: f64) -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let js: String = js_sys::Number::from(n)
+            .to_string_with_radix(10)
+            .map(String::from)
+            .unwrap_or_default();
+        rust_layout(n, &js)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        n.to_string()
+    }
+}
+
+/// Lays out JS's text of `n` (`js`, e.g. `1.5e+21`, `1e-7`, `123.45`) the
+/// way Rust's `Display` for `f64` does.
+pub fn rust_layout(n: f64, js: &str) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let negative = n.is_sign_negative();
+    let text = js.trim_start_matches('-');
+    let (mantissa, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.trim_start_matches('+').parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits = String::with_capacity(int.len() + frac.len());
+    digits.push_str(int);
+    digits.push_str(frac);
+    // Where the decimal point goes in `digits` (may lie outside).
+    let point = i32::try_from(int.len()).unwrap_or(i32::MAX) + exp;
+    let mut out = String::new();
+    if negative {
+        out.push('-');
+    }
+    if point <= 0 {
+        out.push_str("0.");
+        for _ in 0..-point {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else if point as usize >= digits.len() {
+        out.push_str(&digits);
+        for _ in digits.len()..point as usize {
+            out.push('0');
+        }
+    } else {
+        let (a, b) = digits.split_at(point as usize);
+        out.push_str(a);
+        out.push('.');
+        out.push_str(b);
+    }
+    out
+}
+
 /// Largest millisecond value accepted for a duration (about 285 years).
 const MAX_MS: f64 = 9.0e12;
 
@@ -420,7 +485,11 @@ fn millis(field: &'static str, ms: f64) -> Result<Duration, OptionsError> {
     if !ms.is_finite() || !(0.0..=MAX_MS).contains(&ms) {
         return Err(OptionsError::Range {
             field,
-            reason: format!("{ms} is not a duration in milliseconds (0 to {MAX_MS})"),
+            reason: format!(
+                "{} is not a duration in milliseconds (0 to {})",
+                number_text(ms),
+                number_text(MAX_MS)
+            ),
         });
     }
     Ok(Duration::from_micros((ms * 1000.0).round() as u64))
@@ -441,7 +510,10 @@ fn bytes(field: &'static str, n: f64) -> Result<usize, OptionsError> {
     if !n.is_finite() || n.fract() != 0.0 || !(0.0..=4_294_967_295.0).contains(&n) {
         return Err(OptionsError::Range {
             field,
-            reason: format!("{n} is not a whole number of bytes (0 to 2^32-1)"),
+            reason: format!(
+                "{} is not a whole number of bytes (0 to 2^32-1)",
+                number_text(n)
+            ),
         });
     }
     Ok(n as usize)
@@ -626,7 +698,10 @@ impl Settings {
                 if !percent.is_finite() || !(0.0..=10.0).contains(&percent) {
                     return Err(OptionsError::Range {
                         field: "retryBudget.percent",
-                        reason: format!("{percent} is not a fraction between 0 and 10"),
+                        reason: format!(
+                            "{} is not a fraction between 0 and 10",
+                            number_text(percent)
+                        ),
                     });
                 }
                 let ttl = rb
@@ -792,6 +867,83 @@ mod tests {
             guess_protocol("http://h/v1/chat/completions"),
             ProtocolKind::OpenAiChat
         );
+    }
+
+    /// `Number.prototype.toString` of `x`, from Rust's shortest digits.
+    fn js_text(x: f64) -> String {
+        let exp_form = format!("{:e}", x.abs());
+        let (mantissa, exp) = exp_form.split_once('e').unwrap();
+        let exp: i32 = exp.parse().unwrap();
+        let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+        let len = i32::try_from(digits.len()).unwrap();
+        let point = exp + 1;
+        let body = if len <= point && point <= 21 {
+            format!("{digits}{}", "0".repeat((point - len) as usize))
+        } else if 0 < point && point <= 21 {
+            let (a, b) = digits.split_at(point as usize);
+            format!("{a}.{b}")
+        } else if -6 < point && point <= 0 {
+            format!("0.{}{digits}", "0".repeat((-point) as usize))
+        } else {
+            let sign = if point - 1 < 0 { '-' } else { '+' };
+            let lead = if len == 1 {
+                digits.clone()
+            } else {
+                format!("{}.{}", &digits[..1], &digits[1..])
+            };
+            format!("{lead}e{sign}{}", (point - 1).abs())
+        };
+        if x < 0.0 { format!("-{body}") } else { body }
+    }
+
+    #[test]
+    fn numbers_print_as_rust_prints_them() {
+        let values = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            -2.25,
+            0.1,
+            0.3,
+            100.0,
+            9.0e12,
+            1e21,
+            1.5e21,
+            1e22,
+            1e300,
+            -1e300,
+            1e-6,
+            1e-7,
+            1.5e-7,
+            1.2345e-10,
+            5e-324,
+            123_456.789,
+            4_294_967_295.0,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            0.000_123,
+            12_345_678_901_234_567_890.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for x in values {
+            let js = if x.is_nan() {
+                "NaN".to_owned()
+            } else if x.is_infinite() {
+                if x > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+            } else {
+                js_text(x)
+            };
+            assert_eq!(rust_layout(x, &js), x.to_string(), "{x:e} as {js}");
+        }
+        assert_eq!(js_text(1e21), "1e+21");
+        assert_eq!(js_text(1.5e-7), "1.5e-7");
+        assert_eq!(js_text(123.45), "123.45");
+        assert_eq!(js_text(0.001), "0.001");
+        assert_eq!(number_text(-1.0), "-1");
     }
 
     #[test]
