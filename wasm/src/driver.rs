@@ -41,7 +41,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
 
 use crate::js_value::to_js;
-use crate::options::{ProtocolChoice, Settings, guess_protocol};
+use crate::options::{ProtocolChoice, Settings, guess_protocol, has};
 use crate::platform::{Platform, Wait, get, random_u64};
 
 /// What a `createRecoveringFetch` instance shares between its requests.
@@ -558,7 +558,7 @@ fn observer_for(
     };
     let _ = policy;
     let ct = content_type.unwrap_or("").to_ascii_lowercase();
-    if ct.contains("json") && !ct.contains("ndjson") && !ct.contains("jsonl") {
+    if has(&ct, "json") && !has(&ct, "ndjson") && !has(&ct, "jsonl") {
         StreamObserver::non_streaming(protocol.clone(), config)
     } else {
         StreamObserver::with_config(protocol.clone(), config)

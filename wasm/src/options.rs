@@ -550,14 +550,23 @@ pub fn parse_protocol(
     }))
 }
 
+/// Whether `needle` occurs in `haystack` (`str::contains` without the
+/// two-way searcher, which is large in the wasm module).
+pub fn has(haystack: &str, needle: &str) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
 /// Guesses the protocol from a request URL's path; OpenAI Chat when unsure.
 pub fn guess_protocol(url: &str) -> ProtocolKind {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     if path.ends_with("/messages") {
         ProtocolKind::Anthropic
-    } else if path.ends_with("/responses") || path.contains("/responses/") {
+    } else if path.ends_with("/responses") || has(path, "/responses/") {
         ProtocolKind::OpenAiResponses
-    } else if path.contains(":streamGenerateContent") || path.contains(":generateContent") {
+    } else if has(path, ":streamGenerateContent") || has(path, ":generateContent") {
         ProtocolKind::Gemini
     } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
         ProtocolKind::Ollama

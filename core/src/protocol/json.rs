@@ -492,23 +492,15 @@ fn skip_value(b: &[u8], i: usize) -> usize {
     }
 }
 
-impl<'a> JsonView<'a> for Lazy<'a> {
-    fn kind(self) -> JsonKind {
-        match self.0.first() {
-            Some(b'{') => JsonKind::Object,
-            Some(b'[') => JsonKind::Array,
-            Some(b'"') => JsonKind::String,
-            Some(b't' | b'f') => JsonKind::Bool,
-            Some(b'n') => JsonKind::Null,
-            _ => JsonKind::Number,
-        }
-    }
-
-    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
-        let mut out = [None; N];
+impl Lazy<'_> {
+    /// [`JsonView::fields`] for any number of keys: one copy of the walk,
+    /// not one per key count.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline)]
+    fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
         let b = self.0;
         if b.first() != Some(&b'{') {
-            return out;
+            return;
         }
         let mut i = ws(b, 1);
         while i < b.len() && b[i] == b'"' {
@@ -520,7 +512,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
             let value = Lazy(&b[value_start..value_end]);
             if escaped {
                 if let Some(name) = unescape(key_span) {
-                    for (slot, want) in out.iter_mut().zip(keys) {
+                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
                         if name == want {
                             *slot = Some(value);
                         }
@@ -528,7 +520,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
                 }
             } else {
                 let raw = &key_span[1..key_span.len() - 1];
-                for (slot, want) in out.iter_mut().zip(keys) {
+                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
                     let want = want.as_bytes();
                     // Length and first byte first: most keys differ there, and
                     // a library memcmp call costs more than a short key.
@@ -544,6 +536,24 @@ impl<'a> JsonView<'a> for Lazy<'a> {
                 break;
             }
         }
+    }
+}
+
+impl<'a> JsonView<'a> for Lazy<'a> {
+    fn kind(self) -> JsonKind {
+        match self.0.first() {
+            Some(b'{') => JsonKind::Object,
+            Some(b'[') => JsonKind::Array,
+            Some(b'"') => JsonKind::String,
+            Some(b't' | b'f') => JsonKind::Bool,
+            Some(b'n') => JsonKind::Null,
+            _ => JsonKind::Number,
+        }
+    }
+
+    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        let mut out = [None; N];
+        self.fields_into(&keys, &mut out);
         out
     }
 
@@ -1018,6 +1028,43 @@ impl<'a> Skim<'a> {
     }
 }
 
+impl Skim<'_> {
+    /// [`JsonView::fields`] for any number of keys: one copy of the walk,
+    /// not one per key count.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline)]
+    fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
+        let n = self.node();
+        if self.doc[n.start as usize] != b'{' {
+            return;
+        }
+        let mut k = self.at + 1;
+        let stop = n.next as usize;
+        while k < stop {
+            let key = self.with(k);
+            let value = k + 1;
+            if key.node().escaped {
+                if let Some(name) = unescape(key.as_bytes()) {
+                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                        if name == want {
+                            *slot = Some(self.with(value));
+                        }
+                    }
+                }
+            } else {
+                let raw = key.raw_str();
+                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                    let want = want.as_bytes();
+                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
+                        *slot = Some(self.with(value));
+                    }
+                }
+            }
+            k = self.nodes[value].next as usize;
+        }
+    }
+}
+
 impl<'a> JsonView<'a> for Skim<'a> {
     #[inline]
     fn kind(self) -> JsonKind {
@@ -1033,34 +1080,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
 
     fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
         let mut out = [None; N];
-        let n = self.node();
-        if self.doc[n.start as usize] != b'{' {
-            return out;
-        }
-        let mut k = self.at + 1;
-        let stop = n.next as usize;
-        while k < stop {
-            let key = self.with(k);
-            let value = k + 1;
-            if key.node().escaped {
-                if let Some(name) = unescape(key.as_bytes()) {
-                    for (slot, want) in out.iter_mut().zip(keys) {
-                        if name == want {
-                            *slot = Some(self.with(value));
-                        }
-                    }
-                }
-            } else {
-                let raw = key.raw_str();
-                for (slot, want) in out.iter_mut().zip(keys) {
-                    let want = want.as_bytes();
-                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
-                        *slot = Some(self.with(value));
-                    }
-                }
-            }
-            k = self.nodes[value].next as usize;
-        }
+        self.fields_into(&keys, &mut out);
         out
     }
 
