@@ -316,3 +316,85 @@ impl ser::Serializer for Js {
         Err(Error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use recovery_core::budget::AttemptAllowance;
+    use recovery_core::engine::Recovery;
+    use recovery_core::failure::{Failure, Phase, TransportKind};
+    use recovery_core::lifecycle::CommitTrigger;
+    use recovery_core::outcome::CancelPhase;
+    use recovery_core::policy::RecoveryPolicy;
+    use recovery_core::progress::{Progress, Proof, SemanticKind};
+    use recovery_core::retry_after::RetryAfter;
+    use recovery_core::safe::SafeToken;
+    use recovery_core::timing::{Fraction, Instant};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::*;
+
+    /// `to_js(v)` reads back as the JSON serde_json writes for `v`.
+    fn same<T: Serialize>(v: &T) {
+        let js = js_sys::JSON::stringify(&to_js(v))
+            .map(String::from)
+            .unwrap();
+        let json = serde_json::to_string(v).unwrap();
+        assert_eq!(js, json);
+    }
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_origin(Duration::from_millis(ms))
+    }
+
+    #[wasm_bindgen_test]
+    fn events_report_and_outcome_keep_the_serde_shape() {
+        let mut engine = Recovery::new(
+            RecoveryPolicy::default(),
+            AttemptAllowance::new(3),
+            42,
+            at(0),
+        );
+        engine.begin_attempt(at(1), false, false).unwrap();
+        engine.head_received(at(5), 503, SafeToken::new("req_1"));
+        let failure = Failure::status(503, RetryAfter::Seconds(Duration::from_secs(1)), None);
+        same(&failure);
+        engine.fail(at(6), failure, true, Fraction::new(0.25));
+        engine.begin_attempt(at(1200), false, false).unwrap();
+        engine.fail(
+            at(1300),
+            Failure::transport(TransportKind::Other, Phase::Unknown),
+            true,
+            Fraction::new(0.5),
+        );
+        engine.begin_attempt(at(2500), false, false).unwrap();
+        engine.head_received(at(2510), 200, None);
+        engine.commit(at(2520), CommitTrigger::Semantic);
+        let mut progress = Progress::default();
+        progress.observe(SemanticKind::Content);
+        progress.deliver_observed();
+        progress.delivered_bytes = 1234;
+        let outcome = engine.succeed(at(3000), Proof::Strong, progress);
+        same(&outcome);
+        let events: Vec<_> = engine.drain_events().collect();
+        assert!(events.len() > 5);
+        for e in &events {
+            same(e);
+        }
+        same(engine.report());
+
+        let mut cancelled = Recovery::new(
+            RecoveryPolicy::default(),
+            AttemptAllowance::new(1),
+            7,
+            at(0),
+        );
+        cancelled.begin_attempt(at(1), false, false).unwrap();
+        same(&cancelled.cancel(at(2), CancelPhase::AwaitingHead));
+        for e in cancelled.drain_events() {
+            same(&e);
+        }
+        same(cancelled.report());
+    }
+}

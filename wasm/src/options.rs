@@ -435,6 +435,10 @@ pub fn number_text(n: f64) -> String {
 
 /// Lays out JS's text of `n` (`js`, e.g. `1.5e+21`, `1e-7`, `123.45`) the
 /// way Rust's `Display` for `f64` does.
+///
+/// Both print the shortest digits that read back as `n`; when two such
+/// digit strings are equally close (an exact tie), JS takes the even one and
+/// Rust the one above, so a tie is moved up here.
 pub fn rust_layout(n: f64, js: &str) -> String {
     if n.is_nan() {
         return "NaN".into();
@@ -442,22 +446,52 @@ pub fn rust_layout(n: f64, js: &str) -> String {
     if n.is_infinite() {
         return if n > 0.0 { "inf" } else { "-inf" }.into();
     }
-    let negative = n.is_sign_negative();
+    let mut out = String::new();
+    if n.is_sign_negative() {
+        out.push('-');
+    }
+    if n == 0.0 {
+        out.push('0');
+        return out;
+    }
     let text = js.trim_start_matches('-');
     let (mantissa, exp) = match text.split_once(['e', 'E']) {
         Some((m, e)) => (m, e.trim_start_matches('+').parse::<i32>().unwrap_or(0)),
         None => (text, 0),
     };
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let mut digits = String::with_capacity(int.len() + frac.len());
-    digits.push_str(int);
-    digits.push_str(frac);
-    // Where the decimal point goes in `digits` (may lie outside).
-    let point = i32::try_from(int.len()).unwrap_or(i32::MAX) + exp;
-    let mut out = String::new();
-    if negative {
-        out.push('-');
+    let mut digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    // The value is 0.DIGITS × 10^point.
+    let mut point = i32::try_from(int.len()).unwrap_or(i32::MAX) + exp;
+    while digits.first() == Some(&b'0') {
+        digits.remove(0);
+        point -= 1;
     }
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    let len = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    if digits.last().is_some_and(|d| d % 2 == 0) && is_tie_above(n, &digits, point - len) {
+        let mut at = digits.len();
+        loop {
+            if at == 0 {
+                digits.insert(0, b'1');
+                point += 1;
+                break;
+            }
+            at -= 1;
+            if digits[at] == b'9' {
+                digits[at] = b'0';
+            } else {
+                digits[at] += 1;
+                break;
+            }
+        }
+        while digits.last() == Some(&b'0') {
+            digits.pop();
+        }
+    }
+    let digits = String::from_utf8(digits).unwrap_or_default();
     if point <= 0 {
         out.push_str("0.");
         for _ in 0..-point {
@@ -476,6 +510,37 @@ pub fn rust_layout(n: f64, js: &str) -> String {
         out.push_str(b);
     }
     out
+}
+
+/// Whether `|n|` lies exactly halfway between `digits × 10^q` and the next
+/// number of as many digits: `|n| = (2·digits + 1) · 5^q · 2^(q−1)`. With
+/// `|n| = m · 2^e` (`m` odd) that is `e = q − 1` and `m · 5^−q = 2·digits + 1`
+/// (`q < 0`) or `m = (2·digits + 1) · 5^q` (`q ≥ 0`); integer arithmetic.
+fn is_tie_above(n: f64, digits: &[u8], q: i32) -> bool {
+    let bits = n.abs().to_bits();
+    let (raw_exp, frac) = ((bits >> 52) as i32, bits & ((1 << 52) - 1));
+    let (m, e) = if raw_exp == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1 << 52), raw_exp - 1075)
+    };
+    let shift = m.trailing_zeros();
+    let (m, e) = (m >> shift, e + i32::try_from(shift).unwrap_or(0));
+    // Shortest digits are at most 17: `2·digits + 1` fits in a u64.
+    if e != q - 1 || digits.len() > 17 {
+        return false;
+    }
+    let twice = digits
+        .iter()
+        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'))
+        * 2
+        + 1;
+    let five = 5u64.checked_pow(q.unsigned_abs());
+    if q < 0 {
+        five.and_then(|p| m.checked_mul(p)) == Some(twice)
+    } else {
+        five.and_then(|p| twice.checked_mul(p)) == Some(m)
+    }
 }
 
 /// Largest millisecond value accepted for a duration (about 285 years).
@@ -970,5 +1035,69 @@ mod tests {
             MAX_TIMER_MS
         );
         assert_eq!(timer_millis(Duration::from_secs(u64::MAX)), MAX_TIMER_MS);
+    }
+}
+
+#[cfg(all(test, target_arch = "wasm32"))]
+mod wasm_tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::number_text;
+
+    #[wasm_bindgen_test]
+    fn numbers_from_js_digits_print_as_rust_prints_them() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            0.1,
+            0.3,
+            100.0,
+            9.0e12,
+            1e21,
+            1.5e21,
+            1e300,
+            -1e-7,
+            5e-324,
+            123_456.789,
+            4_294_967_295.0,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -1_149_636_667_324_797.2,
+        ];
+        // Exact ties between two shortest digit strings: quarters and halves
+        // where the spacing of doubles is a quarter or a half, and large
+        // integers.
+        for k in 0..400u64 {
+            let base = (1u64 << 50) + k * 977_777;
+            values.push(base as f64 + 0.25);
+            values.push(base as f64 + 0.75);
+            values.push((base << 1) as f64 + 0.5);
+            values.push(((base << 3) + k) as f64);
+            values.push(((base << 14) + k * 3) as f64);
+        }
+        for k in 1..=64 {
+            values.push(2f64.powi(k) + 0.5);
+            values.push(2f64.powi(-k));
+            values.push(5f64.powi(k % 23) * 2f64.powi(k));
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = f64::from_bits(x);
+            if v.is_finite() {
+                values.push(v);
+            }
+        }
+        for v in values {
+            assert_eq!(number_text(v), v.to_string(), "{v:e}");
+        }
     }
 }
