@@ -22,8 +22,11 @@ IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/recovery_wasm.wasm"
 rm -rf wasm/pkg
 wasm-bindgen --target web --out-dir wasm/pkg/web "$IN"
 wasm-bindgen --target experimental-nodejs-module --out-dir wasm/pkg/node "$IN"
+# Size first; the module's memory is its own (zero-filled at start) and
+# nothing lives in its first KiB, so binaryen may assume both.
 for t in web node; do
-  "$WASM_OPT" -Oz "wasm/pkg/$t/recovery_wasm_bg.wasm" -o "wasm/pkg/$t/recovery_wasm_bg.wasm"
+  "$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
+    "wasm/pkg/$t/recovery_wasm_bg.wasm" -o "wasm/pkg/$t/recovery_wasm_bg.wasm"
 done
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 

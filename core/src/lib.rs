@@ -145,6 +145,7 @@ pub mod backoff;
 pub mod budget;
 pub mod call;
 pub mod conformance;
+#[cfg(feature = "serde_json")]
 pub mod continuation;
 pub mod decision;
 pub mod engine;

@@ -339,11 +339,7 @@ impl StreamObserver {
         ev.cursor.sequence_number = config.resume_after_sequence;
         StreamObserver {
             protocol: AnyProtocol::new(&kind, config.semantic),
-            decode: if config.reference_decode {
-                Decode::Reference
-            } else {
-                Decode::Fast
-            },
+            decode: Decode::new(config.reference_decode),
             kind,
             config,
             framing,

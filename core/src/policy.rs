@@ -339,10 +339,11 @@ impl PolicyBuilder {
             if !can_be_retryable(s) {
                 return self.fail(PolicyError::InvalidStatus(s));
             }
-            list.push(s);
+            // Kept sorted and without duplicates as it grows.
+            if let Err(at) = list.binary_search(&s) {
+                list.insert(at, s);
+            }
         }
-        list.sort_unstable();
-        list.dedup();
         self.policy.retryable_statuses = list;
         self
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::progress::ResumeCursor;
 use crate::protocol::ProtocolKind;
+use crate::protocol::json::{JsonView, Lazy};
 
 /// Whether a protocol offers a capability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -118,12 +119,12 @@ pub enum ResumePlan {
 /// Whether a JSON request body asked for `background: true` and
 /// `stream: true` (top-level keys).
 pub fn is_background_stream(body: &[u8]) -> bool {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(body)
-    else {
+    let Ok(root) = Lazy::parse(body) else {
         return false;
     };
-    map.get("background") == Some(&serde_json::Value::Bool(true))
-        && map.get("stream") == Some(&serde_json::Value::Bool(true))
+    let [background, stream] = root.fields(["background", "stream"]);
+    background.and_then(JsonView::as_bool) == Some(true)
+        && stream.and_then(JsonView::as_bool) == Some(true)
 }
 
 /// Whether a resume strategy can apply to a request of `kind` at all, before

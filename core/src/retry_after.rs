@@ -157,17 +157,107 @@ pub fn parse_millis(value: &str) -> RetryAfter {
     if !well_formed {
         return RetryAfter::Invalid;
     }
-    match value.parse::<f64>() {
-        Ok(ms) if ms.is_finite() && ms >= 0.0 && ms <= (MAX_SECONDS * 1000) as f64 => {
+    match decimal_f64(value) {
+        Some(ms) if ms.is_finite() && ms >= 0.0 && ms <= (MAX_SECONDS * 1000) as f64 => {
             RetryAfter::Millis(Duration::from_micros((ms * 1000.0) as u64))
         }
         _ => RetryAfter::Invalid,
     }
 }
 
+/// `digits[.digits]` (at most 38 digits in all) as the nearest `f64`, ties
+/// to even: what `str::parse::<f64>` gives, with integer arithmetic only.
+fn decimal_f64(text: &str) -> Option<f64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    if int.len() + frac.len() > 38 {
+        return None;
+    }
+    let mut n: u128 = 0;
+    for d in int.bytes().chain(frac.bytes()) {
+        n = n * 10 + u128::from(d.checked_sub(b'0').filter(|d| *d < 10)?);
+    }
+    if n == 0 {
+        return Some(0.0);
+    }
+    let den = 10u128.pow(frac.len() as u32);
+    // n / den = (q + r / den) × 2^e, q brought to 54 bits (53 and a guard).
+    let (mut q, mut r, mut e) = (n / den, n % den, 0i32);
+    let mut sticky = false;
+    while q >= 1 << 54 {
+        sticky |= q & 1 == 1;
+        q >>= 1;
+        e += 1;
+    }
+    while q < 1 << 53 {
+        let twice = r * 2;
+        q = q * 2 + u128::from(twice >= den);
+        r = if twice >= den { twice - den } else { twice };
+        e -= 1;
+    }
+    sticky |= r != 0;
+    let mut mantissa = (q >> 1) as u64;
+    if q & 1 == 1 && (sticky || mantissa & 1 == 1) {
+        mantissa += 1;
+    }
+    // 2^(e + 1), exact: the exponent stays far inside the normal range.
+    let scale = f64::from_bits(((1023 + e + 1) as u64) << 52);
+    Some(mantissa as f64 * scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_round_as_a_float_parse_does() {
+        let mut cases: Vec<String> = [
+            "0",
+            "0.0",
+            "1",
+            "1.",
+            "0.5",
+            "2.5",
+            "0.1",
+            "0.3",
+            "1000",
+            "1500.5",
+            "9007199254740992",
+            "9007199254740993",
+            "9007199254740995",
+            "9007199254740993.0000001",
+            "18014398509481983",
+            "123456789012345678901234",
+            "0.00000000000000000000001",
+            "99999999999999999999999",
+            "1.7976931348623157",
+            "4.9406564584124654",
+            "2.2250738585072014",
+            "31536000000",
+            "31536000000.000001",
+            "0.0000000000000000000000",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 1 + (x % 23) as usize;
+            let mut s: String = (0..len)
+                .map(|i| char::from(b'0' + ((x >> (i % 60)) ^ (i as u64 * 7)) as u8 % 10))
+                .collect();
+            let dot = (x >> 40) as usize % (len + 1);
+            if dot < len {
+                s.insert(dot.max(1), '.');
+            }
+            cases.push(s);
+        }
+        for s in &cases {
+            assert_eq!(decimal_f64(s), s.parse::<f64>().ok(), "{s}");
+        }
+    }
 
     fn wall() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1000)

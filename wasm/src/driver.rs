@@ -33,7 +33,6 @@ use recovery_core::protocol::ProtocolKind;
 use recovery_core::retry_after::{RetryAfter, parse_should_retry};
 use recovery_core::safe::request_id_with;
 use recovery_core::timing::{Fraction, Instant};
-use recovery_core::wait::{First, TimedOut, first, unless, within};
 use recovery_core::watchdog::Watchdog;
 use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
@@ -41,7 +40,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
 
-use crate::options::{ProtocolChoice, Settings, guess_protocol};
+use crate::js_value::to_js;
+use crate::options::{ProtocolChoice, Settings, guess_protocol, has};
 use crate::platform::{Platform, Wait, get, random_u64};
 
 /// What a `createRecoveringFetch` instance shares between its requests.
@@ -102,31 +102,128 @@ impl Cancel {
         }
     }
 
-    fn wait(&self) -> CancelWait<'_> {
-        CancelWait(self)
-    }
-}
-
-struct CancelWait<'a>(&'a Cancel);
-
-impl Future for CancelWait<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.is_cancelled() {
-            Poll::Ready(())
-        } else {
-            *self.0.waker.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
+    fn poll_cancelled(&self, cx: &mut Context<'_>) -> bool {
+        if self.is_cancelled() {
+            return true;
         }
+        *self.waker.borrow_mut() = Some(cx.waker().clone());
+        false
     }
 }
 
-/// Races `fut` against cancellation: `None` when cancelled first.
-async fn or_cancel<F: Future>(fut: F, cancel: &Cancel) -> Option<F::Output> {
+/// What the driver waits on: a JS promise or a platform wait.
+enum Awaited {
+    Promise(JsFuture),
+    Wait(Wait),
+}
+
+/// How a driver wait ended.
+enum Woke {
+    /// The promise settled.
+    Settled(Result<JsValue, JsValue>),
+    /// The platform wait (a sleep, connectivity) completed.
+    Done,
+    /// The bounding timer fired first.
+    TimedOut,
+    /// The stall watchdog fired first.
+    Stalled(Stall),
+    /// The caller cancelled first.
+    Cancelled,
+}
+
+/// The one wait every await of the driver goes through: `awaited`, raced
+/// against an optional timer, an optional stall watchdog and cancellation,
+/// polled in that order (a result that already arrived wins).
+struct WaitOn<'a> {
+    awaited: Awaited,
+    timer: Option<Wait>,
+    watchdog: Option<&'a mut Watchdog<Wait>>,
+    cancel: &'a Cancel,
+}
+
+impl Future for WaitOn<'_> {
+    type Output = Woke;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woke> {
+        let this = self.get_mut();
+        let ready = match &mut this.awaited {
+            Awaited::Promise(p) => match Pin::new(p).poll(cx) {
+                Poll::Ready(r) => Some(Woke::Settled(r)),
+                Poll::Pending => None,
+            },
+            Awaited::Wait(w) => w.as_mut().poll(cx).is_ready().then_some(Woke::Done),
+        };
+        if let Some(woke) = ready {
+            return Poll::Ready(woke);
+        }
+        if this
+            .timer
+            .as_mut()
+            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
+        {
+            return Poll::Ready(Woke::TimedOut);
+        }
+        if let Some(dog) = this.watchdog.as_mut() {
+            if let Poll::Ready(stall) = dog.poll_stall(cx) {
+                return Poll::Ready(Woke::Stalled(stall));
+            }
+        }
+        if this.cancel.poll_cancelled(cx) {
+            return Poll::Ready(Woke::Cancelled);
+        }
+        Poll::Pending
+    }
+}
+
+/// Waits on `awaited` (made only when not already cancelled).
+#[inline(never)]
+fn wait_on<'a>(
+    awaited: impl FnOnce() -> Awaited,
+    timer: Option<Wait>,
+    watchdog: Option<&'a mut Watchdog<Wait>>,
+    cancel: &'a Cancel,
+) -> Option<WaitOn<'a>> {
     if cancel.is_cancelled() {
         return None;
     }
-    unless(fut, cancel.wait()).await
+    Some(WaitOn {
+        awaited: awaited(),
+        timer,
+        watchdog,
+        cancel,
+    })
+}
+
+/// Runs a wait made by [`wait_on`]: `Woke::Cancelled` when it was not made.
+async fn run(wait: Option<WaitOn<'_>>) -> Woke {
+    match wait {
+        Some(w) => w.await,
+        None => Woke::Cancelled,
+    }
+}
+
+/// Reads one chunk from `reader`, watched by `watchdog`.
+async fn read(
+    reader: &ReadableStreamDefaultReader,
+    watchdog: Option<&mut Watchdog<Wait>>,
+    cancel: &Cancel,
+) -> Woke {
+    run(wait_on(
+        || Awaited::Promise(JsFuture::from(reader.read())),
+        None,
+        watchdog,
+        cancel,
+    ))
+    .await
+}
+
+/// Waits on a platform wait (a sleep, connectivity) made before the
+/// cancellation check, as the engine's drivers do.
+async fn wait_platform(wait: Wait, cancel: &Cancel) -> bool {
+    !matches!(
+        run(wait_on(move || Awaited::Wait(wait), None, None, cancel)).await,
+        Woke::Cancelled
+    )
 }
 
 /// The engine, where its events go, and the sensitive evidence.
@@ -161,20 +258,8 @@ pub(crate) fn flush(shared: &SharedRef) {
     };
     let Some(callback) = callback else { return };
     for event in events {
-        if let Ok(json) = serde_json::to_string(&event) {
-            if let Ok(obj) = js_sys::JSON::parse(&json) {
-                let _ = callback.call1(&JsValue::UNDEFINED, &obj);
-            }
-        }
+        let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&event));
     }
-}
-
-/// Serializes `value` into a plain JS object (via JSON).
-pub(crate) fn to_js<T: serde::Serialize>(value: &T) -> JsValue {
-    serde_json::to_string(value)
-        .ok()
-        .and_then(|json| js_sys::JSON::parse(&json).ok())
-        .unwrap_or(JsValue::NULL)
 }
 
 /// Marks a promise we do not wait for as handled, so its rejection is not
@@ -356,7 +441,7 @@ pub(crate) async fn drive(
             match action {
                 Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
                     release(&mut error_response);
-                    if or_cancel(timing.sleep(delay), cancel).await.is_none() {
+                    if !wait_platform(timing.sleep(delay), cancel).await {
                         let outcome = shared
                             .borrow_mut()
                             .engine
@@ -366,10 +451,7 @@ pub(crate) async fn drive(
                     break;
                 }
                 Action::ParkUntilOnline => {
-                    if or_cancel(connectivity.wait_until_online(), cancel)
-                        .await
-                        .is_none()
-                    {
+                    if !wait_platform(connectivity.wait_until_online(), cancel).await {
                         release(&mut error_response);
                         let outcome = shared
                             .borrow_mut()
@@ -386,9 +468,7 @@ pub(crate) async fn drive(
                 Action::AskAdmission => {
                     let answer = match &spec.admission {
                         None => Some(AdmissionAnswer::Unresolved),
-                        Some(hook) => {
-                            or_cancel(ask_admission(hook, shared, &failure), cancel).await
-                        }
+                        Some(hook) => ask_admission(hook, shared, &failure, cancel).await,
                     };
                     let Some(answer) = answer else {
                         release(&mut error_response);
@@ -420,7 +500,16 @@ pub(crate) async fn drive(
 /// Calls the admission hook with `{ logicalId, nextAttempt, failure }`; it
 /// may answer `"allow"`, `"reject"`, `true`/`false` or a promise of those.
 /// Anything else (or a throw) is `unresolved`: pending is not approval.
-async fn ask_admission(hook: &Function, shared: &SharedRef, failure: &Failure) -> AdmissionAnswer {
+/// `None` when cancelled first (the hook is not called once cancelled).
+async fn ask_admission(
+    hook: &Function,
+    shared: &SharedRef,
+    failure: &Failure,
+    cancel: &Cancel,
+) -> Option<AdmissionAnswer> {
+    if cancel.is_cancelled() {
+        return None;
+    }
     let ctx = Object::new();
     {
         let s = shared.borrow();
@@ -433,20 +522,29 @@ async fn ask_admission(hook: &Function, shared: &SharedRef, failure: &Failure) -
     }
     set(&ctx, "failure", &to_js(failure));
     let Ok(value) = hook.call1(&JsValue::UNDEFINED, &ctx) else {
-        return AdmissionAnswer::Unresolved;
+        return Some(AdmissionAnswer::Unresolved);
     };
     let value = match value.dyn_into::<js_sys::Promise>() {
-        Ok(p) => match JsFuture::from(p).await {
-            Ok(v) => v,
-            Err(_) => return AdmissionAnswer::Unresolved,
-        },
+        Ok(p) => {
+            let wait = WaitOn {
+                awaited: Awaited::Promise(JsFuture::from(p)),
+                timer: None,
+                watchdog: None,
+                cancel,
+            };
+            match wait.await {
+                Woke::Settled(Ok(v)) => v,
+                Woke::Settled(Err(_)) => return Some(AdmissionAnswer::Unresolved),
+                _ => return None,
+            }
+        }
         Err(v) => v,
     };
-    match (value.as_bool(), value.as_string().as_deref()) {
+    Some(match (value.as_bool(), value.as_string().as_deref()) {
         (Some(true), _) | (_, Some("allow")) => AdmissionAnswer::Allow,
         (Some(false), _) | (_, Some("reject")) => AdmissionAnswer::Reject,
         _ => AdmissionAnswer::Unresolved,
-    }
+    })
 }
 
 fn observer_for(
@@ -460,17 +558,17 @@ fn observer_for(
     };
     let _ = policy;
     let ct = content_type.unwrap_or("").to_ascii_lowercase();
-    if ct.contains("json") && !ct.contains("ndjson") && !ct.contains("jsonl") {
+    if has(&ct, "json") && !has(&ct, "ndjson") && !has(&ct, "jsonl") {
         StreamObserver::non_streaming(protocol.clone(), config)
     } else {
         StreamObserver::with_config(protocol.clone(), config)
     }
 }
 
-/// Reads one chunk: `Ok(Some(bytes))`, `Ok(None)` at the end, `Err(js)`
+/// A settled `read()`: `Ok(Some(bytes))`, `Ok(None)` at the end, `Err(js)`
 /// when the read rejected.
-async fn read_chunk(reader: &ReadableStreamDefaultReader) -> Result<Option<Uint8Array>, JsValue> {
-    let result: ReadableStreamReadResult = JsFuture::from(reader.read()).await?.unchecked_into();
+fn chunk_of(settled: Result<JsValue, JsValue>) -> Result<Option<Uint8Array>, JsValue> {
+    let result: ReadableStreamReadResult = settled?.unchecked_into();
     if result.get_done().unwrap_or(false) {
         return Ok(None);
     }
@@ -485,7 +583,7 @@ async fn read_chunk(reader: &ReadableStreamDefaultReader) -> Result<Option<Uint8
 /// Feeds a chunk to the observer without copying it twice.
 fn feed(observer: &mut StreamObserver, chunk: &Uint8Array) -> Result<(), ProtocolViolation> {
     let bytes = chunk.to_vec();
-    observer.feed(&bytes).map(|_| ())
+    observer.observe(&bytes)
 }
 
 /// One physical attempt, up to commit or failure.
@@ -520,9 +618,18 @@ async fn run_attempt(
         Err(e) => js_sys::Promise::reject(&e),
     };
     let head_timer = policy.head_timeout().map(|d| timing.sleep(d));
-    let response = match or_cancel(within(JsFuture::from(promise), head_timer), cancel).await {
-        None => return Attempt::Cancelled(CancelPhase::AwaitingHead),
-        Some(Err(TimedOut)) => {
+    let fetched = run(wait_on(
+        || Awaited::Promise(JsFuture::from(promise)),
+        head_timer,
+        None,
+        cancel,
+    ))
+    .await;
+    let response = match fetched {
+        Woke::Cancelled | Woke::Done | Woke::Stalled(_) => {
+            return Attempt::Cancelled(CancelPhase::AwaitingHead);
+        }
+        Woke::TimedOut => {
             controller.abort();
             return Attempt::Failed(
                 Failure::new(
@@ -532,14 +639,14 @@ async fn run_attempt(
                 None,
             );
         }
-        Some(Ok(Err(e))) => {
+        Woke::Settled(Err(e)) => {
             if cancel.is_cancelled() {
                 return Attempt::Cancelled(CancelPhase::AwaitingHead);
             }
             shared.borrow_mut().cause = e;
             return Attempt::Failed(transport(Phase::Unknown), None);
         }
-        Some(Ok(Ok(r))) => r.unchecked_into::<Response>(),
+        Woke::Settled(Ok(r)) => r.unchecked_into::<Response>(),
     };
 
     let js_headers = response.headers();
@@ -564,14 +671,17 @@ async fn run_attempt(
                     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
                     let cap = policy.evidence_cap();
                     while error_body.len() < cap {
-                        match or_cancel(read_chunk(&reader), cancel).await {
-                            None => return Attempt::Cancelled(CancelPhase::Streaming),
-                            Some(Ok(Some(chunk))) => {
+                        let settled = match read(&reader, None, cancel).await {
+                            Woke::Settled(r) => chunk_of(r),
+                            _ => return Attempt::Cancelled(CancelPhase::Streaming),
+                        };
+                        match settled {
+                            Ok(Some(chunk)) => {
                                 let bytes = chunk.to_vec();
                                 let room = cap - error_body.len();
                                 error_body.extend_from_slice(&bytes[..bytes.len().min(room)]);
                             }
-                            Some(Ok(None) | Err(_)) => break,
+                            Ok(None) | Err(_) => break,
                         }
                     }
                     settle(reader.cancel());
@@ -630,13 +740,11 @@ async fn run_attempt(
     loop {
         let next = match &reader {
             None => Ok(Ok(None)),
-            Some(reader) => {
-                match or_cancel(first(read_chunk(reader), watchdog.stalled()), cancel).await {
-                    None => return Attempt::Cancelled(CancelPhase::Streaming),
-                    Some(First::Left(r)) => Ok(r),
-                    Some(First::Right(stall)) => Err(stall),
-                }
-            }
+            Some(reader) => match read(reader, Some(&mut watchdog), cancel).await {
+                Woke::Settled(r) => Ok(chunk_of(r)),
+                Woke::Stalled(stall) => Err(stall),
+                _ => return Attempt::Cancelled(CancelPhase::Streaming),
+            },
         };
         match next {
             Err(stall) => {
@@ -763,13 +871,9 @@ pub(crate) async fn next_chunk(
     let Some(reader) = live.reader.clone() else {
         return end_live(live, shared, cancel);
     };
-    let read = or_cancel(first(read_chunk(&reader), live.watchdog.stalled()), cancel).await;
-    let read = match read {
-        None => {
-            cancel_live(live, shared);
-            return Ok(None);
-        }
-        Some(First::Right(stall)) => {
+    let read = match read(&reader, Some(&mut live.watchdog), cancel).await {
+        Woke::Settled(r) => chunk_of(r),
+        Woke::Stalled(stall) => {
             return Err(fail_live(
                 live,
                 shared,
@@ -777,7 +881,10 @@ pub(crate) async fn next_chunk(
                 Failure::new(FailureKind::Timeout { stall }, Phase::Streaming),
             ));
         }
-        Some(First::Left(read)) => read,
+        _ => {
+            cancel_live(live, shared);
+            return Ok(None);
+        }
     };
     match read {
         Err(e) => {

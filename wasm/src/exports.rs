@@ -13,8 +13,9 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::driver::{
     Cancel, Client, Live, RequestSpec, Resolved, SharedRef, cancel_live, drive, flush, next_chunk,
-    now, start_engine, to_js,
+    now, start_engine,
 };
+use crate::js_value::to_js;
 use crate::options::{OptionValue, OptionsError, Settings};
 use crate::platform::{Injected, JsConnectivity, JsTiming, Platform};
 

@@ -15,6 +15,8 @@ mod driver;
 #[cfg(target_arch = "wasm32")]
 mod exports;
 #[cfg(target_arch = "wasm32")]
+mod js_value;
+#[cfg(target_arch = "wasm32")]
 pub mod platform;
 
 #[cfg(target_arch = "wasm32")]

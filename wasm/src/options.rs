@@ -113,7 +113,8 @@ fn whole(field: &str, v: &OptionValue, max: f64) -> Result<f64, OptionsError> {
     let n = number(field, v)?;
     if n.fract() != 0.0 || !(0.0..=max).contains(&n) {
         return Err(OptionsError::Shape(format!(
-            "`{field}`: expected a whole number from 0 to {max}"
+            "`{field}`: expected a whole number from 0 to {}",
+            number_text(max)
         )));
     }
     Ok(n)
@@ -413,6 +414,135 @@ pub struct Settings {
     pub admission_hook: bool,
 }
 
+/// `n` as Rust's `{}` prints an `f64` (`1000000000000000000000`,
+/// `0.0000001`, `inf`, `NaN`: never an exponent). On wasm the digits come
+/// from JS's `String(n)`, which picks the same shortest round-trip digits,
+/// so the module links no float formatting.
+pub fn number_text(n: f64) -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let js: String = js_sys::Number::from(n)
+            .to_string_with_radix(10)
+            .map(String::from)
+            .unwrap_or_default();
+        rust_layout(n, &js)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        n.to_string()
+    }
+}
+
+/// Lays out JS's text of `n` (`js`, e.g. `1.5e+21`, `1e-7`, `123.45`) the
+/// way Rust's `Display` for `f64` does.
+///
+/// Both print the shortest digits that read back as `n`; when two such
+/// digit strings are equally close (an exact tie), JS takes the even one and
+/// Rust the one above, so a tie is moved up here.
+pub fn rust_layout(n: f64, js: &str) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let mut out = String::new();
+    if n.is_sign_negative() {
+        out.push('-');
+    }
+    if n == 0.0 {
+        out.push('0');
+        return out;
+    }
+    let text = js.trim_start_matches('-');
+    let (mantissa, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.trim_start_matches('+').parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    // The value is 0.DIGITS × 10^point.
+    let mut point = i32::try_from(int.len()).unwrap_or(i32::MAX) + exp;
+    while digits.first() == Some(&b'0') {
+        digits.remove(0);
+        point -= 1;
+    }
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    let len = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    if digits.last().is_some_and(|d| d % 2 == 0) && is_tie_above(n, &digits, point - len) {
+        let mut at = digits.len();
+        loop {
+            if at == 0 {
+                digits.insert(0, b'1');
+                point += 1;
+                break;
+            }
+            at -= 1;
+            if digits[at] == b'9' {
+                digits[at] = b'0';
+            } else {
+                digits[at] += 1;
+                break;
+            }
+        }
+        while digits.last() == Some(&b'0') {
+            digits.pop();
+        }
+    }
+    let digits = String::from_utf8(digits).unwrap_or_default();
+    if point <= 0 {
+        out.push_str("0.");
+        for _ in 0..-point {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else if point as usize >= digits.len() {
+        out.push_str(&digits);
+        for _ in digits.len()..point as usize {
+            out.push('0');
+        }
+    } else {
+        let (a, b) = digits.split_at(point as usize);
+        out.push_str(a);
+        out.push('.');
+        out.push_str(b);
+    }
+    out
+}
+
+/// Whether `|n|` lies exactly halfway between `digits × 10^q` and the next
+/// number of as many digits: `|n| = (2·digits + 1) · 5^q · 2^(q−1)`. With
+/// `|n| = m · 2^e` (`m` odd) that is `e = q − 1` and `m · 5^−q = 2·digits + 1`
+/// (`q < 0`) or `m = (2·digits + 1) · 5^q` (`q ≥ 0`); integer arithmetic.
+fn is_tie_above(n: f64, digits: &[u8], q: i32) -> bool {
+    let bits = n.abs().to_bits();
+    let (raw_exp, frac) = ((bits >> 52) as i32, bits & ((1 << 52) - 1));
+    let (m, e) = if raw_exp == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1 << 52), raw_exp - 1075)
+    };
+    let shift = m.trailing_zeros();
+    let (m, e) = (m >> shift, e + i32::try_from(shift).unwrap_or(0));
+    // Shortest digits are at most 17: `2·digits + 1` fits in a u64.
+    if e != q - 1 || digits.len() > 17 {
+        return false;
+    }
+    let twice = digits
+        .iter()
+        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'))
+        * 2
+        + 1;
+    let five = 5u64.checked_pow(q.unsigned_abs());
+    if q < 0 {
+        five.and_then(|p| m.checked_mul(p)) == Some(twice)
+    } else {
+        five.and_then(|p| twice.checked_mul(p)) == Some(m)
+    }
+}
+
 /// Largest millisecond value accepted for a duration (about 285 years).
 const MAX_MS: f64 = 9.0e12;
 
@@ -420,7 +550,11 @@ fn millis(field: &'static str, ms: f64) -> Result<Duration, OptionsError> {
     if !ms.is_finite() || !(0.0..=MAX_MS).contains(&ms) {
         return Err(OptionsError::Range {
             field,
-            reason: format!("{ms} is not a duration in milliseconds (0 to {MAX_MS})"),
+            reason: format!(
+                "{} is not a duration in milliseconds (0 to {})",
+                number_text(ms),
+                number_text(MAX_MS)
+            ),
         });
     }
     Ok(Duration::from_micros((ms * 1000.0).round() as u64))
@@ -441,7 +575,10 @@ fn bytes(field: &'static str, n: f64) -> Result<usize, OptionsError> {
     if !n.is_finite() || n.fract() != 0.0 || !(0.0..=4_294_967_295.0).contains(&n) {
         return Err(OptionsError::Range {
             field,
-            reason: format!("{n} is not a whole number of bytes (0 to 2^32-1)"),
+            reason: format!(
+                "{} is not a whole number of bytes (0 to 2^32-1)",
+                number_text(n)
+            ),
         });
     }
     Ok(n as usize)
@@ -478,14 +615,23 @@ pub fn parse_protocol(
     }))
 }
 
+/// Whether `needle` occurs in `haystack` (`str::contains` without the
+/// two-way searcher, which is large in the wasm module).
+pub fn has(haystack: &str, needle: &str) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
 /// Guesses the protocol from a request URL's path; OpenAI Chat when unsure.
 pub fn guess_protocol(url: &str) -> ProtocolKind {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     if path.ends_with("/messages") {
         ProtocolKind::Anthropic
-    } else if path.ends_with("/responses") || path.contains("/responses/") {
+    } else if path.ends_with("/responses") || has(path, "/responses/") {
         ProtocolKind::OpenAiResponses
-    } else if path.contains(":streamGenerateContent") || path.contains(":generateContent") {
+    } else if has(path, ":streamGenerateContent") || has(path, ":generateContent") {
         ProtocolKind::Gemini
     } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
         ProtocolKind::Ollama
@@ -626,7 +772,10 @@ impl Settings {
                 if !percent.is_finite() || !(0.0..=10.0).contains(&percent) {
                     return Err(OptionsError::Range {
                         field: "retryBudget.percent",
-                        reason: format!("{percent} is not a fraction between 0 and 10"),
+                        reason: format!(
+                            "{} is not a fraction between 0 and 10",
+                            number_text(percent)
+                        ),
                     });
                 }
                 let ttl = rb
@@ -794,6 +943,83 @@ mod tests {
         );
     }
 
+    /// `Number.prototype.toString` of `x`, from Rust's shortest digits.
+    fn js_text(x: f64) -> String {
+        let exp_form = format!("{:e}", x.abs());
+        let (mantissa, exp) = exp_form.split_once('e').unwrap();
+        let exp: i32 = exp.parse().unwrap();
+        let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+        let len = i32::try_from(digits.len()).unwrap();
+        let point = exp + 1;
+        let body = if len <= point && point <= 21 {
+            format!("{digits}{}", "0".repeat((point - len) as usize))
+        } else if 0 < point && point <= 21 {
+            let (a, b) = digits.split_at(point as usize);
+            format!("{a}.{b}")
+        } else if -6 < point && point <= 0 {
+            format!("0.{}{digits}", "0".repeat((-point) as usize))
+        } else {
+            let sign = if point - 1 < 0 { '-' } else { '+' };
+            let lead = if len == 1 {
+                digits.clone()
+            } else {
+                format!("{}.{}", &digits[..1], &digits[1..])
+            };
+            format!("{lead}e{sign}{}", (point - 1).abs())
+        };
+        if x < 0.0 { format!("-{body}") } else { body }
+    }
+
+    #[test]
+    fn numbers_print_as_rust_prints_them() {
+        let values = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            -2.25,
+            0.1,
+            0.3,
+            100.0,
+            9.0e12,
+            1e21,
+            1.5e21,
+            1e22,
+            1e300,
+            -1e300,
+            1e-6,
+            1e-7,
+            1.5e-7,
+            1.2345e-10,
+            5e-324,
+            123_456.789,
+            4_294_967_295.0,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            0.000_123,
+            12_345_678_901_234_567_890.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for x in values {
+            let js = if x.is_nan() {
+                "NaN".to_owned()
+            } else if x.is_infinite() {
+                if x > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+            } else {
+                js_text(x)
+            };
+            assert_eq!(rust_layout(x, &js), x.to_string(), "{x:e} as {js}");
+        }
+        assert_eq!(js_text(1e21), "1e+21");
+        assert_eq!(js_text(1.5e-7), "1.5e-7");
+        assert_eq!(js_text(123.45), "123.45");
+        assert_eq!(js_text(0.001), "0.001");
+        assert_eq!(number_text(-1.0), "-1");
+    }
+
     #[test]
     fn timer_delays_round_up_and_clamp() {
         assert_eq!(timer_millis(Duration::ZERO), 0);
@@ -809,5 +1035,69 @@ mod tests {
             MAX_TIMER_MS
         );
         assert_eq!(timer_millis(Duration::from_secs(u64::MAX)), MAX_TIMER_MS);
+    }
+}
+
+#[cfg(all(test, target_arch = "wasm32"))]
+mod wasm_tests {
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    use super::number_text;
+
+    #[wasm_bindgen_test]
+    fn numbers_from_js_digits_print_as_rust_prints_them() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            0.1,
+            0.3,
+            100.0,
+            9.0e12,
+            1e21,
+            1.5e21,
+            1e300,
+            -1e-7,
+            5e-324,
+            123_456.789,
+            4_294_967_295.0,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -1_149_636_667_324_797.2,
+        ];
+        // Exact ties between two shortest digit strings: quarters and halves
+        // where the spacing of doubles is a quarter or a half, and large
+        // integers.
+        for k in 0..400u64 {
+            let base = (1u64 << 50) + k * 977_777;
+            values.push(base as f64 + 0.25);
+            values.push(base as f64 + 0.75);
+            values.push((base << 1) as f64 + 0.5);
+            values.push(((base << 3) + k) as f64);
+            values.push(((base << 14) + k * 3) as f64);
+        }
+        for k in 1..=64 {
+            values.push(2f64.powi(k) + 0.5);
+            values.push(2f64.powi(-k));
+            values.push(5f64.powi(k % 23) * 2f64.powi(k));
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = f64::from_bits(x);
+            if v.is_finite() {
+                values.push(v);
+            }
+        }
+        for v in values {
+            assert_eq!(number_text(v), v.to_string(), "{v:e}");
+        }
     }
 }

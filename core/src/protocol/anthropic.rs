@@ -1,7 +1,7 @@
 //! Anthropic Messages streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
@@ -278,7 +278,8 @@ impl Protocol for Anthropic {
                 self.tape = tape;
                 class
             }
-            Decode::Reference => self.event(&parse_reference(frame.data)?, ev),
+            #[cfg(feature = "serde_json")]
+            Decode::Reference => self.event(&super::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

@@ -4,7 +4,7 @@
 
 use super::anthropic::{block_kind, stop_terminal};
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, parse_reference};
+use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
 use super::{Evidence, Gemini, OpenAiChat, OpenAiResponses, SemanticOptions, usage};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
@@ -22,8 +22,7 @@ pub fn classify_json_body(
     options: SemanticOptions,
     ev: &mut Evidence,
 ) -> Result<(), ProtocolViolation> {
-    let value = parse_reference(body)?;
-    let root = &value;
+    let root = Lazy::parse(body)?;
     if root.kind() != JsonKind::Object {
         return Err(ProtocolViolation::UnexpectedShape);
     }

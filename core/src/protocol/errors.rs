@@ -1,7 +1,7 @@
 //! Classifying provider errors (in-stream events and HTTP error bodies) into
 //! transient, permanent or unknown, keeping only allowlisted codes.
 
-use super::json::{JsonKind, JsonView, parse_reference};
+use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
 use crate::progress::{ProviderError, Transience};
 use crate::safe::allowlisted_code;
@@ -109,8 +109,7 @@ pub fn classify_error_body(
     http_status: Option<u16>,
     body: &[u8],
 ) -> Option<ProviderError> {
-    let value = parse_reference(body).ok()?;
-    let root = &value;
+    let root = Lazy::parse(body).ok()?;
     let [error, object] = root.fields(["error", "object"]);
     if let Some(err) = error.filter(|e| !e.is_null()) {
         let mut classified = classify_error_value(err, http_status);

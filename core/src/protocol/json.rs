@@ -13,7 +13,9 @@
 use std::borrow::Cow;
 
 use memchr::memchr;
+#[cfg(feature = "serde_json")]
 use serde::de::DeserializeOwned;
+#[cfg(feature = "serde_json")]
 use serde_json::Value;
 
 use crate::wire::ProtocolViolation;
@@ -54,7 +56,9 @@ pub trait JsonView<'a>: Copy + Sized {
     fn as_bool(self) -> Option<bool>;
     /// Whether this is a non-empty string, array or object.
     fn is_nonempty(self) -> bool;
-    /// A full typed decode, for the rare events that need one.
+    /// A full typed decode, for the rare events that need one (feature
+    /// `serde_json`).
+    #[cfg(feature = "serde_json")]
     fn decode<T: DeserializeOwned>(self) -> Option<T>;
 
     /// One field of an object.
@@ -100,6 +104,7 @@ pub fn validate_document(doc: &[u8]) -> Result<(), ProtocolViolation> {
 }
 
 /// Parses `doc` the slow, reference way: a full `serde_json::Value`.
+#[cfg(feature = "serde_json")]
 pub fn parse_reference(doc: &[u8]) -> Result<Value, ProtocolViolation> {
     if std::str::from_utf8(doc).is_err() {
         return Err(ProtocolViolation::InvalidUtf8);
@@ -181,6 +186,58 @@ fn escape(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// Decodes a JSON string literal (quotes included): every escape, `\uXXXX`
+/// surrogate pairs joined; `None` for anything that is not exactly one
+/// valid literal (bad escape, lone surrogate, raw control byte or quote,
+/// invalid UTF-8).
+pub fn unescape(literal: &[u8]) -> Option<String> {
+    let body = literal.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        let c = body[i];
+        i += 1;
+        if c == b'"' || c < 0x20 {
+            return None;
+        }
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = *body.get(i)?;
+        i += 1;
+        out.push(match e {
+            b'"' | b'\\' | b'/' => e,
+            b'b' => 0x08,
+            b'f' => 0x0C,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let mut cp = hex4(body, i)?;
+                i += 4;
+                if (0xD800..0xDC00).contains(&cp) {
+                    if body.get(i..i + 2)? != b"\\u" {
+                        return None;
+                    }
+                    let lo = hex4(body, i + 2)?;
+                    if !(0xDC00..0xE000).contains(&lo) {
+                        return None;
+                    }
+                    i += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                // `None` for a lone low surrogate.
+                let ch = char::from_u32(cp)?;
+                out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                continue;
+            }
+            _ => return None,
+        });
+    }
+    String::from_utf8(out).ok()
+}
+
 /// Validates a string body starting after its opening quote.
 fn string(b: &[u8], mut i: usize) -> Option<usize> {
     loop {
@@ -231,15 +288,65 @@ fn number(b: &[u8], start: usize) -> Option<usize> {
         i = j;
         float = true;
     }
-    if float || i - start > 19 {
-        // serde_json refuses numbers that overflow to infinity.
-        let text = std::str::from_utf8(&b[start..i]).ok()?;
-        let f: f64 = text.parse().ok()?;
-        if !f.is_finite() {
-            return None;
-        }
+    // serde_json refuses numbers that overflow to infinity.
+    if (float || i - start > 19) && overflows(&b[start..i]) {
+        return None;
     }
     Some(i)
+}
+
+/// The digits of 2^1024 − 2^970, halfway between `f64::MAX` and 2^1024:
+/// the smallest magnitude that rounds to infinity (the tie goes to the even
+/// 2^1024).
+const HALF_PAST_MAX: &[u8; 309] = b"179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497792";
+
+/// Whether `text` (JSON number syntax) parses to an infinite `f64`, decided
+/// on its digits: no float parsing.
+fn overflows(text: &[u8]) -> bool {
+    let text = text.strip_prefix(b"-").unwrap_or(text);
+    let (mantissa, exp) = text.split_at(
+        text.iter()
+            .position(|b| matches!(b, b'e' | b'E'))
+            .unwrap_or(text.len()),
+    );
+    let mut e: i64 = 0;
+    if let Some(rest) = exp.get(1..) {
+        let (negative, digits) = match rest.first() {
+            Some(b'-') => (true, &rest[1..]),
+            Some(b'+') => (false, &rest[1..]),
+            _ => (false, rest),
+        };
+        for d in digits {
+            e = (e * 10 + i64::from(d - b'0')).min(1 << 40);
+        }
+        if negative {
+            e = -e;
+        }
+    }
+    let int_len = mantissa
+        .iter()
+        .position(|&b| b == b'.')
+        .unwrap_or(mantissa.len());
+    let digits = mantissa.iter().copied().filter(u8::is_ascii_digit);
+    let zeros = digits.clone().take_while(|&d| d == b'0').count();
+    if zeros == digits.clone().count() {
+        return false;
+    }
+    // The value is 0.D × 10^exp10, D the digits from the first non-zero one.
+    let exp10 = i64::try_from(int_len).unwrap_or(i64::MAX) - i64::try_from(zeros).unwrap_or(0) + e;
+    if exp10 != 309 {
+        return exp10 > 309;
+    }
+    let mut significant = digits.skip(zeros);
+    for &t in HALF_PAST_MAX {
+        match significant.next() {
+            // Padded with zeros, D is below: the bound's last digit is not 0.
+            None => return false,
+            Some(d) if d != t => return d > t,
+            Some(_) => {}
+        }
+    }
+    true
 }
 
 fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
@@ -385,23 +492,15 @@ fn skip_value(b: &[u8], i: usize) -> usize {
     }
 }
 
-impl<'a> JsonView<'a> for Lazy<'a> {
-    fn kind(self) -> JsonKind {
-        match self.0.first() {
-            Some(b'{') => JsonKind::Object,
-            Some(b'[') => JsonKind::Array,
-            Some(b'"') => JsonKind::String,
-            Some(b't' | b'f') => JsonKind::Bool,
-            Some(b'n') => JsonKind::Null,
-            _ => JsonKind::Number,
-        }
-    }
-
-    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
-        let mut out = [None; N];
+impl Lazy<'_> {
+    /// [`JsonView::fields`] for any number of keys: one copy of the walk,
+    /// not one per key count.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline)]
+    fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
         let b = self.0;
         if b.first() != Some(&b'{') {
-            return out;
+            return;
         }
         let mut i = ws(b, 1);
         while i < b.len() && b[i] == b'"' {
@@ -412,8 +511,8 @@ impl<'a> JsonView<'a> for Lazy<'a> {
             let value_end = skip_value(b, value_start);
             let value = Lazy(&b[value_start..value_end]);
             if escaped {
-                if let Ok(name) = serde_json::from_slice::<String>(key_span) {
-                    for (slot, want) in out.iter_mut().zip(keys) {
+                if let Some(name) = unescape(key_span) {
+                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
                         if name == want {
                             *slot = Some(value);
                         }
@@ -421,7 +520,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
                 }
             } else {
                 let raw = &key_span[1..key_span.len() - 1];
-                for (slot, want) in out.iter_mut().zip(keys) {
+                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
                     let want = want.as_bytes();
                     // Length and first byte first: most keys differ there, and
                     // a library memcmp call costs more than a short key.
@@ -437,6 +536,24 @@ impl<'a> JsonView<'a> for Lazy<'a> {
                 break;
             }
         }
+    }
+}
+
+impl<'a> JsonView<'a> for Lazy<'a> {
+    fn kind(self) -> JsonKind {
+        match self.0.first() {
+            Some(b'{') => JsonKind::Object,
+            Some(b'[') => JsonKind::Array,
+            Some(b'"') => JsonKind::String,
+            Some(b't' | b'f') => JsonKind::Bool,
+            Some(b'n') => JsonKind::Null,
+            _ => JsonKind::Number,
+        }
+    }
+
+    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        let mut out = [None; N];
+        self.fields_into(&keys, &mut out);
         out
     }
 
@@ -480,7 +597,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
         if memchr(b'\\', raw).is_none() {
             std::str::from_utf8(raw).ok().map(Cow::Borrowed)
         } else {
-            serde_json::from_slice::<String>(b).ok().map(Cow::Owned)
+            unescape(b).map(Cow::Owned)
         }
     }
 
@@ -514,11 +631,13 @@ impl<'a> JsonView<'a> for Lazy<'a> {
         }
     }
 
+    #[cfg(feature = "serde_json")]
     fn decode<T: DeserializeOwned>(self) -> Option<T> {
         serde_json::from_slice(self.0).ok()
     }
 }
 
+#[cfg(feature = "serde_json")]
 impl<'a> JsonView<'a> for &'a Value {
     fn kind(self) -> JsonKind {
         match self {
@@ -569,6 +688,7 @@ impl<'a> JsonView<'a> for &'a Value {
         }
     }
 
+    #[cfg(feature = "serde_json")]
     fn decode<T: DeserializeOwned>(self) -> Option<T> {
         T::deserialize(self).ok()
     }
@@ -908,6 +1028,43 @@ impl<'a> Skim<'a> {
     }
 }
 
+impl Skim<'_> {
+    /// [`JsonView::fields`] for any number of keys: one copy of the walk,
+    /// not one per key count.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline)]
+    fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
+        let n = self.node();
+        if self.doc[n.start as usize] != b'{' {
+            return;
+        }
+        let mut k = self.at + 1;
+        let stop = n.next as usize;
+        while k < stop {
+            let key = self.with(k);
+            let value = k + 1;
+            if key.node().escaped {
+                if let Some(name) = unescape(key.as_bytes()) {
+                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                        if name == want {
+                            *slot = Some(self.with(value));
+                        }
+                    }
+                }
+            } else {
+                let raw = key.raw_str();
+                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                    let want = want.as_bytes();
+                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
+                        *slot = Some(self.with(value));
+                    }
+                }
+            }
+            k = self.nodes[value].next as usize;
+        }
+    }
+}
+
 impl<'a> JsonView<'a> for Skim<'a> {
     #[inline]
     fn kind(self) -> JsonKind {
@@ -923,34 +1080,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
 
     fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
         let mut out = [None; N];
-        let n = self.node();
-        if self.doc[n.start as usize] != b'{' {
-            return out;
-        }
-        let mut k = self.at + 1;
-        let stop = n.next as usize;
-        while k < stop {
-            let key = self.with(k);
-            let value = k + 1;
-            if key.node().escaped {
-                if let Ok(name) = serde_json::from_slice::<String>(key.as_bytes()) {
-                    for (slot, want) in out.iter_mut().zip(keys) {
-                        if name == want {
-                            *slot = Some(self.with(value));
-                        }
-                    }
-                }
-            } else {
-                let raw = key.raw_str();
-                for (slot, want) in out.iter_mut().zip(keys) {
-                    let want = want.as_bytes();
-                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
-                        *slot = Some(self.with(value));
-                    }
-                }
-            }
-            k = self.nodes[value].next as usize;
-        }
+        self.fields_into(&keys, &mut out);
         out
     }
 
@@ -983,9 +1113,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
             return None;
         }
         if self.node().escaped {
-            serde_json::from_slice::<String>(self.as_bytes())
-                .ok()
-                .map(Cow::Owned)
+            unescape(self.as_bytes()).map(Cow::Owned)
         } else {
             std::str::from_utf8(self.raw_str()).ok().map(Cow::Borrowed)
         }
@@ -1009,6 +1137,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
         }
     }
 
+    #[cfg(feature = "serde_json")]
     fn decode<T: DeserializeOwned>(self) -> Option<T> {
         serde_json::from_slice(self.as_bytes()).ok()
     }
@@ -1035,6 +1164,7 @@ impl<'a> Skim<'a> {
     /// The value rebuilt as a `serde_json::Value` from the tape alone (for
     /// tests that compare the tape with `serde_json`).
     #[doc(hidden)]
+    #[cfg(feature = "serde_json")]
     pub fn to_value(self) -> Value {
         match self.kind() {
             JsonKind::Object => {
@@ -1277,4 +1407,54 @@ fn hole_end(doc: &[u8], i: usize) -> Option<usize> {
         return None;
     }
     Some(close)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_is_decided_as_a_float_parse_would() {
+        let bound = std::str::from_utf8(HALF_PAST_MAX).unwrap();
+        let below = format!("{}1", &bound[..308]);
+        let cases = [
+            "0",
+            "-0.0",
+            "1e308",
+            "1.7976931348623157e308",
+            "1.7976931348623158e308",
+            "1.7976931348623159e308",
+            "1.8e308",
+            "2e308",
+            "1e309",
+            "-1e309",
+            "1e-400",
+            "0.0000e400",
+            "0e999999999999999999999",
+            "1e999999999999999999999",
+            "1e-999999999999999999999",
+            "0.001e311",
+            "0.001e312",
+            "17976931348623157e292",
+            "100000000000000000000",
+            "123456789012345678901234567890",
+            "1E308",
+            "1E+309",
+            bound,
+            &below,
+            "0.5e-5",
+        ];
+        let exact = format!("{bound}.0");
+        let more = format!("{bound}.0000001");
+        let shifted = format!("0.{bound}e309");
+        let minus = format!("-{bound}");
+        for text in cases
+            .iter()
+            .copied()
+            .chain([&*exact, &*more, &*shifted, &*minus])
+        {
+            let want = text.parse::<f64>().unwrap().is_infinite();
+            assert_eq!(overflows(text.as_bytes()), want, "{text}");
+        }
+    }
 }

@@ -52,8 +52,22 @@ pub enum Decode {
     #[default]
     Fast,
     /// A full `serde_json::Value` per event: the reference the fast path is
-    /// tested against.
+    /// tested against (feature `serde_json`).
+    #[cfg(feature = "serde_json")]
     Reference,
+}
+
+impl Decode {
+    /// [`Decode::Reference`] when `reference` is set and the reference path
+    /// is built (feature `serde_json`), else [`Decode::Fast`].
+    pub fn new(reference: bool) -> Self {
+        #[cfg(feature = "serde_json")]
+        if reference {
+            return Decode::Reference;
+        }
+        let _ = reference;
+        Decode::Fast
+    }
 }
 
 /// Per-protocol choices that change what counts as semantic.
@@ -239,6 +253,7 @@ macro_rules! with_json {
                 Ok($crate::protocol::json::Parsed::Lazy($root)) => $body,
                 Err(e) => Err(e),
             },
+            #[cfg(feature = "serde_json")]
             $crate::protocol::Decode::Reference => {
                 match $crate::protocol::json::parse_reference($data) {
                     Ok(value) => {

@@ -1,7 +1,7 @@
 //! Ollama `/api/chat` and `/api/generate` NDJSON streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::usage::OllamaMetrics;
 use super::{
     Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note, semantic_or_n, token, usage,
@@ -236,7 +236,8 @@ impl Protocol for Ollama {
                 self.tape = tape;
                 class
             }
-            Decode::Reference => Self::line(&parse_reference(frame.data)?, ev),
+            #[cfg(feature = "serde_json")]
+            Decode::Reference => Self::line(&super::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions streams (and the compatible dialects).
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template, parse_reference};
+use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
     semantic_or_n, token, usage,
@@ -359,7 +359,8 @@ impl Protocol for OpenAiChat {
                 self.tape = tape;
                 class
             }
-            Decode::Reference => self.chunk(&parse_reference(frame.data)?, ev),
+            #[cfg(feature = "serde_json")]
+            Decode::Reference => self.chunk(&super::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

@@ -28,10 +28,19 @@ const NON_SEMANTIC: &[&str] = &[
     "error",
 ];
 
+/// Whether `needle` occurs in `event_type`: event types are short, and a
+/// plain window scan keeps the two-way searcher out of the wasm module.
+fn has(event_type: &str, needle: &str) -> bool {
+    event_type
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
 fn kind_of(event_type: &str) -> SemanticKind {
-    if event_type.contains("reasoning") {
+    if has(event_type, "reasoning") {
         SemanticKind::Reasoning
-    } else if event_type.contains("_call") || event_type.contains("tool") {
+    } else if has(event_type, "_call") || has(event_type, "tool") {
         SemanticKind::Tool
     } else {
         SemanticKind::Content
@@ -269,7 +278,7 @@ impl OpenAiResponses {
                 EventClass::Semantic(SemanticKind::SideEffect)
             }
             t if t.ends_with(".delta")
-                || t.contains("partial")
+                || has(t, "partial")
                 || t.starts_with("response.shell_call_command.") =>
             {
                 let k = kind_of(t);
