@@ -17,7 +17,7 @@
 //! `serde_json` into a `Value` (what a naive observer costs).
 //!
 //! Run: `cargo bench -p tower-recovery --bench overhead` (`OVERHEAD_TRIALS=n`
-//! for more than 5 trials).
+//! for another number of trials than 9).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -274,7 +274,7 @@ fn main() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
     let (mut observe_proc, mut pass_proc, mut serde_proc) = (Vec::new(), Vec::new(), Vec::new());
-    let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(5, |t| t.parse().unwrap_or(5));
+    let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(9, |t| t.parse().unwrap_or(9));
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
     assert_eq!(rt.block_on(layered(&url)), expected);
