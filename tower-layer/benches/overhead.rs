@@ -121,6 +121,19 @@ fn serve(response: Bytes) -> SocketAddr {
     rx.recv().unwrap()
 }
 
+/// Reads a body to its end; the number of data bytes.
+async fn drain<B>(mut body: B) -> usize
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
+    }
+    n
+}
+
 async fn bare(url: &str) -> usize {
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
@@ -128,12 +141,7 @@ async fn bare(url: &str) -> usize {
         .request(Request::post(url).body(Empty::new()).unwrap())
         .await
         .unwrap();
-    let mut body = resp.into_body();
-    let mut n = 0;
-    while let Some(frame) = body.frame().await {
-        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
-    }
-    n
+    drain(resp.into_body()).await
 }
 
 async fn layered(url: &str) -> usize {
@@ -145,12 +153,7 @@ async fn layered(url: &str) -> usize {
         .oneshot(Request::post(url).body(Empty::<Bytes>::new()).unwrap())
         .await
         .unwrap();
-    let mut body = resp.into_body();
-    let mut n = 0;
-    while let Some(frame) = body.frame().await {
-        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
-    }
-    n
+    drain(resp.into_body()).await
 }
 
 /// `ObserveLayer` alone: the decoding cost without the recovery body.
@@ -162,12 +165,7 @@ async fn observed(url: &str) -> usize {
         .oneshot(Request::post(url).body(Empty::<Bytes>::new()).unwrap())
         .await
         .unwrap();
-    let mut body = resp.into_body();
-    let mut n = 0;
-    while let Some(frame) = body.frame().await {
-        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
-    }
-    n
+    drain(resp.into_body()).await
 }
 
 pin_project_lite::pin_project! {
@@ -228,10 +226,7 @@ async fn calibrated(url: &str, decode: bool) -> usize {
         carry: Vec::new(),
         decoded: 0,
     };
-    let mut n = 0;
-    while let Some(frame) = body.frame().await {
-        n += frame.unwrap().data_ref().map_or(0, Bytes::len);
-    }
+    let n = drain(&mut body).await;
     assert!(
         !decode || body.decoded as usize > EVENTS,
         "every event decoded"

@@ -125,20 +125,30 @@ fn ws(b: &[u8], mut i: usize) -> usize {
 const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
 
+/// The eight bytes of `s` at `i` as a word.
+#[inline]
+fn word_at(s: &[u8], i: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&s[i..i + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// The high bit of every byte of `x` that is `"`, `\` or a control byte
+/// (exact for the lowest one flagged, which is all a scan reads).
+#[inline]
+fn specials(x: u64) -> u64 {
+    let q = x ^ (LO * u64::from(b'"'));
+    let bs = x ^ (LO * u64::from(b'\\'));
+    ((q.wrapping_sub(LO) & !q) | (bs.wrapping_sub(LO) & !bs) | (x.wrapping_sub(LO * 0x20) & !x))
+        & HI
+}
+
 /// Position of the first `"`, `\` or control byte, eight bytes at a time.
 #[inline]
 fn special_pos(s: &[u8]) -> Option<usize> {
     let mut i = 0;
     while i + 8 <= s.len() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&s[i..i + 8]);
-        let x = u64::from_le_bytes(word);
-        let q = x ^ (LO * u64::from(b'"'));
-        let bs = x ^ (LO * u64::from(b'\\'));
-        let mask = (q.wrapping_sub(LO) & !q)
-            | (bs.wrapping_sub(LO) & !bs)
-            | (x.wrapping_sub(LO * 0x20) & !x);
-        let mask = mask & HI;
+        let mask = specials(word_at(s, i));
         if mask != 0 {
             return Some(i + (mask.trailing_zeros() / 8) as usize);
         }
@@ -1386,16 +1396,9 @@ fn hole_end(doc: &[u8], i: usize) -> Option<usize> {
     // Plain ASCII without escapes, eight bytes at a time: the usual hole.
     let mut j = i;
     while j + 8 <= doc.len() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&doc[j..j + 8]);
-        let x = u64::from_le_bytes(word);
-        let q = x ^ (LO * u64::from(b'"'));
-        let bs = x ^ (LO * u64::from(b'\\'));
-        let stop = ((q.wrapping_sub(LO) & !q)
-            | (bs.wrapping_sub(LO) & !bs)
-            | (x.wrapping_sub(LO * 0x20) & !x)
-            | x)
-            & HI;
+        let x = word_at(doc, j);
+        // Non-ASCII bytes stop the fast scan too.
+        let stop = specials(x) | (x & HI);
         if stop != 0 {
             let at = j + (stop.trailing_zeros() / 8) as usize;
             if doc[at] == b'"' {
