@@ -19,6 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
@@ -33,7 +34,7 @@ use recovery_core::protocol::ProtocolKind;
 use recovery_core::retry_after::{RetryAfter, parse_should_retry};
 use recovery_core::safe::request_id_with;
 use recovery_core::timing::{Fraction, Instant};
-use recovery_core::watchdog::Watchdog;
+use recovery_core::watchdog::{WatchClock, Watchdog};
 use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -131,13 +132,26 @@ enum Woke {
     Cancelled,
 }
 
+/// The platform's clock as the watchdog's.
+pub(crate) struct WatchPlatform(Rc<dyn Platform>);
+
+impl WatchClock for WatchPlatform {
+    type Sleep = Wait;
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn sleep(&self, duration: Duration) -> Wait {
+        self.0.sleep(duration)
+    }
+}
+
 /// The one wait every await of the driver goes through: `awaited`, raced
 /// against an optional timer, an optional stall watchdog and cancellation,
 /// polled in that order (a result that already arrived wins).
 struct WaitOn<'a> {
     awaited: Awaited,
     timer: Option<Wait>,
-    watchdog: Option<&'a mut Watchdog<Wait>>,
+    watchdog: Option<&'a mut Watchdog<WatchPlatform>>,
     cancel: &'a Cancel,
 }
 
@@ -180,7 +194,7 @@ impl Future for WaitOn<'_> {
 fn wait_on<'a>(
     awaited: impl FnOnce() -> Awaited,
     timer: Option<Wait>,
-    watchdog: Option<&'a mut Watchdog<Wait>>,
+    watchdog: Option<&'a mut Watchdog<WatchPlatform>>,
     cancel: &'a Cancel,
 ) -> Option<WaitOn<'a>> {
     if cancel.is_cancelled() {
@@ -205,7 +219,7 @@ async fn run(wait: Option<WaitOn<'_>>) -> Woke {
 /// Reads one chunk from `reader`, watched by `watchdog`.
 async fn read(
     reader: &ReadableStreamDefaultReader,
-    watchdog: Option<&mut Watchdog<Wait>>,
+    watchdog: Option<&mut Watchdog<WatchPlatform>>,
     cancel: &Cancel,
 ) -> Woke {
     run(wait_on(
@@ -306,7 +320,7 @@ pub(crate) struct Live {
     /// A provider error arrived in the last delivered chunk: fail next.
     failed_after_chunk: Option<Failure>,
     /// The stall watchdog after commit (idle and progress).
-    watchdog: Watchdog<Wait>,
+    watchdog: Watchdog<WatchPlatform>,
 }
 
 /// What a finished attempt hands back.
@@ -725,9 +739,11 @@ async fn run_attempt(
     let mut held: VecDeque<Uint8Array> = VecDeque::new();
     let mut held_bytes = 0usize;
     // Time to the first semantic fragment; commit ends it (as in tower).
-    let mut watchdog = Watchdog::start(policy.idle_timeout(), policy.progress_timeout(), |d| {
-        timing.sleep(d)
-    });
+    let mut watchdog = Watchdog::start(
+        WatchPlatform(Rc::clone(&timing)),
+        policy.idle_timeout(),
+        policy.progress_timeout(),
+    );
     let fail_with = |failure: Failure, observer: &StreamObserver| {
         controller.abort();
         Attempt::Failed(
@@ -762,9 +778,7 @@ async fn run_attempt(
             }
             Ok(Ok(Some(chunk))) => {
                 let fed = feed(&mut observer, &chunk);
-                watchdog.on_frame(observer.progress().semantic_fragments(), |d| {
-                    timing.sleep(d)
-                });
+                watchdog.on_frame(observer.progress().semantic_fragments());
                 held_bytes += chunk.length() as usize;
                 held.push_back(chunk);
                 shared
@@ -801,9 +815,9 @@ async fn run_attempt(
                         done: false,
                         failed_after_chunk: None,
                         watchdog: Watchdog::start(
+                            WatchPlatform(Rc::clone(&timing)),
                             policy.idle_timeout(),
                             policy.progress_timeout(),
-                            |d| timing.sleep(d),
                         ),
                     };
                     return Attempt::Commit(response, Box::new(live));
@@ -826,7 +840,11 @@ async fn run_attempt(
                             delivered_bytes: 0,
                             done: false,
                             failed_after_chunk: None,
-                            watchdog: Watchdog::start(None, None, |d| timing.sleep(d)),
+                            watchdog: Watchdog::start(
+                                WatchPlatform(Rc::clone(&timing)),
+                                None,
+                                None,
+                            ),
                         };
                         Attempt::Commit(response, Box::new(live))
                     }
@@ -853,7 +871,6 @@ pub(crate) async fn next_chunk(
     shared: &SharedRef,
     cancel: &Cancel,
 ) -> Result<Option<Uint8Array>, JsValue> {
-    let timing = Rc::clone(&shared.borrow().platform);
     if live.done {
         return Ok(None);
     }
@@ -904,7 +921,7 @@ pub(crate) async fn next_chunk(
                 return Err(fail_live(live, shared, cancel, protocol_failure(v)));
             }
             let semantic = live.observer.progress().semantic_fragments();
-            live.watchdog.on_frame(semantic, |d| timing.sleep(d));
+            live.watchdog.on_frame(semantic);
             if let Some(error) = live.observer.provider_error() {
                 live.failed_after_chunk = Some(Failure::new(
                     FailureKind::Provider {

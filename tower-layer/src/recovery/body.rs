@@ -14,7 +14,7 @@ use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::CancelPhase;
 use recovery_core::progress::{Progress, Terminal};
 use recovery_core::timing::{Fraction, Instant, Timing};
-use recovery_core::watchdog::Watchdog;
+use recovery_core::watchdog::{WatchClock, Watchdog};
 
 use super::classify;
 use super::resume::{Gate, Inner, ResumeCtx};
@@ -44,6 +44,19 @@ where
     }
     fn jitter(&self) -> Fraction {
         Timing::jitter(self)
+    }
+}
+
+/// A body's clock as the watchdog's.
+struct WatchBody(Arc<dyn BodyClock>);
+
+impl WatchClock for WatchBody {
+    type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn sleep(&self, d: Duration) -> Self::Sleep {
+        self.0.sleep(d)
     }
 }
 
@@ -80,7 +93,7 @@ struct Live {
     handle: Option<ObserveHandle>,
     shared: SharedRef,
     clock: Arc<dyn BodyClock>,
-    watchdog: Watchdog<Timer>,
+    watchdog: Watchdog<WatchBody>,
     wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
     failed_after_frame: Option<Failure>,
@@ -137,8 +150,11 @@ impl RecoveryBody {
     }
 
     pub(crate) fn committed(c: Committed) -> Self {
-        let clock = &c.clock;
-        let watchdog = Watchdog::start(c.idle_timeout, c.progress_timeout, |d| clock.sleep(d));
+        let watchdog = Watchdog::start(
+            WatchBody(Arc::clone(&c.clock)),
+            c.idle_timeout,
+            c.progress_timeout,
+        );
         let mut resume = c.resume;
         let mut gate = resume
             .as_ref()
@@ -489,8 +505,7 @@ impl RecoveryBody {
         live.gate = live.next_gate.take();
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
         live.delivered_bytes = 0;
-        let clock = &live.clock;
-        live.watchdog.restart(|d| clock.sleep(d));
+        live.watchdog.restart();
         self.inner = Some(body);
         Poll::Ready(None)
     }
@@ -661,9 +676,8 @@ impl RecoveryBody {
         }
         let handle = live.handle.as_ref();
         if live.watchdog.is_armed() {
-            let clock = &live.clock;
             let semantic = handle.map_or(0, ObserveHandle::semantic_fragments);
-            live.watchdog.on_frame(semantic, |d| clock.sleep(d));
+            live.watchdog.on_frame(semantic);
         }
         if let Some(error) = handle
             .filter(|h| h.provider_error_seen())

@@ -536,9 +536,11 @@ where
     guard.phase = CancelPhase::Streaming;
     let mut held: VecDeque<Frame<Bytes>> = VecDeque::new();
     let mut held_bytes = 0usize;
-    let mut watchdog = Watchdog::start(policy.idle_timeout(), policy.progress_timeout(), |d| {
-        timing.sleep(d)
-    });
+    let mut watchdog = Watchdog::start(
+        timing.clone(),
+        policy.idle_timeout(),
+        policy.progress_timeout(),
+    );
     loop {
         let next = match or_cancel(first(body.frame(), watchdog.stalled()), cancel).await {
             None => return Attempt::Cancelled(CancelPhase::Streaming),
@@ -557,7 +559,7 @@ where
                 );
             }
             Ok(Some(Ok(frame))) => {
-                watchdog.on_frame(progress.semantic_fragments(), |d| timing.sleep(d));
+                watchdog.on_frame(progress.semantic_fragments());
                 if let Some(data) = frame.data_ref() {
                     held_bytes += data.len();
                     if let Some(wire) = &config.wire {
