@@ -14,13 +14,15 @@
 //! resend carries the same bytes, exactly one terminal lifecycle event, and
 //! no connection left open.
 
+mod support;
+
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -35,7 +37,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_layer::Layer;
-use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
+use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
 use tower_service::Service;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -349,31 +351,13 @@ async fn run(server: &mut H2Server, policy: RecoveryPolicy) -> Run {
                 };
             }
         };
-        let status = resp.status().as_u16();
-        let report = resp.extensions().get::<ReportHandle>().cloned();
-        let mut body = resp.into_body();
-        let mut bytes = Vec::new();
-        let mut body_error = None;
-        while let Some(frame) = body.frame().await {
-            match frame {
-                Ok(f) => {
-                    if let Some(d) = f.data_ref() {
-                        bytes.extend_from_slice(d);
-                    }
-                }
-                Err(e) => {
-                    body_error = Some(e);
-                    break;
-                }
-            }
-        }
-        drop(body);
+        let d = support::read_to_end(resp).await;
         Run {
-            status,
-            body: bytes,
-            body_error,
+            status: d.status,
+            body: d.bytes,
+            body_error: d.body_error,
             error: None,
-            report: report.expect("report").report(),
+            report: d.report.expect("report"),
             events: Vec::new(),
         }
     })

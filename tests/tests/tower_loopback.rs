@@ -6,6 +6,8 @@
 //! to the reported attempts, resends byte-identical, exactly one terminal
 //! lifecycle event, and no connection left open.
 
+mod support;
+
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
@@ -90,26 +92,8 @@ async fn run(provider: &FaultProvider, kind: ProtocolKind, policy: RecoveryPolic
     let result = tokio::time::timeout(LIMIT, async {
         match svc.call(req).await {
             Ok(resp) => {
-                let status = resp.status().as_u16();
-                let report = resp.extensions().get::<ReportHandle>().cloned();
-                let mut body = resp.into_body();
-                let mut bytes = Vec::new();
-                let mut body_error = None;
-                while let Some(frame) = body.frame().await {
-                    match frame {
-                        Ok(f) => {
-                            if let Some(d) = f.data_ref() {
-                                bytes.extend_from_slice(d);
-                            }
-                        }
-                        Err(e) => {
-                            body_error = Some(e);
-                            break;
-                        }
-                    }
-                }
-                drop(body);
-                (status, bytes, body_error, report.map(|h| h.report()))
+                let d = support::read_to_end(resp).await;
+                (d.status, d.bytes, d.body_error, d.report)
             }
             Err(e) => panic!("the response future failed: {e}"),
         }

@@ -1422,6 +1422,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_document_cut_short_never_widens_the_template() {
+        let doc = br#"{"id":"chatcmpl-1","delta":{"content":"hi"}}"#;
+        let mut tape = Tape::new();
+        let Ok(Parsed::Tape(root)) = tape.parse(doc) else {
+            panic!("a small document goes on the tape");
+        };
+        let id = root.get("id").unwrap();
+        let content = root.get("delta").and_then(|d| d.get("content")).unwrap();
+        let mut template = Template::default();
+        template.learn(content, [id]);
+        // A read cut inside the id says nothing about the id varying.
+        assert_eq!(template.check_prefix(&doc[..12]), None);
+        assert_eq!(template.holes.len(), 1, "the spare stays compared");
+        // A whole document whose id differs lets it vary.
+        let other = br#"{"id":"chatcmpl-2","delta":{"content":""}}"#;
+        assert_eq!(template.check_prefix(other), Some((false, other.len())));
+        assert_eq!(template.holes.len(), 2);
+    }
+
+    #[test]
     fn overflow_is_decided_as_a_float_parse_would() {
         let bound = std::str::from_utf8(HALF_PAST_MAX).unwrap();
         let below = format!("{}1", &bound[..308]);
