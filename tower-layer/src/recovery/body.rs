@@ -344,16 +344,8 @@ impl RecoveryBody {
                     if wait.as_mut().poll(cx).is_pending() {
                         return Some(Poll::Pending);
                     }
-                    live.stage = Stage::Streaming;
-                    let action = {
-                        let mut s = lock(&live.shared);
-                        let a = s.engine.online_again(live.clock.now(), live.clock.jitter());
-                        s.flush();
-                        a
-                    };
-                    match self.act(action) {
-                        Poll::Pending => {}
-                        ready @ Poll::Ready(_) => return Some(ready),
+                    if let ready @ Poll::Ready(_) = self.decide_again() {
+                        return Some(ready);
                     }
                 }
                 Stage::Waiting(sleep) => {
@@ -394,16 +386,8 @@ impl RecoveryBody {
                         return Some(Poll::Pending);
                     }
                     // The budget ran out while parked: decide again, now.
-                    live.stage = Stage::Streaming;
-                    let action = {
-                        let mut s = lock(&live.shared);
-                        let a = s.engine.online_again(live.clock.now(), live.clock.jitter());
-                        s.flush();
-                        a
-                    };
-                    match self.act(action) {
-                        Poll::Pending => {}
-                        ready @ Poll::Ready(_) => return Some(ready),
+                    if let ready @ Poll::Ready(_) = self.decide_again() {
+                        return Some(ready);
                     }
                 }
                 Stage::Connecting(fut) => {
@@ -420,6 +404,22 @@ impl RecoveryBody {
                 }
             }
         }
+    }
+
+    /// A park ended (back online, or out of budget): the engine decides
+    /// again. `Pending` when that scheduled another wait or a resume.
+    fn decide_again(&mut self) -> Polled {
+        let Some(live) = self.live.as_mut() else {
+            return Poll::Ready(None);
+        };
+        live.stage = Stage::Streaming;
+        let action = {
+            let mut s = lock(&live.shared);
+            let a = s.engine.online_again(live.clock.now(), live.clock.jitter());
+            s.flush();
+            a
+        };
+        self.act(action)
     }
 
     /// The wait before a resume is over: debit, then send the resume request.
