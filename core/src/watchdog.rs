@@ -155,6 +155,9 @@ impl<C: WatchClock> Watchdog<C> {
 
     /// Which timer fired, if one did.
     pub fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<Stall> {
+        if !self.is_armed() {
+            return Poll::Pending;
+        }
         if self.idle.fired(&self.clock, cx) {
             return Poll::Ready(Stall::Idle);
         }

@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use recovery_core::call::Cancellation;
 use recovery_core::error::RecoveryError;
 use recovery_core::report::RecoveryReport;
-use tower_recovery::{RecoveryBody, ReplayBody, ReportHandle};
+use tower_recovery::{BoxError, RecoveryBody, ReplayBody, ReportHandle};
 use tower_service::Service;
 
 /// A hyper-util client for `http://` and `https://` (rustls with the webpki
@@ -63,14 +63,16 @@ impl Exchange {
 /// is dropped, which the engine records as a cancellation while streaming.
 ///
 /// The request should carry a `RecoveryCall` with the same `cancel`.
-pub async fn exchange<S>(
+pub async fn exchange<S, B>(
     svc: &mut S,
     req: Request<Full<Bytes>>,
     cancel: &Cancellation,
     mut sink: impl FnMut(&[u8]) -> io::Result<()>,
 ) -> Exchange
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<RecoveryBody>, Error = RecoveryError>,
+    S: Service<Request<Full<Bytes>>, Response = Response<RecoveryBody<B>>, Error = RecoveryError>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     let response = match svc.call(req).await {
         Ok(response) => response,

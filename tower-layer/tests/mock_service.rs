@@ -187,7 +187,11 @@ fn request() -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-async fn collect(resp: Response<tower_recovery::RecoveryBody>) -> (Vec<u8>, Option<Outcome>) {
+async fn collect<B>(resp: Response<tower_recovery::RecoveryBody<B>>) -> (Vec<u8>, Option<Outcome>)
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tower_recovery::BoxError>,
+{
     let mut body = resp.into_body();
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {

@@ -4,7 +4,7 @@ use http::Response;
 use http_body_util::BodyExt;
 use recovery_core::error::RecoveryError;
 use recovery_core::report::RecoveryReport;
-use tower_recovery::{RecoveryBody, ReportHandle};
+use tower_recovery::{BoxError, RecoveryBody, ReportHandle};
 
 /// What a committed response delivered, read to its end.
 pub struct Delivered {
@@ -18,7 +18,11 @@ pub struct Delivered {
 }
 
 /// Reads `resp` to its end (or its first error), then drops the body.
-pub async fn read_to_end(resp: Response<RecoveryBody>) -> Delivered {
+pub async fn read_to_end<B>(resp: Response<RecoveryBody<B>>) -> Delivered
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<BoxError>,
+{
     let status = resp.status().as_u16();
     let report = resp.extensions().get::<ReportHandle>().cloned();
     let mut body = resp.into_body();

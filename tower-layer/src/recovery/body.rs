@@ -17,7 +17,7 @@ use recovery_core::timing::{Fraction, Instant, Timing};
 use recovery_core::watchdog::{WatchClock, Watchdog};
 
 use super::classify;
-use super::resume::{Gate, Inner, ResumeCtx};
+use super::resume::{Gate, ResumeCtx, Sent};
 use super::shared::{SharedRef, lock};
 use super::wire::WireObserver;
 use crate::BoxError;
@@ -69,7 +69,7 @@ where
 }
 
 /// Where a committed body is.
-enum Stage {
+enum Stage<B> {
     /// Reading the current attempt's body.
     Streaming,
     /// Waiting before a resume (backoff, `Retry-After`).
@@ -80,14 +80,14 @@ enum Stage {
     /// for the budget to run out), then sending.
     ParkedBeforeSend(Timer, Option<Timer>),
     /// The resume request is on its way.
-    Connecting(super::resume::Sent),
+    Connecting(Sent<B>),
     /// Ended (terminal outcome reached).
     Done,
 }
 
 type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-struct Live {
+struct Live<B> {
     /// Body bytes handed to the consumer from the current attempt.
     delivered_bytes: u64,
     handle: Option<ObserveHandle>,
@@ -101,34 +101,37 @@ struct Live {
     gate: Option<Gate>,
     /// The gate of the resume request in flight.
     next_gate: Option<Gate>,
-    resume: Option<ResumeCtx>,
-    stage: Stage,
+    resume: Option<ResumeCtx<B>>,
+    stage: Stage<B>,
 }
 
 /// What a committed body starts from.
-pub(crate) struct Committed {
+pub(crate) struct Committed<B> {
     pub(crate) held: VecDeque<Frame<Bytes>>,
-    pub(crate) inner: Inner,
+    pub(crate) inner: Pin<Box<B>>,
     pub(crate) handle: Option<ObserveHandle>,
     pub(crate) shared: SharedRef,
     pub(crate) clock: Arc<dyn BodyClock>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) progress_timeout: Option<Duration>,
     pub(crate) wire: Option<(Arc<dyn WireObserver>, u32)>,
-    pub(crate) resume: Option<ResumeCtx>,
+    pub(crate) resume: Option<ResumeCtx<B>>,
 }
 
 /// The stitched response body: first the held-back prefix, then the
 /// committed attempt's stream, continued by resumes where the protocol
 /// allows. After commit a failure ends it with a typed [`RecoveryError`];
 /// the end of the stream completes the report.
-pub struct RecoveryBody {
+///
+/// `B` is the inner service's response body, polled in place: no boxing
+/// behind a trait object, no error mapping per frame.
+pub struct RecoveryBody<B> {
     held: VecDeque<Frame<Bytes>>,
-    inner: Option<Inner>,
-    live: Option<Live>,
+    inner: Option<Pin<Box<B>>>,
+    live: Option<Live<B>>,
 }
 
-impl fmt::Debug for RecoveryBody {
+impl<B> fmt::Debug for RecoveryBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecoveryBody")
             .field("held_frames", &self.held.len())
@@ -139,9 +142,9 @@ impl fmt::Debug for RecoveryBody {
 
 type Polled = Poll<Option<Result<Frame<Bytes>, RecoveryError>>>;
 
-impl RecoveryBody {
+impl<B> RecoveryBody<B> {
     /// A final HTTP error response's body, passed through as the server sent it.
-    pub(crate) fn passthrough(held: VecDeque<Frame<Bytes>>, rest: Inner) -> Self {
+    pub(crate) fn passthrough(held: VecDeque<Frame<Bytes>>, rest: Pin<Box<B>>) -> Self {
         RecoveryBody {
             held,
             inner: Some(rest),
@@ -149,7 +152,7 @@ impl RecoveryBody {
         }
     }
 
-    pub(crate) fn committed(c: Committed) -> Self {
+    pub(crate) fn committed(c: Committed<B>) -> Self {
         let watchdog = Watchdog::start(
             WatchBody(Arc::clone(&c.clock)),
             c.idle_timeout,
@@ -219,7 +222,7 @@ impl RecoveryBody {
     }
 
     /// The attempt's progress as delivered so far.
-    fn delivered_progress(live: &Live) -> Progress {
+    fn delivered_progress(live: &Live<B>) -> Progress {
         let mut progress = live
             .handle
             .as_ref()
@@ -472,7 +475,7 @@ impl RecoveryBody {
 
     /// The resume request answered: stream its body (dropping the events a
     /// server repeats), or fail it. `Ready(None)` means streaming goes on.
-    fn resumed(&mut self, result: Result<http::Response<Inner>, BoxError>) -> Polled {
+    fn resumed(&mut self, result: Result<http::Response<B>, BoxError>) -> Polled {
         let Some(live) = self.live.as_mut() else {
             return Poll::Ready(None);
         };
@@ -506,12 +509,16 @@ impl RecoveryBody {
         live.handle = parts.extensions.get::<ObserveHandle>().cloned();
         live.delivered_bytes = 0;
         live.watchdog.restart();
-        self.inner = Some(body);
+        self.inner = Some(Box::pin(body));
         Poll::Ready(None)
     }
 }
 
-impl Body for RecoveryBody {
+impl<B> Body for RecoveryBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = RecoveryError;
 
@@ -524,7 +531,7 @@ impl Body for RecoveryBody {
                 matches!(l.stage, Stage::Streaming) && l.failed_after_frame.is_none()
             });
         if let (true, Some(inner)) = (plain, this.inner.as_mut()) {
-            let polled = match Pin::new(inner).poll_frame(cx) {
+            let polled = match inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if this.passes(&frame) {
                         return Poll::Ready(Some(Ok(frame)));
@@ -536,7 +543,7 @@ impl Body for RecoveryBody {
                     Poll::Pending if this.waiting() => return Poll::Pending,
                     other => other,
                 },
-                Poll::Ready(other) => this.on_ended(other),
+                Poll::Ready(other) => this.on_ended(other.map(|r| r.map_err(Into::into))),
             };
             // `Pending` here means frames were queued or a resume was
             // scheduled: the general path takes it from there.
@@ -560,7 +567,11 @@ impl Body for RecoveryBody {
     }
 }
 
-impl RecoveryBody {
+impl<B> RecoveryBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     /// Every state: held frames, waits and resumes, pending failures.
     #[inline(never)]
     fn poll_general(&mut self, cx: &mut Context<'_>) -> Polled {
@@ -591,14 +602,14 @@ impl RecoveryBody {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
             };
-            let result = match Pin::new(inner).poll_frame(cx) {
+            let result = match inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => this.on_frame(frame),
                 Poll::Pending => match this.on_pending(cx) {
                     // Nothing fired: wait for the inner body.
                     Poll::Pending if this.waiting() => return Poll::Pending,
                     other => other,
                 },
-                Poll::Ready(other) => this.on_ended(other),
+                Poll::Ready(other) => this.on_ended(other.map(|r| r.map_err(Into::into))),
             };
             match result {
                 // A resume was scheduled, or frames were queued: go round.
@@ -743,7 +754,7 @@ impl RecoveryBody {
     }
 }
 
-impl Drop for RecoveryBody {
+impl<B> Drop for RecoveryBody<B> {
     fn drop(&mut self) {
         if let Some(live) = &self.live {
             let phase = match live.stage {

@@ -33,21 +33,22 @@ use crate::BoxError;
 use crate::observe::ObserveHandle;
 use crate::request_body::{Buffered, ReplayBody, buffer};
 
-type Driven = Pin<Box<dyn Future<Output = Result<Response<RecoveryBody>, RecoveryError>> + Send>>;
+type Driven<B> =
+    Pin<Box<dyn Future<Output = Result<Response<RecoveryBody<B>>, RecoveryError>> + Send>>;
 
 pin_project_lite::pin_project! {
     /// Response future of [`Recover`](super::Recover): resolves at commit
     /// with the committed attempt's head, or with the final HTTP error
     /// response, or fails with a typed [`RecoveryError`].
-    pub struct ResponseFuture {
+    pub struct ResponseFuture<B> {
         #[pin]
-        inner: Driven,
+        inner: Driven<B>,
     }
 }
 
-impl ResponseFuture {
+impl<B> ResponseFuture<B> {
     pub(crate) fn new(
-        fut: impl Future<Output = Result<Response<RecoveryBody>, RecoveryError>> + Send + 'static,
+        fut: impl Future<Output = Result<Response<RecoveryBody<B>>, RecoveryError>> + Send + 'static,
     ) -> Self {
         ResponseFuture {
             inner: Box::pin(fut),
@@ -55,14 +56,14 @@ impl ResponseFuture {
     }
 }
 
-impl std::fmt::Debug for ResponseFuture {
+impl<B> std::fmt::Debug for ResponseFuture<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ResponseFuture")
     }
 }
 
-impl Future for ResponseFuture {
-    type Output = Result<Response<RecoveryBody>, RecoveryError>;
+impl<B> Future for ResponseFuture<B> {
+    type Output = Result<Response<RecoveryBody<B>>, RecoveryError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.project().inner.poll(cx)
@@ -94,19 +95,19 @@ async fn or_cancel<F: Future>(fut: F, cancel: &Cancellation) -> Option<F::Output
     unless(fut, cancel.cancelled()).await
 }
 
-enum Attempt {
+enum Attempt<B> {
     /// Committed: hand the response to the caller.
-    Commit(Response<RecoveryBody>),
+    Commit(Response<RecoveryBody<B>>),
     /// Failed: decide. `Some` keeps an HTTP error response to return if this
     /// turns out to be the last attempt.
-    Failed(Failure, Option<ErrorResponse>),
+    Failed(Failure, Option<ErrorResponse<B>>),
     /// Cancelled by the caller.
     Cancelled(CancelPhase),
 }
 
-struct ErrorResponse {
+struct ErrorResponse<B> {
     parts: http::response::Parts,
-    body: RecoveryBody,
+    body: RecoveryBody<B>,
 }
 
 fn fresh_id<T: Timing>(timing: &T) -> u64 {
@@ -119,7 +120,7 @@ pub(crate) async fn drive<S, B, ResBody, T, C>(
     config: Arc<Config<T, C>>,
     svc: S,
     mut req: Request<B>,
-) -> Result<Response<RecoveryBody>, RecoveryError>
+) -> Result<Response<RecoveryBody<ResBody>>, RecoveryError>
 where
     S: InnerService<ResBody>,
     B: StreamBody,
@@ -392,7 +393,7 @@ struct Origin<'a> {
 }
 
 /// Sends `req` through a fresh clone of `svc`, readiness first.
-fn sender<S, ResBody>(svc: S) -> SendFn
+fn sender<S, ResBody>(svc: S) -> SendFn<ResBody>
 where
     S: InnerService<ResBody>,
     ResBody: StreamBody,
@@ -401,8 +402,7 @@ where
         let mut svc = svc.clone();
         Box::pin(async move {
             poll_fn(|cx| svc.poll_ready(cx)).await.map_err(Into::into)?;
-            let resp = svc.call(req).await.map_err(Into::into)?;
-            Ok(resp.map(|b| UnsyncBoxBody::new(b.map_err(Into::into))))
+            svc.call(req).await.map_err(Into::into)
         })
     })
 }
@@ -416,7 +416,7 @@ async fn run_attempt<S, ResBody, T, C>(
     cancel: &Cancellation,
     guard: &mut DropGuard,
     origin: Origin<'_>,
-) -> Attempt
+) -> Attempt<ResBody>
 where
     S: InnerService<ResBody>,
     ResBody: StreamBody,
@@ -483,7 +483,7 @@ where
         }
     }
     let handle = parts.extensions.get::<ObserveHandle>().cloned();
-    let mut body = UnsyncBoxBody::new(body.map_err(Into::into));
+    let mut body = Box::pin(body);
 
     let status = parts.status.as_u16();
     if !parts.status.is_success() {
@@ -621,6 +621,7 @@ where
                 }
             }
             Ok(Some(Err(e))) => {
+                let e: BoxError = e.into();
                 let failure = classify::body_error(&e)
                     .with_progress(progress)
                     .with_status(status);
@@ -704,7 +705,7 @@ fn resume_ctx<S, ResBody, T, C>(
     svc: &S,
     origin: &Origin<'_>,
     handle: Option<&ObserveHandle>,
-) -> Option<ResumeCtx>
+) -> Option<ResumeCtx<ResBody>>
 where
     S: InnerService<ResBody>,
     ResBody: StreamBody,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
-use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::call::{RecoveryCall, SendCredit};
 use recovery_core::continuation::DeliveredPrefix;
 use recovery_core::observer::{ObserverConfig, StreamObserver};
@@ -21,9 +20,9 @@ use recovery_core::wire::{Limits, ProtocolViolation};
 use crate::BoxError;
 use crate::request_body::ReplayBody;
 
-pub(crate) type Inner = UnsyncBoxBody<Bytes, BoxError>;
-pub(crate) type Sent = Pin<Box<dyn Future<Output = Result<Response<Inner>, BoxError>> + Send>>;
-pub(crate) type SendFn = Box<dyn FnMut(Request<ReplayBody>) -> Sent + Send>;
+/// A resume request on its way: the inner service's response.
+pub(crate) type Sent<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
+pub(crate) type SendFn<B> = Box<dyn FnMut(Request<ReplayBody>) -> Sent<B> + Send>;
 pub(crate) type OnlineFn = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Forwards a stream one complete event at a time, dropping events a resumed
@@ -97,14 +96,14 @@ impl Gate {
 }
 
 /// The resume context of one logical request.
-pub(crate) struct ResumeCtx {
+pub(crate) struct ResumeCtx<B> {
     pub(crate) protocol: ProtocolKind,
     pub(crate) limits: Limits,
     pub(crate) sse_resumable: bool,
     pub(crate) head: http::request::Parts,
     pub(crate) body: Bytes,
     pub(crate) call: RecoveryCall,
-    pub(crate) send: SendFn,
+    pub(crate) send: SendFn<B>,
     pub(crate) wait_online: OnlineFn,
     pub(crate) is_online: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The cursor reached over every attempt so far (a resumed stream does
@@ -136,7 +135,7 @@ pub struct ContinuationContext<'a> {
 pub type ContinuationHook =
     Arc<dyn Fn(&ContinuationContext<'_>) -> Option<Request<Bytes>> + Send + Sync>;
 
-impl ResumeCtx {
+impl<B> ResumeCtx<B> {
     /// Whether a strategy could apply to this request at all (decides
     /// whether delivery must be event-granular).
     pub(crate) fn applies(&self) -> bool {
@@ -174,7 +173,7 @@ impl ResumeCtx {
 
     /// Sends the prepared resume; returns the strategy and the gate for the
     /// resumed stream.
-    pub(crate) fn send_next(&mut self) -> Result<(Sent, SeamStrategy, Gate), BoxError> {
+    pub(crate) fn send_next(&mut self) -> Result<(Sent<B>, SeamStrategy, Gate), BoxError> {
         if let Some(plan) = self.plan() {
             let strategy = match plan {
                 ResumePlan::ResponsesBackground { .. } => SeamStrategy::ResponsesBackground,
@@ -213,7 +212,7 @@ impl ResumeCtx {
     }
 
     /// Sends the resume request of `plan` through the inner service.
-    pub(crate) fn send(&mut self, plan: &ResumePlan) -> Result<Sent, BoxError> {
+    pub(crate) fn send(&mut self, plan: &ResumePlan) -> Result<Sent<B>, BoxError> {
         let (head, with_body) = plan.request_head(&self.head)?;
         let body = if with_body {
             ReplayBody::full(self.body.clone())

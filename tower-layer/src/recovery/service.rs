@@ -54,9 +54,9 @@ where
     C: Connectivity + Clone + Send + Sync + 'static,
     C::Online: Send,
 {
-    type Response = Response<RecoveryBody>;
+    type Response = Response<RecoveryBody<ResBody>>;
     type Error = RecoveryError;
-    type Future = ResponseFuture;
+    type Future = ResponseFuture<ResBody>;
 
     /// Always ready: readiness of the inner service is polled on a fresh
     /// clone before every send, so no permit is held while backing off.
