@@ -17,7 +17,7 @@
 //! `serde_json` into a `Value` (what a naive observer costs).
 //!
 //! Run: `cargo bench -p tower-recovery --bench overhead` (`OVERHEAD_TRIALS=n`
-//! for another number of trials than 9).
+//! for another number of trials than 15).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -269,21 +269,27 @@ fn main() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
     let (mut observe_proc, mut pass_proc, mut serde_proc) = (Vec::new(), Vec::new(), Vec::new());
-    let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(9, |t| t.parse().unwrap_or(9));
+    let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(15, |t| t.parse().unwrap_or(15));
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
     assert_eq!(rt.block_on(layered(&url)), expected);
-    for _ in 0..trials {
-        let (p, c, w) = (ProcessTime::now(), ThreadTime::now(), Instant::now());
-        assert_eq!(rt.block_on(bare(&url)), expected);
-        bare_cpu.push(c.elapsed());
-        bare_wall.push(w.elapsed());
-        bare_proc.push(p.elapsed());
-        let (p, c, w) = (ProcessTime::now(), ThreadTime::now(), Instant::now());
-        assert_eq!(rt.block_on(layered(&url)), expected);
-        layer_cpu.push(c.elapsed());
-        layer_wall.push(w.elapsed());
-        layer_proc.push(p.elapsed());
+    for trial in 0..trials {
+        // Bare and layered swap places every other trial, so that neither
+        // always runs right after the heavy serde_json wrapper.
+        for layered_turn in [trial % 2 == 1, trial % 2 == 0] {
+            let (p, c, w) = (ProcessTime::now(), ThreadTime::now(), Instant::now());
+            if layered_turn {
+                assert_eq!(rt.block_on(layered(&url)), expected);
+                layer_cpu.push(c.elapsed());
+                layer_wall.push(w.elapsed());
+                layer_proc.push(p.elapsed());
+            } else {
+                assert_eq!(rt.block_on(bare(&url)), expected);
+                bare_cpu.push(c.elapsed());
+                bare_wall.push(w.elapsed());
+                bare_proc.push(p.elapsed());
+            }
+        }
         let p = ProcessTime::now();
         assert_eq!(rt.block_on(observed(&url)), expected);
         observe_proc.push(p.elapsed());

@@ -96,12 +96,12 @@ struct Live<B> {
     watchdog: Watchdog<WatchBody>,
     wire: Option<(Arc<dyn WireObserver>, u32)>,
     /// A provider error was delivered in the last frame: fail on the next poll.
-    failed_after_frame: Option<Failure>,
+    failed_after_frame: Option<Box<Failure>>,
     /// Event-granular delivery, when a resume strategy applies.
-    gate: Option<Gate>,
+    gate: Option<Box<Gate>>,
     /// The gate of the resume request in flight.
-    next_gate: Option<Gate>,
-    resume: Option<ResumeCtx<B>>,
+    next_gate: Option<Box<Gate>>,
+    resume: Option<Box<ResumeCtx<B>>>,
     stage: Stage<B>,
 }
 
@@ -162,7 +162,7 @@ impl<B> RecoveryBody<B> {
         let mut gate = resume
             .as_ref()
             .filter(|r| r.applies())
-            .map(|r| Gate::new(&r.protocol, r.limits, None));
+            .map(|r| Box::new(Gate::new(&r.protocol, r.limits, None)));
         let mut held = VecDeque::new();
         let mut failed = None;
         match gate.as_mut() {
@@ -204,10 +204,10 @@ impl<B> RecoveryBody<B> {
                 clock: c.clock,
                 watchdog,
                 wire: c.wire,
-                failed_after_frame: failed,
+                failed_after_frame: failed.map(Box::new),
                 gate,
                 next_gate: None,
-                resume,
+                resume: resume.map(Box::new),
                 stage: Stage::Streaming,
             }),
         }
@@ -244,7 +244,7 @@ impl<B> RecoveryBody<B> {
         if let (Some(resume), Some(gate)) = (live.resume.as_mut(), live.gate.as_ref()) {
             resume.advance(gate.cursor());
         }
-        let resumable = live.resume.as_mut().is_some_and(ResumeCtx::prepare);
+        let resumable = live.resume.as_deref_mut().is_some_and(ResumeCtx::prepare);
         let online = live.resume.as_ref().is_none_or(|r| (r.is_online)());
         let mut s = lock(&live.shared);
         s.engine.set_resume_possible(resumable);
@@ -303,7 +303,12 @@ impl<B> RecoveryBody<B> {
         let terminal = live.handle.as_ref().and_then(ObserveHandle::terminal);
         match terminal {
             Some(Terminal::Success { proof }) => {
-                if let Some(rest) = live.gate.as_mut().map(Gate::rest).filter(|b| !b.is_empty()) {
+                if let Some(rest) = live
+                    .gate
+                    .as_deref_mut()
+                    .map(Gate::rest)
+                    .filter(|b| !b.is_empty())
+                {
                     self.held.push_back(Frame::data(rest));
                 }
                 let Some(live) = &mut self.live else {
@@ -454,7 +459,7 @@ impl<B> RecoveryBody<B> {
                     .map(|a| a.progress.delivered_bytes)
                     .sum();
                 lock(&live.shared).engine.record_seam(strategy, delivered);
-                live.next_gate = Some(gate);
+                live.next_gate = Some(Box::new(gate));
                 live.stage = Stage::Connecting(fut);
                 None
             }
@@ -593,7 +598,7 @@ where
             }
             if let Some(live) = &mut this.live {
                 if let Some(failure) = live.failed_after_frame.take() {
-                    match this.fail(failure) {
+                    match this.fail(*failure) {
                         Poll::Pending => continue,
                         ready @ Poll::Ready(_) => return ready,
                     }
@@ -694,10 +699,10 @@ where
             .filter(|h| h.provider_error_seen())
             .and_then(ObserveHandle::provider_error)
         {
-            live.failed_after_frame = Some(Failure::new(
+            live.failed_after_frame = Some(Box::new(Failure::new(
                 FailureKind::Provider { error },
                 Phase::Streaming,
-            ));
+            )));
         }
         if live.gate.is_some() {
             return self.through_gate(frame);
