@@ -184,23 +184,26 @@ where
         if *this.ended {
             return Poll::Ready(None);
         }
-        let polled = ready!(this.inner.poll_frame(cx));
         let Some(observing) = this.observing.as_mut() else {
+            let polled = ready!(this.inner.poll_frame(cx));
             if polled.is_none() {
                 *this.ended = true;
             }
             return Poll::Ready(polled.map(|r| r.map_err(|e| ObserveError::Body(e.into()))));
         };
-        match polled {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    if let Err(v) = observing.frame(data) {
+        // Matched in place, and the frame's bytes put back in a new frame:
+        // moving the whole `Frame` (sized for trailers) costs more.
+        match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if let Err(v) = observing.frame(&data) {
                         *this.ended = true;
                         return Poll::Ready(Some(Err(ObserveError::Protocol(v))));
                     }
+                    Poll::Ready(Some(Ok(Frame::data(data))))
                 }
-                Poll::Ready(Some(Ok(frame)))
-            }
+                Err(trailers) => Poll::Ready(Some(Ok(trailers))),
+            },
             Some(Err(e)) => {
                 *this.ended = true;
                 observing.handle.lock().ended = true;

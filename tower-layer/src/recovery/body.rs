@@ -536,13 +536,16 @@ where
                 matches!(l.stage, Stage::Streaming) && l.failed_after_frame.is_none()
             });
         if let (true, Some(inner)) = (plain, this.inner.as_mut()) {
+            // The frame's bytes are taken out and put back in a new frame:
+            // moving the whole `Frame` (sized for trailers) costs more.
             let polled = match inner.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if this.passes(&frame) {
-                        return Poll::Ready(Some(Ok(frame)));
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) if this.passes(&data) => {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
-                    this.on_frame(frame)
-                }
+                    Ok(data) => this.on_frame(Frame::data(data)),
+                    Err(trailers) => this.on_frame(trailers),
+                },
                 Poll::Pending => match this.on_pending(cx) {
                     // Nothing fired: wait for the inner body.
                     Poll::Pending if this.waiting() => return Poll::Pending,
@@ -655,11 +658,11 @@ where
         }
     }
 
-    /// The common frame: committed, no wire hook, no event gate. Does the
-    /// bookkeeping [`on_frame`](Self::on_frame) does for it and says whether
-    /// the frame goes out as it is.
+    /// The common data frame: committed, no wire hook, no event gate. Does
+    /// the bookkeeping [`on_frame`](Self::on_frame) does for it and says
+    /// whether the bytes go out as they are.
     #[inline]
-    fn passes(&mut self, frame: &Frame<Bytes>) -> bool {
+    fn passes(&mut self, data: &Bytes) -> bool {
         let Some(live) = &mut self.live else {
             return false;
         };
@@ -673,7 +676,7 @@ where
         {
             return false;
         }
-        live.delivered_bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
+        live.delivered_bytes += data.len() as u64;
         true
     }
 
