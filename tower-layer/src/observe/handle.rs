@@ -1,4 +1,4 @@
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use recovery_core::failure::{EofEvidence, Violation};
@@ -30,7 +30,8 @@ pub struct Observation {
 /// Shared view of one observed body; cloned into the response extensions.
 ///
 /// The body owns its decoder and publishes what it saw after every frame:
-/// the counters as atomics (plain stores, no lock on the frame path), and
+/// the counters as atomics under a sequence number (plain stores, no lock on
+/// the frame path; a reader sees one frame's counters, never a mix), and
 /// the facts that change rarely (terminal proof, a provider error, the
 /// resume cursor, how the body ended) under a lock, only when they change.
 #[derive(Debug, Clone)]
@@ -49,9 +50,13 @@ struct Shared {
 /// A provider error was observed (set once, never cleared).
 const PROVIDER_ERROR: u8 = 1;
 
-/// The decoder's counters, each published on its own.
+/// The decoder's counters, published as one consistent set: a sequence
+/// number, odd while the body writes, lets a reader on another thread retry
+/// instead of mixing two frames' counters (a sequence lock; the body is the
+/// only writer, and on x86-64 its fences cost nothing).
 #[derive(Debug, Default)]
 struct Counters {
+    seq: AtomicU64,
     raw_bytes: AtomicU64,
     frames: AtomicU64,
     keepalives: AtomicU64,
@@ -63,8 +68,12 @@ struct Counters {
 }
 
 impl Counters {
+    /// Publishes `p`. Only the observed body calls it, from one task at a time.
     fn store(&self, p: &Progress) {
-        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Release);
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
         set(&self.raw_bytes, p.raw_bytes);
         set(&self.frames, p.frames);
         set(&self.keepalives, p.keepalives);
@@ -73,10 +82,26 @@ impl Counters {
         set(&self.observed_tool_fragments, p.observed_tool_fragments);
         set(&self.observed_side_effects, p.observed_side_effects);
         set(&self.completed_tool_calls, p.completed_tool_calls);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
     }
 
+    /// The counters of one publication, never a mix of two.
     fn load(&self) -> Progress {
-        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let p = self.read();
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    return p;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn read(&self) -> Progress {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Progress {
             raw_bytes: get(&self.raw_bytes),
             frames: get(&self.frames),
@@ -88,6 +113,15 @@ impl Counters {
             completed_tool_calls: get(&self.completed_tool_calls),
             ..Progress::default()
         }
+    }
+
+    /// Semantic fragments observed so far.
+    fn semantic(&self) -> u64 {
+        let p = self.load();
+        p.observed_content
+            + p.observed_reasoning
+            + p.observed_tool_fragments
+            + p.observed_side_effects
     }
 }
 
@@ -140,7 +174,8 @@ impl ObserveHandle {
         self.progress().semantic_observed()
     }
 
-    /// The progress counters now (without the lock).
+    /// The progress counters now, as one frame left them (without the lock;
+    /// consistent from any thread).
     pub fn progress(&self) -> Progress {
         self.inner.counters.load()
     }
@@ -167,12 +202,7 @@ impl ObserveHandle {
     /// Semantic fragments observed so far, without taking the lock.
     #[inline]
     pub(crate) fn semantic_fragments(&self) -> u64 {
-        let c = &self.inner.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
-        get(&c.observed_content)
-            + get(&c.observed_reasoning)
-            + get(&c.observed_tool_fragments)
-            + get(&c.observed_side_effects)
+        self.inner.counters.semantic()
     }
 
     /// Publishes what the decoder saw. `seen` is what the body published
@@ -217,4 +247,55 @@ pub(crate) struct Published {
     terminal: bool,
     provider_error: bool,
     cursor: ResumeCursor,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    fn uniform(v: u64) -> Progress {
+        Progress {
+            raw_bytes: v,
+            frames: v,
+            keepalives: v,
+            observed_content: v,
+            observed_reasoning: v,
+            observed_tool_fragments: v,
+            observed_side_effects: v,
+            completed_tool_calls: v,
+            ..Progress::default()
+        }
+    }
+
+    /// A reader on another thread sees the counters of one publication:
+    /// every publication below has all counters equal, so a mix shows.
+    #[test]
+    fn a_reader_on_another_thread_never_sees_two_frames_mixed() {
+        let counters = Arc::new(Counters::default());
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (counters, done) = (Arc::clone(&counters), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                let mut last = 0;
+                while !done.load(Ordering::Acquire) {
+                    let p = counters.load();
+                    assert_eq!(p, uniform(p.raw_bytes), "counters of two frames mixed");
+                    assert!(p.raw_bytes >= last, "counters went back");
+                    last = p.raw_bytes;
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for v in 1..=200_000 {
+            counters.store(&uniform(v));
+        }
+        done.store(true, Ordering::Release);
+        let reads = reader.join().expect("reader");
+        assert!(reads > 0);
+        assert_eq!(counters.load(), uniform(200_000));
+        assert_eq!(counters.semantic(), 4 * 200_000);
+    }
 }
