@@ -1408,6 +1408,18 @@ fn hole_end(doc: &[u8], i: usize) -> Option<usize> {
         }
         j += 8;
     }
+    // Fewer than eight bytes left (a hole near the document's end, as in an
+    // Anthropic delta), or a byte that stopped the scan: byte by byte from
+    // there, the plain case still without the general scan.
+    while let Some(&c) = doc.get(j) {
+        if c == b'"' {
+            return Some(j);
+        }
+        if c == b'\\' || c < 0x20 || c >= 0x80 {
+            break;
+        }
+        j += 1;
+    }
     let (after, _) = string_esc(doc, i)?;
     let close = after - 1;
     let body = &doc[i..close];
