@@ -8,6 +8,7 @@
 //! [`StreamObserver::finish`] says whether the stream *finished* or merely
 //! *ended*.
 
+use memchr::memchr2;
 use serde::{Deserialize, Serialize};
 
 use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
@@ -223,61 +224,153 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
         Ok(())
     }
 
-    /// The fused path for the usual event: an unnamed `data:` line holding
-    /// a plain delta of the protocol's learned shape, then a blank line.
-    /// Framing and classification in one comparison against the template,
-    /// without the line search; the result equals the decoder's dispatch
-    /// followed by the protocol's classification (the learned document
-    /// holds no line end, and template holes, being JSON string bodies,
-    /// hold no control byte, so a match cannot span lines).
+    /// The fused path for the usual event: a plain delta of the protocol's
+    /// learned shape on one `data:` line (after an `event:` line, for the
+    /// protocols that name events), then a blank line. Framing and
+    /// classification in one comparison against the template, without the
+    /// data line's search; the result equals the decoder's dispatch followed
+    /// by the protocol's classification (the learned document holds no line
+    /// end, and template holes, being JSON string bodies, hold no control
+    /// byte, so a match cannot span lines).
     fn whole_events(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
         if self.decode != Decode::Fast {
             return None;
         }
-        let AnyProtocol::Chat(chat) = &mut *self.protocol else {
-            return None;
-        };
+        let limits = self.limits;
         let mut taken = 0;
-        loop {
-            let buf = &rest[taken..];
-            let Some(v) = data_value_start(buf) else {
-                break;
-            };
-            let Some((len, kind)) = chat.delta_prefix(&buf[v..]) else {
-                break;
-            };
-            let line = v + len;
-            if buf.get(line) != Some(&b'\n')
-                || buf.get(line + 1) != Some(&b'\n')
-                || line > self.limits.max_line
-                || len + 1 > self.limits.max_event
-            {
-                break;
-            }
-            taken += line + 2;
-            let end_offset = offset + taken as u64;
-            // What `account` does for a plain delta: neither terminal proof
-            // nor a provider error comes from one.
-            let progress = &mut self.ev.progress;
-            let class = match kind {
-                Some(kind) => {
-                    if !progress.semantic_observed() {
-                        self.feed.committed_at = Some(end_offset);
-                    }
-                    progress.observe(kind);
-                    EventClass::Semantic(kind)
-                }
-                None => EventClass::NonSemantic,
-            };
-            progress.frames += 1;
-            self.feed.frames += 1;
-            (self.on_event)(&EventRecord {
-                info: EventInfo::of(class),
-                end_offset,
-            });
+        match &mut *self.protocol {
+            AnyProtocol::Chat(chat) => loop {
+                let buf = &rest[taken..];
+                let Some(v) = data_value_start(buf) else {
+                    break;
+                };
+                let Some(found) = chat.delta_prefix(&buf[v..]) else {
+                    break;
+                };
+                let event = Delta {
+                    buf,
+                    named: (0, 0),
+                    value: v,
+                    found,
+                };
+                let at = offset + taken as u64;
+                let Some(n) = take(self.ev, self.feed, self.on_event, event, limits, at) else {
+                    break;
+                };
+                taken += n;
+            },
+            // Named events: the classification of a learned delta does not
+            // read the name (the type is in the template's fixed bytes).
+            AnyProtocol::Anthropic(anthropic) => loop {
+                let buf = &rest[taken..];
+                let Some(named) = event_line(buf, limits.max_line) else {
+                    break;
+                };
+                let Some(v) = data_value_start(&buf[named.0..]) else {
+                    break;
+                };
+                let settled = self.ev.is_settled();
+                let Some(found) = anthropic.delta_prefix(&buf[named.0 + v..], settled) else {
+                    break;
+                };
+                let event = Delta {
+                    buf,
+                    named,
+                    value: v,
+                    found,
+                };
+                let at = offset + taken as u64;
+                let Some(n) = take(self.ev, self.feed, self.on_event, event, limits, at) else {
+                    break;
+                };
+                taken += n;
+            },
+            _ => {}
         }
         (taken > 0).then_some(taken)
     }
+}
+
+/// A plain delta event as a protocol found it at the start of `buf`.
+#[derive(Clone, Copy)]
+struct Delta<'b> {
+    buf: &'b [u8],
+    /// The event line's length and its name's (zero for an unnamed event).
+    named: (usize, usize),
+    /// Where the data value starts in the `data:` line.
+    value: usize,
+    /// The data value's length, and the semantic kind it shows, if any.
+    found: (usize, Option<SemanticKind>),
+}
+
+/// Takes `delta`, an event at `offset`, when a blank line follows its data
+/// line at once and the line and event caps hold: folds it in as `account`
+/// would (neither terminal proof nor a provider error comes from such an
+/// event) and returns its length.
+#[inline]
+fn take<F: FnMut(&EventRecord)>(
+    ev: &mut Evidence,
+    feed: &mut Feed,
+    on_event: &mut F,
+    delta: Delta<'_>,
+    limits: Limits,
+    offset: u64,
+) -> Option<usize> {
+    let Delta {
+        buf,
+        named,
+        value,
+        found: (len, kind),
+    } = delta;
+    let data = &buf[named.0..];
+    let line = value + len;
+    if data.get(line) != Some(&b'\n')
+        || data.get(line + 1) != Some(&b'\n')
+        || line > limits.max_line
+        || len + 1 + named.1 > limits.max_event
+    {
+        return None;
+    }
+    let n = named.0 + line + 2;
+    let end_offset = offset + n as u64;
+    let progress = &mut ev.progress;
+    let class = match kind {
+        Some(kind) => {
+            if !progress.semantic_observed() {
+                feed.committed_at = Some(end_offset);
+            }
+            progress.observe(kind);
+            EventClass::Semantic(kind)
+        }
+        None => EventClass::NonSemantic,
+    };
+    progress.frames += 1;
+    feed.frames += 1;
+    on_event(&EventRecord {
+        info: EventInfo::of(class),
+        end_offset,
+    });
+    Some(n)
+}
+
+/// An `event:` line at the start of `buf`, ended by LF alone and within the
+/// line cap: its length with the LF, and the length of the name (what the
+/// decoder would keep as the event type).
+#[inline]
+fn event_line(buf: &[u8], max_line: usize) -> Option<(usize, usize)> {
+    if !buf.starts_with(b"event:") {
+        return None;
+    }
+    let end = memchr2(b'\n', b'\r', &buf[..buf.len().min(max_line + 1)])?;
+    if buf[end] != b'\n' {
+        return None;
+    }
+    let name = if buf.get(6) == Some(&b' ') && end > 6 {
+        7
+    } else {
+        6
+    };
+    Some((end + 1, end - name))
 }
 
 /// Folds one classified frame into the read's [`Feed`].

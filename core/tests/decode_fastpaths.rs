@@ -10,11 +10,12 @@
 //!   classify exactly as the reference decode does;
 //! - whole-event SSE dispatch: any split of a generated SSE stream (which
 //!   sends events down the line-by-line path) yields the same as one read;
-//! - the fused delta path (framing and template in one comparison): deltas
-//!   of the learned shape mixed with framing that must stop it (no space
-//!   after the colon, CR and CRLF, fields after the data line, named
-//!   events, ids, comments, multi-line data, caps) agree with the
-//!   reference whole and cut anywhere.
+//! - the fused delta path (framing and template in one comparison), for
+//!   OpenAI Chat's unnamed events and Anthropic's named ones: deltas of the
+//!   learned shape mixed with framing that must stop it (no space after the
+//!   colon, CR and CRLF, fields after the data line, other or unexpected
+//!   names, ids, comments, multi-line data, caps, exactly at a cap and one
+//!   past it) agree with the reference whole and cut anywhere.
 
 #[path = "decode_support.rs"]
 mod support;
@@ -345,6 +346,102 @@ const FUSED_PIECES: &[&str] = &[
     "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
 ];
 
+/// Pieces of an Anthropic stream around the `content_block_delta` shape the
+/// fused path learns (after a named event line): `{}` stands for a fresh
+/// text.
+const ANTHROPIC_FUSED_PIECES: &[&str] = &[
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event:content_block_delta\ndata:{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\rdata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\r\n\r\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n",
+    "event: content_block_delta\n",
+    "event: \ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event:\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: ping\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\n: comment\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\ndata: \"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\n\\u00e9{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\u{e9}{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"{}\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n",
+    "event: a_very_long_event_name_that_passes_the_caps_set_below_by_a_margin\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    // At the event cap set below and one past it (the arming event's data
+    // with a longer name), with and without the space after the colon; and
+    // a name longer than the line cap.
+    "event: content_block_delta_12345678\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"second\"}}\n\n",
+    "event:content_block_delta_123456789\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"second\"}}\n\n",
+    "event: content_block_delta_123456789\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"second\"}}\n\n",
+    "event: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n",
+    "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    "id: 9\n",
+    ": ping\n",
+    "retry: 5\n",
+    "\n",
+];
+
+/// The fused path against the reference decode, whole and cut anywhere:
+/// `preamble`, two deltas of `pieces[0]`'s shape that arm the template, then
+/// the chosen pieces. `caps` 1 and 2 set the event cap and the line cap a
+/// little above the arming event, so that longer ones pass them.
+fn fused_agrees(
+    kind: &ProtocolKind,
+    preamble: &str,
+    pieces: &[&str],
+    (chosen, texts): (&[prop::sample::Index], &[String]),
+    cuts: &[prop::sample::Index],
+    caps: usize,
+) -> Result<(), TestCaseError> {
+    let piece = |i: usize, text: &str| {
+        let text = text.replace('\\', "\\\\").replace('"', "\\\"");
+        pieces[i].replace("{}", &text)
+    };
+    let mut stream = preamble.to_owned() + &piece(0, "first") + &piece(0, "second");
+    let armed = stream.len();
+    for (k, p) in chosen.iter().enumerate() {
+        stream += &piece(p.index(pieces.len()), &texts[k]);
+    }
+    let bytes = stream.into_bytes();
+    let mut config = ObserverConfig::default();
+    let mut slow = reference();
+    let arming = piece(0, "second");
+    let data_line = arming
+        .lines()
+        .find(|l| l.starts_with("data:"))
+        .map_or(0, str::len);
+    let name = arming
+        .lines()
+        .find_map(|l| l.strip_prefix("event: "))
+        .map_or(0, str::len);
+    match caps {
+        1 => config.limits.max_event = data_line - 6 + 1 + name + 8,
+        2 => config.limits.max_line = data_line + 8,
+        _ => {}
+    }
+    slow.limits = config.limits;
+    // The caps leave the preamble and the arming deltas whole.
+    let start = run_with(kind.clone(), config, &bytes[..armed], &[]);
+    prop_assert_eq!(start.error, None);
+    let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+    cuts.sort_unstable();
+    let whole = run_with(kind.clone(), config, &bytes, &[]);
+    let reference = run_with(kind.clone(), slow, &bytes, &[]);
+    prop_assert_eq!(&whole, &reference, "{}", String::from_utf8_lossy(&bytes));
+    let mut split = run_with(kind.clone(), config, &bytes, &cuts);
+    split.evidence.progress.raw_bytes = whole.evidence.progress.raw_bytes;
+    prop_assert_eq!(&whole, &split);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -358,35 +455,27 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
         caps in 0usize..3,
     ) {
-        let piece = |i: usize, text: &str| {
-            let text = text.replace('\\', "\\\\").replace('"', "\\\"");
-            FUSED_PIECES[i].replace("{}", &text)
-        };
-        // Two deltas of one shape arm the template.
-        let mut stream = piece(0, "first") + &piece(0, "second");
-        for (k, p) in pieces.iter().enumerate() {
-            stream += &piece(p.index(FUSED_PIECES.len()), &texts[k]);
-        }
-        let bytes = stream.into_bytes();
-        let mut config = ObserverConfig::default();
-        let mut slow = reference();
-        // Caps a little above the arming events' sizes, so that longer
-        // deltas pass them: the event cap, or the line cap.
-        let arming_line = piece(0, "second").len() - 2;
-        match caps {
-            1 => config.limits.max_event = arming_line - 6 + 1 + 8,
-            2 => config.limits.max_line = arming_line + 8,
-            _ => {}
-        }
-        slow.limits = config.limits;
-        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        cuts.sort_unstable();
-        let whole = run_with(ProtocolKind::OpenAiChat, config, &bytes, &[]);
-        let reference = run_with(ProtocolKind::OpenAiChat, slow, &bytes, &[]);
-        prop_assert_eq!(&whole, &reference, "{}", String::from_utf8_lossy(&bytes));
-        let mut split = run_with(ProtocolKind::OpenAiChat, config, &bytes, &cuts);
-        split.evidence.progress.raw_bytes = whole.evidence.progress.raw_bytes;
-        prop_assert_eq!(&whole, &split);
+        fused_agrees(&ProtocolKind::OpenAiChat, "", FUSED_PIECES, (&pieces, &texts), &cuts, caps)?;
+    }
+
+    /// The same for Anthropic's named `content_block_delta` events.
+    #[test]
+    fn fused_anthropic_deltas_agree_with_the_reference(
+        pieces in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+        texts in prop::collection::vec("[a-z \"\\\\]{0,12}", 30),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        caps in 0usize..3,
+    ) {
+        // Short enough for the caps below.
+        let preamble = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\"}}\n\n";
+        fused_agrees(
+            &ProtocolKind::Anthropic,
+            preamble,
+            ANTHROPIC_FUSED_PIECES,
+            (&pieces, &texts),
+            &cuts,
+            caps,
+        )?;
     }
 }
 

@@ -238,6 +238,31 @@ impl Anthropic {
     }
 }
 
+impl Anthropic {
+    /// A plain `content_block_delta` of the learned shape at the start of
+    /// `buf` (an event's data with whatever follows it in the read): its
+    /// length and the kind of semantic output it shows, if any (none once
+    /// the stream `settled`). Changes no evidence; applying what it found is
+    /// the caller's part, and equals what [`on_frame`](Protocol::on_frame)
+    /// does for that event.
+    pub(crate) fn delta_prefix(
+        &mut self,
+        buf: &[u8],
+        settled: bool,
+    ) -> Option<(usize, Option<SemanticKind>)> {
+        let kinds = self.probe_kinds?;
+        let (nonempty, len) = self.template.check_prefix(buf)?;
+        Some((
+            len,
+            if settled {
+                None
+            } else {
+                kinds[usize::from(nonempty)]
+            },
+        ))
+    }
+}
+
 impl Protocol for Anthropic {
     fn on_frame(
         &mut self,

@@ -1415,7 +1415,7 @@ fn hole_end(doc: &[u8], i: usize) -> Option<usize> {
         if c == b'"' {
             return Some(j);
         }
-        if c == b'\\' || c < 0x20 || c >= 0x80 {
+        if c == b'\\' || !(0x20..0x80).contains(&c) {
             break;
         }
         j += 1;
