@@ -304,9 +304,8 @@ struct Delta<'b> {
 }
 
 /// Takes `delta`, an event at `offset`, when a blank line follows its data
-/// line at once and the line and event caps hold: folds it in as `account`
-/// would (neither terminal proof nor a provider error comes from such an
-/// event) and returns its length.
+/// line at once and the line and event caps hold: folds it in and returns
+/// its length.
 #[inline]
 fn take<F: FnMut(&EventRecord)>(
     ev: &mut Evidence,
@@ -332,7 +331,49 @@ fn take<F: FnMut(&EventRecord)>(
         return None;
     }
     let n = named.0 + line + 2;
-    let end_offset = offset + n as u64;
+    fold_delta(ev, feed, on_event, offset + n as u64, kind);
+    Some(n)
+}
+
+/// The plain delta lines of an Ollama stream at the start of `chunk` (at a
+/// line boundary, `offset` bytes into the stream): each a learned delta
+/// followed at once by LF, within `cap`. Folds them in and returns how
+/// much was taken; the result equals the decoder's lines followed by the
+/// protocol's classification (the learned document holds no line end).
+fn fused_lines<F: FnMut(&EventRecord)>(
+    ollama: &mut Ollama,
+    ev: &mut Evidence,
+    feed: &mut Feed,
+    on_event: &mut F,
+    chunk: &[u8],
+    offset: u64,
+    cap: usize,
+) -> usize {
+    let mut taken = 0;
+    loop {
+        let buf = &chunk[taken..];
+        let Some((len, kind)) = ollama.delta_prefix(buf, ev.is_settled()) else {
+            break;
+        };
+        if buf.get(len) != Some(&b'\n') || len > cap {
+            break;
+        }
+        taken += len + 1;
+        fold_delta(ev, feed, on_event, offset + taken as u64, kind);
+    }
+    taken
+}
+
+/// Folds in a plain delta event ending at `end_offset` as `account` would:
+/// neither terminal proof nor a provider error comes from one.
+#[inline]
+fn fold_delta<F: FnMut(&EventRecord)>(
+    ev: &mut Evidence,
+    feed: &mut Feed,
+    on_event: &mut F,
+    end_offset: u64,
+    kind: Option<SemanticKind>,
+) {
     let progress = &mut ev.progress;
     let class = match kind {
         Some(kind) => {
@@ -350,7 +391,6 @@ fn take<F: FnMut(&EventRecord)>(
         info: EventInfo::of(class),
         end_offset,
     });
-    Some(n)
 }
 
 /// An `event:` line at the start of `buf`, ended by LF alone and within the
@@ -507,31 +547,47 @@ impl StreamObserver {
                     dec.feed_into(rest, sink)
                 }
             }
-            Framing::Ndjson(dec) => dec.feed(chunk, |item| {
-                let (info, end_offset) = match item {
-                    NdjsonItem::Blank { end_offset } => {
-                        (EventInfo::of(EventClass::Keepalive), end_offset)
+            Framing::Ndjson(dec) => {
+                // A read of whole plain delta lines never reaches the decoder.
+                let mut rest = chunk;
+                if let (Decode::Fast, AnyProtocol::Ollama(ollama)) = (decode, &mut *protocol) {
+                    if dec.at_line_boundary() {
+                        let (offset, cap) = (dec.consumed(), dec.cap());
+                        let n = fused_lines(ollama, ev, feed, &mut on_event, chunk, offset, cap);
+                        dec.skip_taken(n);
+                        rest = &chunk[n..];
                     }
-                    NdjsonItem::Line { data, end_offset } => {
-                        let before = (
-                            ev.progress.semantic_observed(),
-                            ev.terminal.is_some(),
-                            ev.provider_error.is_some(),
-                        );
-                        let frame = Frame {
-                            event_type: b"",
-                            data,
+                }
+                if rest.is_empty() {
+                    Ok(())
+                } else {
+                    dec.feed(rest, |item| {
+                        let (info, end_offset) = match item {
+                            NdjsonItem::Blank { end_offset } => {
+                                (EventInfo::of(EventClass::Keepalive), end_offset)
+                            }
+                            NdjsonItem::Line { data, end_offset } => {
+                                let before = (
+                                    ev.progress.semantic_observed(),
+                                    ev.terminal.is_some(),
+                                    ev.provider_error.is_some(),
+                                );
+                                let frame = Frame {
+                                    event_type: b"",
+                                    data,
+                                };
+                                let info = protocol.on_frame(frame, decode, ev)?;
+                                account(ev, feed, info, end_offset, before.0, before.1, before.2);
+                                on_event(&EventRecord { info, end_offset });
+                                return Ok(());
+                            }
                         };
-                        let info = protocol.on_frame(frame, decode, ev)?;
-                        account(ev, feed, info, end_offset, before.0, before.1, before.2);
+                        account(ev, feed, info, end_offset, true, true, true);
                         on_event(&EventRecord { info, end_offset });
-                        return Ok(());
-                    }
-                };
-                account(ev, feed, info, end_offset, true, true, true);
-                on_event(&EventRecord { info, end_offset });
-                Ok(())
-            }),
+                        Ok(())
+                    })
+                }
+            }
             Framing::Body(buf) => {
                 let cap = self.config.limits.max_event;
                 if buf.len() + chunk.len() > cap {

@@ -11,7 +11,8 @@
 //! - whole-event SSE dispatch: any split of a generated SSE stream (which
 //!   sends events down the line-by-line path) yields the same as one read;
 //! - the fused delta path (framing and template in one comparison), for
-//!   OpenAI Chat's unnamed events and Anthropic's named ones: deltas of the
+//!   OpenAI Chat's unnamed events, Anthropic's named ones and Ollama's
+//!   NDJSON lines: deltas of the
 //!   learned shape mixed with framing that must stop it (no space after the
 //!   colon, CR and CRLF, fields after the data line, other or unexpected
 //!   names, ids, comments, multi-line data, caps, exactly at a cap and one
@@ -389,6 +390,33 @@ const ANTHROPIC_FUSED_PIECES: &[&str] = &[
     "\n",
 ];
 
+/// Lines of an Ollama stream around the delta shape the fused path learns:
+/// `{}` stands for a fresh text.
+const OLLAMA_FUSED_PIECES: &[&str] = &[
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\"done\":false}\r\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\"done\":false}",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:01.25Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\\n\\u00e9{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\u{e9}{}\"},\"done\":false}\n",
+    " {\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"{}\"},\n\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"response\":\"{}\",\"done\":false}\n",
+    // Exactly at the caps set below and one past them (the arming line's
+    // text is `second`), and far past them.
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"second12345678\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"second123456789\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{}\"},\"done\":false}\n",
+    "{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true,\"done_reason\":\"stop\"}\n",
+    "{\"error\":\"model overloaded\"}\n",
+    "\n",
+    "   \n",
+    "\r\n",
+];
+
 /// The fused path against the reference decode, whole and cut anywhere:
 /// `preamble`, two deltas of `pieces[0]`'s shape that arm the template, then
 /// the chosen pieces. `caps` 1 and 2 set the event cap and the line cap a
@@ -414,17 +442,19 @@ fn fused_agrees(
     let mut config = ObserverConfig::default();
     let mut slow = reference();
     let arming = piece(0, "second");
-    let data_line = arming
-        .lines()
-        .find(|l| l.starts_with("data:"))
-        .map_or(0, str::len);
     let name = arming
         .lines()
         .find_map(|l| l.strip_prefix("event: "))
         .map_or(0, str::len);
+    // The event cap counts an SSE event's data, its line end and its name;
+    // an NDJSON line counts against both caps alike.
+    let (line, event) = match arming.lines().find(|l| l.starts_with("data:")) {
+        Some(data_line) => (data_line.len(), data_line.len() - 6 + 1 + name),
+        None => (arming.trim_end().len(), arming.trim_end().len()),
+    };
     match caps {
-        1 => config.limits.max_event = data_line - 6 + 1 + name + 8,
-        2 => config.limits.max_line = data_line + 8,
+        1 => config.limits.max_event = event + 8,
+        2 => config.limits.max_line = line + 8,
         _ => {}
     }
     slow.limits = config.limits;
@@ -439,6 +469,17 @@ fn fused_agrees(
     let mut split = run_with(kind.clone(), config, &bytes, &cuts);
     split.evidence.progress.raw_bytes = whole.evidence.progress.raw_bytes;
     prop_assert_eq!(&whole, &split);
+    // One read per line, and one per SSE event (as a server flushing each
+    // event delivers them): most reads then start where the fused path
+    // looks.
+    for end in [&b"\n"[..], b"\n\n"] {
+        let ends: Vec<usize> = (end.len()..=bytes.len())
+            .filter(|&i| bytes[..i].ends_with(end))
+            .collect();
+        let mut read = run_with(kind.clone(), config, &bytes, &ends);
+        read.evidence.progress.raw_bytes = whole.evidence.progress.raw_bytes;
+        prop_assert_eq!(&whole, &read);
+    }
     Ok(())
 }
 
@@ -456,6 +497,17 @@ proptest! {
         caps in 0usize..3,
     ) {
         fused_agrees(&ProtocolKind::OpenAiChat, "", FUSED_PIECES, (&pieces, &texts), &cuts, caps)?;
+    }
+
+    /// The same for Ollama's NDJSON delta lines.
+    #[test]
+    fn fused_ollama_lines_agree_with_the_reference(
+        pieces in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+        texts in prop::collection::vec("[a-z \"\\\\]{0,12}", 30),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        caps in 0usize..3,
+    ) {
+        fused_agrees(&ProtocolKind::Ollama, "", OLLAMA_FUSED_PIECES, (&pieces, &texts), &cuts, caps)?;
     }
 
     /// The same for Anthropic's named `content_block_delta` events.
@@ -476,6 +528,30 @@ proptest! {
             &cuts,
             caps,
         )?;
+    }
+}
+
+/// A read that starts inside a line (after a carried partial line) is never
+/// taken as whole delta lines, even when what it starts with matches.
+#[test]
+fn a_read_inside_a_line_is_never_taken_whole() {
+    let line = |t: &str| {
+        format!(
+            "{{\"model\":\"m\",\"created_at\":\"2024-01-01T00:00:00Z\",\"message\":{{\"role\":\"assistant\",\"content\":\"{t}\"}},\"done\":false}}\n"
+        )
+    };
+    for carried in [" ", "x", "[", "{\"error\":\"a\"}"] {
+        let head = line("a") + &line("b") + carried;
+        let stream = head.clone() + &line("c") + &line("d");
+        let bytes = stream.as_bytes();
+        let whole = run_with(ProtocolKind::Ollama, reference(), bytes, &[]);
+        let cut = run_with(
+            ProtocolKind::Ollama,
+            ObserverConfig::default(),
+            bytes,
+            &[head.len()],
+        );
+        assert_eq!(whole, cut, "after {carried:?}");
     }
 }
 

@@ -199,6 +199,24 @@ impl Ollama {
     }
 }
 
+impl Ollama {
+    /// A plain delta line of the learned shape at the start of `buf` (a
+    /// line with whatever follows it in the read): its length and the kind
+    /// of semantic output it shows, if any (none once the stream
+    /// `settled`). Changes no evidence; applying what it found is the
+    /// caller's part, and equals what [`on_frame`](Protocol::on_frame) does
+    /// for that line.
+    pub(crate) fn delta_prefix(
+        &mut self,
+        buf: &[u8],
+        settled: bool,
+    ) -> Option<(usize, Option<SemanticKind>)> {
+        let kind = self.probe_kind?;
+        let (nonempty, len) = self.template.check_prefix(buf)?;
+        Some((len, (nonempty && !settled).then_some(kind)))
+    }
+}
+
 impl Protocol for Ollama {
     fn on_frame(
         &mut self,

@@ -120,6 +120,24 @@ impl NdjsonDecoder {
         Ok(())
     }
 
+    /// Whether the decoder stands between lines with nothing carried: a read
+    /// may then start with lines a caller takes whole (see
+    /// [`skip_taken`](Self::skip_taken)).
+    pub(crate) fn at_line_boundary(&self) -> bool {
+        self.failed.is_none() && self.carry.is_empty()
+    }
+
+    /// Accounts for `n` bytes of whole lines at a line boundary that the
+    /// caller took itself, as the decoder's own loop does.
+    pub(crate) fn skip_taken(&mut self, n: usize) {
+        self.consumed += n as u64;
+    }
+
+    /// The longest line allowed (the smaller of the line and event caps).
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
     /// The unterminated tail (without a trailing CR), empty when none.
     pub fn pending(&self) -> &[u8] {
         match self.carry.last() {
