@@ -19,7 +19,7 @@ use crate::protocol::{
     classify_json_body, partial_body_may_be_semantic,
 };
 use crate::wire::{
-    Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem, SseSink, data_value_start,
+    Limits, NdjsonDecoder, NdjsonItem, NdjsonSink, SseDecoder, SseItem, SseSink, data_value_start,
 };
 
 pub use crate::wire::ProtocolViolation;
@@ -291,6 +291,78 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
     }
 }
 
+/// One read's NDJSON lines folded into the evidence.
+struct NdjsonFeed<'a, F> {
+    protocol: &'a mut AnyProtocol,
+    ev: &'a mut Evidence,
+    feed: &'a mut Feed,
+    decode: Decode,
+    /// The longest line the decoder allows.
+    cap: usize,
+    on_event: &'a mut F,
+}
+
+impl<F: FnMut(&EventRecord)> NdjsonSink for NdjsonFeed<'_, F> {
+    fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation> {
+        let ev = &mut *self.ev;
+        let (info, end_offset, before) = match item {
+            NdjsonItem::Blank { end_offset } => (
+                EventInfo::of(EventClass::Keepalive),
+                end_offset,
+                (true, true, true),
+            ),
+            NdjsonItem::Line { data, end_offset } => {
+                let before = (
+                    ev.progress.semantic_observed(),
+                    ev.terminal.is_some(),
+                    ev.provider_error.is_some(),
+                );
+                let frame = Frame {
+                    event_type: b"",
+                    data,
+                };
+                let info = self.protocol.on_frame(frame, self.decode, ev)?;
+                (info, end_offset, before)
+            }
+        };
+        account(
+            ev, self.feed, info, end_offset, before.0, before.1, before.2,
+        );
+        (self.on_event)(&EventRecord { info, end_offset });
+        Ok(())
+    }
+
+    /// The fused path for Ollama: each plain delta line of the learned
+    /// shape, followed at once by LF and within the cap, is classified in
+    /// one comparison against the template, without the line search; the
+    /// result equals the decoder's line followed by the protocol's
+    /// classification (the learned document holds no line end).
+    fn whole_lines(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
+        let (Decode::Fast, AnyProtocol::Ollama(ollama)) = (self.decode, &mut *self.protocol) else {
+            return None;
+        };
+        let mut taken = 0;
+        loop {
+            let buf = &rest[taken..];
+            let Some((len, kind)) = ollama.delta_prefix(buf, self.ev.is_settled()) else {
+                break;
+            };
+            if buf.get(len) != Some(&b'\n') || len > self.cap {
+                break;
+            }
+            taken += len + 1;
+            fold_delta(
+                self.ev,
+                self.feed,
+                self.on_event,
+                offset + taken as u64,
+                kind,
+            );
+        }
+        (taken > 0).then_some(taken)
+    }
+}
+
 /// A plain delta event as a protocol found it at the start of `buf`.
 #[derive(Clone, Copy)]
 struct Delta<'b> {
@@ -333,35 +405,6 @@ fn take<F: FnMut(&EventRecord)>(
     let n = named.0 + line + 2;
     fold_delta(ev, feed, on_event, offset + n as u64, kind);
     Some(n)
-}
-
-/// The plain delta lines of an Ollama stream at the start of `chunk` (at a
-/// line boundary, `offset` bytes into the stream): each a learned delta
-/// followed at once by LF, within `cap`. Folds them in and returns how
-/// much was taken; the result equals the decoder's lines followed by the
-/// protocol's classification (the learned document holds no line end).
-fn fused_lines<F: FnMut(&EventRecord)>(
-    ollama: &mut Ollama,
-    ev: &mut Evidence,
-    feed: &mut Feed,
-    on_event: &mut F,
-    chunk: &[u8],
-    offset: u64,
-    cap: usize,
-) -> usize {
-    let mut taken = 0;
-    loop {
-        let buf = &chunk[taken..];
-        let Some((len, kind)) = ollama.delta_prefix(buf, ev.is_settled()) else {
-            break;
-        };
-        if buf.get(len) != Some(&b'\n') || len > cap {
-            break;
-        }
-        taken += len + 1;
-        fold_delta(ev, feed, on_event, offset + taken as u64, kind);
-    }
-    taken
 }
 
 /// Folds in a plain delta event ending at `end_offset` as `account` would:
@@ -548,45 +591,18 @@ impl StreamObserver {
                 }
             }
             Framing::Ndjson(dec) => {
-                // A read of whole plain delta lines never reaches the decoder.
-                let mut rest = chunk;
-                if let (Decode::Fast, AnyProtocol::Ollama(ollama)) = (decode, &mut *protocol) {
-                    if dec.at_line_boundary() {
-                        let (offset, cap) = (dec.consumed(), dec.cap());
-                        let n = fused_lines(ollama, ev, feed, &mut on_event, chunk, offset, cap);
-                        dec.skip_taken(n);
-                        rest = &chunk[n..];
-                    }
-                }
-                if rest.is_empty() {
-                    Ok(())
-                } else {
-                    dec.feed(rest, |item| {
-                        let (info, end_offset) = match item {
-                            NdjsonItem::Blank { end_offset } => {
-                                (EventInfo::of(EventClass::Keepalive), end_offset)
-                            }
-                            NdjsonItem::Line { data, end_offset } => {
-                                let before = (
-                                    ev.progress.semantic_observed(),
-                                    ev.terminal.is_some(),
-                                    ev.provider_error.is_some(),
-                                );
-                                let frame = Frame {
-                                    event_type: b"",
-                                    data,
-                                };
-                                let info = protocol.on_frame(frame, decode, ev)?;
-                                account(ev, feed, info, end_offset, before.0, before.1, before.2);
-                                on_event(&EventRecord { info, end_offset });
-                                return Ok(());
-                            }
-                        };
-                        account(ev, feed, info, end_offset, true, true, true);
-                        on_event(&EventRecord { info, end_offset });
-                        Ok(())
-                    })
-                }
+                let cap = dec.cap();
+                dec.feed_into(
+                    chunk,
+                    NdjsonFeed {
+                        protocol,
+                        ev,
+                        feed,
+                        decode,
+                        cap,
+                        on_event: &mut on_event,
+                    },
+                )
             }
             Framing::Body(buf) => {
                 let cap = self.config.limits.max_event;

@@ -12,7 +12,7 @@ mod sse;
 mod violation;
 
 pub use limits::Limits;
-pub use ndjson::{NdjsonDecoder, NdjsonItem};
+pub use ndjson::{NdjsonDecoder, NdjsonItem, NdjsonSink};
 pub(crate) use sse::data_value_start;
 pub use sse::{SseDecoder, SseEvent, SseItem, SsePending, SseSink};
 pub use violation::ProtocolViolation;

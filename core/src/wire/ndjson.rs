@@ -26,6 +26,35 @@ pub enum NdjsonItem<'a> {
     },
 }
 
+/// What an [`NdjsonDecoder`] hands its items to.
+pub trait NdjsonSink {
+    /// A completed item, in stream order.
+    fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation>;
+
+    /// Offered `rest`, the unread bytes of the read at a line boundary
+    /// (nothing carried), which start at stream offset `offset`. A sink that
+    /// recognises whole lines there (each ending in LF, within the cap) may
+    /// handle them itself and return their length; the decoder then skips
+    /// them, and stands at the next line boundary. The default recognises
+    /// nothing.
+    fn whole_lines(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
+        let _ = (rest, offset);
+        None
+    }
+}
+
+/// A closure as a sink.
+struct FnSink<F>(F);
+
+impl<F> NdjsonSink for FnSink<F>
+where
+    F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
+{
+    fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation> {
+        (self.0)(item)
+    }
+}
+
 /// Incremental NDJSON decoder.
 #[derive(Debug, Clone)]
 pub struct NdjsonDecoder {
@@ -52,14 +81,26 @@ impl NdjsonDecoder {
     }
 
     /// Feeds one read; `emit` sees every line it completes, in order.
-    pub fn feed<F>(&mut self, chunk: &[u8], mut emit: F) -> Result<(), ProtocolViolation>
+    pub fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
     where
         F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
     {
+        self.feed_into(chunk, FnSink(emit))
+    }
+
+    /// Feeds one read into `sink`, which sees every item it completes, in
+    /// order, and is offered whole lines first.
+    ///
+    /// After an error the decoder stays failed and returns the same error.
+    pub fn feed_into<S: NdjsonSink>(
+        &mut self,
+        chunk: &[u8],
+        mut sink: S,
+    ) -> Result<(), ProtocolViolation> {
         if let Some(v) = self.failed {
             return Err(v);
         }
-        let result = self.feed_inner(chunk, &mut emit);
+        let result = self.feed_inner(chunk, &mut sink);
         self.consumed += chunk.len() as u64;
         if let Err(v) = result {
             self.failed = Some(v);
@@ -67,15 +108,24 @@ impl NdjsonDecoder {
         result
     }
 
-    fn feed_inner<F>(&mut self, chunk: &[u8], emit: &mut F) -> Result<(), ProtocolViolation>
-    where
-        F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
-    {
+    fn feed_inner<S: NdjsonSink>(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut S,
+    ) -> Result<(), ProtocolViolation> {
         let base = self.consumed;
         let cap = self.cap;
         let too_long = ProtocolViolation::LineTooLong { cap };
         let mut pos = 0;
         while pos < chunk.len() {
+            if self.carry.is_empty() {
+                let rest = &chunk[pos..];
+                let taken = sink.whole_lines(rest, base + pos as u64);
+                if let Some(n) = taken.filter(|&n| n > 0 && n <= rest.len()) {
+                    pos += n;
+                    continue;
+                }
+            }
             let Some(rel) = memchr(b'\n', &chunk[pos..]) else {
                 let rest = &chunk[pos..];
                 // One byte of slack: a CR that a following LF will strip.
@@ -95,7 +145,7 @@ impl NdjsonDecoder {
                 if line.len() > cap {
                     return Err(too_long);
                 }
-                emit_line(line, end_offset, emit)?;
+                emit_line(line, end_offset, sink)?;
             } else {
                 if self.carry.len() + rel > cap + 1 {
                     return Err(too_long);
@@ -109,7 +159,7 @@ impl NdjsonDecoder {
                 let result = if line.len() > cap {
                     Err(too_long)
                 } else {
-                    emit_line(line, end_offset, emit)
+                    emit_line(line, end_offset, sink)
                 };
                 self.carry = carry;
                 self.carry.clear();
@@ -118,19 +168,6 @@ impl NdjsonDecoder {
             pos = end + 1;
         }
         Ok(())
-    }
-
-    /// Whether the decoder stands between lines with nothing carried: a read
-    /// may then start with lines a caller takes whole (see
-    /// [`skip_taken`](Self::skip_taken)).
-    pub(crate) fn at_line_boundary(&self) -> bool {
-        self.failed.is_none() && self.carry.is_empty()
-    }
-
-    /// Accounts for `n` bytes of whole lines at a line boundary that the
-    /// caller took itself, as the decoder's own loop does.
-    pub(crate) fn skip_taken(&mut self, n: usize) {
-        self.consumed += n as u64;
     }
 
     /// The longest line allowed (the smaller of the line and event caps).
@@ -157,14 +194,15 @@ impl NdjsonDecoder {
     }
 }
 
-fn emit_line<F>(line: &[u8], end_offset: u64, emit: &mut F) -> Result<(), ProtocolViolation>
-where
-    F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
-{
+fn emit_line<S: NdjsonSink>(
+    line: &[u8],
+    end_offset: u64,
+    sink: &mut S,
+) -> Result<(), ProtocolViolation> {
     if is_blank(line) {
-        emit(NdjsonItem::Blank { end_offset })
+        sink.item(NdjsonItem::Blank { end_offset })
     } else {
-        emit(NdjsonItem::Line {
+        sink.item(NdjsonItem::Line {
             data: line,
             end_offset,
         })
