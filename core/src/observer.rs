@@ -184,8 +184,8 @@ pub struct StreamObserver {
     id_version: u64,
 }
 
-/// One read's SSE items folded into the evidence.
-struct SseFeed<'a, F> {
+/// One read's items (SSE events, NDJSON lines) folded into the evidence.
+struct ReadFeed<'a, F> {
     protocol: &'a mut AnyProtocol,
     ev: &'a mut Evidence,
     feed: &'a mut Feed,
@@ -194,27 +194,21 @@ struct SseFeed<'a, F> {
     on_event: &'a mut F,
 }
 
-impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
-    fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation> {
+impl<F: FnMut(&EventRecord)> ReadFeed<'_, F> {
+    /// Classifies `frame` (a keepalive when `None`: an SSE comment, a blank
+    /// NDJSON line) and folds it in, as one decoded item ending at
+    /// `end_offset`.
+    fn fold(&mut self, frame: Option<Frame<'_>>, end_offset: u64) -> Result<(), ProtocolViolation> {
         let ev = &mut *self.ev;
-        let (info, end_offset, before) = match item {
-            SseItem::Comment { end_offset } => (
-                EventInfo::of(EventClass::Keepalive),
-                end_offset,
-                (true, true, true),
-            ),
-            SseItem::Event(e) => {
+        let (info, before) = match frame {
+            None => (EventInfo::of(EventClass::Keepalive), (true, true, true)),
+            Some(frame) => {
                 let before = (
                     ev.progress.semantic_observed(),
                     ev.terminal.is_some(),
                     ev.provider_error.is_some(),
                 );
-                let frame = Frame {
-                    event_type: e.event_type,
-                    data: e.data,
-                };
-                let info = self.protocol.on_frame(frame, self.decode, ev)?;
-                (info, e.end_offset, before)
+                (self.protocol.on_frame(frame, self.decode, ev)?, before)
             }
         };
         account(
@@ -222,6 +216,22 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
         );
         (self.on_event)(&EventRecord { info, end_offset });
         Ok(())
+    }
+}
+
+impl<F: FnMut(&EventRecord)> SseSink for ReadFeed<'_, F> {
+    fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation> {
+        let (frame, end_offset) = match item {
+            SseItem::Comment { end_offset } => (None, end_offset),
+            SseItem::Event(e) => (
+                Some(Frame {
+                    event_type: e.event_type,
+                    data: e.data,
+                }),
+                e.end_offset,
+            ),
+        };
+        self.fold(frame, end_offset)
     }
 
     /// The fused path for the usual event: a plain delta of the protocol's
@@ -291,45 +301,19 @@ impl<F: FnMut(&EventRecord)> SseSink for SseFeed<'_, F> {
     }
 }
 
-/// One read's NDJSON lines folded into the evidence.
-struct NdjsonFeed<'a, F> {
-    protocol: &'a mut AnyProtocol,
-    ev: &'a mut Evidence,
-    feed: &'a mut Feed,
-    decode: Decode,
-    /// The longest line the decoder allows.
-    cap: usize,
-    on_event: &'a mut F,
-}
-
-impl<F: FnMut(&EventRecord)> NdjsonSink for NdjsonFeed<'_, F> {
+impl<F: FnMut(&EventRecord)> NdjsonSink for ReadFeed<'_, F> {
     fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation> {
-        let ev = &mut *self.ev;
-        let (info, end_offset, before) = match item {
-            NdjsonItem::Blank { end_offset } => (
-                EventInfo::of(EventClass::Keepalive),
-                end_offset,
-                (true, true, true),
-            ),
-            NdjsonItem::Line { data, end_offset } => {
-                let before = (
-                    ev.progress.semantic_observed(),
-                    ev.terminal.is_some(),
-                    ev.provider_error.is_some(),
-                );
-                let frame = Frame {
+        let (frame, end_offset) = match item {
+            NdjsonItem::Blank { end_offset } => (None, end_offset),
+            NdjsonItem::Line { data, end_offset } => (
+                Some(Frame {
                     event_type: b"",
                     data,
-                };
-                let info = self.protocol.on_frame(frame, self.decode, ev)?;
-                (info, end_offset, before)
-            }
+                }),
+                end_offset,
+            ),
         };
-        account(
-            ev, self.feed, info, end_offset, before.0, before.1, before.2,
-        );
-        (self.on_event)(&EventRecord { info, end_offset });
-        Ok(())
+        self.fold(frame, end_offset)
     }
 
     /// The fused path for Ollama: each plain delta line of the learned
@@ -341,13 +325,15 @@ impl<F: FnMut(&EventRecord)> NdjsonSink for NdjsonFeed<'_, F> {
         let (Decode::Fast, AnyProtocol::Ollama(ollama)) = (self.decode, &mut *self.protocol) else {
             return None;
         };
+        // The decoder's cap for a line.
+        let cap = self.limits.max_line.min(self.limits.max_event);
         let mut taken = 0;
         loop {
             let buf = &rest[taken..];
             let Some((len, kind)) = ollama.delta_prefix(buf, self.ev.is_settled()) else {
                 break;
             };
-            if buf.get(len) != Some(&b'\n') || len > self.cap {
+            if buf.get(len) != Some(&b'\n') || len > cap {
                 break;
             }
             taken += len + 1;
@@ -568,7 +554,7 @@ impl StreamObserver {
         let ev = &mut self.ev;
         let result = match &mut self.framing {
             Framing::Sse(dec) => {
-                let mut sink = SseFeed {
+                let mut sink = ReadFeed {
                     protocol,
                     ev,
                     feed,
@@ -591,18 +577,15 @@ impl StreamObserver {
                 }
             }
             Framing::Ndjson(dec) => {
-                let cap = dec.cap();
-                dec.feed_into(
-                    chunk,
-                    NdjsonFeed {
-                        protocol,
-                        ev,
-                        feed,
-                        decode,
-                        cap,
-                        on_event: &mut on_event,
-                    },
-                )
+                let sink = ReadFeed {
+                    protocol,
+                    ev,
+                    feed,
+                    decode,
+                    limits: self.config.limits,
+                    on_event: &mut on_event,
+                };
+                dec.feed_into(chunk, sink)
             }
             Framing::Body(buf) => {
                 let cap = self.config.limits.max_event;

@@ -170,11 +170,6 @@ impl NdjsonDecoder {
         Ok(())
     }
 
-    /// The longest line allowed (the smaller of the line and event caps).
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
-    }
-
     /// The unterminated tail (without a trailing CR), empty when none.
     pub fn pending(&self) -> &[u8] {
         match self.carry.last() {
