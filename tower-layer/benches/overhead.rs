@@ -134,14 +134,18 @@ where
     n
 }
 
-async fn bare(url: &str) -> usize {
+/// The streamed response of a bare hyper-util client.
+async fn bare_response(url: &str) -> http::Response<hyper::body::Incoming> {
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
-    let resp = client
+    client
         .request(Request::post(url).body(Empty::new()).unwrap())
         .await
-        .unwrap();
-    drain(resp.into_body()).await
+        .unwrap()
+}
+
+async fn bare(url: &str) -> usize {
+    drain(bare_response(url).await.into_body()).await
 }
 
 async fn layered(url: &str) -> usize {
@@ -214,12 +218,7 @@ impl<B: Body<Data = Bytes>> Body for Calibration<B> {
 
 /// The bare client's body behind a calibration wrapper.
 async fn calibrated(url: &str, decode: bool) -> usize {
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let resp = client
-        .request(Request::post(url).body(Empty::new()).unwrap())
-        .await
-        .unwrap();
+    let resp = bare_response(url).await;
     let mut body = Calibration {
         inner: resp.into_body(),
         decode,
