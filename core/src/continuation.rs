@@ -4,16 +4,16 @@
 //! answer at the prompt level (an Anthropic assistant prefill, a "continue"
 //! turn). The hook needs what the consumer already has: the text, the
 //! reasoning and the tool-call fragments delivered so far. This module
-//! rebuilds them from the delivered bytes with a full JSON decode: it runs
-//! only when a hook is installed, off the fast path.
+//! rebuilds them from the delivered events with the crate's own JSON
+//! reader (no `serde_json`, so the wasm package has it too): it runs only
+//! when a hook is installed, off the fast path.
 //!
 //! The prefix holds response text, so its `Debug` shows sizes only.
 
 use std::fmt;
 
-use serde_json::Value;
-
 use crate::protocol::ProtocolKind;
+use crate::protocol::json::{JsonView, Lazy};
 use crate::wire::{Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem};
 
 /// Most text kept per field (4 MiB); past it the prefix is marked truncated.
@@ -107,75 +107,82 @@ impl DeliveredPrefix {
             }
             return;
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        let Ok(v) = Lazy::parse(data) else {
             return;
         };
-        let mut text = Vec::new();
-        let mut reasoning = Vec::new();
-        let mut tools = Vec::new();
-        let s = |v: &Value| v.as_str().map(str::to_owned);
+        let mut text: Vec<String> = Vec::new();
+        let mut reasoning: Vec<String> = Vec::new();
+        let mut tools: Vec<String> = Vec::new();
+        let s = |v: Option<Lazy<'_>>| v.and_then(JsonView::text).map(|t| t.into_owned());
+        let raw = |v: Lazy<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
         match self.kind {
             ProtocolKind::OpenAiChat => {
-                for choice in v["choices"].as_array().into_iter().flatten() {
-                    let d = &choice["delta"];
-                    text.extend(s(&d["content"]));
-                    reasoning.extend(s(&d["reasoning_content"]).or_else(|| s(&d["reasoning"])));
-                    for call in d["tool_calls"].as_array().into_iter().flatten() {
-                        tools.extend(s(&call["function"]["name"]));
-                        tools.extend(s(&call["function"]["arguments"]).filter(|a| !a.is_empty()));
+                each(v.get("choices"), |choice| {
+                    let Some(d) = choice.get("delta") else { return };
+                    text.extend(s(d.get("content")));
+                    reasoning.extend(s(d.get("reasoning_content")).or_else(|| s(d.get("reasoning"))));
+                    each(d.get("tool_calls"), |call| {
+                        let f = call.get("function");
+                        tools.extend(s(f.and_then(|f| f.get("name"))));
+                        tools.extend(s(f.and_then(|f| f.get("arguments"))));
+                    });
+                });
+            }
+            ProtocolKind::Anthropic => {
+                let kind = s(v.get("type"));
+                match kind.as_deref() {
+                    Some("content_block_delta") => {
+                        let d = v.get("delta");
+                        let field = |k| s(d.and_then(|d| d.get(k)));
+                        match s(d.and_then(|d| d.get("type"))).as_deref() {
+                            Some("text_delta") => text.extend(field("text")),
+                            Some("thinking_delta") => reasoning.extend(field("thinking")),
+                            Some("input_json_delta") => tools.extend(field("partial_json")),
+                            _ => {}
+                        }
                     }
+                    Some("content_block_start") => {
+                        let b = v.get("content_block");
+                        let t = s(b.and_then(|b| b.get("type")));
+                        if matches!(t.as_deref(), Some("tool_use" | "server_tool_use")) {
+                            tools.extend(s(b.and_then(|b| b.get("name"))));
+                        }
+                    }
+                    _ => {}
                 }
             }
-            ProtocolKind::Anthropic => match v["type"].as_str() {
-                Some("content_block_delta") => {
-                    let d = &v["delta"];
-                    match d["type"].as_str() {
-                        Some("text_delta") => text.extend(s(&d["text"])),
-                        Some("thinking_delta") => reasoning.extend(s(&d["thinking"])),
-                        Some("input_json_delta") => tools.extend(s(&d["partial_json"])),
-                        _ => {}
-                    }
-                }
-                Some("content_block_start") => {
-                    let b = &v["content_block"];
-                    if matches!(b["type"].as_str(), Some("tool_use" | "server_tool_use")) {
-                        tools.extend(s(&b["name"]));
-                    }
-                }
-                _ => {}
-            },
             ProtocolKind::OpenAiResponses => {
-                let t = v["type"].as_str().unwrap_or_default();
+                let t = s(v.get("type")).unwrap_or_default();
                 if t == "response.output_text.delta" || t == "response.refusal.delta" {
-                    text.extend(s(&v["delta"]));
+                    text.extend(s(v.get("delta")));
                 } else if t.starts_with("response.reasoning")
                     && t.rsplit('.').next() == Some("delta")
                 {
-                    reasoning.extend(s(&v["delta"]));
+                    reasoning.extend(s(v.get("delta")));
                 } else if t == "response.function_call_arguments.delta" {
-                    tools.extend(s(&v["delta"]));
+                    tools.extend(s(v.get("delta")));
                 }
             }
             ProtocolKind::Gemini => {
-                for cand in v["candidates"].as_array().into_iter().flatten() {
-                    for part in cand["content"]["parts"].as_array().into_iter().flatten() {
-                        if part.get("functionCall").is_some() {
-                            tools.push(part["functionCall"].to_string());
-                        } else if part["thought"].as_bool() == Some(true) {
-                            reasoning.extend(s(&part["text"]));
+                each(v.get("candidates"), |cand| {
+                    let parts = cand.get("content").and_then(|c| c.get("parts"));
+                    each(parts, |part| {
+                        if let Some(call) = part.get("functionCall") {
+                            tools.push(raw(call));
+                        } else if part.get("thought").and_then(JsonView::as_bool) == Some(true) {
+                            reasoning.extend(s(part.get("text")));
                         } else {
-                            text.extend(s(&part["text"]));
+                            text.extend(s(part.get("text")));
                         }
-                    }
-                }
+                    });
+                });
             }
             ProtocolKind::Ollama => {
-                let m = &v["message"];
-                text.extend(s(&m["content"]).or_else(|| s(&v["response"])));
-                reasoning.extend(s(&m["thinking"]).or_else(|| s(&v["thinking"])));
-                for call in m["tool_calls"].as_array().into_iter().flatten() {
-                    tools.push(call.to_string());
-                }
+                let m = v.get("message");
+                let field = |k| s(m.and_then(|m| m.get(k)));
+                text.extend(field("content").or_else(|| s(v.get("response"))));
+                reasoning.extend(field("thinking").or_else(|| s(v.get("thinking"))));
+                each(m.and_then(|m| m.get("tool_calls")), |call| tools.push(raw(call)));
             }
             ProtocolKind::Sse { .. } => {}
         }
@@ -187,6 +194,13 @@ impl DeliveredPrefix {
         }
         self.tool_fragments
             .extend(tools.into_iter().filter(|t| !t.is_empty()));
+    }
+}
+
+/// Calls `f` on each element of `v` when it is an array.
+fn each<'a>(v: Option<Lazy<'a>>, f: impl FnMut(Lazy<'a>)) {
+    if let Some(v) = v {
+        v.for_each(f);
     }
 }
 

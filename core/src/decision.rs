@@ -171,27 +171,22 @@ pub fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<(), Out
 /// Whether the failure shows (or may hide) semantic output, which forbids a
 /// replay.
 pub fn semantic_seen(state: &AttemptState, failure: &Failure) -> bool {
-    state.committed
-        || failure.progress.blocks_replay()
-        || matches!(
-            failure.kind,
-            FailureKind::UnexpectedEof { eof } if eof.pending_may_be_semantic
-        )
+    state.committed || failure.shows_output()
 }
 
 fn interrupt_cause(failure: &Failure) -> InterruptCause {
     match &failure.kind {
-        FailureKind::UnexpectedEof { eof } if eof.pending_may_be_semantic => {
+        _ if failure.unfinished.may_be_semantic && !failure.progress.blocks_replay() => {
             InterruptCause::PartialFrame
         }
-        FailureKind::UnexpectedEof { .. } => InterruptCause::UnexpectedEof,
+        FailureKind::UnexpectedEof => InterruptCause::UnexpectedEof,
         FailureKind::Provider { .. } => InterruptCause::ProviderError,
         FailureKind::Timeout { .. } => InterruptCause::Stall,
         _ => InterruptCause::Transport,
     }
 }
 
-fn interrupted(failure: &Failure, cause: Option<InterruptCause>) -> Outcome {
+fn interrupted(state: &AttemptState, failure: &Failure, cause: Option<InterruptCause>) -> Outcome {
     let stall = match failure.kind {
         FailureKind::Timeout { stall } => Some(stall),
         _ => None,
@@ -199,6 +194,7 @@ fn interrupted(failure: &Failure, cause: Option<InterruptCause>) -> Outcome {
     Outcome::Interrupted {
         cause: cause.unwrap_or_else(|| interrupt_cause(failure)),
         stall,
+        committed: state.committed || failure.progress.semantic_delivered(),
     }
 }
 
@@ -233,14 +229,14 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
         // interruption when it is a transport-level or not-selected one; the
         // typed terminal (unsuccessful, permanent, protocol) stands as it is.
         return Action::Fail(match outcome {
-            Outcome::NotRetryable { .. } if semantic => interrupted(failure, None),
+            Outcome::NotRetryable { .. } if semantic => interrupted(state, failure, None),
             other => other,
         });
     }
 
     let resume = semantic && state.resume_possible && state.resumes_made < policy.max_resumes();
     if semantic && !resume {
-        return Action::Fail(interrupted(failure, None));
+        return Action::Fail(interrupted(state, failure, None));
     }
     if !resume {
         if let Some(reason) = state.replay_disabled {
@@ -250,7 +246,7 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
 
     if state.attempts_left == 0 {
         return Action::Fail(if semantic {
-            interrupted(failure, Some(InterruptCause::AttemptsExhausted))
+            interrupted(state, failure, Some(InterruptCause::AttemptsExhausted))
         } else {
             Outcome::Exhausted {
                 attempts: state.attempts_made,

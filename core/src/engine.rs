@@ -340,6 +340,32 @@ impl Recovery {
         .map(|end| end.saturating_since(now))
     }
 
+    /// The failure of the last attempt, once one failed.
+    pub fn last_failure(&self) -> Option<&Failure> {
+        self.last_failure.as_ref()
+    }
+
+    /// Whether `failure` of the attempt in flight would be resumed if a
+    /// resume were possible (asked before a continuation hook is called, so
+    /// the hook is not asked for a failure that ends the request anyway).
+    pub fn would_resume(&self, now: Instant, failure: &Failure, online: bool) -> bool {
+        let mut state = self.state.clone();
+        state.resume_possible = true;
+        state.attempts_left = self.allowance.remaining();
+        state.first_failure_at.get_or_insert(now);
+        matches!(
+            decide(DecisionInput {
+                policy: &self.policy,
+                state: &state,
+                failure,
+                online,
+                now,
+                jitter: Fraction::ZERO,
+            }),
+            Action::Resume { .. }
+        )
+    }
+
     /// Records the seam of the resume attempt now in flight.
     pub fn record_seam(&mut self, strategy: crate::report::SeamStrategy, delivered_bytes: u64) {
         let attempt = self.state.attempts_made;
@@ -593,6 +619,7 @@ impl Recovery {
                         Outcome::Interrupted {
                             cause: InterruptCause::ResumeFailed,
                             stall: None,
+                            committed: true,
                         }
                     }
                     other => other,

@@ -162,14 +162,20 @@ impl From<crate::wire::ProtocolViolation> for Violation {
     }
 }
 
-/// What a clean end of body left behind when it carried no terminal proof.
+/// The unfinished frame an attempt ended inside, however it ended (a clean
+/// end, a reset, a stall).
+///
+/// One rule judges it (AT3): it blocks a replay when its bytes show, or may
+/// show, a semantic fragment begun (a content, reasoning, refusal or tool
+/// field whose value has started, or anything the scan cannot rule out);
+/// bytes that provably hold none (`data: {`, a frame cut before any
+/// semantic value began, an unfinished keepalive) do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct EofEvidence {
-    /// Bytes of an unfinished event were pending.
-    pub pending_bytes: u64,
-    /// Those pending bytes may hold a semantic fragment (conservative: an
-    /// unfinished event not identified as non-semantic counts).
-    pub pending_may_be_semantic: bool,
+pub struct Unfinished {
+    /// Bytes of the unfinished frame (0: the attempt ended between frames).
+    pub bytes: u64,
+    /// Those bytes show, or may show, a semantic fragment begun.
+    pub may_be_semantic: bool,
 }
 
 /// What went wrong.
@@ -197,10 +203,7 @@ pub enum FailureKind {
         error: ProviderError,
     },
     /// The body ended cleanly without terminal proof.
-    UnexpectedEof {
-        /// What was pending at the end.
-        eof: EofEvidence,
-    },
+    UnexpectedEof,
     /// The generation ended by the provider's decision.
     Unsuccessful {
         /// Why.
@@ -239,6 +242,9 @@ pub struct Failure {
     pub should_retry: Option<bool>,
     /// Progress of the failed attempt.
     pub progress: Progress,
+    /// The frame the attempt ended inside, if any.
+    #[serde(default)]
+    pub unfinished: Unfinished,
 }
 
 impl Failure {
@@ -274,6 +280,7 @@ impl Failure {
             retry_after: RetryAfter::Absent,
             should_retry: None,
             progress: Progress::default(),
+            unfinished: Unfinished::default(),
         }
     }
 
@@ -309,6 +316,20 @@ impl Failure {
         self
     }
 
+    /// Sets the unfinished frame the attempt ended inside.
+    #[must_use]
+    pub fn with_unfinished(mut self, unfinished: Unfinished) -> Self {
+        self.unfinished = unfinished;
+        self
+    }
+
+    /// Whether the attempt's evidence shows, or may show, semantic output:
+    /// an observed or delivered fragment, or an unfinished frame that may
+    /// hold one. Such an attempt is never replayed.
+    pub fn shows_output(&self) -> bool {
+        self.progress.blocks_replay() || self.unfinished.may_be_semantic
+    }
+
     /// Sets the status the failure came with (e.g. an in-stream error in a 200).
     #[must_use]
     pub fn with_status(mut self, status: u16) -> Self {
@@ -319,7 +340,7 @@ impl Failure {
     /// The failure's category.
     pub fn category(&self) -> Category {
         match &self.kind {
-            FailureKind::Transport { .. } | FailureKind::UnexpectedEof { .. } => {
+            FailureKind::Transport { .. } | FailureKind::UnexpectedEof => {
                 Category::Transport
             }
             FailureKind::Status { .. } | FailureKind::Redirect { .. } => Category::Http,

@@ -145,11 +145,11 @@ pub mod backoff;
 pub mod budget;
 pub mod call;
 pub mod conformance;
-#[cfg(feature = "serde_json")]
 pub mod continuation;
 pub mod decision;
 pub mod engine;
 pub mod error;
+pub mod exchange;
 pub mod failure;
 pub mod lifecycle;
 pub mod observer;

@@ -12,10 +12,11 @@ use memchr::memchr2;
 use serde::{Deserialize, Serialize};
 
 use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
+use crate::failure::Unfinished;
 use crate::progress::{Proof, UnsuccessfulReason};
 use crate::protocol::{
     Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
-    OpenAiChat, OpenAiResponses, PendingAtEof, Protocol, ProtocolKind, SemanticOptions,
+    OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions,
     classify_json_body, partial_body_may_be_semantic,
 };
 use crate::wire::{
@@ -100,8 +101,8 @@ pub enum EndOfStream {
     /// The body ended without terminal proof: truncation, whatever the
     /// transport said.
     UnexpectedEof {
-        /// Bytes left over in a partial frame, if any.
-        pending: Option<PendingAtEof>,
+        /// The frame the body ended inside, if any.
+        pending: Option<Unfinished>,
     },
 }
 
@@ -138,6 +139,17 @@ impl AnyProtocol {
         }
     }
 
+    fn get_ref(&self) -> &dyn Protocol {
+        match self {
+            AnyProtocol::Chat(p) => p,
+            AnyProtocol::Responses(p) => p,
+            AnyProtocol::Anthropic(p) => p,
+            AnyProtocol::Gemini(p) => p,
+            AnyProtocol::Ollama(p) => p,
+            AnyProtocol::Sse(p) => p,
+        }
+    }
+
     fn get(&mut self) -> &mut dyn Protocol {
         match self {
             AnyProtocol::Chat(p) => p,
@@ -166,6 +178,11 @@ impl AnyProtocol {
             AnyProtocol::Sse(p) => p.on_frame(frame, decode, ev),
         }
     }
+}
+
+/// The value of an SSE line cut short when it is a `data:` field.
+fn data_value(line: &[u8]) -> Option<&[u8]> {
+    data_value_start(line).map(|start| &line[start.min(line.len())..])
 }
 
 /// Observes one attempt's response body.
@@ -634,31 +651,6 @@ impl StreamObserver {
             return EndOfStream::Violation { violation };
         }
         let pending = match &mut self.framing {
-            Framing::Sse(dec) => {
-                let p = dec.pending();
-                if p.is_empty() {
-                    None
-                } else {
-                    let line = p.partial_line;
-                    let inert_line = line.is_empty()
-                        || line.starts_with(b":")
-                        || line.starts_with(b"id")
-                        || line.starts_with(b"retry");
-                    let named_inert = !p.event_type.is_empty()
-                        && self.protocol.get().non_semantic_event_type(p.event_type);
-                    // BD3: an event already named as non-semantic, or only
-                    // a comment / id / retry line, cannot carry output.
-                    let possibly_semantic = if p.event_type.is_empty() {
-                        p.has_data || !inert_line
-                    } else {
-                        !named_inert || line.starts_with(b"event")
-                    };
-                    Some(PendingAtEof {
-                        bytes: dec.buffered() as u64,
-                        possibly_semantic,
-                    })
-                }
-            }
             Framing::Ndjson(dec) => {
                 let tail = dec.pending().to_vec();
                 if tail.iter().all(u8::is_ascii_whitespace) {
@@ -676,10 +668,7 @@ impl StreamObserver {
                             self.ev.unterminated_final_line = true;
                             None
                         }
-                        Err(_) => Some(PendingAtEof {
-                            bytes: tail.len() as u64,
-                            possibly_semantic: true,
-                        }),
+                        Err(_) => self.unfinished(),
                     }
                 }
             }
@@ -698,13 +687,14 @@ impl StreamObserver {
                             // Content inside a cut answer was observed.
                             self.ev.progress.observe(SemanticKind::Content);
                         }
-                        Some(PendingAtEof {
+                        Some(Unfinished {
                             bytes: body.len() as u64,
-                            possibly_semantic: semantic,
+                            may_be_semantic: semantic,
                         })
                     }
                 }
             }
+            Framing::Sse(_) => self.unfinished(),
         };
         self.ev.pending_at_eof = pending;
         if self.ev.terminal.is_none() && self.ev.provider_error.is_none() {
@@ -774,8 +764,52 @@ impl StreamObserver {
     }
 
     /// Bytes pending at EOF, known once [`finish`](Self::finish) ran.
-    pub fn pending_at_eof(&self) -> Option<PendingAtEof> {
+    pub fn pending_at_eof(&self) -> Option<Unfinished> {
         self.ev.pending_at_eof
+    }
+
+    /// The frame the stream is inside now, judged by one rule however the
+    /// attempt ends (a clean end, a reset, a stall; reliability matrix AT3):
+    /// `None` between frames. Its bytes may hold semantic output when they
+    /// show a semantic value begun, or cannot rule one out; a frame named
+    /// as non-semantic, a keepalive, or JSON cut before any semantic value
+    /// began (`data: {`) holds none. Reads only; the stream goes on.
+    pub fn unfinished(&self) -> Option<Unfinished> {
+        match &self.framing {
+            Framing::Sse(dec) => {
+                let p = dec.pending();
+                if p.is_empty() {
+                    return None;
+                }
+                let named_inert = !p.event_type.is_empty()
+                    && self.protocol.get_ref().non_semantic_event_type(p.event_type);
+                let mut data = p.data.to_vec();
+                if let Some(value) = data_value(p.partial_line) {
+                    data.extend_from_slice(value);
+                }
+                let may_be_semantic = !named_inert
+                    && match self.kind {
+                        // Plain text: any data may be output.
+                        ProtocolKind::Sse { .. } => !data.is_empty(),
+                        _ => partial_body_may_be_semantic(&data),
+                    };
+                Some(Unfinished {
+                    bytes: dec.buffered() as u64,
+                    may_be_semantic,
+                })
+            }
+            Framing::Ndjson(dec) => {
+                let tail = dec.pending();
+                (!tail.iter().all(u8::is_ascii_whitespace)).then(|| Unfinished {
+                    bytes: tail.len() as u64,
+                    may_be_semantic: partial_body_may_be_semantic(tail),
+                })
+            }
+            Framing::Body(buf) => (!buf.iter().all(u8::is_ascii_whitespace)).then(|| Unfinished {
+                bytes: buf.len() as u64,
+                may_be_semantic: partial_body_may_be_semantic(buf),
+            }),
+        }
     }
 
     /// The protocol violation that stopped decoding, if any.

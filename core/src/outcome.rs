@@ -126,12 +126,19 @@ pub enum Outcome {
         /// The limit it was above.
         limit: RefusalLimit,
     },
-    /// A committed stream failed and could not be resumed.
+    /// An attempt that showed (or may have shown) semantic output failed
+    /// and could not be resumed. Usually after commit; `committed: false`
+    /// when nothing reached the consumer yet (the output was observed in the
+    /// failing read, or an unfinished frame may hold some), which forbids a
+    /// replay all the same.
     Interrupted {
         /// Why.
         cause: InterruptCause,
         /// Which watchdog, when `cause` is a stall.
         stall: Option<Stall>,
+        /// Whether output had reached the consumer (the request committed).
+        #[serde(default = "yes")]
+        committed: bool,
     },
     /// The stream broke its protocol.
     Protocol {
@@ -202,7 +209,15 @@ impl fmt::Display for Outcome {
                 "Retry-After of {} ms refused (above the {limit:?} limit)",
                 value.as_millis()
             ),
-            Outcome::Interrupted { cause, .. } => write!(f, "interrupted after commit ({cause:?})"),
+            Outcome::Interrupted {
+                cause,
+                committed: true,
+                ..
+            } => write!(f, "interrupted after commit ({cause:?})"),
+            Outcome::Interrupted { cause, .. } => write!(
+                f,
+                "stopped before commit: the attempt may have shown output, so it was not replayed ({cause:?})"
+            ),
             Outcome::Protocol { violation } => write!(f, "protocol violation ({violation})"),
             Outcome::AdmissionRequired => f.write_str("resend needs admission and no hook was set"),
             Outcome::AdmissionRejected => f.write_str("admission hook rejected the resend"),
@@ -211,6 +226,10 @@ impl fmt::Display for Outcome {
             Outcome::Cancelled { phase } => write!(f, "cancelled while {phase:?}"),
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Reasons attached to a failed attempt in events and reports.

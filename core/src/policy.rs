@@ -139,6 +139,18 @@ impl std::error::Error for PolicyError {}
 /// | evidence cap | 16 KiB |
 /// | max resumes | 1 |
 /// | endpoint | remote (ambiguous resends allowed) |
+/// | head timeout (send to response head) | 300 s |
+/// | idle timeout (no byte at all) | 300 s |
+/// | progress timeout (no semantic fragment; keepalives do not count) | 600 s |
+///
+/// The three timeouts make the default safe: a stalled head, a stalled body
+/// or an endless run of keepalives cannot hang a request. Head and idle
+/// follow undici's `headersTimeout` / `bodyTimeout` (300 s each), which
+/// Node's `fetch` and the OpenAI JS SDK already run under; progress is
+/// twice that, the 600 s the OpenAI and Anthropic SDKs give a whole
+/// request, because reasoning models may think for minutes behind
+/// keepalives. Set any of them to `None` to turn it off, or lower for
+/// interactive use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecoveryPolicy {
     pub(crate) max_attempts: NonZeroU32,
@@ -160,6 +172,14 @@ pub struct RecoveryPolicy {
     pub(crate) head_timeout: Option<Duration>,
 }
 
+/// Default bound from a send to its response head (undici's `headersTimeout`).
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default bound on a silence with no byte at all (undici's `bodyTimeout`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default bound on a time without a semantic fragment (keepalives do not
+/// reset it).
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(600);
+
 impl Default for RecoveryPolicy {
     fn default() -> Self {
         RecoveryPolicy {
@@ -177,9 +197,9 @@ impl Default for RecoveryPolicy {
             evidence_cap: 16 << 10,
             max_resumes: 1,
             endpoint: Endpoint::Remote,
-            idle_timeout: None,
-            progress_timeout: None,
-            head_timeout: None,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            progress_timeout: Some(DEFAULT_PROGRESS_TIMEOUT),
+            head_timeout: Some(DEFAULT_HEAD_TIMEOUT),
         }
     }
 }

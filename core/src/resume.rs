@@ -131,8 +131,14 @@ pub fn is_background_stream(body: &[u8]) -> bool {
 /// any cursor is known (drivers then deliver event by event, so that a seam
 /// never splits an event).
 pub fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body: &[u8]) -> bool {
+    native_resume(kind, sse_resumable, is_background_stream(request_body))
+}
+
+/// [`may_resume`] with the request body already judged: `background` when
+/// it asked for `background: true` and `stream: true`.
+pub fn native_resume(kind: &ProtocolKind, sse_resumable: bool, background: bool) -> bool {
     match kind {
-        ProtocolKind::OpenAiResponses => is_background_stream(request_body),
+        ProtocolKind::OpenAiResponses => background,
         ProtocolKind::Sse { .. } => sse_resumable,
         _ => false,
     }
@@ -151,17 +157,26 @@ pub fn plan(
     request_body: &[u8],
     cursor: &ResumeCursor,
 ) -> Option<ResumePlan> {
+    if may_resume(kind, sse_resumable, request_body) {
+        plan_at(kind, cursor)
+    } else {
+        None
+    }
+}
+
+/// The plan at `cursor` for a request [`may_resume`] allows.
+pub fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<ResumePlan> {
     match kind {
         ProtocolKind::OpenAiResponses => {
             let (Some(id), Some(seq)) = (&cursor.response_id, cursor.sequence_number) else {
                 return None;
             };
-            may_resume(kind, sse_resumable, request_body).then(|| ResumePlan::ResponsesBackground {
+            Some(ResumePlan::ResponsesBackground {
                 response_id: id.clone(),
                 after_sequence: seq,
             })
         }
-        ProtocolKind::Sse { .. } if sse_resumable => cursor
+        ProtocolKind::Sse { .. } => cursor
             .last_event_id
             .as_ref()
             .filter(|id| !id.is_empty())
@@ -192,15 +207,29 @@ impl std::fmt::Display for ResumeRequestError {
 
 impl std::error::Error for ResumeRequestError {}
 
+/// How a resume request differs from the original request, for a driver
+/// to build it in its own types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeRequest {
+    /// The method: `GET` for a Responses resume, else the original one.
+    pub method: String,
+    /// The URL to send to (the original, or its Responses resume URL).
+    pub url: String,
+    /// A header to set (`last-event-id`), lowercase name.
+    pub header: Option<(&'static str, String)>,
+    /// Whether the original body is sent again; without it, drop the
+    /// body's headers (`content-type`, `content-length`,
+    /// `transfer-encoding`).
+    pub with_body: bool,
+}
+
+/// Headers that describe a request body, dropped with it.
+pub const BODY_HEADERS: [&str; 3] = ["content-type", "content-length", "transfer-encoding"];
+
 impl ResumePlan {
-    /// The head of the resume request, derived from the original request's
-    /// head. The body is empty for a Responses `GET`, and the original body
-    /// for a `Last-Event-ID` resend.
-    pub fn request_head(
-        &self,
-        original: &http::request::Parts,
-    ) -> Result<(http::request::Parts, bool), ResumeRequestError> {
-        let mut head = original.clone();
+    /// The resume request, from the original request's method and URL (an
+    /// absolute URL or a path with its query).
+    pub fn request(&self, method: &str, url: &str) -> Result<ResumeRequest, ResumeRequestError> {
         match self {
             ResumePlan::ResponsesBackground {
                 response_id,
@@ -213,30 +242,59 @@ impl ResumePlan {
                 if !safe {
                     return Err(ResumeRequestError::InvalidCursor);
                 }
-                let path = original.uri.path().trim_end_matches('/');
-                if !path.ends_with("/responses") {
+                let base = url.split(['?', '#']).next().unwrap_or(url);
+                let base = base.trim_end_matches('/');
+                if !base.ends_with("/responses") {
                     return Err(ResumeRequestError::NotAResponsesUri);
                 }
-                let pq =
-                    format!("{path}/{response_id}?stream=true&starting_after={after_sequence}");
-                let mut parts = original.uri.clone().into_parts();
-                parts.path_and_query =
-                    Some(pq.parse().map_err(|_| ResumeRequestError::InvalidCursor)?);
-                head.uri =
-                    http::Uri::from_parts(parts).map_err(|_| ResumeRequestError::InvalidCursor)?;
-                head.method = http::Method::GET;
-                head.headers.remove(http::header::CONTENT_TYPE);
-                head.headers.remove(http::header::CONTENT_LENGTH);
-                head.headers.remove(http::header::TRANSFER_ENCODING);
-                Ok((head, false))
+                Ok(ResumeRequest {
+                    method: "GET".to_owned(),
+                    url: format!("{base}/{response_id}?stream=true&starting_after={after_sequence}"),
+                    header: None,
+                    with_body: false,
+                })
             }
             ResumePlan::LastEventId { last_event_id } => {
-                let value = http::HeaderValue::from_str(last_event_id)
-                    .map_err(|_| ResumeRequestError::InvalidCursor)?;
-                head.headers.insert("last-event-id", value);
-                Ok((head, true))
+                let header_safe = last_event_id
+                    .bytes()
+                    .all(|b| b == b'\t' || (0x20..0x7f).contains(&b));
+                if !header_safe {
+                    return Err(ResumeRequestError::InvalidCursor);
+                }
+                Ok(ResumeRequest {
+                    method: method.to_owned(),
+                    url: url.to_owned(),
+                    header: Some(("last-event-id", last_event_id.clone())),
+                    with_body: true,
+                })
             }
         }
+    }
+
+    /// The head of the resume request, derived from the original request's
+    /// head ([`ResumePlan::request`] in `http` types). The body is empty
+    /// for a Responses `GET`, and the original body for a `Last-Event-ID`
+    /// resend.
+    pub fn request_head(
+        &self,
+        original: &http::request::Parts,
+    ) -> Result<(http::request::Parts, bool), ResumeRequestError> {
+        let req = self.request(original.method.as_str(), &original.uri.to_string())?;
+        let mut head = original.clone();
+        head.method =
+            http::Method::from_bytes(req.method.as_bytes()).map_err(|_| ResumeRequestError::InvalidCursor)?;
+        head.uri = req.url.parse().map_err(|_| ResumeRequestError::InvalidCursor)?;
+        if let Some((name, value)) = req.header {
+            let value =
+                http::HeaderValue::from_str(&value).map_err(|_| ResumeRequestError::InvalidCursor)?;
+            head.headers.insert(name, value);
+        }
+        if !req.with_body {
+            for name in BODY_HEADERS {
+                head.headers.remove(name);
+            }
+        }
+        Ok((head, req.with_body))
     }
 
     /// The cursor after which the resumed stream's events are new, for

@@ -126,7 +126,9 @@ fn anthropic_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &m
     ev.set_terminal(terminal);
 }
 
-/// Keys whose non-empty value in a JSON answer is semantic output.
+/// Keys whose value, once begun, is semantic output: a string with a first
+/// character, or an array or object opened (conservative: an opened
+/// container may hold a tool call).
 const SEMANTIC_KEYS: &[&[u8]] = &[
     b"content",
     b"text",
@@ -141,13 +143,22 @@ const SEMANTIC_KEYS: &[&[u8]] = &[
     b"arguments",
     b"output_text",
     b"summary",
+    b"partial_json",
+    b"name",
 ];
 
-/// Whether a truncated JSON body may already hold semantic output: some key
-/// of `SEMANTIC_KEYS` whose value had begun non-empty before the cut.
+/// Keys that are semantic only as strings: a Responses `delta` is output
+/// text, a Chat `delta` is the object the fields above live in.
+const SEMANTIC_STRING_KEYS: &[&[u8]] = &[b"delta"];
+
+/// Whether the JSON text of a frame cut short may already hold semantic
+/// output: some key of `SEMANTIC_KEYS` whose value had begun (a string past
+/// its opening quote that is not `""`, an array or object opened and not
+/// closed empty), or a `delta` string begun.
 ///
-/// Conservative by design: a cut answer whose content was partly received
-/// must not be replayed as if nothing was seen.
+/// Conservative by design: a value cut right after its opening quote or
+/// bracket counts, since the next byte may have been output. A cut inside a
+/// key, before any value, or inside values of other keys does not.
 pub fn partial_body_may_be_semantic(body: &[u8]) -> bool {
     let mut i = 0;
     while i < body.len() {
@@ -169,19 +180,21 @@ pub fn partial_body_may_be_semantic(body: &[u8]) -> bool {
         while k < body.len() && body[k].is_ascii_whitespace() {
             k += 1;
         }
-        if k < body.len() && body[k] == b':' && SEMANTIC_KEYS.contains(&name) {
+        let any = SEMANTIC_KEYS.contains(&name);
+        let string_only = SEMANTIC_STRING_KEYS.contains(&name);
+        if k < body.len() && body[k] == b':' && (any || string_only) {
             k += 1;
             while k < body.len() && body[k].is_ascii_whitespace() {
                 k += 1;
             }
             match body.get(k) {
-                Some(b'"') if body.get(k + 1).is_some_and(|&c| c != b'"') => return true,
-                Some(b'[' | b'{') => {
+                Some(b'"') if body.get(k + 1) != Some(&b'"') => return true,
+                Some(b'[' | b'{') if any => {
                     let mut m = k + 1;
                     while m < body.len() && body[m].is_ascii_whitespace() {
                         m += 1;
                     }
-                    if body.get(m).is_some_and(|&c| c != b']' && c != b'}') {
+                    if !matches!(body.get(m), Some(b']' | b'}')) {
                         return true;
                     }
                 }

@@ -55,6 +55,88 @@ impl ProtocolKind {
     pub fn is_ndjson(&self) -> bool {
         matches!(self, ProtocolKind::Ollama)
     }
+
+    /// The protocol a request to `url` (absolute, or a path) speaks, from
+    /// its path: `…/messages` Anthropic, `…/responses` (and
+    /// `…/responses/{id}`) OpenAI Responses, `:streamGenerateContent` /
+    /// `:generateContent` Gemini, `/api/chat` and `/api/generate` Ollama;
+    /// OpenAI Chat otherwise (the shape most compatible servers speak).
+    pub fn guess(url: &str) -> ProtocolKind {
+        let path = url.split(['?', '#']).next().unwrap_or(url);
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/messages") {
+            ProtocolKind::Anthropic
+        } else if path.ends_with("/responses") || path.contains("/responses/") {
+            ProtocolKind::OpenAiResponses
+        } else if path.contains(":streamGenerateContent") || path.contains(":generateContent") {
+            ProtocolKind::Gemini
+        } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
+            ProtocolKind::Ollama
+        } else {
+            ProtocolKind::OpenAiChat
+        }
+    }
+}
+
+/// Which protocol a driver decodes a request's answer as: one the caller
+/// named, or the one its URL implies ([`ProtocolKind::guess`]). The same
+/// rule in every driver; the default is `Auto`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum ProtocolChoice {
+    /// Guessed from each request's URL.
+    #[default]
+    Auto,
+    /// Always this protocol.
+    Fixed(ProtocolKind),
+}
+
+impl ProtocolChoice {
+    /// The protocol of a request to `url`.
+    pub fn resolve(&self, url: &str) -> ProtocolKind {
+        match self {
+            ProtocolChoice::Auto => ProtocolKind::guess(url),
+            ProtocolChoice::Fixed(kind) => kind.clone(),
+        }
+    }
+}
+
+impl From<ProtocolKind> for ProtocolChoice {
+    fn from(kind: ProtocolKind) -> Self {
+        ProtocolChoice::Fixed(kind)
+    }
+}
+
+/// How a successful answer's body is framed, judged from its
+/// `Content-Type` by one rule for every driver (reliability matrix AT6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BodyForm {
+    /// A stream of the protocol's frames (SSE, or NDJSON for Ollama).
+    Stream,
+    /// One whole JSON answer (`stream: false`), judged at its end.
+    WholeJson,
+}
+
+impl BodyForm {
+    /// The form of a body with this `Content-Type` header value. The media
+    /// type (before any `;` parameter, case-insensitive) `application/json`,
+    /// `text/json` or any `…+json` is one whole JSON answer; everything else,
+    /// `text/event-stream`, `application/x-ndjson` and a missing header
+    /// among it, is read as the protocol's stream.
+    pub fn of(content_type: Option<&str>) -> BodyForm {
+        let Some(value) = content_type else {
+            return BodyForm::Stream;
+        };
+        let media = value.split(';').next().unwrap_or("").trim();
+        let is = |name: &str| media.eq_ignore_ascii_case(name);
+        let json_suffix = media.len() > 5
+            && media.is_char_boundary(media.len() - 5)
+            && media[media.len() - 5..].eq_ignore_ascii_case("+json");
+        if is("application/json") || is("text/json") || json_suffix {
+            BodyForm::WholeJson
+        } else {
+            BodyForm::Stream
+        }
+    }
 }
 
 impl fmt::Display for ProtocolKind {
@@ -94,5 +176,51 @@ impl FromStr for ProtocolKind {
                 _ => return Err(UnknownProtocol),
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_content_type_rule() {
+        for ct in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "text/json",
+            " application/problem+json ",
+        ] {
+            assert_eq!(BodyForm::of(Some(ct)), BodyForm::WholeJson, "{ct}");
+        }
+        for ct in [
+            "text/event-stream",
+            "text/event-stream; charset=utf-8",
+            "application/x-ndjson",
+            "application/jsonl",
+            "application/json-seq",
+            "",
+        ] {
+            assert_eq!(BodyForm::of(Some(ct)), BodyForm::Stream, "{ct}");
+        }
+        assert_eq!(BodyForm::of(None), BodyForm::Stream);
+    }
+
+    #[test]
+    fn protocol_guessed_from_the_path() {
+        let g = ProtocolKind::guess;
+        assert_eq!(g("https://api.anthropic.com/v1/messages"), ProtocolKind::Anthropic);
+        assert_eq!(g("http://h/v1/responses?x=1"), ProtocolKind::OpenAiResponses);
+        assert_eq!(g("http://h/v1/responses/resp_1?stream=true"), ProtocolKind::OpenAiResponses);
+        assert_eq!(
+            g("https://g/v1beta/models/m:streamGenerateContent?alt=sse"),
+            ProtocolKind::Gemini
+        );
+        assert_eq!(g("http://127.0.0.1:11434/api/chat"), ProtocolKind::Ollama);
+        assert_eq!(g("/v1/chat/completions"), ProtocolKind::OpenAiChat);
+        assert_eq!(
+            ProtocolChoice::Fixed(ProtocolKind::Ollama).resolve("/v1/messages"),
+            ProtocolKind::Ollama
+        );
     }
 }

@@ -26,7 +26,7 @@ pub use body::{classify_json_body, partial_body_may_be_semantic};
 pub use errors::{classify_error_body, transience_for_status, transience_for_token};
 pub use gemini::Gemini;
 pub use generic::GenericSse;
-pub use kind::{ProtocolKind, SseTerminal, UnknownProtocol};
+pub use kind::{BodyForm, ProtocolChoice, ProtocolKind, SseTerminal, UnknownProtocol};
 pub use ollama::Ollama;
 pub use openai_chat::OpenAiChat;
 pub use openai_responses::OpenAiResponses;
@@ -145,16 +145,6 @@ impl EventInfo {
     }
 }
 
-/// Bytes held at EOF that no complete frame consumed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PendingAtEof {
-    /// How many bytes were pending.
-    pub bytes: u64,
-    /// Whether those bytes may have been semantic output (BD3). Only a
-    /// pending event already identified as non-semantic (a comment, or an
-    /// `event:` line naming a known non-semantic type) is `false`.
-    pub possibly_semantic: bool,
-}
 
 /// Everything one attempt's stream has shown so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,7 +168,7 @@ pub struct Evidence {
     /// Ollama ended with `done: true` but no `done_reason` (older servers).
     pub done_without_reason: bool,
     /// What was pending at EOF, when something was.
-    pub pending_at_eof: Option<PendingAtEof>,
+    pub pending_at_eof: Option<crate::failure::Unfinished>,
 }
 
 impl Evidence {

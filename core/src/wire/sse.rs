@@ -46,6 +46,8 @@ pub struct SsePending<'a> {
     pub has_data: bool,
     /// The pending `event:` value, if one was set.
     pub event_type: &'a [u8],
+    /// The pending event's complete `data:` values so far, each followed by LF.
+    pub data: &'a [u8],
 }
 
 impl SsePending<'_> {
@@ -489,6 +491,7 @@ impl SseDecoder {
             partial_line: &self.carry,
             has_data: self.has_data,
             event_type: &self.event_type,
+            data: &self.data,
         }
     }
 

@@ -1,0 +1,80 @@
+//! Event-granular delivery for streams a resume may continue: a seam must
+//! never split an event, and a resumed server's repeats must not reach the
+//! consumer twice.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::observer::{ObserverConfig, StreamObserver};
+use crate::progress::ResumeCursor;
+use crate::protocol::{EventClass, ProtocolKind};
+use crate::wire::{Limits, ProtocolViolation};
+
+/// Forwards a stream one complete event at a time, dropping events a
+/// resumed server repeats (at or below the resume cursor) and, for a
+/// continuation, the new generation's own preamble (everything before its
+/// first semantic event).
+#[derive(Debug)]
+pub(crate) struct Gate {
+    observer: StreamObserver,
+    pending: BytesMut,
+    /// Stream offset of `pending`'s first byte.
+    offset: u64,
+    skip_until_semantic: bool,
+}
+
+impl Gate {
+    pub(crate) fn new(protocol: &ProtocolKind, limits: Limits, after_sequence: Option<u64>) -> Self {
+        let config = ObserverConfig {
+            limits,
+            resume_after_sequence: after_sequence,
+            ..ObserverConfig::default()
+        };
+        Gate {
+            observer: StreamObserver::with_config(protocol.clone(), config),
+            pending: BytesMut::new(),
+            offset: 0,
+            skip_until_semantic: false,
+        }
+    }
+
+    /// A gate for a continuation's stream: its preamble is dropped.
+    pub(crate) fn splicing(mut self) -> Self {
+        self.skip_until_semantic = true;
+        self
+    }
+
+    /// Takes a chunk; calls `out` with each complete, new event it finished.
+    pub(crate) fn push(
+        &mut self,
+        chunk: &[u8],
+        mut out: impl FnMut(Bytes),
+    ) -> Result<(), ProtocolViolation> {
+        self.pending.extend_from_slice(chunk);
+        let mut ends = Vec::new();
+        self.observer.feed_with(chunk, |e| {
+            let semantic = matches!(e.info.class, EventClass::Semantic(_));
+            ends.push((e.end_offset, e.info.duplicate, semantic));
+        })?;
+        for (end, duplicate, semantic) in ends {
+            let len = usize::try_from(end.saturating_sub(self.offset)).unwrap_or(usize::MAX);
+            let event = self.pending.split_to(len.min(self.pending.len())).freeze();
+            self.offset = end;
+            self.skip_until_semantic &= !semantic;
+            if !duplicate && !self.skip_until_semantic && !event.is_empty() {
+                out(event);
+            }
+        }
+        Ok(())
+    }
+
+    /// What is left after the last complete event (forwarded only when the
+    /// stream ended with proof: a trailing line ending).
+    pub(crate) fn rest(&mut self) -> Bytes {
+        self.pending.split().freeze()
+    }
+
+    /// The cursor of the last complete event.
+    pub(crate) fn cursor(&self) -> &ResumeCursor {
+        self.observer.cursor()
+    }
+}

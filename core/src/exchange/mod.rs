@@ -1,0 +1,1318 @@
+//! The sans-IO machine of one logical request: every attempt's head, chunk,
+//! end, read error, consumer drop, cancellation and timer goes in; what the
+//! driver does next comes out. Every driver runs this one machine, so the
+//! same evidence gives the same decision whatever the runtime.
+//!
+//! A driver only does I/O. It asks [`Exchange::poll`] what to do ([`Io`]),
+//! does it, and reports what happened: [`Exchange::on_sent`],
+//! [`Exchange::on_head`], [`Exchange::on_chunk`], [`Exchange::on_end`],
+//! [`Exchange::on_error`], [`Exchange::admission`], [`Exchange::online`],
+//! [`Exchange::continuation`], [`Exchange::cancel`]. Time leaves the
+//! machine as a deadline ([`Exchange::poll_timeout`], in the manner of
+//! quinn-proto): the driver keeps one sleep, and when it wakes calls
+//! [`Exchange::handle_timeout`]. Lifecycle events come out of
+//! [`Exchange::drain_events`].
+//!
+//! What is decided here, once: the commit trigger (first semantic fragment,
+//! hold-back cap, terminal proof), the end-of-body rule (proof or a typed
+//! failure), the unfinished-frame rule, error heads (`Retry-After` in every
+//! form against the injected wall clock, `retry-after-ms`,
+//! `x-should-retry`, the capped error body), the content-type rule, the
+//! protocol default, the stall and head timers, the resume gate
+//! (event-granular delivery, duplicate dropping, continuation splice), and
+//! that nothing after terminal proof changes a completed outcome.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use std::time::{Duration, SystemTime};
+//! use recovery_core::budget::AttemptAllowance;
+//! use recovery_core::exchange::{Env, Exchange, Head, Io, RequestFacts, Send};
+//! use recovery_core::policy::RecoveryPolicy;
+//! use recovery_core::protocol::ProtocolChoice;
+//! use recovery_core::timing::{Fraction, Instant};
+//!
+//! struct Clock(Instant);
+//! impl Env for Clock {
+//!     fn now(&self) -> Instant { self.0 }
+//!     fn wall_now(&self) -> SystemTime { SystemTime::UNIX_EPOCH }
+//!     fn jitter(&self) -> Fraction { Fraction::new(0.5) }
+//!     fn online(&self) -> bool { true }
+//! }
+//! struct Ok200;
+//! impl Head for Ok200 {
+//!     fn status(&self) -> u16 { 200 }
+//!     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+//!         (name == "content-type").then_some(Cow::Borrowed("text/event-stream"))
+//!     }
+//! }
+//!
+//! let env = Clock(Instant::from_origin(Duration::ZERO));
+//! let request = RequestFacts { method: "POST", url: "/v1/chat/completions", body: b"{}" };
+//! let mut ex: Exchange<Vec<u8>> = Exchange::new(
+//!     RecoveryPolicy::default(),
+//!     &ProtocolChoice::Auto,
+//!     request,
+//!     AttemptAllowance::new(3),
+//!     7,
+//!     env.now(),
+//! );
+//! assert!(matches!(ex.poll(&env), Io::Send(Send::Original)));
+//! ex.on_sent(&env);
+//! ex.on_head(&env, &Ok200, None);
+//! let delta = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n".to_vec();
+//! assert_eq!(ex.on_chunk(&env, delta), None); // held back until commit...
+//! assert!(matches!(ex.poll(&env), Io::Respond)); // ...which this semantic delta is
+//! assert!(matches!(ex.poll(&env), Io::Deliver(_)));
+//! assert!(matches!(ex.poll(&env), Io::Read));
+//! ```
+
+mod decoded;
+mod gate;
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+pub use decoded::{Decoded, SelfDecoded};
+
+use crate::budget::{AttemptAllowance, RetryBudget};
+use crate::continuation::DeliveredPrefix;
+use crate::decision::{Action, AdmissionAnswer};
+use crate::engine::Recovery;
+use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
+use crate::lifecycle::{CommitTrigger, LifecycleEvent};
+use crate::observer::{EndOfStream, ObserverConfig, StreamObserver};
+use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
+use crate::policy::RecoveryPolicy;
+use crate::progress::{Proof, ResumeCursor, Terminal};
+use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind, classify_error_body};
+use crate::report::{RecoveryReport, SeamStrategy};
+use crate::resume::{ResumePlan, ResumeRequest, native_resume, plan_at};
+use crate::retry_after::{RetryAfter, parse_should_retry};
+use crate::safe::request_id_with;
+use crate::timing::{Connectivity, Fraction, Instant, Timing};
+use crate::wire::Limits;
+use decoded::Source;
+use gate::Gate;
+
+/// What the driver's surroundings say now: the clocks, a jitter draw and
+/// connectivity. Every [`Timing`] with a [`Connectivity`] is one.
+pub trait Env {
+    /// Now, on the monotonic clock.
+    fn now(&self) -> Instant;
+    /// Now, on the wall clock (for HTTP-date `Retry-After` values).
+    fn wall_now(&self) -> SystemTime;
+    /// A jitter draw.
+    fn jitter(&self) -> Fraction;
+    /// Whether the platform believes it is online.
+    fn online(&self) -> bool;
+}
+
+impl<T: Timing, C: Connectivity> Env for (&T, &C) {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.0.wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        self.0.jitter()
+    }
+    fn online(&self) -> bool {
+        self.1.is_online()
+    }
+}
+
+/// A response head as the driver received it.
+pub trait Head {
+    /// The status code (0 for a browser's opaque redirect).
+    fn status(&self) -> u16;
+    /// A header's value by lowercase name; the first one when repeated.
+    fn header(&self, name: &str) -> Option<Cow<'_, str>>;
+    /// A browser hid a redirect behind an `opaqueredirect` response.
+    fn opaque_redirect(&self) -> bool {
+        false
+    }
+}
+
+impl Head for http::response::Parts {
+    fn status(&self) -> u16 {
+        self.status.as_u16()
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(Cow::Borrowed)
+    }
+}
+
+/// What the machine needs to know of the logical request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'a> {
+    /// The method.
+    pub method: &'a str,
+    /// The URL (absolute, or a path with its query).
+    pub url: &'a str,
+    /// The buffered body (empty when it could not be buffered).
+    pub body: &'a [u8],
+}
+
+/// A chunk for the consumer: one the driver read, as it was, or one the
+/// machine cut out of the stream (a complete event, when delivery is event
+/// by event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk<C> {
+    /// A chunk the driver read.
+    Read(C),
+    /// A complete event the machine cut out.
+    Made(Bytes),
+}
+
+/// Which request a send carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Send {
+    /// The original request (the first send, or a replay).
+    Original,
+    /// A provider-native resume of the committed stream.
+    Resume(ResumeRequest),
+    /// The continuation the caller's hook returned.
+    Continuation,
+}
+
+/// What an admission hook is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionRequest {
+    /// The logical request.
+    pub logical_id: String,
+    /// The send number the resend would be.
+    pub next_attempt: u32,
+    /// The failure that prompted it (safe evidence only).
+    pub failure: Failure,
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Io<C> {
+    /// Send a request (the attempt is counted already); call
+    /// [`Exchange::on_sent`] once it is on its way.
+    Send(Send),
+    /// Keep waiting for the response head.
+    AwaitHead,
+    /// Read the next chunk of the body.
+    Read,
+    /// Close the current attempt's response: it is not used any more.
+    Release,
+    /// Hand the committed attempt's head to the caller; its body follows as
+    /// [`Io::Deliver`] chunks.
+    Respond,
+    /// Hand the final error response to the caller as the server sent it:
+    /// [`Exchange::take_held`] first, then the rest of its body untouched.
+    RespondError,
+    /// Hand this chunk to the consumer.
+    Deliver(Chunk<C>),
+    /// Sleep until [`Exchange::poll_timeout`].
+    Sleep,
+    /// Wait until the platform is online ([`Exchange::online`]) or
+    /// [`Exchange::poll_timeout`].
+    WaitOnline,
+    /// Ask the admission hook; answer with [`Exchange::admission`]. Pending
+    /// is not approval: [`Exchange::poll_timeout`] bounds the wait.
+    AskAdmission(AdmissionRequest),
+    /// Keep waiting for the admission hook.
+    AwaitAdmission,
+    /// Ask the continuation hook for a continuation of
+    /// [`Exchange::delivered_prefix`]; answer with [`Exchange::continuation`].
+    AskContinuation,
+    /// The request ended: the body's clean end (`Ok`), or the typed outcome
+    /// it fails with. Before [`Io::Respond`], the request fails.
+    End(Result<(), Outcome>),
+}
+
+/// Where the request is.
+#[derive(Debug)]
+enum Stage {
+    /// The next send is due.
+    ToSend,
+    /// The request is on its way: connecting, writing.
+    Sending { head_by: Option<Instant> },
+    /// Sent; no head yet.
+    AwaitingHead { head_by: Option<Instant> },
+    /// Reading (a capped part of) an error body.
+    ErrorBody(Box<ErrorHead>),
+    /// Reading a successful body, before or after commit.
+    Streaming,
+    /// A wait before the next send.
+    Waiting { until: Instant, resume: bool },
+    /// Offline; `then_send` when the resume is due as soon as it is back.
+    Parked {
+        limit: Option<Instant>,
+        then_send: bool,
+    },
+    /// Waiting for the admission hook.
+    Admission {
+        limit: Option<Instant>,
+        request: Option<Box<AdmissionRequest>>,
+    },
+    /// Waiting for the continuation hook's answer.
+    Continuation(Box<Failure>),
+    /// The request ended.
+    Ended,
+}
+
+/// An error head whose body is being read for its provider code.
+#[derive(Debug)]
+struct ErrorHead {
+    status: u16,
+    retry_after: RetryAfter,
+    should_retry: Option<bool>,
+    body: Vec<u8>,
+    read: usize,
+}
+
+/// Stall timers of the body being read.
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    idle: Option<Duration>,
+    progress: Option<Duration>,
+    idle_since: Instant,
+    progress_since: Instant,
+    semantic_seen: u64,
+}
+
+impl Watch {
+    fn armed(&self) -> bool {
+        self.idle.is_some() || self.progress.is_some()
+    }
+
+    fn restart(&mut self, now: Instant) {
+        self.idle_since = now;
+        self.progress_since = now;
+        self.semantic_seen = 0;
+    }
+}
+
+/// How a committed stream can be continued, and where it is.
+#[derive(Debug)]
+struct Resumption {
+    /// A native strategy may apply (Responses background, declared SSE).
+    native: bool,
+    /// The caller installed a continuation hook.
+    hook: bool,
+    /// The cursor reached over every attempt so far.
+    cursor: ResumeCursor,
+    /// What the consumer has, for the continuation hook.
+    prefix: Option<DeliveredPrefix>,
+    /// The hook gave a continuation for the next send.
+    continuation_ready: bool,
+    /// The gate for the next attempt's stream: `(after_sequence, splicing)`.
+    next_gate: Option<(Option<u64>, bool)>,
+}
+
+/// The machine of one logical request. See the module docs.
+///
+/// `C` is the driver's chunk type; `D` the evidence of a decoder outside
+/// the machine, when the driver has one ([`SelfDecoded`] when not).
+#[derive(Debug)]
+pub struct Exchange<C, D = SelfDecoded> {
+    engine: Recovery,
+    protocol: ProtocolKind,
+    limits: Limits,
+    method: String,
+    url: String,
+    stage: Stage,
+    /// Chunks held back before commit, queued for the consumer after.
+    out: VecDeque<Chunk<C>>,
+    held_bytes: usize,
+    delivered_bytes: u64,
+    source: Option<Source<D>>,
+    gate: Option<Box<Gate>>,
+    watch: Watch,
+    status: Option<u16>,
+    resumption: Option<Box<Resumption>>,
+    /// A failure to act on once the queued chunks are delivered (a provider
+    /// error arrives inside a chunk the consumer still gets).
+    after_delivery: Option<Box<Failure>>,
+    release: bool,
+    respond_due: bool,
+    responded: bool,
+    error_response: bool,
+    error_body: Vec<u8>,
+    finished: Option<Result<(), Outcome>>,
+    admission_hook: bool,
+    prepaid: bool,
+    /// The request asked for a background stream (`background` and
+    /// `stream` both true), which OpenAI Responses can resume.
+    background: bool,
+}
+
+impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
+    /// Starts a logical request at `now`: its answer is decoded as
+    /// `protocol` resolves for its URL, and its sends are drawn from
+    /// `allowance` (shared with any nested layer).
+    pub fn new(
+        policy: RecoveryPolicy,
+        protocol: &ProtocolChoice,
+        request: RequestFacts<'_>,
+        allowance: AttemptAllowance,
+        logical_id: u64,
+        now: Instant,
+    ) -> Self {
+        let protocol = protocol.resolve(request.url);
+        let watch = Watch {
+            idle: policy.idle_timeout(),
+            progress: policy.progress_timeout(),
+            idle_since: now,
+            progress_since: now,
+            semantic_seen: 0,
+        };
+        let background = crate::resume::is_background_stream(request.body);
+        let native = native_resume(&protocol, false, background);
+        let resumption = native.then(|| {
+            Box::new(Resumption {
+                native,
+                hook: false,
+                cursor: ResumeCursor::default(),
+                prefix: None,
+                continuation_ready: false,
+                next_gate: None,
+            })
+        });
+        Exchange {
+            engine: Recovery::new(policy, allowance, logical_id, now),
+            protocol,
+            limits: Limits::default(),
+            method: request.method.to_owned(),
+            url: request.url.to_owned(),
+            stage: Stage::ToSend,
+            out: VecDeque::new(),
+            held_bytes: 0,
+            delivered_bytes: 0,
+            source: None,
+            gate: None,
+            watch,
+            status: None,
+            resumption,
+            after_delivery: None,
+            release: false,
+            respond_due: false,
+            responded: false,
+            error_response: false,
+            error_body: Vec::new(),
+            finished: None,
+            admission_hook: false,
+            prepaid: false,
+            background,
+        }
+    }
+
+    /// Uses a cross-request retry budget; this request deposits into it.
+    #[must_use]
+    pub fn with_retry_budget(mut self, budget: RetryBudget) -> Self {
+        self.engine = self.engine.with_retry_budget(budget);
+        self
+    }
+
+    /// Declares that an admission hook is installed.
+    #[must_use]
+    pub fn with_admission_hook(mut self, installed: bool) -> Self {
+        self.admission_hook = installed;
+        self.engine = self.engine.with_admission_hook(installed);
+        self
+    }
+
+    /// Sets an absolute deadline for the whole request.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.engine = self.engine.with_deadline(deadline);
+        self
+    }
+
+    /// An outer layer already debited the first send.
+    #[must_use]
+    pub fn with_prepaid_first_send(mut self, prepaid: bool) -> Self {
+        self.prepaid = prepaid;
+        self
+    }
+
+    /// Turns replay off (the request body could not be buffered, or was
+    /// over the replay cap).
+    #[must_use]
+    pub fn without_replay(mut self, reason: ReplayDisabled) -> Self {
+        self.engine.disable_replay(reason);
+        self
+    }
+
+    /// Declares the endpoint an SSE stream that honours `Last-Event-ID`.
+    #[must_use]
+    pub fn with_resumable_sse(mut self, resumable: bool) -> Self {
+        let native = native_resume(&self.protocol, resumable, self.background);
+        self.resumption_mut().native = native;
+        self.drop_idle_resumption();
+        self
+    }
+
+    /// Declares a continuation hook: a committed stream no native strategy
+    /// can continue is offered to it ([`Io::AskContinuation`]).
+    #[must_use]
+    pub fn with_continuation_hook(mut self, installed: bool) -> Self {
+        let protocol = self.protocol.clone();
+        let r = self.resumption_mut();
+        r.hook = installed;
+        r.prefix = installed.then(|| DeliveredPrefix::new(protocol));
+        self.drop_idle_resumption();
+        self
+    }
+
+    fn resumption_mut(&mut self) -> &mut Resumption {
+        self.resumption.get_or_insert_with(|| {
+            Box::new(Resumption {
+                native: false,
+                hook: false,
+                cursor: ResumeCursor::default(),
+                prefix: None,
+                continuation_ready: false,
+                next_gate: None,
+            })
+        })
+    }
+
+    fn drop_idle_resumption(&mut self) {
+        if self.resumption.as_ref().is_some_and(|r| !r.native && !r.hook) {
+            self.resumption = None;
+        }
+    }
+
+    /// The protocol the answer is decoded as.
+    pub fn protocol(&self) -> &ProtocolKind {
+        &self.protocol
+    }
+
+    /// The logical id, as events show it.
+    pub fn logical_id(&self) -> &str {
+        self.engine.logical_id()
+    }
+
+    /// The current physical send number (0 before the first).
+    pub fn wire_attempt(&self) -> u32 {
+        self.engine.wire_attempt()
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &RecoveryPolicy {
+        self.engine.policy()
+    }
+
+    /// Whether output has reached (or is queued for) the consumer.
+    pub fn is_committed(&self) -> bool {
+        self.engine.is_committed()
+    }
+
+    /// The outcome, once the request ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.engine.outcome()
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &RecoveryReport {
+        self.engine.report()
+    }
+
+    /// Takes the lifecycle events produced since the last call, in order.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
+        self.engine.drain_events()
+    }
+
+    /// The last error body read (capped at the policy's evidence cap):
+    /// sensitive evidence, for `inspect_*` only.
+    pub fn error_body(&self) -> &[u8] {
+        &self.error_body
+    }
+
+    /// What the consumer has received, as the continuation hook is given
+    /// it (present when a continuation hook is declared).
+    pub fn delivered_prefix(&self) -> Option<&DeliveredPrefix> {
+        self.resumption.as_ref().and_then(|r| r.prefix.as_ref())
+    }
+
+    /// The chunks held for the consumer, taken out (the final error
+    /// response's first chunks, after [`Io::RespondError`]).
+    pub fn take_held(&mut self) -> VecDeque<Chunk<C>> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Whether the body streams the committed attempt with nothing queued,
+    /// pending or gated: a driver may then read and hand out chunks through
+    /// [`Exchange::on_chunk`] alone, without asking [`Exchange::poll`].
+    #[inline]
+    pub fn is_passing_through(&self) -> bool {
+        self.responded
+            && self.out.is_empty()
+            && self.after_delivery.is_none()
+            && self.gate.is_none()
+            && !self.release
+            && matches!(self.stage, Stage::Streaming)
+    }
+
+    /// When the driver must wake the machine ([`Exchange::handle_timeout`])
+    /// if nothing else happens first.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.stage {
+            Stage::Sending { head_by } | Stage::AwaitingHead { head_by } => *head_by,
+            Stage::ErrorBody(_) => self.watch.idle.map(|d| self.watch.idle_since + d),
+            Stage::Streaming => {
+                let idle = self.watch.idle.map(|d| self.watch.idle_since + d);
+                let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
+                let progress = self
+                    .watch
+                    .progress
+                    .filter(|_| !proven)
+                    .map(|d| self.watch.progress_since + d);
+                match (idle, progress) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            Stage::Waiting { until, .. } => Some(*until),
+            Stage::Parked { limit, .. } | Stage::Admission { limit, .. } => *limit,
+            Stage::ToSend | Stage::Continuation(_) | Stage::Ended => None,
+        }
+    }
+
+    /// What the driver does next. Call again after every reported event.
+    pub fn poll<E: Env>(&mut self, env: &E) -> Io<C> {
+        loop {
+            if self.release {
+                self.release = false;
+                return Io::Release;
+            }
+            if self.respond_due {
+                self.respond_due = false;
+                self.responded = true;
+                return Io::Respond;
+            }
+            if self.responded {
+                if let Some(chunk) = self.out.pop_front() {
+                    if let Chunk::Made(b) = &chunk {
+                        self.delivered_bytes += b.len() as u64;
+                    } else if let Chunk::Read(c) = &chunk {
+                        self.delivered_bytes += c.as_ref().len() as u64;
+                    }
+                    return Io::Deliver(chunk);
+                }
+            }
+            if let Some(failure) = self.after_delivery.take() {
+                self.fail_attempt(env, *failure);
+                continue;
+            }
+            if matches!(self.stage, Stage::ToSend) {
+                if let Some(io) = self.begin_send(env) {
+                    return io;
+                }
+                continue;
+            }
+            return match &mut self.stage {
+                Stage::ToSend => continue,
+                Stage::Sending { .. } | Stage::AwaitingHead { .. } => Io::AwaitHead,
+                Stage::ErrorBody(_) | Stage::Streaming => Io::Read,
+                Stage::Waiting { .. } => Io::Sleep,
+                Stage::Parked { .. } => Io::WaitOnline,
+                Stage::Admission { request, .. } => match request.take() {
+                    Some(r) => Io::AskAdmission(*r),
+                    None => Io::AwaitAdmission,
+                },
+                Stage::Continuation(_) => Io::AskContinuation,
+                Stage::Ended => {
+                    if self.error_response {
+                        self.error_response = false;
+                        Io::RespondError
+                    } else {
+                        Io::End(
+                            self.finished
+                                .clone()
+                                .unwrap_or(Err(Outcome::Exhausted { attempts: 0 })),
+                        )
+                    }
+                }
+            };
+        }
+    }
+
+    /// The send is due: counts it (allowance, deadline, retry permit) and
+    /// says which request to send, or ends the request.
+    fn begin_send<E: Env>(&mut self, env: &E) -> Option<Io<C>> {
+        let now = env.now();
+        let prepaid = std::mem::take(&mut self.prepaid);
+        if let Err(outcome) = self.engine.begin_attempt(now, false, prepaid) {
+            self.end(Err(outcome));
+            return None;
+        }
+        self.out.clear();
+        self.held_bytes = 0;
+        self.source = None;
+        self.gate = None;
+        self.status = None;
+        self.error_response = false;
+        let head_by = self.engine.policy().head_timeout().map(|d| now + d);
+        self.stage = Stage::Sending { head_by };
+        let resumed = self.engine.report().attempts.last().is_some_and(|a| a.resume);
+        if !resumed {
+            if let Some(r) = self.resumption.as_mut() {
+                r.next_gate = Some((None, false));
+            }
+            return Some(Io::Send(Send::Original));
+        }
+        let delivered: u64 = self
+            .engine
+            .report()
+            .attempts
+            .iter()
+            .map(|a| a.progress.delivered_bytes)
+            .sum();
+        let plan = self.plan();
+        let Some(r) = self.resumption.as_mut() else {
+            self.end(Err(Outcome::Exhausted {
+                attempts: self.engine.wire_attempt(),
+            }));
+            return None;
+        };
+        match plan {
+            Some(plan) => {
+                let strategy = match plan {
+                    ResumePlan::ResponsesBackground { .. } => SeamStrategy::ResponsesBackground,
+                    ResumePlan::LastEventId { .. } => SeamStrategy::LastEventId,
+                };
+                r.next_gate = Some((plan.after_sequence(), false));
+                match plan.request(&self.method, &self.url) {
+                    Ok(request) => {
+                        self.engine.record_seam(strategy, delivered);
+                        Some(Io::Send(Send::Resume(request)))
+                    }
+                    Err(_) => {
+                        self.stage = Stage::Streaming;
+                        let failure = Failure::new(
+                            FailureKind::Protocol {
+                                violation: crate::failure::Violation::Sequence,
+                            },
+                            Phase::Sending,
+                        );
+                        self.fail_attempt(env, failure);
+                        None
+                    }
+                }
+            }
+            None if r.continuation_ready => {
+                r.continuation_ready = false;
+                r.next_gate = Some((None, true));
+                self.engine
+                    .record_seam(SeamStrategy::Continuation, delivered);
+                Some(Io::Send(Send::Continuation))
+            }
+            None => {
+                self.stage = Stage::Streaming;
+                let failure = Failure::new(
+                    FailureKind::Protocol {
+                        violation: crate::failure::Violation::Sequence,
+                    },
+                    Phase::Sending,
+                );
+                self.fail_attempt(env, failure);
+                None
+            }
+        }
+    }
+
+    /// The native resume plan for the cursor reached, if any.
+    fn plan(&self) -> Option<ResumePlan> {
+        let r = self.resumption.as_ref()?;
+        if r.native {
+            plan_at(&self.protocol, &r.cursor)
+        } else {
+            None
+        }
+    }
+
+    /// The request left: the head timer runs, a cancel now catches it
+    /// awaiting its head.
+    pub fn on_sent<E: Env>(&mut self, _env: &E) {
+        if let Stage::Sending { head_by } = self.stage {
+            self.stage = Stage::AwaitingHead { head_by };
+        }
+    }
+
+    /// The response head arrived. `decoded` is the evidence of a layer that
+    /// decodes this response's body before the driver reads it, if any.
+    pub fn on_head<E: Env, H: Head + ?Sized>(&mut self, env: &E, head: &H, decoded: Option<D>) {
+        if !matches!(self.stage, Stage::Sending { .. } | Stage::AwaitingHead { .. }) {
+            return;
+        }
+        let now = env.now();
+        let status = head.status();
+        let request_id = request_id_with(|name| head.header(name).map(Cow::into_owned));
+        self.engine.head_received(now, status, request_id);
+        self.status = Some(status);
+        self.watch.restart(now);
+        if head.opaque_redirect() {
+            let mut failure = Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
+            failure.acceptance = Acceptance::Yes;
+            failure.status = Some(status);
+            self.error_response = true;
+            self.attempt_failed(env, failure);
+            return;
+        }
+        if !(200..300).contains(&status) {
+            let header = |name| head.header(name);
+            let retry_after = RetryAfter::from_values(
+                header("retry-after-ms").as_deref(),
+                header("retry-after").as_deref(),
+                env.wall_now(),
+            );
+            let should_retry = header("x-should-retry")
+                .as_deref()
+                .and_then(parse_should_retry);
+            self.stage = Stage::ErrorBody(Box::new(ErrorHead {
+                status,
+                retry_after,
+                should_retry,
+                body: Vec::new(),
+                read: 0,
+            }));
+            return;
+        }
+        let form = BodyForm::of(head.header("content-type").as_deref());
+        self.source = Some(match decoded {
+            Some(d) => Source::Elsewhere(d),
+            None => Source::Own(Box::new(observer_for(&self.protocol, self.limits, form))),
+        });
+        if let Some((after, splicing)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
+            let gate = Gate::new(&self.protocol, self.limits, after);
+            self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
+        }
+        self.stage = Stage::Streaming;
+    }
+
+    /// A chunk of the body arrived. Returns it when it goes to the consumer
+    /// at once, as it is; otherwise the machine keeps it (held back before
+    /// commit, queued, or cut into events) and [`Exchange::poll`] says what
+    /// follows.
+    #[inline]
+    pub fn on_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        if !matches!(self.stage, Stage::Streaming) {
+            return self.on_other_chunk(env, chunk);
+        }
+        let source = self.source.as_mut()?;
+        let bytes = chunk.as_ref();
+        if let Err(v) = source.feed(bytes) {
+            let failure = Failure::new(
+                FailureKind::Protocol {
+                    violation: v.into(),
+                },
+                Phase::Decoding,
+            );
+            self.attempt_failed(env, failure);
+            return None;
+        }
+        if self.watch.armed() {
+            let now = env.now();
+            self.watch.idle_since = now;
+            if self.watch.progress.is_some() {
+                let seen = source.semantic_fragments();
+                if seen != self.watch.semantic_seen {
+                    self.watch.semantic_seen = seen;
+                    self.watch.progress_since = now;
+                }
+            }
+        }
+        if !self.engine.is_committed() {
+            self.before_commit(env, chunk);
+            return None;
+        }
+        if source.provider_error_seen() && self.after_delivery.is_none() {
+            // The chunk that carries the error still reaches the consumer;
+            // the failure is acted on after it.
+            if let Some(error) = source.provider_error() {
+                let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
+                self.after_delivery = Some(Box::new(self.enrich(failure)));
+            }
+        }
+        if self.gate.is_some() {
+            self.through_gate(env, chunk.as_ref());
+            return None;
+        }
+        if self.responded && self.out.is_empty() {
+            self.delivered_bytes += chunk.as_ref().len() as u64;
+            return Some(chunk);
+        }
+        self.out.push_back(Chunk::Read(chunk));
+        None
+    }
+
+    /// A chunk outside a successful body: an error body's, or a late one.
+    #[cold]
+    fn on_other_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        let Stage::ErrorBody(e) = &mut self.stage else {
+            return None;
+        };
+        let cap = self.engine.policy().evidence_cap();
+        let bytes = chunk.as_ref();
+        let room = cap.saturating_sub(e.body.len());
+        e.body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        e.read += bytes.len();
+        let full = e.read >= cap;
+        self.watch.idle_since = env.now();
+        self.out.push_back(Chunk::Read(chunk));
+        if full {
+            self.finish_error_head(env);
+        }
+        None
+    }
+
+    /// Before commit: hold the chunk back, and commit on the first semantic
+    /// fragment, terminal proof, or the hold-back cap.
+    fn before_commit<E: Env>(&mut self, env: &E, chunk: C) {
+        let Some(source) = self.source.as_ref() else {
+            return;
+        };
+        self.held_bytes += chunk.as_ref().len();
+        let progress = source.progress();
+        self.engine.record_progress(progress);
+        if source.provider_error_seen() {
+            if let Some(error) = source.provider_error() {
+                let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
+                let failure = self.enrich(failure);
+                self.attempt_failed(env, failure);
+                return;
+            }
+        }
+        let trigger = if progress.semantic_observed() {
+            Some(CommitTrigger::Semantic)
+        } else if source.terminal_seen() {
+            Some(CommitTrigger::Terminal)
+        } else if self.held_bytes > self.engine.policy().holdback_cap() {
+            Some(CommitTrigger::HoldbackCap)
+        } else {
+            None
+        };
+        if self.gate.is_some() {
+            self.through_gate(env, chunk.as_ref());
+        } else {
+            self.out.push_back(Chunk::Read(chunk));
+        }
+        if matches!(self.stage, Stage::Streaming) {
+            if let Some(trigger) = trigger {
+                self.commit(env, trigger);
+            }
+        }
+    }
+
+    fn commit<E: Env>(&mut self, env: &E, trigger: CommitTrigger) {
+        if !self.engine.is_committed() {
+            self.engine.commit(env.now(), trigger);
+            self.respond_due = !self.responded;
+        }
+    }
+
+    /// Event-granular delivery: only complete, new events are queued.
+    fn through_gate<E: Env>(&mut self, env: &E, bytes: &[u8]) {
+        let Some(gate) = self.gate.as_mut() else {
+            return;
+        };
+        let out = &mut self.out;
+        let mut prefix = self.resumption.as_mut().and_then(|r| r.prefix.as_mut());
+        let pushed = gate.push(bytes, |event| {
+            if let Some(p) = prefix.as_mut() {
+                p.absorb(&event);
+            }
+            out.push_back(Chunk::Made(event));
+        });
+        if let Err(v) = pushed {
+            let failure = Failure::new(
+                FailureKind::Protocol {
+                    violation: v.into(),
+                },
+                Phase::Decoding,
+            );
+            self.attempt_failed(env, failure);
+        }
+    }
+
+    /// The body ended cleanly (the transport's end of body).
+    pub fn on_end<E: Env>(&mut self, env: &E) {
+        match &self.stage {
+            Stage::ErrorBody(_) => self.finish_error_head(env),
+            Stage::Streaming => {
+                let Some(source) = self.source.as_mut() else {
+                    return;
+                };
+                let failure = match source.finish() {
+                    EndOfStream::Success { proof } => {
+                        self.complete(env, proof);
+                        return;
+                    }
+                    EndOfStream::Unsuccessful { reason } => {
+                        Failure::new(FailureKind::Unsuccessful { reason }, Phase::Streaming)
+                    }
+                    EndOfStream::ProviderError { error } => {
+                        Failure::new(FailureKind::Provider { error }, Phase::Streaming)
+                    }
+                    EndOfStream::Violation { violation } => Failure::new(
+                        FailureKind::Protocol {
+                            violation: violation.into(),
+                        },
+                        Phase::Decoding,
+                    ),
+                    EndOfStream::UnexpectedEof { pending } => {
+                        Failure::new(FailureKind::UnexpectedEof, Phase::Streaming)
+                            .with_unfinished(pending.unwrap_or_default())
+                    }
+                };
+                let failure = self.enrich(failure);
+                self.attempt_failed(env, failure);
+            }
+            _ => {}
+        }
+    }
+
+    /// The attempt failed: no head came back, the body's read failed, or a
+    /// hook of the driver vetoed it. `failure` says what and where (kind,
+    /// phase, acceptance); the machine adds what the attempt showed.
+    pub fn on_error<E: Env>(&mut self, env: &E, failure: Failure) {
+        match &self.stage {
+            Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
+                self.attempt_failed(env, failure);
+            }
+            Stage::ErrorBody(_) => self.finish_error_head(env),
+            Stage::Streaming => {
+                if let Some(proof) = self.proof() {
+                    // A reset right after `[DONE]` changes nothing.
+                    self.engine.late_error();
+                    self.complete(env, proof);
+                    self.release = true;
+                    return;
+                }
+                let failure = self.enrich(failure);
+                self.attempt_failed(env, failure);
+            }
+            _ => {}
+        }
+    }
+
+    /// A deadline of [`Exchange::poll_timeout`] may have passed: the head
+    /// timer, a stall watchdog, a wait, or the bound of a park or an
+    /// admission. Nothing happens when none did.
+    pub fn handle_timeout<E: Env>(&mut self, env: &E) {
+        let now = env.now();
+        if self.poll_timeout().is_none_or(|d| now < d) {
+            return;
+        }
+        match &self.stage {
+            Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
+                let failure = Failure::new(
+                    FailureKind::Timeout { stall: Stall::Head },
+                    Phase::AwaitingHeaders,
+                );
+                self.release = true;
+                self.attempt_failed(env, failure);
+            }
+            Stage::ErrorBody(_) => self.finish_error_head(env),
+            Stage::Streaming => {
+                self.release = true;
+                if let Some(proof) = self.proof() {
+                    self.complete(env, proof);
+                    return;
+                }
+                let idle_due = self.watch.idle.is_some_and(|d| now >= self.watch.idle_since + d);
+                let stall = if idle_due { Stall::Idle } else { Stall::Progress };
+                let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming);
+                let failure = self.enrich(failure);
+                self.attempt_failed(env, failure);
+            }
+            Stage::Waiting { resume, .. } => {
+                let resume = *resume;
+                self.stage = Stage::ToSend;
+                // A resume waits its backoff first and connectivity second
+                // (reliability matrix AD5).
+                if resume && self.engine.park_before_send(now, env.online()) {
+                    let limit = self.engine.wait_limit(now).map(|d| now + d);
+                    self.stage = Stage::Parked {
+                        limit,
+                        then_send: true,
+                    };
+                }
+            }
+            Stage::Parked { .. } => {
+                // The budget or the deadline ran out while parked.
+                let action = self.engine.online_again(now, env.jitter());
+                self.act(env, action);
+            }
+            Stage::Admission { .. } => self.admission(env, AdmissionAnswer::Unresolved),
+            Stage::ToSend | Stage::Continuation(_) | Stage::Ended => {}
+        }
+    }
+
+    /// The platform is online again (after [`Io::WaitOnline`]).
+    pub fn online<E: Env>(&mut self, env: &E) {
+        let Stage::Parked { then_send, .. } = self.stage else {
+            return;
+        };
+        if then_send {
+            self.stage = Stage::ToSend;
+        } else {
+            let action = self.engine.online_again(env.now(), env.jitter());
+            self.act(env, action);
+        }
+    }
+
+    /// The admission hook answered (after [`Io::AskAdmission`]).
+    pub fn admission<E: Env>(&mut self, env: &E, answer: AdmissionAnswer) {
+        if !matches!(self.stage, Stage::Admission { .. }) {
+            return;
+        }
+        let action = self
+            .engine
+            .admission(env.now(), answer, env.online(), env.jitter());
+        self.act(env, action);
+    }
+
+    /// The continuation hook answered (after [`Io::AskContinuation`]):
+    /// `true` when it gave a continuation request, which the driver sends
+    /// at [`Send::Continuation`].
+    pub fn continuation<E: Env>(&mut self, env: &E, given: bool) {
+        let Stage::Continuation(failure) = std::mem::replace(&mut self.stage, Stage::Streaming)
+        else {
+            return;
+        };
+        if let Some(r) = self.resumption.as_mut() {
+            r.continuation_ready = given;
+        }
+        self.engine.set_resume_possible(given);
+        let action = self
+            .engine
+            .fail(env.now(), *failure, env.online(), env.jitter());
+        self.act(env, action);
+    }
+
+    /// The caller cancelled, or the consumer dropped the body. Once
+    /// terminal proof was observed and handed out, that is a completed
+    /// request (an SDK stops reading at its end marker); otherwise it is
+    /// `cancelled`, in the phase the request was in.
+    pub fn cancel<E: Env>(&mut self, env: &E) {
+        let phase = match &self.stage {
+            Stage::Ended => return,
+            Stage::ToSend if self.engine.wire_attempt() == 0 => CancelPhase::Sending,
+            Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_) => CancelPhase::Waiting,
+            Stage::Sending { .. } => CancelPhase::Sending,
+            Stage::AwaitingHead { .. } => CancelPhase::AwaitingHead,
+            Stage::ErrorBody(_) | Stage::Streaming => CancelPhase::Streaming,
+            Stage::Parked { .. } => CancelPhase::Parked,
+            Stage::Admission { .. } => CancelPhase::Admission,
+        };
+        if self.responded && self.out.is_empty() {
+            if let Some(proof) = self.proof() {
+                self.complete(env, proof);
+                self.release = true;
+                return;
+            }
+        }
+        if let Some(source) = &self.source {
+            let mut progress = source.progress();
+            if self.responded {
+                progress.deliver_observed();
+                progress.delivered_bytes = self.delivered_bytes;
+            }
+            self.engine.record_progress(progress);
+        }
+        let outcome = self.engine.cancel(env.now(), phase);
+        self.release = true;
+        self.error_response = false;
+        self.end(Err(outcome));
+    }
+
+    /// The success proof of the attempt being read, once observed.
+    fn proof(&self) -> Option<Proof> {
+        match self.source.as_ref()?.terminal()? {
+            Terminal::Success { proof } => Some(proof),
+            Terminal::Unsuccessful { .. } => None,
+        }
+    }
+
+    /// What the attempt showed, added to a failure the driver or the
+    /// decoder reported.
+    fn enrich(&self, mut failure: Failure) -> Failure {
+        if let Some(source) = &self.source {
+            let mut progress = source.progress();
+            progress.merge(&failure.progress);
+            if self.responded {
+                progress.deliver_observed();
+                progress.delivered_bytes = self.delivered_bytes;
+            }
+            failure.progress = progress;
+            if failure.unfinished == Unfinished::default() {
+                failure.unfinished = source.unfinished().unwrap_or_default();
+            }
+        }
+        if failure.status.is_none() {
+            failure.status = self.status;
+        }
+        failure
+    }
+
+    fn end(&mut self, result: Result<(), Outcome>) {
+        self.stage = Stage::Ended;
+        self.finished = Some(result);
+        self.after_delivery = None;
+    }
+
+    /// The attempt finished with success proof.
+    fn complete<E: Env>(&mut self, env: &E, proof: Proof) {
+        self.commit(env, CommitTrigger::Terminal);
+        if let Some(rest) = self.gate.as_mut().map(|g| g.rest()).filter(|b| !b.is_empty()) {
+            self.out.push_back(Chunk::Made(rest));
+        }
+        let mut progress = self
+            .source
+            .as_ref()
+            .map(Source::progress)
+            .unwrap_or_default();
+        progress.deliver_observed();
+        let queued: u64 = self
+            .out
+            .iter()
+            .map(|c| match c {
+                Chunk::Read(c) => c.as_ref().len() as u64,
+                Chunk::Made(b) => b.len() as u64,
+            })
+            .sum();
+        progress.delivered_bytes = self.delivered_bytes + queued;
+        self.engine.succeed(env.now(), proof, progress);
+        self.end(Ok(()));
+    }
+
+    fn finish_error_head<E: Env>(&mut self, env: &E) {
+        let Stage::ErrorBody(e) = std::mem::replace(&mut self.stage, Stage::Streaming) else {
+            return;
+        };
+        let mut failure = Failure::status(e.status, e.retry_after, e.should_retry);
+        if !(300..400).contains(&e.status) {
+            if let Some(error) = classify_error_body(&self.protocol, Some(e.status), &e.body) {
+                failure.kind = FailureKind::Provider { error };
+            }
+        }
+        self.error_body = e.body;
+        self.error_response = true;
+        self.attempt_failed(env, failure);
+    }
+
+    /// The attempt in flight failed. After commit, a failure found inside a
+    /// chunk waits until the queued chunks are handed out.
+    fn attempt_failed<E: Env>(&mut self, env: &E, failure: Failure) {
+        if self.responded && !self.out.is_empty() {
+            self.after_delivery = Some(Box::new(failure));
+            return;
+        }
+        self.fail_attempt(env, failure);
+    }
+
+    fn fail_attempt<E: Env>(&mut self, env: &E, failure: Failure) {
+        let now = env.now();
+        if self.engine.is_committed() {
+            let cursor = match (&self.gate, &self.source) {
+                (Some(g), _) => Some(g.cursor().clone()),
+                (None, Some(s)) => Some(s.cursor()),
+                _ => None,
+            };
+            let native = self.plan_after(cursor.as_ref()).is_some();
+            let hook = self.resumption.as_ref().is_some_and(|r| r.hook);
+            if !native && hook && self.engine.would_resume(now, &failure, env.online()) {
+                self.stage = Stage::Continuation(Box::new(failure));
+                return;
+            }
+            self.engine.set_resume_possible(native);
+        }
+        let action = self.engine.fail(now, failure, env.online(), env.jitter());
+        self.act(env, action);
+    }
+
+    /// Folds `cursor` into the request's cursor; the plan it allows.
+    fn plan_after(&mut self, cursor: Option<&ResumeCursor>) -> Option<ResumePlan> {
+        let r = self.resumption.as_mut()?;
+        if let Some(c) = cursor {
+            if c.response_id.is_some() {
+                r.cursor.response_id.clone_from(&c.response_id);
+            }
+            if c.sequence_number.is_some() {
+                r.cursor.sequence_number = c.sequence_number;
+            }
+            if c.last_event_id.is_some() {
+                r.cursor.last_event_id.clone_from(&c.last_event_id);
+            }
+        }
+        self.plan()
+    }
+
+    /// Carries out what the engine decided after a failure.
+    fn act<E: Env>(&mut self, env: &E, action: Action) {
+        let now = env.now();
+        let keep_response = self.error_response;
+        self.error_response = false;
+        self.release = true;
+        match action {
+            Action::RetryAfter { delay, .. } => {
+                self.stage = Stage::Waiting {
+                    until: now + delay,
+                    resume: false,
+                };
+            }
+            Action::Resume { delay, .. } => {
+                self.stage = Stage::Waiting {
+                    until: now + delay,
+                    resume: true,
+                };
+            }
+            Action::ParkUntilOnline => {
+                let limit = self.engine.wait_limit(now).map(|d| now + d);
+                self.stage = Stage::Parked {
+                    limit,
+                    then_send: false,
+                };
+            }
+            Action::AskAdmission => {
+                let limit = self.engine.wait_limit(now).map(|d| now + d);
+                let failure = self.engine.last_failure().cloned();
+                let request = failure.map(|failure| {
+                    Box::new(AdmissionRequest {
+                        logical_id: self.engine.logical_id().to_owned(),
+                        next_attempt: self.engine.wire_attempt() + 1,
+                        failure,
+                    })
+                });
+                self.stage = Stage::Admission { limit, request };
+            }
+            Action::Fail(outcome) => {
+                if keep_response && !self.responded {
+                    // A final HTTP error is returned as that response.
+                    self.error_response = true;
+                    self.release = false;
+                }
+                self.end(Err(outcome));
+            }
+        }
+        if !matches!(self.stage, Stage::Ended) || !self.error_response {
+            self.out.clear();
+        }
+    }
+}
+
+/// The decoder for a successful answer of `form`.
+fn observer_for(protocol: &ProtocolKind, limits: Limits, form: BodyForm) -> StreamObserver {
+    let config = ObserverConfig {
+        limits,
+        ..ObserverConfig::default()
+    };
+    match form {
+        BodyForm::Stream => StreamObserver::with_config(protocol.clone(), config),
+        BodyForm::WholeJson => StreamObserver::non_streaming(protocol.clone(), config),
+    }
+}
