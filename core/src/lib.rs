@@ -26,7 +26,7 @@
 //! | evidence cap (`inspect_*`) | 16 KiB | `evidence_cap` |
 //! | resumes | 1 | `max_resumes` |
 //! | endpoint | remote (ambiguous resends allowed) | `endpoint` |
-//! | idle / progress / head watchdogs | off | `idle_timeout`, `progress_timeout`, `head_timeout` |
+//! | head / idle / progress timeouts | 300 s / 300 s / 600 s | `head_timeout`, `idle_timeout`, `progress_timeout` |
 //!
 //! ```
 //! use std::num::NonZeroU32;
@@ -40,7 +40,11 @@
 //! assert_eq!(defaults.budget(), Some(Duration::from_secs(60)));
 //! assert_eq!(defaults.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
 //! assert_eq!(defaults.retry_after_ceiling(), Duration::from_secs(60));
-//! assert_eq!(defaults.idle_timeout(), None);
+//! // Nothing hangs by default: a stalled head, a silent body and an endless
+//! // run of keepalives are all bounded (undici's 300 s anchor).
+//! assert_eq!(defaults.head_timeout(), Some(Duration::from_secs(300)));
+//! assert_eq!(defaults.idle_timeout(), Some(Duration::from_secs(300)));
+//! assert_eq!(defaults.progress_timeout(), Some(Duration::from_secs(600)));
 //!
 //! let policy = RecoveryPolicy::builder()
 //!     .max_attempts(NonZeroU32::new(5).unwrap())

@@ -138,7 +138,12 @@ fn oracle(c: &Case) -> Action {
             cause: PermanentCause::Status { status: 400 },
         });
     }
-    let interrupted = |cause| Outcome::Interrupted { cause, stall: None };
+    // Observed but not delivered: nothing committed.
+    let interrupted = |cause| Outcome::Interrupted {
+        cause,
+        stall: None,
+        committed: false,
+    };
     if c.class == Class::NotSelected {
         return Action::Fail(if c.semantic {
             interrupted(InterruptCause::Transport)

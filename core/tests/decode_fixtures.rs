@@ -163,7 +163,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "openai-chat/pending-cut.sse",
         "N",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 18, possibly_semantic: true }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 18, may_be_semantic: false }) }",
         false,
         0,
     ),
@@ -297,7 +297,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "openai-responses/pending-keepalive-cut.sse",
         "N N",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 29, possibly_semantic: false }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 29, may_be_semantic: false }) }",
         false,
         0,
     ),
@@ -394,14 +394,14 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "anthropic/pending-ping-cut.sse",
         "N",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 14, possibly_semantic: false }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 14, may_be_semantic: false }) }",
         false,
         0,
     ),
     (
         "anthropic/pending-delta-cut.sse",
         "N N",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 105, possibly_semantic: true }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 105, may_be_semantic: true }) }",
         false,
         0,
     ),
@@ -440,7 +440,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "gemini/tail-no-blank.sse",
         "S S",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 255, possibly_semantic: true }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 255, may_be_semantic: true }) }",
         true,
         0,
     ),
@@ -471,7 +471,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "ollama/cut.ndjson",
         "S",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 98, possibly_semantic: true }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 98, may_be_semantic: true }) }",
         true,
         0,
     ),
@@ -481,7 +481,7 @@ const TABLE: &[(&str, &str, &str, bool, u64)] = &[
     (
         "sse/edge.sse",
         "K S S",
-        "UnexpectedEof { pending: Some(PendingAtEof { bytes: 5, possibly_semantic: true }) }",
+        "UnexpectedEof { pending: Some(Unfinished { bytes: 5, may_be_semantic: true }) }",
         true,
         0,
     ),

@@ -121,10 +121,12 @@ fn r11_bom_is_stripped_once() {
 
 #[test]
 fn r12_eof_with_pending_buffer() {
+    // Truncation evidence; no semantic value had begun (AT3), so it does not
+    // block a replay.
     let run = run(chat(), b"data: {\"choices\":[");
     assert!(run.records.is_empty());
     assert!(
-        matches!(run.end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.possibly_semantic)
+        matches!(run.end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.bytes > 0 && !p.may_be_semantic)
     );
 }
 
@@ -381,20 +383,96 @@ fn r35_tool_name_then_cut_blocks_replay() {
     assert!(matches!(run.end, EndOfStream::UnexpectedEof { .. }));
 }
 
+/// AT3: one rule for the frame an attempt ends inside, whatever ended it.
+/// It may hold output when a semantic value has begun (or cannot be ruled
+/// out); JSON cut before any semantic value holds none.
+#[test]
+fn at3_unfinished_frame_rule() {
+    let sse = |kind: ProtocolKind, bytes: &[u8], semantic: bool| {
+        let mut o = StreamObserver::new(kind.clone());
+        o.observe(bytes).unwrap();
+        let u = o.unfinished().expect("an unfinished frame");
+        assert_eq!(u.may_be_semantic, semantic, "{kind}: {:?}", String::from_utf8_lossy(bytes));
+        assert!(u.bytes > 0);
+        // The clean end judges it the same way.
+        match o.finish() {
+            EndOfStream::UnexpectedEof { pending: Some(p) } => assert_eq!(p, u),
+            other => panic!("{other:?}"),
+        }
+    };
+    let chat = ProtocolKind::OpenAiChat;
+    sse(chat.clone(), b"data: {", false);
+    sse(chat.clone(), b"dat", false);
+    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"", false);
+    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"", false);
+    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel", true);
+    // Cut right after the opening quote: the next byte may have been output.
+    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"content\":\"", true);
+    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"x", true);
+    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{", true);
+    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"refusal\":\"I c", true);
+    sse(chat.clone(), b": keep", false);
+    // A complete data line waiting for its blank line: judged the same way.
+    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n", true);
+    let anthropic = ProtocolKind::Anthropic;
+    sse(anthropic.clone(), b"event: content_block_delta\n", false);
+    sse(
+        anthropic.clone(),
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"On",
+        true,
+    );
+    sse(
+        anthropic.clone(),
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a",
+        true,
+    );
+    sse(anthropic, b"event: ping\ndata: {\"type\":\"pi", false);
+    let responses = ProtocolKind::OpenAiResponses;
+    sse(
+        responses.clone(),
+        b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hel",
+        true,
+    );
+    sse(
+        responses,
+        b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"m",
+        false,
+    );
+    let ollama = ProtocolKind::Ollama;
+    sse(ollama.clone(), b"{\"model\":\"llama3.2\",\"message\":{\"role\":\"assistant\"", false);
+    sse(
+        ollama,
+        b"{\"model\":\"llama3.2\",\"message\":{\"role\":\"assistant\",\"content\":\"Hi",
+        true,
+    );
+    // A generic SSE stream's data is text: any of it may be output.
+    let generic = ProtocolKind::Sse {
+        terminal_sentinel: None,
+    };
+    sse(generic.clone(), b"data: x", true);
+    sse(generic, b"data:", false);
+    // Between frames there is nothing unfinished.
+    let mut o = StreamObserver::new(ProtocolKind::OpenAiChat);
+    o.observe(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+        .unwrap();
+    assert_eq!(o.unfinished(), None);
+}
+
 #[test]
 fn bd3_pending_non_semantic_event_allows_replay() {
     for (file, semantic) in [
         ("anthropic/pending-ping-cut.sse", false),
         ("openai-responses/pending-keepalive-cut.sse", false),
         ("anthropic/pending-delta-cut.sse", true),
-        ("openai-chat/pending-cut.sse", true),
+        // `data: {"choices":[`: no semantic value has begun.
+        ("openai-chat/pending-cut.sse", false),
     ] {
         let p = run_fixture(file).evidence.pending_at_eof.unwrap();
-        assert_eq!(p.possibly_semantic, semantic, "{file}");
+        assert_eq!(p.may_be_semantic, semantic, "{file}");
     }
     // A cut comment is a keepalive, not output.
     let run = run(chat(), b": keep-al");
-    assert!(!run.evidence.pending_at_eof.unwrap().possibly_semantic);
+    assert!(!run.evidence.pending_at_eof.unwrap().may_be_semantic);
 }
 
 #[test]
@@ -540,7 +618,7 @@ fn non_streamed_bodies_are_evidence() {
     let hi = chat_body.windows(4).position(|w| w == b"\"Hi\"").unwrap();
     let truncated = &chat_body[..hi + 2];
     let (end, semantic) = finish(chat(), truncated);
-    assert!(matches!(end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.possibly_semantic));
+    assert!(matches!(end, EndOfStream::UnexpectedEof { pending: Some(p) } if p.may_be_semantic));
     assert!(semantic, "content inside a cut body was observed");
     let before_content = &chat_body[..30];
     assert!(!finish(chat(), before_content).1);

@@ -293,7 +293,8 @@ fn semantic_output_then_failure_is_interrupted() {
         run.outcome,
         Outcome::Interrupted {
             cause: InterruptCause::Transport,
-            stall: None
+            stall: None,
+            committed: true,
         }
     );
     assert_eq!(run.send_count(), 1, "exactly one request");

@@ -22,8 +22,8 @@ use recovery_core::decision::{Action, AdmissionAnswer, DelayCause};
 use recovery_core::engine::Recovery;
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::failure::{
-    Acceptance, Category, EofEvidence, Failure, FailureKind, PermanentCause, Phase, Stall,
-    TransportKind, Violation,
+    Acceptance, Category, Failure, FailureKind, PermanentCause, Phase, Stall, TransportKind,
+    Unfinished, Violation,
 };
 use recovery_core::lifecycle::{CommitTrigger, EventKind};
 use recovery_core::outcome::{
@@ -574,12 +574,7 @@ fn bd1_cut_at_every_event_boundary_switches_at_the_first_semantic_event() {
         let progress = progress_after(&FIXTURE[..cut]);
         let variants = [
             Failure::transport(TransportKind::Reset, Phase::Streaming),
-            Failure::new(
-                FailureKind::UnexpectedEof {
-                    eof: EofEvidence::default(),
-                },
-                Phase::Streaming,
-            ),
+            Failure::new(FailureKind::UnexpectedEof, Phase::Streaming),
         ];
         for f in variants {
             let f = f.with_progress(progress);
@@ -602,16 +597,12 @@ fn bd1_cut_at_every_event_boundary_switches_at_the_first_semantic_event() {
 #[test]
 fn bd3_cut_inside_an_event() {
     let eof = |may_be_semantic| {
-        Failure::new(
-            FailureKind::UnexpectedEof {
-                eof: EofEvidence {
-                    pending_bytes: 17,
-                    pending_may_be_semantic: may_be_semantic,
-                },
-            },
-            Phase::Streaming,
-        )
-        .with_progress(progress_after(&FIXTURE[..2]))
+        Failure::new(FailureKind::UnexpectedEof, Phase::Streaming)
+            .with_unfinished(Unfinished {
+                bytes: 17,
+                may_be_semantic,
+            })
+            .with_progress(progress_after(&FIXTURE[..2]))
     };
     // Pending bytes identified as non-semantic: replay.
     let run = Script::new(test_policy(), vec![fail(eof(false)), succeed()]).run();
@@ -622,7 +613,8 @@ fn bd3_cut_inside_an_event() {
         run.outcome,
         Outcome::Interrupted {
             cause: InterruptCause::PartialFrame,
-            stall: None
+            stall: None,
+            committed: false,
         }
     );
     assert_eq!(run.send_count(), 1);
@@ -716,7 +708,11 @@ fn bd7_malformed_event_is_a_protocol_failure() {
 
 #[test]
 fn bd8_idle_watchdog_fires_at_its_value() {
-    assert_eq!(test_policy().idle_timeout(), None, "no watchdog by default");
+    assert_eq!(
+        test_policy().idle_timeout(),
+        Some(secs(300)),
+        "bounded by default (undici's bodyTimeout)"
+    );
     let policy = test_builder().idle_timeout(Some(secs(20))).build().unwrap();
     // Uncommitted: replay.
     let run = Script::new(
@@ -745,7 +741,8 @@ fn bd8_idle_watchdog_fires_at_its_value() {
         run.outcome,
         Outcome::Interrupted {
             cause: InterruptCause::Stall,
-            stall: Some(Stall::Idle)
+            stall: Some(Stall::Idle),
+            committed: true,
         }
     );
     assert_eq!(failed_events(&run)[0].0, Category::ClientTimeout);
@@ -780,9 +777,10 @@ fn bd9_progress_watchdog_with_keepalives_replays() {
 #[test]
 fn bd10_slow_trickle_completes_past_the_deadline() {
     let policy = test_builder().deadline(Some(secs(30))).build().unwrap();
-    let run = Script::new(policy, vec![succeed_after(secs(300))]).run();
+    // Silent for 120 s (under the idle timeout), well past the deadline.
+    let run = Script::new(policy, vec![succeed_after(secs(120))]).run();
     assert_eq!(run.outcome, completed());
-    assert_eq!(run.end, Instant::from_origin(secs(300)));
+    assert_eq!(run.end, Instant::from_origin(secs(120)));
 }
 
 #[test]
@@ -891,7 +889,8 @@ fn pt6_transient_provider_error_after_s_is_interrupted() {
         run.outcome,
         Outcome::Interrupted {
             cause: InterruptCause::ProviderError,
-            stall: None
+            stall: None,
+            committed: true,
         }
     );
     assert_eq!(run.send_count(), 1);
@@ -1001,7 +1000,8 @@ fn rs4_repeated_cuts_during_resumes_stop_at_max_attempts() {
         run.outcome,
         Outcome::Interrupted {
             cause: InterruptCause::AttemptsExhausted,
-            stall: None
+            stall: None,
+            committed: true,
         }
     );
     assert_eq!(run.send_count(), 3, "G2 across resumes");

@@ -61,7 +61,8 @@ fn rs3_resume_answered_404_is_a_failed_resume_never_a_replay() {
         action,
         Action::Fail(Outcome::Interrupted {
             cause: InterruptCause::ResumeFailed,
-            stall: None
+            stall: None,
+            committed: true,
         })
     );
     assert_eq!(

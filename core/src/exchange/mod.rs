@@ -1009,10 +1009,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
         match &self.stage {
             Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
-                let failure = Failure::new(
-                    FailureKind::Timeout { stall: Stall::Head },
-                    Phase::AwaitingHeaders,
-                );
+                // Not yet sent: the request never left (connecting).
+                let phase = if matches!(self.stage, Stage::Sending { .. }) {
+                    Phase::Connecting
+                } else {
+                    Phase::AwaitingHeaders
+                };
+                let failure = Failure::new(FailureKind::Timeout { stall: Stall::Head }, phase);
                 self.release = true;
                 self.attempt_failed(env, failure);
             }

@@ -1,13 +1,17 @@
-//! A scripted driver for the engine: it executes the engine's actions on the
-//! virtual clock ([`ManualTiming`]) the way a real driver would, so that every
-//! engine test reads as a script of failures.
+//! A thin driver of the machine ([`Exchange`]) on the virtual clock: each
+//! scripted step is played as wire events (a head, chunks, an end, an
+//! error, a silence), and the driver does what the machine says, as the
+//! tower and wasm drivers do. Every engine test reads as a script of
+//! failures.
 //!
 //! Each wait goes through `Timing::sleep`, polled with a no-op waker: the
-//! driver advances `d − 1 ms` and asserts the sleep is still pending (no
-//! send), then `+1 ms` and asserts it completed (the send follows). After every
-//! run the harness asserts the global lifecycle invariants (LC1, G9, G12).
+//! driver advances `d − 1 ms` and asserts the machine's deadline is still
+//! ahead (no send), then `+1 ms` and wakes it (the send follows). After
+//! every run the harness asserts the global lifecycle invariants (LC1, G9,
+//! G12).
 #![allow(dead_code)]
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
@@ -15,13 +19,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
-use recovery_core::decision::{Action, AdmissionAnswer, DelayCause};
-use recovery_core::engine::Recovery;
-use recovery_core::failure::{Failure, FailureKind, Phase, Stall};
-use recovery_core::lifecycle::{CommitTrigger, EventKind, LifecycleEvent};
+use recovery_core::decision::{AdmissionAnswer, DelayCause};
+use recovery_core::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts};
+use recovery_core::failure::{Failure, Phase, Stall};
+use recovery_core::lifecycle::{EventKind, LifecycleEvent};
 use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::progress::{Progress, Proof, SemanticKind};
+use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use recovery_core::report::RecoveryReport;
 use recovery_core::timing::{
     Connectivity, Fraction, Instant, ManualTiming, ScriptedConnectivity, Timing,
@@ -284,6 +289,8 @@ pub struct Run {
     pub allowance_used: u32,
     pub end: Instant,
     pub timing: ManualTiming,
+    /// The bytes the consumer received.
+    pub delivered: Vec<u8>,
 }
 
 impl Run {
@@ -340,250 +347,340 @@ pub fn sleep_exactly(timing: &ManualTiming, d: Duration) {
     assert_eq!(timing.pending_timers(), 0, "sleep left a timer behind");
 }
 
-enum Next {
-    Send,
-    Done(Outcome),
+/// What happens on the wire during one send, in order, as the thin driver
+/// plays it to the machine.
+#[derive(Debug, Clone)]
+enum Wire {
+    /// The request is not reported sent (a failure while connecting).
+    Unsent,
+    /// Time passes before the next event.
+    After(Duration),
+    /// The platform goes offline.
+    Offline,
+    /// The response head with this status.
+    Head(u16),
+    /// A body chunk.
+    Chunk(&'static str),
+    /// The body's clean end.
+    End,
+    /// The attempt fails with this evidence.
+    Error(Failure),
+    /// Nothing more arrives: the machine's next deadline passes.
+    Silence(&'static str),
+    /// The caller cancels.
+    Cancel,
 }
 
-struct Driver {
-    timing: ManualTiming,
-    conn: ScriptedConnectivity,
-    rec: Recovery,
-    script: Script,
-    steps: std::vec::IntoIter<Step>,
-    hooks: std::vec::IntoIter<Hook>,
-    parks: std::vec::IntoIter<Park>,
-    sends: Vec<(Instant, u32)>,
-    waits: Vec<(Duration, DelayCause, bool)>,
-    slept: Duration,
-    log: Vec<&'static str>,
-    hook_calls: Vec<HookCall>,
-    cancelled: bool,
-    last_failure: Option<Failure>,
-    allowance: AttemptAllowance,
+/// Chunks of the scripted protocol: OpenAI Chat, or (for a script whose
+/// stream can be resumed) an SSE endpoint declared resumable, whose events
+/// carry ids.
+struct Chunks {
+    semantic: &'static str,
+    preamble: &'static str,
+    keepalive: &'static str,
+    strong: &'static str,
+    finish_only: &'static str,
 }
 
-impl Driver {
-    fn now(&self) -> Instant {
-        self.timing.now()
-    }
+const CHAT: Chunks = Chunks {
+    semantic: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+    preamble: "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+    keepalive: ": keepalive\n\n",
+    strong: "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    finish_only: "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+};
 
-    fn jitter(&self) -> Fraction {
-        self.timing.jitter()
-    }
+const RESUMABLE_SSE: Chunks = Chunks {
+    semantic: "id: 1\ndata: Hi\n\n",
+    preamble: ": open\n\n",
+    keepalive: ": keepalive\n\n",
+    strong: "id: 2\ndata: [DONE]\n\n",
+    finish_only: "id: 2\ndata: [DONE]\n\n",
+};
 
-    fn progress_for_commit() -> Progress {
-        let mut p = observed(SemanticKind::Content, 1);
-        p.deliver_observed();
-        p
-    }
-
-    /// Runs one physical send; returns the engine's action after it.
-    fn attempt(&mut self) -> Result<Action, Outcome> {
-        let step = self
-            .steps
-            .next()
-            .expect("the script ran out of steps: the engine sent more than scripted");
-        match step {
+impl Step {
+    /// The step as wire events.
+    fn wire(&self, c: &Chunks) -> Vec<Wire> {
+        let wait = |after: &Duration| (!after.is_zero()).then_some(Wire::After(*after));
+        match self {
             Step::Fail {
                 after,
                 failure,
                 commit,
                 offline,
             } => {
-                if !after.is_zero() {
-                    self.log.push("response");
-                    sleep_exactly(&self.timing, after);
+                let mut w = Vec::new();
+                if *commit {
+                    w.extend([Wire::Head(200), Wire::Chunk(c.semantic)]);
                 }
-                let now = self.now();
-                self.rec
-                    .head_received(now, failure.status.unwrap_or(200), None);
-                if commit {
-                    self.rec.commit(now, CommitTrigger::Semantic);
+                w.extend(wait(after));
+                if *offline {
+                    w.push(Wire::Offline);
                 }
-                let mut failure = failure;
-                if commit && !failure.progress.blocks_replay() {
-                    failure.progress = Self::progress_for_commit();
-                }
-                if offline {
-                    self.conn.set_online(false);
-                }
-                self.last_failure = Some(failure.clone());
-                let online = self.conn.is_online();
-                let jitter = self.jitter();
-                Ok(self.rec.fail(now, failure, online, jitter))
+                w.push(Wire::Error(failure.clone()));
+                w
             }
             Step::HeadTimeout { phase } => {
-                let t = self
-                    .script
-                    .policy
-                    .head_timeout()
-                    .expect("HeadTimeout needs policy.head_timeout");
-                self.log.push("head_timer");
-                sleep_exactly(&self.timing, t);
-                let failure = Failure::new(FailureKind::Timeout { stall: Stall::Head }, phase);
-                self.last_failure = Some(failure.clone());
-                let (now, online, jitter) = (self.now(), self.conn.is_online(), self.jitter());
-                Ok(self.rec.fail(now, failure, online, jitter))
-            }
-            Step::Watchdog { stall, commit } => {
-                let t = match stall {
-                    Stall::Idle => self.script.policy.idle_timeout(),
-                    Stall::Progress => self.script.policy.progress_timeout(),
-                    Stall::Head => self.script.policy.head_timeout(),
+                let mut w = Vec::new();
+                if *phase == Phase::Connecting {
+                    w.push(Wire::Unsent);
                 }
-                .expect("Watchdog needs its timeout in the policy");
-                let now = self.now();
-                self.rec.head_received(now, 200, None);
-                let mut progress = keepalives_only(1);
-                if commit {
-                    self.rec.commit(now, CommitTrigger::Semantic);
-                    progress = Self::progress_for_commit();
-                }
-                self.log.push("watchdog");
-                sleep_exactly(&self.timing, t);
-                let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming)
-                    .with_progress(progress);
-                self.last_failure = Some(failure.clone());
-                let (now, online, jitter) = (self.now(), self.conn.is_online(), self.jitter());
-                Ok(self.rec.fail(now, failure, online, jitter))
+                w.push(Wire::Silence("head_timer"));
+                w
             }
+            Step::Watchdog { commit, .. } => vec![
+                Wire::Head(200),
+                Wire::Chunk(if *commit { c.semantic } else { c.keepalive }),
+                Wire::Silence("watchdog"),
+            ],
             Step::Succeed {
                 after,
                 proof,
                 commit,
             } => {
-                let now = self.now();
-                self.rec.head_received(now, 200, None);
-                let mut progress = Progress::default();
-                if commit {
-                    self.rec.commit(now, CommitTrigger::Semantic);
-                    progress = Self::progress_for_commit();
-                } else {
-                    self.rec.commit(now, CommitTrigger::Terminal);
+                let mut w = vec![Wire::Head(200)];
+                if *commit {
+                    w.push(Wire::Chunk(c.semantic));
                 }
-                if !after.is_zero() {
-                    self.log.push("response");
-                    sleep_exactly(&self.timing, after);
-                }
-                Err(self.rec.succeed(self.now(), proof, progress))
+                w.extend(wait(after));
+                w.push(Wire::Chunk(match proof {
+                    Proof::Strong => c.strong,
+                    Proof::FinishReasonOnly => c.finish_only,
+                }));
+                w.push(Wire::End);
+                w
             }
             Step::Cancel {
                 after,
                 phase,
                 commit,
             } => {
-                if commit {
-                    let now = self.now();
-                    self.rec.head_received(now, 200, None);
-                    self.rec.commit(now, CommitTrigger::Semantic);
+                let mut w = Vec::new();
+                match phase {
+                    CancelPhase::Sending => w.push(Wire::Unsent),
+                    CancelPhase::Streaming => {
+                        w.push(Wire::Head(200));
+                        w.push(Wire::Chunk(if *commit { c.semantic } else { c.preamble }));
+                    }
+                    _ => {}
                 }
-                if !after.is_zero() {
-                    sleep_exactly(&self.timing, after);
+                w.extend(wait(after));
+                w.push(Wire::Cancel);
+                w
+            }
+        }
+    }
+}
+
+/// A head of the scripted protocol.
+struct ScriptedHead(u16);
+
+impl Head for ScriptedHead {
+    fn status(&self) -> u16 {
+        self.0
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        (name == "content-type").then_some(Cow::Borrowed("text/event-stream"))
+    }
+}
+
+/// The thin driver: plays the script's wire events to the machine, and does
+/// what the machine says (waits on the virtual clock, asks the scripted
+/// hooks), as every driver does.
+struct Driver {
+    timing: ManualTiming,
+    conn: ScriptedConnectivity,
+    ex: Exchange<Vec<u8>>,
+    chunks: &'static Chunks,
+    script: Script,
+    steps: std::vec::IntoIter<Step>,
+    hooks: std::vec::IntoIter<Hook>,
+    parks: std::vec::IntoIter<Park>,
+    wire: std::collections::VecDeque<Wire>,
+    events: Vec<LifecycleEvent>,
+    sends: Vec<(Instant, u32)>,
+    slept: Duration,
+    log: Vec<&'static str>,
+    hook_calls: Vec<HookCall>,
+    waits_seen: usize,
+    delivered: Vec<u8>,
+}
+
+impl Driver {
+    fn drain(&mut self) {
+        self.events.extend(self.ex.drain_events());
+    }
+
+    /// Waits for the machine's next deadline, exactly: pending at `d − 1 ms`,
+    /// due at `d` (then [`Exchange::handle_timeout`]).
+    fn until_deadline(&mut self) -> Duration {
+        let deadline = self.ex.poll_timeout().expect("the machine waits on a deadline");
+        let d = deadline.saturating_since(self.timing.now());
+        if d >= MS {
+            sleep_exactly(&self.timing, d - MS);
+            let env = (&self.timing, &self.conn);
+            self.ex.handle_timeout(&env);
+            assert_eq!(
+                self.ex.poll_timeout(),
+                Some(deadline),
+                "a deadline passed 1 ms early"
+            );
+            sleep_exactly(&self.timing, MS);
+        } else {
+            sleep_exactly(&self.timing, d);
+        }
+        let env = (&self.timing, &self.conn);
+        self.ex.handle_timeout(&env);
+        d
+    }
+
+    /// The next wire event of the current send.
+    fn next_wire(&mut self) -> Wire {
+        self.wire
+            .pop_front()
+            .expect("the machine waits on the wire but the step has nothing more")
+    }
+
+    /// Plays wire events until one the machine has to take.
+    fn play(&mut self) {
+        loop {
+            match self.next_wire() {
+                Wire::After(d) => {
+                    self.log.push("response");
+                    if let Some(t) = self.ex.poll_timeout() {
+                        assert!(
+                            t > self.timing.now() + d,
+                            "a scripted delay reaches past the machine's deadline"
+                        );
+                    }
+                    sleep_exactly(&self.timing, d);
                 }
-                self.cancelled = true;
-                Err(self.rec.cancel(self.now(), phase))
+                Wire::Offline => self.conn.set_online(false),
+                Wire::Unsent => {}
+                Wire::Head(status) => {
+                    let env = (&self.timing, &self.conn);
+                    self.ex.on_head(&env, &ScriptedHead(status), None);
+                    return;
+                }
+                Wire::Chunk(c) => {
+                    let env = (&self.timing, &self.conn);
+                    if let Some(chunk) = self.ex.on_chunk(&env, c.as_bytes().to_vec()) {
+                        self.delivered.extend(chunk);
+                    }
+                    return;
+                }
+                Wire::End => {
+                    let env = (&self.timing, &self.conn);
+                    self.ex.on_end(&env);
+                    return;
+                }
+                Wire::Error(failure) => {
+                    let env = (&self.timing, &self.conn);
+                    self.ex.on_error(&env, failure);
+                    return;
+                }
+                Wire::Silence(what) => {
+                    self.log.push(what);
+                    self.until_deadline();
+                    return;
+                }
+                Wire::Cancel => {
+                    let env = (&self.timing, &self.conn);
+                    self.ex.cancel(&env);
+                    return;
+                }
             }
         }
     }
 
-    /// Executes actions until a send is due or the request ended.
-    fn execute(&mut self, mut action: Action) -> Next {
-        loop {
-            action = match action {
-                Action::Fail(outcome) => return Next::Done(outcome),
-                Action::AskAdmission => {
-                    let hook = self
-                        .hooks
-                        .next()
-                        .expect("admission asked but the script has no hook answer left");
-                    let failure = self.last_failure.clone().expect("a failure");
-                    self.hook_calls.push(HookCall {
-                        logical_id: self.rec.logical_id().to_owned(),
-                        next_attempt: self.rec.wire_attempt() + 1,
-                        progress: failure.progress,
-                        failure,
-                    });
-                    self.log.push("admission");
-                    // The hook's pending future is modelled by a timer.
-                    match hook {
-                        Hook::Answer { after, answer } => {
-                            sleep_exactly(&self.timing, after);
-                            let (now, online, jitter) =
-                                (self.now(), self.conn.is_online(), self.jitter());
-                            self.rec.admission(now, answer, online, jitter)
-                        }
-                        Hook::CancelAfter(after) => {
-                            let mut pending = Box::pin(self.timing.sleep(after + secs(3600)));
-                            assert!(poll_once(pending.as_mut()).is_pending());
-                            self.timing.advance(after);
-                            assert!(poll_once(pending.as_mut()).is_pending());
-                            drop(pending); // the hook future is dropped
-                            self.cancelled = true;
-                            let now = self.now();
-                            return Next::Done(self.rec.cancel(now, CancelPhase::Admission));
-                        }
-                    }
-                }
-                Action::ParkUntilOnline => {
-                    let park = self
-                        .parks
-                        .next()
-                        .expect("parked but the script says nothing about connectivity");
-                    self.log.push("online");
-                    let mut wait = Box::pin(self.conn.wait_until_online());
-                    assert!(poll_once(wait.as_mut()).is_pending(), "parked while online");
-                    match park {
-                        Park::OnlineAfter(d) => {
-                            self.timing.advance(d);
-                            assert!(poll_once(wait.as_mut()).is_pending());
-                            self.conn.set_online(true);
-                            assert!(poll_once(wait.as_mut()).is_ready());
-                            let (now, jitter) = (self.now(), self.jitter());
-                            self.rec.online_again(now, jitter)
-                        }
-                        Park::CancelAfter(d) => {
-                            self.timing.advance(d);
-                            assert!(poll_once(wait.as_mut()).is_pending());
-                            drop(wait);
-                            self.cancelled = true;
-                            let now = self.now();
-                            return Next::Done(self.rec.cancel(now, CancelPhase::Parked));
-                        }
-                    }
-                }
-                Action::RetryAfter { delay, cause } | Action::Resume { delay, cause } => {
-                    let resume = matches!(action, Action::Resume { .. });
-                    let index = self.waits.len();
-                    self.waits.push((delay, cause, resume));
-                    self.log.push("backoff");
-                    // A cancel point past the end of its wait never happens.
-                    if let Some((i, at)) = self.script.cancel_in_wait {
-                        if i == index && at < delay {
-                            let mut sleep = Box::pin(self.timing.sleep(delay));
-                            assert!(poll_once(sleep.as_mut()).is_pending());
-                            self.timing.advance(at);
-                            assert!(poll_once(sleep.as_mut()).is_pending());
-                            self.slept += at;
-                            drop(sleep);
-                            assert_eq!(
-                                self.timing.pending_timers(),
-                                0,
-                                "CX1: the backoff timer must be removed on cancel"
-                            );
-                            self.cancelled = true;
-                            let now = self.now();
-                            return Next::Done(self.rec.cancel(now, CancelPhase::Waiting));
-                        }
-                    }
-                    sleep_exactly(&self.timing, delay);
-                    self.slept += delay;
-                    if !self.script.oversleep.is_zero() {
-                        self.timing.advance(self.script.oversleep);
-                    }
-                    return Next::Send;
-                }
-            };
+    fn send(&mut self) {
+        self.sends.push((self.timing.now(), self.ex.wire_attempt()));
+        let step = self
+            .steps
+            .next()
+            .expect("the script ran out of steps: the machine sent more than scripted");
+        self.wire = step.wire(self.chunks).into();
+        if !matches!(self.wire.front(), Some(Wire::Unsent)) {
+            let env = (&self.timing, &self.conn);
+            self.ex.on_sent(&env);
+        }
+    }
+
+    fn sleep(&mut self) {
+        let index = self.waits_seen;
+        self.waits_seen += 1;
+        self.log.push("backoff");
+        let deadline = self.ex.poll_timeout().expect("a wait has its end");
+        let delay = deadline.saturating_since(self.timing.now());
+        // A cancel point past the end of its wait never happens.
+        if let Some((i, at)) = self.script.cancel_in_wait {
+            if i == index && at < delay {
+                self.timing.advance(at);
+                self.slept += at;
+                let env = (&self.timing, &self.conn);
+                self.ex.handle_timeout(&env);
+                self.ex.cancel(&env);
+                return;
+            }
+        }
+        let slept = self.until_deadline();
+        self.slept += slept;
+        if !self.script.oversleep.is_zero() {
+            self.timing.advance(self.script.oversleep);
+        }
+    }
+
+    fn park(&mut self) {
+        self.log.push("online");
+        let mut wait = Box::pin(self.conn.wait_until_online());
+        assert!(poll_once(wait.as_mut()).is_pending(), "parked while online");
+        match self.parks.next() {
+            Some(Park::OnlineAfter(d)) => {
+                self.timing.advance(d);
+                assert!(poll_once(wait.as_mut()).is_pending());
+                self.conn.set_online(true);
+                assert!(poll_once(wait.as_mut()).is_ready());
+                let env = (&self.timing, &self.conn);
+                self.ex.online(&env);
+            }
+            Some(Park::CancelAfter(d)) => {
+                self.timing.advance(d);
+                assert!(poll_once(wait.as_mut()).is_pending());
+                let env = (&self.timing, &self.conn);
+                self.ex.cancel(&env);
+            }
+            // Nothing said: the network never comes back, and the park
+            // ends at its bound.
+            None => {
+                drop(wait);
+                self.until_deadline();
+            }
+        }
+    }
+
+    fn ask(&mut self, request: AdmissionRequest) {
+        self.log.push("admission");
+        self.hook_calls.push(HookCall {
+            logical_id: request.logical_id,
+            next_attempt: request.next_attempt,
+            progress: request.failure.progress,
+            failure: request.failure,
+        });
+        let hook = self
+            .hooks
+            .next()
+            .expect("admission asked but the script has no hook answer left");
+        match hook {
+            Hook::Answer { after, answer } => {
+                sleep_exactly(&self.timing, after);
+                let env = (&self.timing, &self.conn);
+                self.ex.admission(&env, answer);
+            }
+            Hook::CancelAfter(after) => {
+                self.timing.advance(after);
+                let env = (&self.timing, &self.conn);
+                self.ex.cancel(&env);
+            }
         }
     }
 }
@@ -600,63 +697,104 @@ pub fn run(script: Script) -> Run {
         }
     };
     let allowance = AttemptAllowance::new(script.policy.max_attempts().get());
-    let mut rec = Recovery::new(script.policy.clone(), allowance.clone(), 0x2a, timing.now())
-        .with_admission_hook(script.hook.is_some());
+    let (protocol, url, chunks) = if script.resume_possible {
+        let sse = ProtocolKind::Sse {
+            terminal_sentinel: Some(SseTerminal::Data("[DONE]".into())),
+        };
+        (sse, "/stream", &RESUMABLE_SSE)
+    } else {
+        (ProtocolKind::OpenAiChat, "/v1/chat/completions", &CHAT)
+    };
+    let request = RequestFacts {
+        method: "POST",
+        url,
+        body: b"{}",
+    };
+    let mut ex = Exchange::new(
+        script.policy.clone(),
+        &ProtocolChoice::Fixed(protocol),
+        request,
+        allowance.clone(),
+        0x2a,
+        timing.now(),
+    )
+    .with_admission_hook(script.hook.is_some())
+    .with_resumable_sse(script.resume_possible);
     if let Some(b) = &script.retry_budget {
-        rec = rec.with_retry_budget(b.clone());
+        ex = ex.with_retry_budget(b.clone());
     }
     if let Some(d) = script.deadline {
-        rec = rec.with_deadline(timing.now().saturating_add(d));
+        ex = ex.with_deadline(timing.now().saturating_add(d));
     }
     if let Some(r) = script.replay_disabled {
-        rec.disable_replay(r);
+        ex = ex.without_replay(r);
     }
-    rec.set_resume_possible(script.resume_possible);
     let mut d = Driver {
         conn: ScriptedConnectivity::new(true),
-        rec,
+        ex,
+        chunks,
         steps: script.steps.clone().into_iter(),
         hooks: script.hook.clone().unwrap_or_default().into_iter(),
         parks: script.parks.clone().into_iter(),
         timing,
         script,
+        wire: std::collections::VecDeque::new(),
+        events: Vec::new(),
         sends: Vec::new(),
-        waits: Vec::new(),
         slept: Duration::ZERO,
         log: Vec::new(),
         hook_calls: Vec::new(),
-        cancelled: false,
-        last_failure: None,
-        allowance,
+        waits_seen: 0,
+        delivered: Vec::new(),
     };
-    let outcome = loop {
-        let now = d.now();
-        match d.rec.begin_attempt(now, d.cancelled, false) {
-            Err(outcome) => break outcome,
-            Ok(n) => d.sends.push((now, n)),
+    for turn in 0.. {
+        let io = d.ex.poll(&(&d.timing, &d.conn));
+        d.drain();
+        assert!(turn < 10_000, "the machine does not move on: {io:?} at {:?}", d.timing.now());
+        match io {
+            Io::Send(_) => d.send(),
+            Io::AwaitHead | Io::Read => d.play(),
+            Io::Release | Io::Respond | Io::RespondError => {}
+            Io::Deliver(Chunk::Read(c)) => d.delivered.extend(c),
+            Io::Deliver(Chunk::Made(b)) => d.delivered.extend_from_slice(&b),
+            Io::Sleep => d.sleep(),
+            Io::WaitOnline => d.park(),
+            Io::AskAdmission(request) => d.ask(request),
+            Io::AwaitAdmission => panic!("the scripted hook answers when asked"),
+            Io::AskContinuation => {
+                let env = (&d.timing, &d.conn);
+                d.ex.continuation(&env, false);
+            }
+            Io::End(_) => break,
         }
-        let action = match d.attempt() {
-            Ok(action) => action,
-            Err(outcome) => break outcome,
-        };
-        match d.execute(action) {
-            Next::Send => {}
-            Next::Done(outcome) => break outcome,
-        }
-    };
-    let events: Vec<_> = d.rec.drain_events().collect();
+        d.drain();
+    }
+    d.drain();
+    let report = d.ex.report().clone();
+    let waits = report
+        .delays
+        .iter()
+        .map(|r| {
+            let resume = report
+                .attempts
+                .get(r.after_attempt as usize)
+                .is_some_and(|a| a.resume);
+            (r.delay_ms, r.cause, resume)
+        })
+        .collect();
     let run = Run {
-        outcome,
-        events,
+        outcome: d.ex.outcome().cloned().expect("the request ended"),
+        events: d.events,
         sends: d.sends,
-        waits: d.waits,
+        waits,
         slept: d.slept,
         log: d.log,
         hook_calls: d.hook_calls,
-        report: d.rec.report().clone(),
-        allowance_used: d.allowance.used(),
+        report,
+        allowance_used: allowance.used(),
         end: d.timing.now(),
         timing: d.timing.clone(),
+        delivered: d.delivered,
     };
     check_invariants(&run, &d.script.policy);
     run
