@@ -113,14 +113,15 @@ impl DeliveredPrefix {
         let mut text: Vec<String> = Vec::new();
         let mut reasoning: Vec<String> = Vec::new();
         let mut tools: Vec<String> = Vec::new();
-        let s = |v: Option<Lazy<'_>>| v.and_then(JsonView::text).map(|t| t.into_owned());
+        let s = |v: Option<Lazy<'_>>| v.and_then(JsonView::text).map(std::borrow::Cow::into_owned);
         let raw = |v: Lazy<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
         match self.kind {
             ProtocolKind::OpenAiChat => {
                 each(v.get("choices"), |choice| {
                     let Some(d) = choice.get("delta") else { return };
                     text.extend(s(d.get("content")));
-                    reasoning.extend(s(d.get("reasoning_content")).or_else(|| s(d.get("reasoning"))));
+                    reasoning
+                        .extend(s(d.get("reasoning_content")).or_else(|| s(d.get("reasoning"))));
                     each(d.get("tool_calls"), |call| {
                         let f = call.get("function");
                         tools.extend(s(f.and_then(|f| f.get("name"))));
@@ -182,7 +183,9 @@ impl DeliveredPrefix {
                 let field = |k| s(m.and_then(|m| m.get(k)));
                 text.extend(field("content").or_else(|| s(v.get("response"))));
                 reasoning.extend(field("thinking").or_else(|| s(v.get("thinking"))));
-                each(m.and_then(|m| m.get("tool_calls")), |call| tools.push(raw(call)));
+                each(m.and_then(|m| m.get("tool_calls")), |call| {
+                    tools.push(raw(call));
+                });
             }
             ProtocolKind::Sse { .. } => {}
         }

@@ -460,7 +460,7 @@ impl Recovery {
             return FailureReason::SemanticOutput;
         }
         match &failure.kind {
-            FailureKind::UnexpectedEof { .. } => FailureReason::UnexpectedEof,
+            FailureKind::UnexpectedEof => FailureReason::UnexpectedEof,
             FailureKind::Timeout { .. } => FailureReason::Stall,
             FailureKind::Provider { error } if error.transience != Transience::Transient => {
                 FailureReason::Permanent

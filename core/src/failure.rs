@@ -340,9 +340,7 @@ impl Failure {
     /// The failure's category.
     pub fn category(&self) -> Category {
         match &self.kind {
-            FailureKind::Transport { .. } | FailureKind::UnexpectedEof => {
-                Category::Transport
-            }
+            FailureKind::Transport { .. } | FailureKind::UnexpectedEof => Category::Transport,
             FailureKind::Status { .. } | FailureKind::Redirect { .. } => Category::Http,
             FailureKind::Provider { .. } | FailureKind::Unsuccessful { .. } => {
                 Category::ProviderResponse

@@ -11,13 +11,13 @@
 use memchr::memchr2;
 use serde::{Deserialize, Serialize};
 
-use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
 use crate::failure::Unfinished;
+use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
 use crate::progress::{Proof, UnsuccessfulReason};
 use crate::protocol::{
     Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
-    OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions,
-    classify_json_body, partial_body_may_be_semantic,
+    OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions, classify_json_body,
+    partial_body_may_be_semantic,
 };
 use crate::wire::{
     Limits, NdjsonDecoder, NdjsonItem, NdjsonSink, SseDecoder, SseItem, SseSink, data_value_start,
@@ -782,7 +782,10 @@ impl StreamObserver {
                     return None;
                 }
                 let named_inert = !p.event_type.is_empty()
-                    && self.protocol.get_ref().non_semantic_event_type(p.event_type);
+                    && self
+                        .protocol
+                        .get_ref()
+                        .non_semantic_event_type(p.event_type);
                 let mut data = p.data.to_vec();
                 if let Some(value) = data_value(p.partial_line) {
                     data.extend_from_slice(value);

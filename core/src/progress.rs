@@ -78,13 +78,22 @@ impl Progress {
             (&mut self.keepalives, other.keepalives),
             (&mut self.observed_content, other.observed_content),
             (&mut self.observed_reasoning, other.observed_reasoning),
-            (&mut self.observed_tool_fragments, other.observed_tool_fragments),
+            (
+                &mut self.observed_tool_fragments,
+                other.observed_tool_fragments,
+            ),
             (&mut self.observed_side_effects, other.observed_side_effects),
             (&mut self.completed_tool_calls, other.completed_tool_calls),
             (&mut self.delivered_content, other.delivered_content),
             (&mut self.delivered_reasoning, other.delivered_reasoning),
-            (&mut self.delivered_tool_fragments, other.delivered_tool_fragments),
-            (&mut self.delivered_side_effects, other.delivered_side_effects),
+            (
+                &mut self.delivered_tool_fragments,
+                other.delivered_tool_fragments,
+            ),
+            (
+                &mut self.delivered_side_effects,
+                other.delivered_side_effects,
+            ),
             (&mut self.delivered_bytes, other.delivered_bytes),
         ] {
             *a = (*a).max(b);

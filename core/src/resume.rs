@@ -249,7 +249,9 @@ impl ResumePlan {
                 }
                 Ok(ResumeRequest {
                     method: "GET".to_owned(),
-                    url: format!("{base}/{response_id}?stream=true&starting_after={after_sequence}"),
+                    url: format!(
+                        "{base}/{response_id}?stream=true&starting_after={after_sequence}"
+                    ),
                     header: None,
                     with_body: false,
                 })
@@ -281,12 +283,15 @@ impl ResumePlan {
     ) -> Result<(http::request::Parts, bool), ResumeRequestError> {
         let req = self.request(original.method.as_str(), &original.uri.to_string())?;
         let mut head = original.clone();
-        head.method =
-            http::Method::from_bytes(req.method.as_bytes()).map_err(|_| ResumeRequestError::InvalidCursor)?;
-        head.uri = req.url.parse().map_err(|_| ResumeRequestError::InvalidCursor)?;
+        head.method = http::Method::from_bytes(req.method.as_bytes())
+            .map_err(|_| ResumeRequestError::InvalidCursor)?;
+        head.uri = req
+            .url
+            .parse()
+            .map_err(|_| ResumeRequestError::InvalidCursor)?;
         if let Some((name, value)) = req.header {
-            let value =
-                http::HeaderValue::from_str(&value).map_err(|_| ResumeRequestError::InvalidCursor)?;
+            let value = http::HeaderValue::from_str(&value)
+                .map_err(|_| ResumeRequestError::InvalidCursor)?;
             head.headers.insert(name, value);
         }
         if !req.with_body {

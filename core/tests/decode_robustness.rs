@@ -392,7 +392,12 @@ fn at3_unfinished_frame_rule() {
         let mut o = StreamObserver::new(kind.clone());
         o.observe(bytes).unwrap();
         let u = o.unfinished().expect("an unfinished frame");
-        assert_eq!(u.may_be_semantic, semantic, "{kind}: {:?}", String::from_utf8_lossy(bytes));
+        assert_eq!(
+            u.may_be_semantic,
+            semantic,
+            "{kind}: {:?}",
+            String::from_utf8_lossy(bytes)
+        );
         assert!(u.bytes > 0);
         // The clean end judges it the same way.
         match o.finish() {
@@ -403,17 +408,49 @@ fn at3_unfinished_frame_rule() {
     let chat = ProtocolKind::OpenAiChat;
     sse(chat.clone(), b"data: {", false);
     sse(chat.clone(), b"dat", false);
-    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"", false);
-    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"", false);
-    sse(chat.clone(), b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel", true);
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"",
+        false,
+    );
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"",
+        false,
+    );
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel",
+        true,
+    );
     // Cut right after the opening quote: the next byte may have been output.
-    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"content\":\"", true);
-    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"x", true);
-    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{", true);
-    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"refusal\":\"I c", true);
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"",
+        true,
+    );
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"x",
+        true,
+    );
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{",
+        true,
+    );
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"delta\":{\"refusal\":\"I c",
+        true,
+    );
     sse(chat.clone(), b": keep", false);
     // A complete data line waiting for its blank line: judged the same way.
-    sse(chat.clone(), b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n", true);
+    sse(
+        chat.clone(),
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n",
+        true,
+    );
     let anthropic = ProtocolKind::Anthropic;
     sse(anthropic.clone(), b"event: content_block_delta\n", false);
     sse(
@@ -439,7 +476,11 @@ fn at3_unfinished_frame_rule() {
         false,
     );
     let ollama = ProtocolKind::Ollama;
-    sse(ollama.clone(), b"{\"model\":\"llama3.2\",\"message\":{\"role\":\"assistant\"", false);
+    sse(
+        ollama.clone(),
+        b"{\"model\":\"llama3.2\",\"message\":{\"role\":\"assistant\"",
+        false,
+    );
     sse(
         ollama,
         b"{\"model\":\"llama3.2\",\"message\":{\"role\":\"assistant\",\"content\":\"Hi",

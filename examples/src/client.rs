@@ -71,7 +71,7 @@ pub async fn exchange<S, B>(
 ) -> Exchange
 where
     S: Service<Request<Full<Bytes>>, Response = Response<RecoveryBody<B>>, Error = RecoveryError>,
-    B: http_body::Body<Data = Bytes>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     let response = match svc.call(req).await {

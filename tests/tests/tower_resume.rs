@@ -244,7 +244,8 @@ async fn rs3_resume_answered_404_keeps_the_prefix_and_fails_typed() {
         run.error,
         Some(Outcome::Interrupted {
             cause: InterruptCause::ResumeFailed,
-            stall: None
+            stall: None,
+            committed: true,
         })
     );
     assert_eq!(provider.count_path(POST_PATH), 1);
@@ -392,7 +393,8 @@ async fn rs4_repeated_cuts_stop_at_max_attempts_across_post_and_resumes() {
         run.error,
         Some(Outcome::Interrupted {
             cause: InterruptCause::AttemptsExhausted,
-            stall: None
+            stall: None,
+            committed: true,
         })
     );
     assert_eq!(

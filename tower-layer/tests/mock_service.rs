@@ -189,7 +189,7 @@ fn request() -> Request<Full<Bytes>> {
 
 async fn collect<B>(resp: Response<tower_recovery::RecoveryBody<B>>) -> (Vec<u8>, Option<Outcome>)
 where
-    B: http_body::Body<Data = Bytes>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<tower_recovery::BoxError>,
 {
     let mut body = resp.into_body();
@@ -565,7 +565,8 @@ async fn bd9_after_commit_keepalives_do_not_hold_off_the_progress_watchdog() {
         err,
         Some(Outcome::Interrupted {
             cause: recovery_core::outcome::InterruptCause::Stall,
-            stall: Some(recovery_core::failure::Stall::Progress)
+            stall: Some(recovery_core::failure::Stall::Progress),
+            committed: true,
         })
     );
     assert_eq!(started.elapsed(), Duration::from_secs(20));

@@ -5,6 +5,7 @@
 use crate::failure::Unfinished;
 use crate::observer::{EndOfStream, StreamObserver};
 use crate::progress::{Progress, ProviderError, ResumeCursor, Terminal};
+use crate::protocol::ProtocolKind;
 use crate::wire::ProtocolViolation;
 
 /// Evidence of one attempt's body, decoded outside the machine by a layer
@@ -34,6 +35,11 @@ pub trait Decoded {
     fn end(&self) -> Option<EndOfStream>;
     /// The frame the body is (or ended) inside, if any.
     fn unfinished(&self) -> Option<Unfinished>;
+    /// The protocol the body was decoded as, when the decoder names one:
+    /// the machine then reads the whole exchange as that protocol.
+    fn protocol(&self) -> Option<&ProtocolKind> {
+        None
+    }
 }
 
 /// No outside decoder: the machine decodes every attempt itself.

@@ -23,7 +23,11 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    pub(crate) fn new(protocol: &ProtocolKind, limits: Limits, after_sequence: Option<u64>) -> Self {
+    pub(crate) fn new(
+        protocol: &ProtocolKind,
+        limits: Limits,
+        after_sequence: Option<u64>,
+    ) -> Self {
         let config = ObserverConfig {
             limits,
             resume_after_sequence: after_sequence,

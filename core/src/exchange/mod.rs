@@ -346,6 +346,8 @@ pub struct Exchange<C, D = SelfDecoded> {
     /// The request asked for a background stream (`background` and
     /// `stream` both true), which OpenAI Responses can resume.
     background: bool,
+    /// The endpoint was declared an SSE server that honours `Last-Event-ID`.
+    sse_resumable: bool,
 }
 
 impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
@@ -405,6 +407,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             admission_hook: false,
             prepaid: false,
             background,
+            sse_resumable: false,
         }
     }
 
@@ -448,6 +451,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// Declares the endpoint an SSE stream that honours `Last-Event-ID`.
     #[must_use]
     pub fn with_resumable_sse(mut self, resumable: bool) -> Self {
+        self.sse_resumable = resumable;
         let native = native_resume(&self.protocol, resumable, self.background);
         self.resumption_mut().native = native;
         self.drop_idle_resumption();
@@ -480,7 +484,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     fn drop_idle_resumption(&mut self) {
-        if self.resumption.as_ref().is_some_and(|r| !r.native && !r.hook) {
+        if self
+            .resumption
+            .as_ref()
+            .is_some_and(|r| !r.native && !r.hook)
+        {
             self.resumption = None;
         }
     }
@@ -657,7 +665,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.error_response = false;
         let head_by = self.engine.policy().head_timeout().map(|d| now + d);
         self.stage = Stage::Sending { head_by };
-        let resumed = self.engine.report().attempts.last().is_some_and(|a| a.resume);
+        let resumed = self
+            .engine
+            .report()
+            .attempts
+            .last()
+            .is_some_and(|a| a.resume);
         if !resumed {
             if let Some(r) = self.resumption.as_mut() {
                 r.next_gate = Some((None, false));
@@ -685,22 +698,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     ResumePlan::LastEventId { .. } => SeamStrategy::LastEventId,
                 };
                 r.next_gate = Some((plan.after_sequence(), false));
-                match plan.request(&self.method, &self.url) {
-                    Ok(request) => {
-                        self.engine.record_seam(strategy, delivered);
-                        Some(Io::Send(Send::Resume(request)))
-                    }
-                    Err(_) => {
-                        self.stage = Stage::Streaming;
-                        let failure = Failure::new(
-                            FailureKind::Protocol {
-                                violation: crate::failure::Violation::Sequence,
-                            },
-                            Phase::Sending,
-                        );
-                        self.fail_attempt(env, failure);
-                        None
-                    }
+                if let Ok(request) = plan.request(&self.method, &self.url) {
+                    self.engine.record_seam(strategy, delivered);
+                    Some(Io::Send(Send::Resume(request)))
+                } else {
+                    self.resume_impossible(env);
+                    None
                 }
             }
             None if r.continuation_ready => {
@@ -711,17 +714,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 Some(Io::Send(Send::Continuation))
             }
             None => {
-                self.stage = Stage::Streaming;
-                let failure = Failure::new(
-                    FailureKind::Protocol {
-                        violation: crate::failure::Violation::Sequence,
-                    },
-                    Phase::Sending,
-                );
-                self.fail_attempt(env, failure);
+                self.resume_impossible(env);
                 None
             }
         }
+    }
+
+    /// A resume was decided but no request can carry it (the cursor does
+    /// not fit a URL or header, or the hook's continuation is gone): the
+    /// send fails as a protocol sequence error.
+    fn resume_impossible<E: Env>(&mut self, env: &E) {
+        let violation = crate::failure::Violation::Sequence;
+        let failure = Failure::new(FailureKind::Protocol { violation }, Phase::Sending);
+        self.fail_attempt(env, failure);
     }
 
     /// The native resume plan for the cursor reached, if any.
@@ -745,7 +750,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The response head arrived. `decoded` is the evidence of a layer that
     /// decodes this response's body before the driver reads it, if any.
     pub fn on_head<E: Env, H: Head + ?Sized>(&mut self, env: &E, head: &H, decoded: Option<D>) {
-        if !matches!(self.stage, Stage::Sending { .. } | Stage::AwaitingHead { .. }) {
+        if !matches!(
+            self.stage,
+            Stage::Sending { .. } | Stage::AwaitingHead { .. }
+        ) {
             return;
         }
         let now = env.now();
@@ -755,7 +763,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.status = Some(status);
         self.watch.restart(now);
         if head.opaque_redirect() {
-            let mut failure = Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
+            let mut failure =
+                Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
             failure.acceptance = Acceptance::Yes;
             failure.status = Some(status);
             self.error_response = true;
@@ -781,6 +790,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }));
             return;
         }
+        if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol) {
+            if *kind != self.protocol {
+                let kind = kind.clone();
+                self.adopt(kind);
+            }
+        }
         let form = BodyForm::of(head.header("content-type").as_deref());
         self.source = Some(match decoded {
             Some(d) => Source::Elsewhere(d),
@@ -791,6 +806,24 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
         }
         self.stage = Stage::Streaming;
+    }
+
+    /// Reads the exchange as `protocol` from now on: the decoder of the
+    /// answer named it.
+    #[cold]
+    fn adopt(&mut self, protocol: ProtocolKind) {
+        let sse = self.sse_resumable;
+        let native = native_resume(&protocol, sse, self.background);
+        if let Some(r) = self.resumption.as_mut() {
+            r.native = native;
+            if r.prefix.is_some() {
+                r.prefix = Some(DeliveredPrefix::new(protocol.clone()));
+            }
+        } else if native {
+            self.resumption_mut().native = true;
+            self.resumption_mut().next_gate = Some((None, false));
+        }
+        self.protocol = protocol;
     }
 
     /// A chunk of the body arrived. Returns it when it goes to the consumer
@@ -862,7 +895,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         e.read += bytes.len();
         let full = e.read >= cap;
         self.watch.idle_since = env.now();
-        self.out.push_back(Chunk::Read(chunk));
+        // Kept for a final error response; after commit (a resume answered
+        // with an error) the consumer never sees it.
+        if !self.responded {
+            self.out.push_back(Chunk::Read(chunk));
+        }
         if full {
             self.finish_error_head(env);
         }
@@ -1026,8 +1063,15 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     self.complete(env, proof);
                     return;
                 }
-                let idle_due = self.watch.idle.is_some_and(|d| now >= self.watch.idle_since + d);
-                let stall = if idle_due { Stall::Idle } else { Stall::Progress };
+                let idle_due = self
+                    .watch
+                    .idle
+                    .is_some_and(|d| now >= self.watch.idle_since + d);
+                let stall = if idle_due {
+                    Stall::Idle
+                } else {
+                    Stall::Progress
+                };
                 let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming);
                 let failure = self.enrich(failure);
                 self.attempt_failed(env, failure);
@@ -1171,7 +1215,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The attempt finished with success proof.
     fn complete<E: Env>(&mut self, env: &E, proof: Proof) {
         self.commit(env, CommitTrigger::Terminal);
-        if let Some(rest) = self.gate.as_mut().map(|g| g.rest()).filter(|b| !b.is_empty()) {
+        if let Some(rest) = self
+            .gate
+            .as_mut()
+            .map(|g| g.rest())
+            .filter(|b| !b.is_empty())
+        {
             self.out.push_back(Chunk::Made(rest));
         }
         let mut progress = self
@@ -1255,24 +1304,21 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.plan()
     }
 
-    /// Carries out what the engine decided after a failure.
+    /// Carries out what the engine decided after a failure. A final HTTP
+    /// error response is kept through a park or an admission wait (it is
+    /// the answer if no send follows), and released once one does.
     fn act<E: Env>(&mut self, env: &E, action: Action) {
         let now = env.now();
-        let keep_response = self.error_response;
-        self.error_response = false;
-        self.release = true;
+        let keep = self.error_response && !self.responded;
         match action {
-            Action::RetryAfter { delay, .. } => {
+            Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
                 self.stage = Stage::Waiting {
                     until: now + delay,
-                    resume: false,
+                    resume: matches!(action, Action::Resume { .. }),
                 };
-            }
-            Action::Resume { delay, .. } => {
-                self.stage = Stage::Waiting {
-                    until: now + delay,
-                    resume: true,
-                };
+                self.error_response = false;
+                self.release = true;
+                self.out.clear();
             }
             Action::ParkUntilOnline => {
                 let limit = self.engine.wait_limit(now).map(|d| now + d);
@@ -1280,6 +1326,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     limit,
                     then_send: false,
                 };
+                self.release = !keep;
             }
             Action::AskAdmission => {
                 let limit = self.engine.wait_limit(now).map(|d| now + d);
@@ -1292,18 +1339,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     })
                 });
                 self.stage = Stage::Admission { limit, request };
+                self.release = !keep;
             }
             Action::Fail(outcome) => {
-                if keep_response && !self.responded {
-                    // A final HTTP error is returned as that response.
-                    self.error_response = true;
-                    self.release = false;
+                // A final HTTP error is returned as that response.
+                self.error_response = keep;
+                self.release = !keep;
+                if !keep {
+                    self.out.clear();
                 }
                 self.end(Err(outcome));
             }
-        }
-        if !matches!(self.stage, Stage::Ended) || !self.error_response {
-            self.out.clear();
         }
     }
 }

@@ -209,9 +209,18 @@ mod tests {
     #[test]
     fn protocol_guessed_from_the_path() {
         let g = ProtocolKind::guess;
-        assert_eq!(g("https://api.anthropic.com/v1/messages"), ProtocolKind::Anthropic);
-        assert_eq!(g("http://h/v1/responses?x=1"), ProtocolKind::OpenAiResponses);
-        assert_eq!(g("http://h/v1/responses/resp_1?stream=true"), ProtocolKind::OpenAiResponses);
+        assert_eq!(
+            g("https://api.anthropic.com/v1/messages"),
+            ProtocolKind::Anthropic
+        );
+        assert_eq!(
+            g("http://h/v1/responses?x=1"),
+            ProtocolKind::OpenAiResponses
+        );
+        assert_eq!(
+            g("http://h/v1/responses/resp_1?stream=true"),
+            ProtocolKind::OpenAiResponses
+        );
         assert_eq!(
             g("https://g/v1beta/models/m:streamGenerateContent?alt=sse"),
             ProtocolKind::Gemini

@@ -145,7 +145,6 @@ impl EventInfo {
     }
 }
 
-
 /// Everything one attempt's stream has shown so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {

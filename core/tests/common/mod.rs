@@ -514,10 +514,13 @@ impl Driver {
     /// Waits for the machine's next deadline, exactly: pending at `d − 1 ms`,
     /// due at `d` (then [`Exchange::handle_timeout`]).
     fn until_deadline(&mut self) -> Duration {
-        let deadline = self.ex.poll_timeout().expect("the machine waits on a deadline");
+        let deadline = self
+            .ex
+            .poll_timeout()
+            .expect("the machine waits on a deadline");
         let d = deadline.saturating_since(self.timing.now());
         if d >= MS {
-            sleep_exactly(&self.timing, d - MS);
+            sleep_exactly(&self.timing, d.saturating_sub(MS));
             let env = (&self.timing, &self.conn);
             self.ex.handle_timeout(&env);
             assert_eq!(
@@ -750,7 +753,11 @@ pub fn run(script: Script) -> Run {
     for turn in 0.. {
         let io = d.ex.poll(&(&d.timing, &d.conn));
         d.drain();
-        assert!(turn < 10_000, "the machine does not move on: {io:?} at {:?}", d.timing.now());
+        assert!(
+            turn < 10_000,
+            "the machine does not move on: {io:?} at {:?}",
+            d.timing.now()
+        );
         match io {
             Io::Send(_) => d.send(),
             Io::AwaitHead | Io::Read => d.play(),

@@ -20,7 +20,7 @@ pub struct Delivered {
 /// Reads `resp` to its end (or its first error), then drops the body.
 pub async fn read_to_end<B>(resp: Response<RecoveryBody<B>>) -> Delivered
 where
-    B: http_body::Body<Data = bytes::Bytes>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     let status = resp.status().as_u16();

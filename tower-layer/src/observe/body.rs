@@ -4,9 +4,9 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use recovery_core::failure::{EofEvidence, Violation};
+use recovery_core::failure::{Unfinished, Violation};
 use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
-use recovery_core::protocol::ProtocolKind;
+use recovery_core::protocol::{BodyForm, ProtocolKind};
 use recovery_core::wire::Limits;
 
 use super::handle::{ObserveHandle, Published};
@@ -19,8 +19,9 @@ pub enum ObserveError {
     Body(BoxError),
     /// The stream broke its protocol; the body stops here.
     Protocol(Violation),
-    /// The body ended cleanly without terminal proof: truncation.
-    UnexpectedEof(EofEvidence),
+    /// The body ended cleanly without terminal proof: truncation (with the
+    /// frame it ended inside, if any).
+    UnexpectedEof(Option<Unfinished>),
 }
 
 impl fmt::Display for ObserveError {
@@ -107,21 +108,16 @@ impl<B> ObservedBody<B> {
     }
 }
 
-/// The decoder for a successful answer: a stream decoder, or the whole-body
-/// judge for a JSON (non-streamed) answer.
-pub(crate) fn observer(
-    protocol: &ProtocolKind,
-    limits: Limits,
-    whole_json: bool,
-) -> StreamObserver {
+/// The decoder for a successful answer of `form`: a stream decoder, or the
+/// whole-body judge for a JSON (non-streamed) answer.
+pub(crate) fn observer(protocol: &ProtocolKind, limits: Limits, form: BodyForm) -> StreamObserver {
     let config = ObserverConfig {
         limits,
         ..ObserverConfig::default()
     };
-    if whole_json {
-        StreamObserver::non_streaming(protocol.clone(), config)
-    } else {
-        StreamObserver::with_config(protocol.clone(), config)
+    match form {
+        BodyForm::Stream => StreamObserver::with_config(protocol.clone(), config),
+        BodyForm::WholeJson => StreamObserver::non_streaming(protocol.clone(), config),
     }
 }
 
@@ -131,11 +127,10 @@ impl Observing {
         let fed = self.observer.observe(data);
         self.handle.publish(&self.observer, &mut self.published);
         fed.map_err(|v| {
-            let v = Violation::from(v);
             let mut state = self.handle.lock();
-            state.violation = Some(v);
+            state.end = Some(EndOfStream::Violation { violation: v });
             state.ended = true;
-            v
+            Violation::from(v)
         })
     }
 
@@ -146,23 +141,15 @@ impl Observing {
         self.handle.publish(&self.observer, &mut self.published);
         let mut state = self.handle.lock();
         state.ended = true;
+        state.end = Some(end.clone());
         match end {
             EndOfStream::Success { .. }
             | EndOfStream::Unsuccessful { .. }
             | EndOfStream::ProviderError { .. } => None,
-            EndOfStream::Violation { violation: v } => {
-                let v = Violation::from(v);
-                state.violation = Some(v);
-                Some(ObserveError::Protocol(v))
+            EndOfStream::Violation { violation } => {
+                Some(ObserveError::Protocol(Violation::from(violation)))
             }
-            EndOfStream::UnexpectedEof { pending } => {
-                let eof = EofEvidence {
-                    pending_bytes: pending.map_or(0, |p| p.bytes),
-                    pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
-                };
-                state.unexpected_eof = Some(eof);
-                Some(ObserveError::UnexpectedEof(eof))
-            }
+            EndOfStream::UnexpectedEof { pending } => Some(ObserveError::UnexpectedEof(pending)),
         }
     }
 }
@@ -206,7 +193,13 @@ where
             },
             Some(Err(e)) => {
                 *this.ended = true;
-                observing.handle.lock().ended = true;
+                // The frame the body broke inside: the same evidence a clean
+                // end would judge.
+                let unfinished = observing.observer.unfinished();
+                let mut state = observing.handle.lock();
+                state.ended = true;
+                state.unfinished = unfinished;
+                drop(state);
                 Poll::Ready(Some(Err(ObserveError::Body(e.into()))))
             }
             None => {

@@ -1,8 +1,9 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use recovery_core::failure::{EofEvidence, Violation};
-use recovery_core::observer::StreamObserver;
+use recovery_core::exchange::Decoded;
+use recovery_core::failure::{Unfinished, Violation};
+use recovery_core::observer::{EndOfStream, StreamObserver};
 use recovery_core::progress::{Progress, ProviderError, ResumeCursor, Terminal};
 use recovery_core::protocol::ProtocolKind;
 
@@ -17,8 +18,9 @@ pub struct Observation {
     pub provider_error: Option<ProviderError>,
     /// A protocol violation, once seen.
     pub violation: Option<Violation>,
-    /// The stream ended cleanly without terminal proof.
-    pub unexpected_eof: Option<EofEvidence>,
+    /// The stream ended cleanly without terminal proof (with the frame it
+    /// ended inside, if any).
+    pub unexpected_eof: Option<Unfinished>,
     /// The body ended (any way).
     pub ended: bool,
     /// The consumer dropped the body before its end.
@@ -49,6 +51,8 @@ struct Shared {
 
 /// A provider error was observed (set once, never cleared).
 const PROVIDER_ERROR: u8 = 1;
+/// Terminal proof was observed (set once, never cleared).
+const TERMINAL: u8 = 2;
 
 /// The decoder's counters, published as one consistent set: a sequence
 /// number, odd while the body writes, lets a reader on another thread retry
@@ -131,8 +135,10 @@ pub(crate) struct State {
     pub(crate) terminal: Option<Terminal>,
     pub(crate) provider_error: Option<ProviderError>,
     pub(crate) cursor: ResumeCursor,
-    pub(crate) violation: Option<Violation>,
-    pub(crate) unexpected_eof: Option<EofEvidence>,
+    /// The decoder's verdict on the clean end of the body.
+    pub(crate) end: Option<EndOfStream>,
+    /// The frame the body ended inside, when it failed.
+    pub(crate) unfinished: Option<Unfinished>,
     pub(crate) ended: bool,
     pub(crate) cancelled: bool,
 }
@@ -161,8 +167,14 @@ impl ObserveHandle {
             progress: self.inner.counters.load(),
             terminal: s.terminal.clone(),
             provider_error: s.provider_error.clone(),
-            violation: s.violation,
-            unexpected_eof: s.unexpected_eof,
+            violation: match &s.end {
+                Some(EndOfStream::Violation { violation }) => Some(Violation::from(*violation)),
+                _ => None,
+            },
+            unexpected_eof: match &s.end {
+                Some(EndOfStream::UnexpectedEof { pending }) => Some(pending.unwrap_or_default()),
+                _ => None,
+            },
             ended: s.ended,
             cancelled: s.cancelled,
             cursor: s.cursor.clone(),
@@ -199,12 +211,6 @@ impl ObserveHandle {
         self.inner.flags.load(Ordering::Acquire) & PROVIDER_ERROR != 0
     }
 
-    /// Semantic fragments observed so far, without taking the lock.
-    #[inline]
-    pub(crate) fn semantic_fragments(&self) -> u64 {
-        self.inner.counters.semantic()
-    }
-
     /// Publishes what the decoder saw. `seen` is what the body published
     /// before: the lock is taken only when a rarely changing fact moved.
     #[inline]
@@ -231,6 +237,9 @@ impl ObserveHandle {
         if seen.provider_error {
             self.inner.flags.fetch_or(PROVIDER_ERROR, Ordering::Release);
         }
+        if seen.terminal {
+            self.inner.flags.fetch_or(TERMINAL, Ordering::Release);
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -238,6 +247,48 @@ impl ObserveHandle {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The evidence the recovery layer reads instead of decoding the body again.
+impl Decoded for ObserveHandle {
+    fn progress(&self) -> Progress {
+        self.inner.counters.load()
+    }
+    fn semantic_fragments(&self) -> u64 {
+        self.inner.counters.semantic()
+    }
+    fn terminal(&self) -> Option<Terminal> {
+        if self.terminal_seen() {
+            self.lock().terminal.clone()
+        } else {
+            None
+        }
+    }
+    fn terminal_seen(&self) -> bool {
+        self.inner.flags.load(Ordering::Acquire) & TERMINAL != 0
+    }
+    fn provider_error_seen(&self) -> bool {
+        ObserveHandle::provider_error_seen(self)
+    }
+    fn provider_error(&self) -> Option<ProviderError> {
+        ObserveHandle::provider_error(self)
+    }
+    fn cursor(&self) -> ResumeCursor {
+        self.lock().cursor.clone()
+    }
+    fn end(&self) -> Option<EndOfStream> {
+        self.lock().end.clone()
+    }
+    fn unfinished(&self) -> Option<Unfinished> {
+        let s = self.lock();
+        match &s.end {
+            Some(EndOfStream::UnexpectedEof { pending }) => *pending,
+            _ => s.unfinished,
+        }
+    }
+    fn protocol(&self) -> Option<&ProtocolKind> {
+        Some(ObserveHandle::protocol(self))
     }
 }
 

@@ -4,7 +4,7 @@ use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
 use http_body::Body;
-use recovery_core::protocol::ProtocolKind;
+use recovery_core::protocol::{BodyForm, ProtocolKind};
 use recovery_core::wire::Limits;
 use tower_service::Service;
 
@@ -68,15 +68,16 @@ where
         let (mut parts, body) = response.into_parts();
         // Only a successful answer is a stream to decode; an error body is
         // passed through untouched for the recovery layer to classify.
-        let json = parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with("application/json"));
         let body = if parts.status.is_success() {
-            // A JSON answer is a whole (non-streamed) body: judged at its end,
-            // never fed to the stream decoder.
-            let observer = observer(&protocol, *this.limits, json);
+            // One rule for every driver: a JSON answer is a whole
+            // (non-streamed) body, judged at its end.
+            let form = BodyForm::of(
+                parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok()),
+            );
+            let observer = observer(&protocol, *this.limits, form);
             let handle = ObserveHandle::new(protocol);
             parts.extensions.insert(handle.clone());
             ObservedBody::new(body, observer, handle)

@@ -40,15 +40,18 @@ where
 {
 }
 
-/// The driver's clock, shared with the body after commit.
-pub(crate) trait DriverTiming: Timing<Sleep: Send> + Clone + Send + Sync + 'static {}
+/// A timing a layer can run on: sendable sleeps, shared by every request.
+pub trait DriverTiming: Timing<Sleep: Send + 'static> + Clone + Send + Sync + 'static {}
 
-impl<T> DriverTiming for T where T: Timing<Sleep: Send> + Clone + Send + Sync + 'static {}
+impl<T> DriverTiming for T where T: Timing<Sleep: Send + 'static> + Clone + Send + Sync + 'static {}
 
-/// The driver's connectivity signal, shared with the body after commit.
-pub(crate) trait DriverConnectivity:
-    Connectivity<Online: Send> + Clone + Send + Sync + 'static
+/// A connectivity signal a layer can run on, shared by every request.
+pub trait DriverConnectivity:
+    Connectivity<Online: Send + 'static> + Clone + Send + Sync + 'static
 {
 }
 
-impl<C> DriverConnectivity for C where C: Connectivity<Online: Send> + Clone + Send + Sync + 'static {}
+impl<C> DriverConnectivity for C where
+    C: Connectivity<Online: Send + 'static> + Clone + Send + Sync + 'static
+{
+}

@@ -37,8 +37,9 @@ pub(crate) fn body_error(err: &BoxError) -> Failure {
             ObserveError::Protocol(v) => {
                 return Failure::new(FailureKind::Protocol { violation: *v }, Phase::Decoding);
             }
-            ObserveError::UnexpectedEof(eof) => {
-                return Failure::new(FailureKind::UnexpectedEof { eof: *eof }, Phase::Streaming);
+            ObserveError::UnexpectedEof(unfinished) => {
+                return Failure::new(FailureKind::UnexpectedEof, Phase::Streaming)
+                    .with_unfinished(unfinished.unwrap_or_default());
             }
             ObserveError::Body(inner) => return body_error(inner),
         }

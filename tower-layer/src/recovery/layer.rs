@@ -3,15 +3,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use std::time::{Duration, SystemTime};
+
 use recovery_core::budget::RetryBudget;
 use recovery_core::decision::AdmissionAnswer;
 use recovery_core::failure::Failure;
 use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
 use recovery_core::policy::RecoveryPolicy;
-use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
+use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
+use recovery_core::timing::{AlwaysOnline, Connectivity, Fraction, Instant, Timing};
 use tower_layer::Layer;
 
-use super::resume::ContinuationHook;
+use super::bounds::{DriverConnectivity, DriverTiming};
+use super::continuation::ContinuationHook;
+use super::driver::{Surroundings, Timer};
 use super::service::Recover;
 use super::wire::WireObserver;
 
@@ -31,16 +36,62 @@ pub type AdmissionHook = Arc<
     dyn Fn(AdmissionContext) -> Pin<Box<dyn Future<Output = AdmissionAnswer> + Send>> + Send + Sync,
 >;
 
-pub(crate) struct Config<T, C> {
+/// What every request through a layer shares, whatever the layer's timing
+/// and connectivity types: the driver is generic over the response body only.
+#[derive(Clone)]
+pub(crate) struct Hooks {
     pub(crate) policy: RecoveryPolicy,
-    pub(crate) timing: T,
-    pub(crate) connectivity: C,
+    pub(crate) protocol: ProtocolChoice,
+    pub(crate) surroundings: Arc<dyn Surroundings>,
     pub(crate) observer: Arc<dyn LifecycleObserver + Send + Sync>,
     pub(crate) admission: Option<AdmissionHook>,
     pub(crate) retry_budget: Option<RetryBudget>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
     pub(crate) continuation: Option<ContinuationHook>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config<T, C> {
+    pub(crate) timing: T,
+    pub(crate) connectivity: C,
+    pub(crate) hooks: Arc<Hooks>,
+}
+
+/// A layer's timing and connectivity, as the driver uses them.
+struct Pair<T, C>(T, C);
+
+impl<T, C> Surroundings for Pair<T, C>
+where
+    T: Timing<Sleep: Send + 'static> + Send + Sync,
+    C: Connectivity<Online: Send + 'static> + Send + Sync,
+{
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.0.wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        self.0.jitter()
+    }
+    fn online(&self) -> bool {
+        self.1.is_online()
+    }
+    fn sleep(&self, d: Duration) -> Timer {
+        Box::pin(self.0.sleep(d))
+    }
+    fn wait_online(&self) -> Timer {
+        Box::pin(self.1.wait_until_online())
+    }
+}
+
+fn surroundings<T, C>(timing: &T, connectivity: &C) -> Arc<dyn Surroundings>
+where
+    T: DriverTiming,
+    C: DriverConnectivity,
+{
+    Arc::new(Pair(timing.clone(), connectivity.clone()))
 }
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
@@ -68,9 +119,9 @@ impl<T, C> Clone for RecoveryLayer<T, C> {
 impl<T, C> fmt::Debug for RecoveryLayer<T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecoveryLayer")
-            .field("policy", &self.config.policy)
-            .field("admission", &self.config.admission.is_some())
-            .field("retry_budget", &self.config.retry_budget.is_some())
+            .field("policy", &self.config.hooks.policy)
+            .field("admission", &self.config.hooks.admission.is_some())
+            .field("retry_budget", &self.config.hooks.retry_budget.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -78,132 +129,132 @@ impl<T, C> fmt::Debug for RecoveryLayer<T, C> {
 impl RecoveryLayer {
     /// A layer with `policy`, the default timing and no connectivity signal.
     pub fn new(policy: RecoveryPolicy) -> Self {
+        let timing = DefaultTiming::default();
+        let hooks = Hooks {
+            policy,
+            protocol: ProtocolChoice::Auto,
+            surroundings: surroundings(&timing, &AlwaysOnline),
+            observer: Arc::new(()),
+            admission: None,
+            retry_budget: None,
+            wire: None,
+            sse_resumable: false,
+            continuation: None,
+        };
         RecoveryLayer {
             config: Arc::new(Config {
-                policy,
-                timing: DefaultTiming::default(),
+                timing,
                 connectivity: AlwaysOnline,
-                observer: Arc::new(()),
-                admission: None,
-                retry_budget: None,
-                wire: None,
-                sse_resumable: false,
-                continuation: None,
+                hooks: Arc::new(hooks),
             }),
         }
     }
 }
 
-impl<T: Clone, C: Clone> RecoveryLayer<T, C> {
-    fn map<T2, C2>(self, f: impl FnOnce(Config<T, C>) -> Config<T2, C2>) -> RecoveryLayer<T2, C2> {
-        let config = Arc::try_unwrap(self.config).unwrap_or_else(|shared| Config {
-            policy: shared.policy.clone(),
-            timing: shared.timing.clone(),
-            connectivity: shared.connectivity.clone(),
-            observer: Arc::clone(&shared.observer),
-            admission: shared.admission.clone(),
-            retry_budget: shared.retry_budget.clone(),
-            wire: shared.wire.clone(),
-            sse_resumable: shared.sse_resumable,
-            continuation: shared.continuation.clone(),
-        });
+impl<T, C> RecoveryLayer<T, C>
+where
+    T: DriverTiming,
+    C: DriverConnectivity,
+{
+    fn hooks(self, f: impl FnOnce(&mut Hooks)) -> Self {
+        let config = Arc::unwrap_or_clone(self.config);
+        let mut hooks = Arc::unwrap_or_clone(config.hooks);
+        f(&mut hooks);
         RecoveryLayer {
-            config: Arc::new(f(config)),
+            config: Arc::new(Config {
+                timing: config.timing,
+                connectivity: config.connectivity,
+                hooks: Arc::new(hooks),
+            }),
         }
     }
 
     /// Uses `timing` for clocks, sleeps and jitter (a virtual clock in tests).
-    pub fn with_timing<T2: Timing>(self, timing: T2) -> RecoveryLayer<T2, C> {
-        self.map(|c| Config {
-            policy: c.policy,
-            timing,
-            connectivity: c.connectivity,
-            observer: c.observer,
-            admission: c.admission,
-            retry_budget: c.retry_budget,
-            wire: c.wire,
-            sse_resumable: c.sse_resumable,
-            continuation: c.continuation,
-        })
+    pub fn with_timing<T2>(self, timing: T2) -> RecoveryLayer<T2, C>
+    where
+        T2: DriverTiming,
+    {
+        let config = Arc::unwrap_or_clone(self.config);
+        let mut hooks = Arc::unwrap_or_clone(config.hooks);
+        hooks.surroundings = surroundings(&timing, &config.connectivity);
+        RecoveryLayer {
+            config: Arc::new(Config {
+                timing,
+                connectivity: config.connectivity,
+                hooks: Arc::new(hooks),
+            }),
+        }
     }
 
     /// Parks retries while `connectivity` reports offline.
-    pub fn with_connectivity<C2: Connectivity>(self, connectivity: C2) -> RecoveryLayer<T, C2> {
-        self.map(|c| Config {
-            policy: c.policy,
-            timing: c.timing,
-            connectivity,
-            observer: c.observer,
-            admission: c.admission,
-            retry_budget: c.retry_budget,
-            wire: c.wire,
-            sse_resumable: c.sse_resumable,
-            continuation: c.continuation,
-        })
+    pub fn with_connectivity<C2>(self, connectivity: C2) -> RecoveryLayer<T, C2>
+    where
+        C2: DriverConnectivity,
+    {
+        let config = Arc::unwrap_or_clone(self.config);
+        let mut hooks = Arc::unwrap_or_clone(config.hooks);
+        hooks.surroundings = surroundings(&config.timing, &connectivity);
+        RecoveryLayer {
+            config: Arc::new(Config {
+                timing: config.timing,
+                connectivity,
+                hooks: Arc::new(hooks),
+            }),
+        }
     }
 
     /// Sends every lifecycle event to `observer`.
-    pub fn on_event(
-        self,
-        observer: impl Fn(&LifecycleEvent) + Send + Sync + 'static,
-    ) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.observer = Arc::new(observer);
-            c
-        })
+    pub fn on_event(self, observer: impl Fn(&LifecycleEvent) + Send + Sync + 'static) -> Self {
+        self.hooks(|h| h.observer = Arc::new(observer))
+    }
+
+    /// Decodes answers as `protocol` (by default it is guessed from each
+    /// request's URL: `…/messages` Anthropic, `…/responses` OpenAI
+    /// Responses, `:streamGenerateContent` Gemini, `/api/chat` Ollama,
+    /// OpenAI Chat otherwise). An [`ObserveLayer`](crate::ObserveLayer)
+    /// inside names the protocol it decodes, and that one is used.
+    pub fn with_protocol(self, protocol: ProtocolKind) -> Self {
+        self.hooks(|h| h.protocol = ProtocolChoice::Fixed(protocol))
     }
 
     /// Asks `hook` before every resend.
-    pub fn with_admission(self, hook: AdmissionHook) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.admission = Some(hook);
-            c
-        })
+    pub fn with_admission(self, hook: AdmissionHook) -> Self {
+        self.hooks(|h| h.admission = Some(hook))
     }
 
     /// Shares `budget` between every request through this layer and its
     /// clones, so an outage cannot become a retry storm.
-    pub fn with_retry_budget(self, budget: RetryBudget) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.retry_budget = Some(budget);
-            c
-        })
+    pub fn with_retry_budget(self, budget: RetryBudget) -> Self {
+        self.hooks(|h| h.retry_budget = Some(budget))
     }
 
     /// Shows every attempt's raw request, response head and body chunks to
     /// `observer`; an error from it stops recovery before delivery.
-    pub fn with_wire_observer(self, observer: impl WireObserver + 'static) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.wire = Some(Arc::new(observer));
-            c
-        })
+    pub fn with_wire_observer(self, observer: impl WireObserver + 'static) -> Self {
+        self.hooks(|h| h.wire = Some(Arc::new(observer)))
     }
 
     /// Declares the endpoint a resumable SSE server: a committed stream
     /// that breaks is re-requested with `Last-Event-ID` set to the last
     /// event id delivered (never with an empty one). Only for servers that
     /// honour the header; providers' LLM endpoints do not.
-    pub fn with_resumable_sse(self, resumable: bool) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.sse_resumable = resumable;
-            c
-        })
+    pub fn with_resumable_sse(self, resumable: bool) -> Self {
+        self.hooks(|h| h.sse_resumable = resumable)
     }
 
     /// Continues committed streams that have no native resume with `hook`:
     /// it gets the original request and the delivered prefix and returns a
     /// continuation request (or declines). Each continuation is a resume: it
     /// is a physical send, counted against `max_attempts` and `max_resumes`.
-    pub fn with_continuation(self, hook: ContinuationHook) -> RecoveryLayer<T, C> {
-        self.map(|mut c| {
-            c.continuation = Some(hook);
-            c
-        })
+    pub fn with_continuation(self, hook: ContinuationHook) -> Self {
+        self.hooks(|h| h.continuation = Some(hook))
     }
+}
 
+impl<T, C> RecoveryLayer<T, C> {
     /// The policy.
     pub fn policy(&self) -> &RecoveryPolicy {
-        &self.config.policy
+        &self.config.hooks.policy
     }
 }
 

@@ -2,22 +2,26 @@
 //! was observed, holds back the pre-commit prefix so a failed attempt is
 //! invisible, and fails with a typed [`RecoveryError`] after commit.
 //!
+//! Every decision is made by the request's machine in core
+//! ([`recovery_core::exchange::Exchange`]); this module only does its I/O.
+//!
 //! [`RecoveryError`]: recovery_core::error::RecoveryError
 
 mod body;
 mod bounds;
 mod classify;
+mod continuation;
+mod driver;
 mod future;
 mod layer;
-mod resume;
+mod report;
 mod service;
-mod shared;
 mod wire;
 
 pub use body::RecoveryBody;
+pub use continuation::{ContinuationContext, ContinuationHook};
 pub use future::ResponseFuture;
 pub use layer::{AdmissionContext, AdmissionHook, RecoveryLayer};
-pub use resume::{ContinuationContext, ContinuationHook};
+pub use report::ReportHandle;
 pub use service::Recover;
-pub use shared::ReportHandle;
 pub use wire::WireObserver;

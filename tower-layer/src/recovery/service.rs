@@ -5,15 +5,21 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use recovery_core::call::{RecoveryCall, SendCredit};
 use recovery_core::error::RecoveryError;
-use recovery_core::timing::{Connectivity, Timing};
+use recovery_core::exchange::{Exchange, RequestFacts};
+use recovery_core::outcome::ReplayDisabled;
 use tower_service::Service;
 
 use super::body::RecoveryBody;
-use super::future::{ResponseFuture, drive};
-use super::layer::Config;
+use super::bounds::{InnerService, StreamBody};
+use super::driver::{Driver, Origin, Sender, Sent};
+use super::future::ResponseFuture;
+use super::layer::{Config, Hooks};
 use crate::BoxError;
-use crate::request_body::ReplayBody;
+use crate::request_body::{Buffered, ReplayBody, buffer};
 
 /// Recovers streamed responses of the inner service. See [`RecoveryLayer`].
 ///
@@ -42,17 +48,10 @@ impl<S: fmt::Debug, T, C> fmt::Debug for Recover<S, T, C> {
 
 impl<S, B, ResBody, T, C> Service<Request<B>> for Recover<S, T, C>
 where
-    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
+    S: Service<Request<ReplayBody>, Response = Response<ResBody>> + InnerService<ResBody>,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-    T: Timing + Clone + Send + Sync + 'static,
-    T::Sleep: Send,
-    C: Connectivity + Clone + Send + Sync + 'static,
-    C::Online: Send,
+    ResBody: StreamBody,
 {
     type Response = Response<RecoveryBody<ResBody>>;
     type Error = RecoveryError;
@@ -65,16 +64,125 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let svc = self.inner.clone();
-        let fut = drive(Arc::clone(&self.config), svc, req);
-        #[cfg(feature = "tracing")]
-        let fut = {
-            use tracing::Instrument;
-            fut.instrument(tracing::info_span!(
-                "recovery.request",
-                recovery.logical_id = tracing::field::Empty,
-            ))
-        };
-        ResponseFuture::new(fut)
+        let sender: Box<dyn Sender<ResBody>> = Box::new(Through(self.inner.clone()));
+        let hooks = Arc::clone(&self.config.hooks);
+        ResponseFuture::new(Box::pin(prepare(hooks, sender, req)))
     }
+}
+
+/// The inner service, cloned for each send.
+struct Through<S>(S);
+
+impl<S, ResBody> Sender<ResBody> for Through<S>
+where
+    S: InnerService<ResBody>,
+    ResBody: StreamBody,
+{
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<ReplayBody>) -> Sent<ResBody> {
+        let fut = self.0.call(req);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    }
+
+    fn fresh(&self) -> Box<dyn Sender<ResBody>> {
+        Box::new(Through(self.0.clone()))
+    }
+}
+
+/// A logical id from the layer's jitter source.
+fn fresh_id(hooks: &Hooks) -> u64 {
+    let draw = || (hooks.surroundings.jitter().get() * f64::from(u32::MAX)) as u64;
+    (draw() << 32) ^ draw()
+}
+
+/// Buffers the request body (so it can be replayed) and sets up the
+/// machine and its driver.
+async fn prepare<B, ResBody>(
+    hooks: Arc<Hooks>,
+    sender: Box<dyn Sender<ResBody>>,
+    mut req: Request<B>,
+) -> Result<Driver<ResBody>, RecoveryError>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResBody: StreamBody,
+{
+    #[cfg(feature = "tracing")]
+    let span = tracing::info_span!(
+        "recovery.request",
+        recovery.logical_id = tracing::field::Empty,
+    );
+    let prepaid = req.extensions_mut().remove::<SendCredit>().is_some();
+    let mut call = req
+        .extensions_mut()
+        .remove::<RecoveryCall>()
+        .unwrap_or_default();
+    let policy = call
+        .policy()
+        .cloned()
+        .unwrap_or_else(|| hooks.policy.clone());
+    let (allowance, logical_id) = call.join(policy.max_attempts().get(), fresh_id(&hooks));
+    let (head, body) = req.into_parts();
+    let (buffered, failed) = if call.streams_body() {
+        let once = ReplayBody::once(UnsyncBoxBody::new(body.map_err(Into::into)));
+        (Buffered::NotReplayable(once), false)
+    } else {
+        match buffer(body, policy.replay_body_cap()).await {
+            Ok(b) => (b, false),
+            // The caller's body failed before anything was sent.
+            Err(_) => (Buffered::Replayable(Bytes::new()), true),
+        }
+    };
+    let (bytes, once, replay) = match buffered {
+        Buffered::Replayable(bytes) => (bytes, None, None),
+        Buffered::NotReplayable(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::NotReplayable)),
+        Buffered::TooLarge(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::BodyTooLarge)),
+    };
+    let replay = if failed {
+        Some(ReplayDisabled::NotReplayable)
+    } else {
+        replay
+    };
+    let url = head.uri.to_string();
+    let request = RequestFacts {
+        method: head.method.as_str(),
+        url: &url,
+        body: &bytes,
+    };
+    let now = hooks.surroundings.now();
+    let mut ex = Exchange::new(policy, &hooks.protocol, request, allowance, logical_id, now)
+        .with_admission_hook(hooks.admission.is_some())
+        .with_resumable_sse(hooks.sse_resumable)
+        .with_continuation_hook(hooks.continuation.is_some())
+        .with_prepaid_first_send(prepaid);
+    if let Some(budget) = &hooks.retry_budget {
+        ex = ex.with_retry_budget(budget.clone());
+    }
+    if let Some(reason) = replay {
+        ex = ex.without_replay(reason);
+    }
+    #[cfg(feature = "tracing")]
+    span.record("recovery.logical_id", ex.logical_id());
+    let origin = Origin {
+        head,
+        body: bytes,
+        once,
+        call,
+    };
+    let mut driver = Driver::new(
+        ex,
+        hooks,
+        origin,
+        sender,
+        #[cfg(feature = "tracing")]
+        super::driver::Spans::new(span),
+    );
+    if failed {
+        driver.cancel();
+        return Err(driver.unanswered());
+    }
+    Ok(driver)
 }

@@ -1,0 +1,644 @@
+//! The one loop that does the machine's I/O for a logical request: it asks
+//! [`Exchange::poll`] what to do and does it with tower and hyper types
+//! (sends through a fresh clone of the inner service, reads the response
+//! body, sleeps, waits for connectivity, calls the hooks), reporting back
+//! what happened. It decides nothing. The response future runs it up to the
+//! committed head; the response body runs it from there.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body::{Body, Frame};
+use recovery_core::call::{Cancelled, RecoveryCall, SendCredit};
+use recovery_core::error::{Evidence, RecoveryError};
+use recovery_core::exchange::{Chunk, Env, Exchange, Io, Send as SendKind};
+use recovery_core::failure::{Failure, FailureKind, Phase};
+use recovery_core::outcome::Outcome;
+use recovery_core::resume::BODY_HEADERS;
+use recovery_core::timing::{Fraction, Instant};
+
+use super::classify;
+use super::continuation::ContinuationContext;
+use super::layer::Hooks;
+use super::report::ReportHandle;
+use crate::BoxError;
+use crate::observe::{ObserveError, ObserveHandle};
+use crate::request_body::ReplayBody;
+
+/// A sleep or a connectivity wait, boxed so the driver is generic over the
+/// response body only.
+pub(crate) type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A send on its way: the inner service's response.
+pub(crate) type Sent<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
+
+/// The clocks, sleeps and connectivity of a layer, object-safe.
+pub(crate) trait Surroundings: Send + Sync {
+    fn now(&self) -> Instant;
+    fn wall_now(&self) -> SystemTime;
+    fn jitter(&self) -> Fraction;
+    fn online(&self) -> bool;
+    fn sleep(&self, d: Duration) -> Timer;
+    fn wait_online(&self) -> Timer;
+}
+
+/// The surroundings as the machine's [`Env`].
+struct EnvOf<'a>(&'a dyn Surroundings);
+
+impl Env for EnvOf<'_> {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.0.wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        self.0.jitter()
+    }
+    fn online(&self) -> bool {
+        self.0.online()
+    }
+}
+
+/// A clone of the inner service, for one send: readiness, then the call.
+pub(crate) trait Sender<B>: Send {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
+    fn call(&mut self, req: Request<ReplayBody>) -> Sent<B>;
+    fn fresh(&self) -> Box<dyn Sender<B>>;
+}
+
+/// The logical request as the caller sent it.
+pub(crate) struct Origin {
+    pub(crate) head: http::request::Parts,
+    pub(crate) body: Bytes,
+    /// The body when it could not be buffered: sent once.
+    pub(crate) once: Option<ReplayBody>,
+    pub(crate) call: RecoveryCall,
+}
+
+/// What the driver is waiting on besides its timer.
+enum Activity<B> {
+    None,
+    Readying(Box<dyn Sender<B>>, Option<Box<Request<ReplayBody>>>),
+    Awaiting(Sent<B>),
+    Admission(Pin<Box<dyn Future<Output = recovery_core::decision::AdmissionAnswer> + Send>>),
+    Online(Timer),
+}
+
+/// What the loop hands to the future or the body.
+pub(crate) enum Step<B> {
+    /// The committed head: its body follows from this driver.
+    Respond(http::response::Parts),
+    /// The final HTTP error response, as the server sent it.
+    RespondError(http::response::Parts, VecDeque<Bytes>, Option<Pin<Box<B>>>),
+    /// A chunk for the consumer.
+    Deliver(Bytes),
+    /// Trailers of the committed attempt, at its end.
+    Trailers(HeaderMap),
+    /// The end: clean, or the typed error.
+    End(Result<(), RecoveryError>),
+}
+
+/// The driver of one logical request.
+pub(crate) struct Driver<B> {
+    pub(crate) ex: Exchange<Bytes, ObserveHandle>,
+    hooks: Arc<Hooks>,
+    origin: Origin,
+    sender: Box<dyn Sender<B>>,
+    report: ReportHandle,
+    evidence: Evidence,
+    activity: Activity<B>,
+    timer: Option<(Instant, Timer)>,
+    cancelled: Option<Pin<Box<Cancelled>>>,
+    pub(crate) inner: Option<Pin<Box<B>>>,
+    head: Option<http::response::Parts>,
+    continuation: Option<Request<Bytes>>,
+    trailers: Option<HeaderMap>,
+    ended: bool,
+    #[cfg(feature = "tracing")]
+    spans: Spans,
+}
+
+/// The request span and the current attempt's span.
+#[cfg(feature = "tracing")]
+pub(crate) struct Spans {
+    pub(crate) request: tracing::Span,
+    attempt: Option<tracing::Span>,
+}
+
+#[cfg(feature = "tracing")]
+impl Spans {
+    pub(crate) fn new(request: tracing::Span) -> Self {
+        Spans {
+            request,
+            attempt: None,
+        }
+    }
+}
+
+impl<B> Driver<B>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    pub(crate) fn new(
+        ex: Exchange<Bytes, ObserveHandle>,
+        hooks: Arc<Hooks>,
+        origin: Origin,
+        sender: Box<dyn Sender<B>>,
+        #[cfg(feature = "tracing")] spans: Spans,
+    ) -> Self {
+        let evidence = Evidence::with_cap(ex.policy().evidence_cap());
+        let report = ReportHandle::new(ex.report().clone());
+        let cancelled = Some(Box::pin(origin.call.cancellation().cancelled()));
+        let mut driver = Driver {
+            ex,
+            hooks,
+            origin,
+            sender,
+            report,
+            evidence,
+            activity: Activity::None,
+            timer: None,
+            cancelled,
+            inner: None,
+            head: None,
+            continuation: None,
+            trailers: None,
+            ended: false,
+            #[cfg(feature = "tracing")]
+            spans,
+        };
+        driver.flush();
+        driver
+    }
+
+    pub(crate) fn report_handle(&self) -> ReportHandle {
+        self.report.clone()
+    }
+
+    /// Hands the machine's events to the observer and refreshes the report.
+    fn flush(&mut self) {
+        let mut any = false;
+        for event in self.ex.drain_events() {
+            any = true;
+            self.hooks.observer.on_event(&event);
+        }
+        if any {
+            self.report.set(self.ex.report());
+        }
+    }
+
+    /// The request's typed error now: its outcome, or (when it has none)
+    /// that it ended without an answer.
+    pub(crate) fn unanswered(&self) -> RecoveryError {
+        let outcome = self.ex.outcome().cloned().unwrap_or(Outcome::Exhausted {
+            attempts: self.ex.wire_attempt(),
+        });
+        self.error(outcome)
+    }
+
+    fn error(&self, outcome: Outcome) -> RecoveryError {
+        let mut evidence = self.evidence.clone();
+        evidence.clear_bytes();
+        evidence.push_bytes(self.ex.error_body());
+        RecoveryError::new(outcome, self.ex.report().clone(), evidence)
+    }
+
+    /// The caller cancelled before the request ended, or dropped what held
+    /// it: the machine decides what that means.
+    pub(crate) fn cancel(&mut self) {
+        if self.ended {
+            return;
+        }
+        let env = EnvOf(&*self.hooks.surroundings);
+        self.ex.cancel(&env);
+        self.ended = true;
+        self.flush();
+    }
+
+    /// The common committed frame, without the general loop: `None` when
+    /// the general loop must run.
+    #[inline]
+    pub(crate) fn poll_passing(&mut self, cx: &mut Context<'_>) -> Option<Poll<Option<Bytes>>> {
+        if !self.ex.is_passing_through() || self.hooks.wire.is_some() {
+            return None;
+        }
+        let inner = self.inner.as_mut()?;
+        match inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    let env = EnvOf(&*self.hooks.surroundings);
+                    if let Some(data) = self.ex.on_chunk(&env, data) {
+                        return Some(Poll::Ready(Some(data)));
+                    }
+                    self.flush();
+                    None
+                }
+                Err(frame) => {
+                    self.trailers = frame.into_trailers().ok();
+                    None
+                }
+            },
+            Poll::Ready(other) => {
+                self.body_ended(other.map(|r| r.map_err(Into::into)));
+                None
+            }
+            Poll::Pending => match self.poll_timer(cx) {
+                Poll::Pending => Some(Poll::Pending),
+                Poll::Ready(()) => None,
+            },
+        }
+    }
+
+    /// Runs the machine until it has something for the future or the body.
+    pub(crate) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step<B>> {
+        #[cfg(feature = "tracing")]
+        let _request = self.spans.request.clone().entered();
+        loop {
+            let env = EnvOf(&*self.hooks.surroundings);
+            let io = self.ex.poll(&env);
+            self.flush();
+            match io {
+                Io::Send(kind) => self.send(kind),
+                Io::AwaitHead => {
+                    if self.poll_head(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                Io::Read => match self.poll_body(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(data)) => return Poll::Ready(Step::Deliver(data)),
+                    Poll::Ready(None) => {}
+                },
+                Io::Release => {
+                    self.inner = None;
+                    self.activity = Activity::None;
+                }
+                Io::Respond => {
+                    let head = self.head.take().expect("a committed attempt has its head");
+                    return Poll::Ready(Step::Respond(head));
+                }
+                Io::RespondError => {
+                    let head = self.head.take().expect("an error response has its head");
+                    let held = self
+                        .ex
+                        .take_held()
+                        .into_iter()
+                        .map(|c| match c {
+                            Chunk::Read(b) | Chunk::Made(b) => b,
+                        })
+                        .collect();
+                    self.ended = true;
+                    return Poll::Ready(Step::RespondError(head, held, self.inner.take()));
+                }
+                Io::Deliver(Chunk::Read(b) | Chunk::Made(b)) => {
+                    return Poll::Ready(Step::Deliver(b));
+                }
+                Io::Sleep => {
+                    if self.poll_waiting(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                Io::WaitOnline => {
+                    if !matches!(self.activity, Activity::Online(_)) {
+                        self.activity = Activity::Online(self.hooks.surroundings.wait_online());
+                    }
+                    if let Activity::Online(wait) = &mut self.activity {
+                        if wait.as_mut().poll(cx).is_ready() {
+                            self.activity = Activity::None;
+                            let env = EnvOf(&*self.hooks.surroundings);
+                            self.ex.online(&env);
+                            continue;
+                        }
+                    }
+                    if self.poll_waiting(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                Io::AskAdmission(request) => {
+                    let ctx = super::layer::AdmissionContext {
+                        logical_id: request.logical_id,
+                        next_attempt: request.next_attempt,
+                        failure: request.failure,
+                    };
+                    // The machine asks only when a hook was declared.
+                    if let Some(hook) = &self.hooks.admission {
+                        self.activity = Activity::Admission(hook(ctx));
+                    }
+                }
+                Io::AwaitAdmission => {
+                    if let Activity::Admission(answer) = &mut self.activity {
+                        if let Poll::Ready(answer) = answer.as_mut().poll(cx) {
+                            self.activity = Activity::None;
+                            let env = EnvOf(&*self.hooks.surroundings);
+                            self.ex.admission(&env, answer);
+                            continue;
+                        }
+                    }
+                    if self.poll_waiting(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                Io::AskContinuation => {
+                    let given = match (&self.hooks.continuation, self.ex.delivered_prefix()) {
+                        (Some(hook), Some(delivered)) => hook(&ContinuationContext {
+                            head: &self.origin.head,
+                            body: &self.origin.body,
+                            delivered,
+                        }),
+                        _ => None,
+                    };
+                    let env = EnvOf(&*self.hooks.surroundings);
+                    self.ex.continuation(&env, given.is_some());
+                    self.continuation = given;
+                }
+                Io::End(result) => {
+                    self.ended = true;
+                    self.inner = None;
+                    self.activity = Activity::None;
+                    self.timer = None;
+                    if result.is_ok() {
+                        if let Some(trailers) = self.trailers.take() {
+                            return Poll::Ready(Step::Trailers(trailers));
+                        }
+                    }
+                    return Poll::Ready(Step::End(result.map_err(|o| self.error(o))));
+                }
+            }
+        }
+    }
+
+    /// Builds the request of this send and starts it on a fresh clone of
+    /// the inner service.
+    fn send(&mut self, kind: SendKind) {
+        let mut req = match kind {
+            SendKind::Original => {
+                let body = self
+                    .origin
+                    .once
+                    .take()
+                    .unwrap_or_else(|| ReplayBody::full(self.origin.body.clone()));
+                Request::from_parts(self.origin.head.clone(), body)
+            }
+            SendKind::Resume(resume) => {
+                let origin = &self.origin;
+                let mut head = origin.head.clone();
+                if let Ok(method) = http::Method::from_bytes(resume.method.as_bytes()) {
+                    head.method = method;
+                }
+                match resume.url.parse() {
+                    Ok(uri) => head.uri = uri,
+                    Err(_) => return self.fail_send(FailureKind::ObserverRejected),
+                }
+                if let Some((name, value)) = &resume.header {
+                    match http::HeaderValue::from_str(value) {
+                        Ok(v) => {
+                            head.headers.insert(*name, v);
+                        }
+                        Err(_) => return self.fail_send(FailureKind::ObserverRejected),
+                    }
+                }
+                let body = if resume.with_body {
+                    origin.body.clone()
+                } else {
+                    for name in BODY_HEADERS {
+                        head.headers.remove(name);
+                    }
+                    Bytes::new()
+                };
+                Request::from_parts(head, ReplayBody::full(body))
+            }
+            SendKind::Continuation => match self.continuation.take() {
+                Some(req) => req.map(ReplayBody::full),
+                None => return self.fail_send(FailureKind::ObserverRejected),
+            },
+        };
+        #[cfg(feature = "tracing")]
+        {
+            let attempt = self.ex.wire_attempt();
+            let span = tracing::info_span!(
+                parent: &self.spans.request,
+                "recovery.attempt",
+                recovery.logical_id = self.ex.logical_id(),
+                recovery.attempt = attempt,
+                http.request.resend_count = tracing::field::Empty,
+            );
+            if attempt > 1 {
+                span.record("http.request.resend_count", attempt - 1);
+            }
+            self.spans.attempt = Some(span);
+        }
+        if let Some(wire) = &self.hooks.wire {
+            let (head, body) = req.into_parts();
+            let checked = wire.on_request(self.ex.wire_attempt(), &head, &self.origin.body);
+            req = Request::from_parts(head, body);
+            if let Err(e) = checked {
+                self.evidence.set_cause(Arc::from(e));
+                return self.fail_send(FailureKind::ObserverRejected);
+            }
+        }
+        req.extensions_mut().insert(self.origin.call.clone());
+        req.extensions_mut().insert(SendCredit);
+        self.head = None;
+        self.inner = None;
+        self.activity = Activity::Readying(self.sender.fresh(), Some(Box::new(req)));
+    }
+
+    fn fail_send(&mut self, kind: FailureKind) {
+        let env = EnvOf(&*self.hooks.surroundings);
+        self.ex.on_error(&env, Failure::new(kind, Phase::Sending));
+        self.flush();
+    }
+
+    /// Readiness, then the call, then the head (or the head timer).
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        #[cfg(feature = "tracing")]
+        let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
+        if let Activity::Readying(sender, req) = &mut self.activity {
+            match sender.poll_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    let req = req.take().expect("a request per send");
+                    let sent = sender.call(*req);
+                    self.activity = Activity::Awaiting(sent);
+                    let env = EnvOf(&*self.hooks.surroundings);
+                    self.ex.on_sent(&env);
+                }
+                Poll::Ready(Err(e)) => {
+                    self.activity = Activity::None;
+                    self.evidence.set_cause(Arc::from(e));
+                    let env = EnvOf(&*self.hooks.surroundings);
+                    let failure = Failure::new(FailureKind::NotReady, Phase::Connecting);
+                    self.ex.on_error(&env, failure);
+                    return Poll::Ready(());
+                }
+                Poll::Pending => return self.poll_waiting(cx),
+            }
+        }
+        let Activity::Awaiting(sent) = &mut self.activity else {
+            return Poll::Ready(());
+        };
+        let response = match sent.as_mut().poll(cx) {
+            Poll::Pending => return self.poll_waiting(cx),
+            Poll::Ready(r) => r,
+        };
+        self.activity = Activity::None;
+        let env = EnvOf(&*self.hooks.surroundings);
+        match response {
+            Err(e) => {
+                let failure = classify::head_error(&e);
+                self.evidence.set_cause(Arc::from(e));
+                self.ex.on_error(&env, failure);
+            }
+            Ok(response) => {
+                let (parts, body) = response.into_parts();
+                self.evidence.set_headers(parts.headers.clone());
+                let handle = parts.extensions.get::<ObserveHandle>().cloned();
+                self.ex.on_head(&env, &parts, handle);
+                if let Some(wire) = &self.hooks.wire {
+                    if let Err(e) = wire.on_response_head(self.ex.wire_attempt(), &parts) {
+                        self.evidence.set_cause(Arc::from(e));
+                        let failure =
+                            Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
+                        self.ex.on_error(&env, failure);
+                    }
+                }
+                self.head = Some(parts);
+                self.inner = Some(Box::pin(body));
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// One frame of the current attempt's body; `Some` when it goes to the
+    /// consumer at once.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        #[cfg(feature = "tracing")]
+        let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
+        let Some(inner) = self.inner.as_mut() else {
+            let env = EnvOf(&*self.hooks.surroundings);
+            self.ex.on_end(&env);
+            return Poll::Ready(None);
+        };
+        match inner.as_mut().poll_frame(cx) {
+            Poll::Pending => self.poll_waiting(cx).map(|()| None),
+            Poll::Ready(Some(Ok(frame))) => Poll::Ready(match frame.into_data() {
+                Ok(data) => self.chunk(data),
+                Err(frame) => {
+                    self.trailers = frame.into_trailers().ok();
+                    None
+                }
+            }),
+            Poll::Ready(other) => {
+                self.body_ended(other.map(|r| r.map_err(Into::into)));
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn chunk(&mut self, data: Bytes) -> Option<Bytes> {
+        let env = EnvOf(&*self.hooks.surroundings);
+        if let Some(wire) = &self.hooks.wire {
+            if let Err(e) = wire.on_body_chunk(self.ex.wire_attempt(), &data) {
+                self.evidence.set_cause(Arc::from(e));
+                let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
+                self.ex.on_error(&env, failure);
+                return None;
+            }
+        }
+        self.ex.on_chunk(&env, data)
+    }
+
+    /// The body's end or failure.
+    #[cold]
+    fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
+        let env = EnvOf(&*self.hooks.surroundings);
+        match polled {
+            None => self.ex.on_end(&env),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                // The observer below judged the end (no proof, or a broken
+                // protocol): the machine reads its verdict.
+                let judged = matches!(
+                    e.downcast_ref::<ObserveError>(),
+                    Some(ObserveError::UnexpectedEof(_) | ObserveError::Protocol(_))
+                );
+                if judged {
+                    self.ex.on_end(&env);
+                } else {
+                    let failure = classify::body_error(&e);
+                    self.evidence.set_cause(Arc::from(e));
+                    self.ex.on_error(&env, failure);
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Waits on the machine's deadline (and, before the response is handed
+    /// out, the caller's cancellation). `Ready` when either fired.
+    fn poll_waiting(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.ex.is_passing_through() {
+            if let Some(c) = self.cancelled.as_mut() {
+                if c.as_mut().poll(cx).is_ready() {
+                    self.cancelled = None;
+                    let env = EnvOf(&*self.hooks.surroundings);
+                    self.ex.cancel(&env);
+                    return Poll::Ready(());
+                }
+            }
+        }
+        self.poll_timer(cx)
+    }
+
+    /// The one sleep: armed at the machine's deadline, re-armed only when
+    /// the deadline moved earlier or passed without firing.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(deadline) = self.ex.poll_timeout() else {
+            self.timer = None;
+            return Poll::Pending;
+        };
+        let stale = self.timer.as_ref().is_none_or(|(at, _)| deadline < *at);
+        if stale {
+            let now = self.hooks.surroundings.now();
+            let sleep = self
+                .hooks
+                .surroundings
+                .sleep(deadline.saturating_since(now));
+            self.timer = Some((deadline, sleep));
+        }
+        let Some((_, sleep)) = self.timer.as_mut() else {
+            return Poll::Pending;
+        };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.timer = None;
+        let env = EnvOf(&*self.hooks.surroundings);
+        self.ex.handle_timeout(&env);
+        self.flush();
+        Poll::Ready(())
+    }
+}
+
+impl<B> Drop for Driver<B> {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Dropped before the end (the caller gave up on the future, or
+            // the consumer on the body): the machine says whether that is a
+            // cancellation or, after proof was handed out, a completion.
+            let env = EnvOf(&*self.hooks.surroundings);
+            self.ex.cancel(&env);
+            for event in self.ex.drain_events() {
+                self.hooks.observer.on_event(&event);
+            }
+            self.report.set(self.ex.report());
+        }
+    }
+}
