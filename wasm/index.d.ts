@@ -99,9 +99,14 @@ export interface RecoveringFetchOptions {
   evidenceCap?: number;
   maxResumes?: number;
   endpoint?: 'remote' | 'local';
+  /** Bound on a silence with no byte at all; `null` for none (default 300000). */
   idleTimeoutMs?: number | null;
+  /** Bound on a time without a semantic fragment, keepalives aside; `null` for none (default 600000). */
   progressTimeoutMs?: number | null;
+  /** Bound from a send to its response head; `null` for none (default 300000). */
   headTimeoutMs?: number | null;
+  /** The endpoint is an SSE server that honours `Last-Event-ID`: a broken stream is resumed from the last delivered id. */
+  resumableSse?: boolean;
   /** Cross-request retry budget shared by every request of this function. */
   retryBudget?: { ttlMs?: number; minRetriesPerSec?: number; percent?: number } | null;
   /** The body's protocol; `auto` (default) guesses from the URL path. */
@@ -116,6 +121,19 @@ export interface RecoveringFetchOptions {
   fetch?: (input: string, init: RequestInit) => Promise<Response>;
   /** Asked before an ambiguous resend; anything but allow is a refusal. */
   admission?: (context: AdmissionContext) => boolean | 'allow' | 'reject' | Promise<boolean | 'allow' | 'reject'>;
+  /**
+   * Continues a committed answer no native resume can continue: gets what the
+   * consumer already has and a copy of the original request, returns the
+   * continuation request (an assistant prefill, a "continue" turn) or `null`.
+   * Its output is spliced after the delivered prefix, its own preamble dropped.
+   */
+  continuation?: (context: ContinuationContext) => Request | RequestInit & { url: string } | null | Promise<Request | null>;
+}
+
+/** What the continuation hook is given. The delivered text is response text: sensitive. */
+export interface ContinuationContext {
+  delivered: { text: string; reasoning: string; toolFragments: string[]; truncated: boolean };
+  request: Request;
 }
 
 /** Reachable from every response: `response.recovery` or `recoveryOf(response)`. */

@@ -7,6 +7,7 @@
 //! reading of that format, shared by the engine's runner, the tower runner
 //! and the wasm runner.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
@@ -16,6 +17,7 @@ use crate::failure::{Failure, Phase, TransportKind};
 use crate::outcome::CancelPhase;
 use crate::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
 use crate::progress::Proof;
+use crate::protocol::{ProtocolKind, SseTerminal};
 use crate::retry_after::{RetryAfter, parse_retry_after};
 
 /// The wall clock every vector starts at: 1000 s after the Unix epoch.
@@ -42,11 +44,70 @@ pub struct Vector {
     pub attempts: Vec<AttemptSpec>,
     /// What must come out.
     pub expected: Expected,
+    /// The protocol the answers speak (default `openai-chat`).
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// The logical request (default `POST /v1/chat/completions` with `{}`).
+    #[serde(default)]
+    pub request: Option<RequestSpec>,
+    /// The endpoint is declared an SSE server that honours `Last-Event-ID`.
+    #[serde(default)]
+    pub resumable_sse: bool,
+    /// A continuation hook is installed and returns this request.
+    #[serde(default)]
+    pub continuation: Option<RequestSpec>,
+    /// The success terminal of a generic `sse` stream.
+    #[serde(default)]
+    pub sse_terminal: Option<SseTerminal>,
 }
 
-/// Policy knobs of a vector.
+/// A request of a vector: method, path (with its query) and body text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RequestSpec {
+    /// The method.
+    pub method: String,
+    /// The path and query (runners put their own origin before it).
+    pub path: String,
+    /// The body text.
+    #[serde(default)]
+    pub body: String,
+}
+
+impl Vector {
+    /// The protocol's name (`openai-chat` by default).
+    pub fn protocol_name(&self) -> &str {
+        self.protocol.as_deref().unwrap_or("openai-chat")
+    }
+
+    /// The protocol the answers speak.
+    pub fn protocol(&self) -> Result<ProtocolKind, String> {
+        let kind: ProtocolKind = self
+            .protocol_name()
+            .parse()
+            .map_err(|_| format!("unknown protocol {:?}", self.protocol_name()))?;
+        Ok(match kind {
+            ProtocolKind::Sse { .. } => ProtocolKind::Sse {
+                terminal_sentinel: self.sse_terminal.clone(),
+            },
+            other => other,
+        })
+    }
+
+    /// The logical request.
+    pub fn request(&self) -> RequestSpec {
+        self.request.clone().unwrap_or_else(|| RequestSpec {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            body: "{}".into(),
+        })
+    }
+}
+
+/// Policy knobs of a vector; every knob left out keeps the policy default
+/// (`"policy": {}` is the default policy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PolicySpec {
     /// Sends allowed.
     pub max_attempts: u32,
@@ -64,6 +125,35 @@ pub struct PolicySpec {
     pub retryable_statuses: Vec<u16>,
     /// Remote or local endpoint.
     pub endpoint: Endpoint,
+    /// Resumes allowed.
+    pub max_resumes: u32,
+    /// Head timeout (`null`: none).
+    pub head_timeout_ms: Option<u64>,
+    /// Idle timeout (`null`: none).
+    pub idle_timeout_ms: Option<u64>,
+    /// Progress timeout (`null`: none).
+    pub progress_timeout_ms: Option<u64>,
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        let p = RecoveryPolicy::default();
+        let ms = |d: Duration| d.as_millis() as u64;
+        PolicySpec {
+            max_attempts: p.max_attempts().get(),
+            backoff_base_ms: ms(p.backoff_base()),
+            backoff_ceiling_ms: ms(p.backoff_ceiling()),
+            budget_ms: p.budget().map(ms),
+            deadline_ms: p.deadline().map(ms),
+            retry_after_ceiling_ms: ms(p.retry_after_ceiling()),
+            retryable_statuses: p.retryable_statuses().to_vec(),
+            endpoint: p.endpoint(),
+            max_resumes: p.max_resumes(),
+            head_timeout_ms: p.head_timeout().map(ms),
+            idle_timeout_ms: p.idle_timeout().map(ms),
+            progress_timeout_ms: p.progress_timeout().map(ms),
+        }
+    }
 }
 
 impl PolicySpec {
@@ -78,6 +168,10 @@ impl PolicySpec {
             .retry_after_ceiling(ms(self.retry_after_ceiling_ms), OverCeiling::Refuse)
             .retryable_statuses(self.retryable_statuses.iter().copied())
             .endpoint(self.endpoint)
+            .max_resumes(self.max_resumes)
+            .head_timeout(self.head_timeout_ms.map(ms))
+            .idle_timeout(self.idle_timeout_ms.map(ms))
+            .progress_timeout(self.progress_timeout_ms.map(ms))
             .build()
     }
 }
@@ -92,10 +186,16 @@ pub struct CancelSpec {
     pub after_ms: u64,
 }
 
-/// What one send does: exactly one of `fail`, `succeed`, `cancel`.
+/// What one send does: exactly one of `fail`, `succeed`, `cancel`, `wire`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttemptSpec {
+    /// The exchange on the wire, byte for byte.
+    #[serde(default)]
+    pub wire: Option<WireSpec>,
+    /// The platform goes offline when this send fails, and stays offline.
+    #[serde(default)]
+    pub offline: bool,
     /// The send fails.
     pub fail: Option<FailSpec>,
     /// The send ends with terminal proof.
@@ -140,6 +240,206 @@ impl FailSpec {
     }
 }
 
+/// One send as the server plays it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireSpec {
+    /// The response status; absent with `head`.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Response headers (lowercase names).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// No head: `never` (the server stalls inside the head) or `reset`.
+    #[serde(default)]
+    pub head: Option<HeadFault>,
+    /// Body chunks, each sent as one write.
+    #[serde(default)]
+    pub chunks: Vec<String>,
+    /// After the chunks, a keepalive comment every this many ms, forever.
+    #[serde(default)]
+    pub keepalive_every_ms: Option<u64>,
+    /// How the body ends.
+    #[serde(default)]
+    pub end: WireEnd,
+}
+
+/// A send that gets no head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadFault {
+    /// The server stalls: no head ever comes.
+    Never,
+    /// The connection is reset before the head.
+    Reset,
+}
+
+/// How a body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireEnd {
+    /// A clean end of body.
+    #[default]
+    Eof,
+    /// The connection is reset.
+    Reset,
+    /// Nothing more ever comes.
+    Hang,
+    /// Nothing more comes; the consumer drops the body once it has read
+    /// everything (as an SDK does after its end marker).
+    ConsumerDrop,
+    /// Nothing more comes; the caller cancels once the consumer has read
+    /// everything.
+    ConsumerCancel,
+}
+
+/// What a runner plays for one send, whatever form the vector used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Played {
+    /// The head (or why there is none).
+    pub head: PlayedHead,
+    /// Body chunks.
+    pub chunks: Vec<String>,
+    /// A keepalive every this many ms after the chunks, forever.
+    pub keepalive_every_ms: Option<u64>,
+    /// How the body ends.
+    pub end: WireEnd,
+    /// The caller cancels while this send awaits its head.
+    pub cancel_awaiting: bool,
+    /// The platform goes offline when this send fails.
+    pub offline: bool,
+}
+
+/// The head of a played send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PlayedHead {
+    /// A head.
+    Status {
+        /// The status.
+        status: u16,
+        /// Headers, lowercase names.
+        headers: Vec<(String, String)>,
+    },
+    /// The send fails before any head.
+    Fails {
+        /// How.
+        transport: TransportKind,
+        /// Where.
+        phase: Phase,
+    },
+    /// No head ever comes.
+    Never,
+}
+
+/// The OpenAI Chat events the abstract attempt forms are played with.
+pub mod chat {
+    /// A role-only delta (not semantic).
+    pub const ROLE: &str =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    /// A content delta (semantic).
+    pub const HELLO: &str =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n";
+    /// The finish reason.
+    pub const STOP: &str =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    /// The strong terminal proof.
+    pub const DONE: &str = "data: [DONE]\n\n";
+}
+
+impl AttemptSpec {
+    /// What a runner plays for this send.
+    pub fn played(&self) -> Result<Played, String> {
+        use chat::{DONE, HELLO, ROLE, STOP};
+        let sse = || vec![("content-type".to_owned(), "text/event-stream".to_owned())];
+        let ok = |chunks: Vec<&str>, end| Played {
+            head: PlayedHead::Status {
+                status: 200,
+                headers: sse(),
+            },
+            chunks: chunks.into_iter().map(str::to_owned).collect(),
+            keepalive_every_ms: None,
+            end,
+            cancel_awaiting: false,
+            offline: self.offline,
+        };
+        let played = match (&self.wire, &self.fail, self.succeed, self.cancel) {
+            (Some(w), None, None, None) => Played {
+                head: match (w.status, w.head) {
+                    (Some(status), None) => PlayedHead::Status {
+                        status,
+                        headers: w.headers.clone().into_iter().collect(),
+                    },
+                    (None, Some(HeadFault::Never)) => PlayedHead::Never,
+                    (None, Some(HeadFault::Reset)) => PlayedHead::Fails {
+                        transport: TransportKind::Reset,
+                        phase: Phase::AwaitingHeaders,
+                    },
+                    _ => return Err("a wire send has a status or a head fault".into()),
+                },
+                chunks: w.chunks.clone(),
+                keepalive_every_ms: w.keepalive_every_ms,
+                end: w.end,
+                cancel_awaiting: false,
+                offline: self.offline,
+            },
+            (None, Some(f), None, None) => match (f.status, f.transport, f.phase) {
+                (Some(status), None, _) => {
+                    let mut headers =
+                        vec![("content-type".to_owned(), "application/json".to_owned())];
+                    if let Some(ra) = &f.retry_after {
+                        headers.push(("retry-after".into(), ra.clone()));
+                    }
+                    if let Some(sr) = f.should_retry {
+                        headers.push(("x-should-retry".into(), sr.to_string()));
+                    }
+                    Played {
+                        head: PlayedHead::Status { status, headers },
+                        chunks: vec!["{}".into()],
+                        keepalive_every_ms: None,
+                        end: WireEnd::Eof,
+                        cancel_awaiting: false,
+                        offline: self.offline,
+                    }
+                }
+                (None, Some(_), Some(Phase::Streaming)) if self.semantic => {
+                    ok(vec![ROLE, HELLO], WireEnd::Reset)
+                }
+                (None, Some(_), Some(Phase::Streaming)) => ok(vec![ROLE], WireEnd::Reset),
+                (None, Some(transport), Some(phase)) => Played {
+                    head: PlayedHead::Fails { transport, phase },
+                    chunks: Vec::new(),
+                    keepalive_every_ms: None,
+                    end: WireEnd::Eof,
+                    cancel_awaiting: false,
+                    offline: self.offline,
+                },
+                _ => return Err("a failure is a status or a transport error with a phase".into()),
+            },
+            (None, None, Some(proof), None) => match proof {
+                Proof::Strong => ok(vec![ROLE, HELLO, STOP, DONE], WireEnd::Eof),
+                Proof::FinishReasonOnly => ok(vec![ROLE, HELLO, STOP], WireEnd::Eof),
+            },
+            (None, None, None, Some(CancelPhase::Streaming)) if self.semantic => {
+                ok(vec![ROLE, HELLO], WireEnd::ConsumerCancel)
+            }
+            (None, None, None, Some(CancelPhase::Streaming)) => {
+                ok(vec![ROLE], WireEnd::ConsumerCancel)
+            }
+            (None, None, None, Some(_)) => Played {
+                head: PlayedHead::Never,
+                chunks: Vec::new(),
+                keepalive_every_ms: None,
+                end: WireEnd::Eof,
+                cancel_awaiting: true,
+                offline: self.offline,
+            },
+            _ => return Err("an attempt is exactly one of fail, succeed, cancel, wire".into()),
+        };
+        Ok(played)
+    }
+}
+
 /// What must come out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,4 +452,120 @@ pub struct Expected {
     pub sends: usize,
     /// Every wait scheduled, in ms, in order.
     pub delays_ms: Vec<u64>,
+    /// The bytes the consumer received, exactly.
+    #[serde(default)]
+    pub delivered: Option<String>,
+    /// The interruption's cause (`partial_frame`, `stall`, ...).
+    #[serde(default)]
+    pub cause: Option<String>,
+    /// Whether the request committed (a response reached the caller).
+    #[serde(default)]
+    pub committed: Option<bool>,
+    /// Virtual time of the terminal event, in ms from the start.
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    /// Each send as `METHOD path` (plus ` last-event-id=<id>` when set).
+    #[serde(default)]
+    pub requests: Option<Vec<String>>,
+    /// A transport error arrived after terminal proof.
+    #[serde(default)]
+    pub late_error: Option<bool>,
+}
+
+/// What a runner observed of one vector, compared with [`Expected`] by
+/// [`Expected::check`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Event names in order, `committed` left out.
+    pub events: Vec<String>,
+    /// The outcome's name.
+    pub outcome: String,
+    /// The interruption cause, when interrupted.
+    pub cause: Option<String>,
+    /// Whether the report names a committed attempt.
+    pub committed: bool,
+    /// Sends made.
+    pub sends: usize,
+    /// Delays scheduled, in ms.
+    pub delays_ms: Vec<u64>,
+    /// Bytes the consumer received.
+    pub delivered: Vec<u8>,
+    /// Virtual time of the terminal event, in ms.
+    pub end_ms: u64,
+    /// Each send as `METHOD path[ last-event-id=<id>]`.
+    pub requests: Vec<String>,
+    /// The report's late-error flag.
+    pub late_error: bool,
+}
+
+impl Observed {
+    /// Fills the fields a report holds: outcome, cause, commit, delays and
+    /// the terminal time.
+    pub fn from_report(&mut self, report: &crate::report::RecoveryReport) {
+        if let Some(outcome) = &report.outcome {
+            outcome.name().clone_into(&mut self.outcome);
+            if let crate::outcome::Outcome::Interrupted { cause, .. } = outcome {
+                self.cause = Some(cause.name().to_owned());
+            }
+        }
+        self.committed = report.committed_attempt.is_some();
+        self.delays_ms = report
+            .delays
+            .iter()
+            .map(|d| d.delay_ms.as_millis() as u64)
+            .collect();
+        self.end_ms = report.metrics.total_ms.unwrap_or_default();
+        self.late_error = report.late_error;
+    }
+}
+
+impl Expected {
+    /// Compares what a runner observed with this expectation; the error
+    /// names the first field that differs.
+    pub fn check(&self, name: &str, o: &Observed) -> Result<(), String> {
+        let differ = |field: &str, want: &dyn std::fmt::Debug, got: &dyn std::fmt::Debug| {
+            Err(format!("{name}: {field}: expected {want:?}, got {got:?}"))
+        };
+        if o.events != self.events {
+            return differ("events", &self.events, &o.events);
+        }
+        if o.outcome != self.outcome {
+            return differ("outcome", &self.outcome, &o.outcome);
+        }
+        if o.sends != self.sends {
+            return differ("sends", &self.sends, &o.sends);
+        }
+        if o.delays_ms != self.delays_ms {
+            return differ("delays_ms", &self.delays_ms, &o.delays_ms);
+        }
+        if let Some(d) = &self.delivered {
+            if o.delivered != d.as_bytes() {
+                return differ("delivered", d, &String::from_utf8_lossy(&o.delivered));
+            }
+        }
+        if self.cause.is_some() && o.cause != self.cause {
+            return differ("cause", &self.cause, &o.cause);
+        }
+        if let Some(c) = self.committed {
+            if o.committed != c {
+                return differ("committed", &c, &o.committed);
+            }
+        }
+        if let Some(t) = self.end_ms {
+            if o.end_ms != t {
+                return differ("end_ms", &t, &o.end_ms);
+            }
+        }
+        if let Some(r) = &self.requests {
+            if &o.requests != r {
+                return differ("requests", r, &o.requests);
+            }
+        }
+        if let Some(l) = self.late_error {
+            if o.late_error != l {
+                return differ("late_error", &l, &o.late_error);
+            }
+        }
+        Ok(())
+    }
 }

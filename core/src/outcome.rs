@@ -78,6 +78,21 @@ pub enum InterruptCause {
     AttemptsExhausted,
 }
 
+impl InterruptCause {
+    /// The stable snake_case name (`partial_frame`, `stall`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            InterruptCause::Transport => "transport",
+            InterruptCause::UnexpectedEof => "unexpected_eof",
+            InterruptCause::PartialFrame => "partial_frame",
+            InterruptCause::ProviderError => "provider_error",
+            InterruptCause::Stall => "stall",
+            InterruptCause::ResumeFailed => "resume_failed",
+            InterruptCause::AttemptsExhausted => "attempts_exhausted",
+        }
+    }
+}
+
 /// How a logical request ended. Exactly one per request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]

@@ -1,51 +1,18 @@
-//! Runs every lifecycle vector of `tests/conformance/engine/*.json` through
-//! the engine on the virtual clock. The format is documented in
-//! `tests/conformance/README.md`; other drivers run the same files.
+//! Runs every conformance vector of `tests/conformance/engine/*.json`
+//! through the machine on the virtual clock, with the thin test driver. The
+//! format is documented in `tests/conformance/README.md`; the tower and
+//! wasm drivers run the same files.
 
 mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{Hook, Jitter, Script, Step, ms};
-use recovery_core::conformance::{AttemptSpec, Vector};
+use common::{Hook, Jitter, Script, Step, VectorSetup, ms};
+use recovery_core::conformance::{Observed, Vector};
 use recovery_core::decision::AdmissionAnswer;
-use recovery_core::progress::{Progress, SemanticKind};
 
 const WALL: Duration = recovery_core::conformance::WALL_CLOCK;
-
-fn step(a: &AttemptSpec) -> Step {
-    match (&a.fail, a.succeed, a.cancel) {
-        (Some(f), None, None) => {
-            let mut failure = f
-                .failure()
-                .unwrap_or_else(|| panic!("a failure is a status or a transport error: {f:?}"));
-            if a.semantic {
-                let mut p = Progress::default();
-                p.observe(SemanticKind::Content);
-                p.deliver_observed();
-                failure.progress = p;
-            }
-            Step::Fail {
-                after: Duration::ZERO,
-                failure,
-                commit: a.semantic,
-                offline: false,
-            }
-        }
-        (None, Some(proof), None) => Step::Succeed {
-            after: Duration::ZERO,
-            proof,
-            commit: true,
-        },
-        (None, None, Some(phase)) => Step::Cancel {
-            after: Duration::ZERO,
-            phase,
-            commit: a.semantic,
-        },
-        _ => panic!("an attempt is exactly one of fail, succeed, cancel: {a:?}"),
-    }
-}
 
 fn hook(answer: &str) -> Hook {
     let answer = match answer {
@@ -53,6 +20,7 @@ fn hook(answer: &str) -> Hook {
         "reject" => AdmissionAnswer::Reject,
         "unresolved" => AdmissionAnswer::Unresolved,
         "cancel" => return Hook::CancelAfter(ms(10)),
+        "never" => return Hook::Never,
         other => panic!("unknown admission answer {other}"),
     };
     Hook::Answer {
@@ -61,12 +29,16 @@ fn hook(answer: &str) -> Hook {
     }
 }
 
-fn run_vector(v: &Vector) {
-    let mut script = Script::new(
-        v.policy.policy().expect("valid policy"),
-        v.attempts.iter().map(step).collect(),
-    )
-    .jitter(Jitter::Pinned(v.jitter));
+fn run_vector(v: &Vector) -> Result<(), String> {
+    let steps = v
+        .attempts
+        .iter()
+        .map(|a| a.played().map(Step::Played))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", v.name))?;
+    let protocol = v.protocol().map_err(|e| format!("{}: {e}", v.name))?;
+    let mut script = Script::new(v.policy.policy().expect("valid policy"), steps)
+        .jitter(Jitter::Pinned(v.jitter));
     script.wall = WALL;
     script.hook = v
         .admission
@@ -76,17 +48,22 @@ fn run_vector(v: &Vector) {
         .cancel_during_wait
         .as_ref()
         .map(|c| (c.wait, ms(c.after_ms)));
+    script.vector = Some(VectorSetup {
+        protocol,
+        request: v.request(),
+        resumable_sse: v.resumable_sse,
+        continuation: v.continuation.clone(),
+    });
     let run = script.run();
-    assert_eq!(run.transitions(), v.expected.events, "{}: events", v.name);
-    assert_eq!(
-        run.outcome.name(),
-        v.expected.outcome,
-        "{}: outcome",
-        v.name
-    );
-    assert_eq!(run.send_count(), v.expected.sends, "{}: sends", v.name);
-    let delays: Vec<u64> = run.waits.iter().map(|w| w.0.as_millis() as u64).collect();
-    assert_eq!(delays, v.expected.delays_ms, "{}: delays", v.name);
+    let mut observed = Observed {
+        events: run.transitions().into_iter().map(str::to_owned).collect(),
+        sends: run.send_count(),
+        delivered: run.delivered.clone(),
+        requests: run.requests.clone(),
+        ..Observed::default()
+    };
+    observed.from_report(&run.report);
+    v.expected.check(&v.name, &observed)
 }
 
 #[test]
@@ -99,10 +76,11 @@ fn every_engine_vector_runs() {
         .collect();
     files.sort();
     assert!(
-        files.len() >= 10,
-        "expected the lifecycle vectors, found {}",
+        files.len() >= 14,
+        "expected the conformance vectors, found {}",
         files.len()
     );
+    let mut failures = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).unwrap();
         let v: Vector =
@@ -112,6 +90,20 @@ fn every_engine_vector_runs() {
             Some(v.name.as_str()),
             "file name = vector name"
         );
-        run_vector(&v);
+        if let Err(e) = run_vector(&v) {
+            failures.push(e);
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The runner can fail: an altered expectation is caught.
+#[test]
+fn an_altered_vector_is_caught() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/engine");
+    let text = std::fs::read_to_string(dir.join("503_then_success.json")).unwrap();
+    let mut v: Vector = serde_json::from_str(&text).unwrap();
+    run_vector(&v).unwrap();
+    v.expected.delays_ms = vec![500];
+    assert!(run_vector(&v).unwrap_err().contains("delays_ms"));
 }

@@ -9,7 +9,7 @@ export function _bind(module) {
   wasm = module;
 }
 
-const FUNCTION_OPTIONS = ['onEvent', 'signal', 'fetch', 'admission'];
+const FUNCTION_OPTIONS = ['onEvent', 'signal', 'fetch', 'admission', 'continuation'];
 const reports = new WeakMap();
 
 /**
@@ -86,7 +86,7 @@ function checkOptions(options) {
   if (typeof options !== 'object') {
     throw new TypeError('createRecoveringFetch: options must be an object');
   }
-  for (const key of ['onEvent', 'fetch', 'admission']) {
+  for (const key of ['onEvent', 'fetch', 'admission', 'continuation']) {
     if (options[key] !== undefined && typeof options[key] !== 'function') {
       const e = new TypeError(`invalid recovery option \`${key}\`: expected a function`);
       e.code = 'invalid_option';
@@ -103,6 +103,30 @@ function checkOptions(options) {
 }
 
 /**
+ * The continuation hook as the driver calls it: given the delivered prefix,
+ * the caller's hook gets `{ delivered, request }` (a copy of the original
+ * request) and returns a `Request` (or what `new Request()` takes), `null`
+ * to decline, or a promise of either; the driver gets `{ url, method,
+ * headers, body }` or `null`.
+ */
+function continuationOf(hook, original, body) {
+  return async (delivered) => {
+    const request = new Request(original.url, {
+      method: original.method,
+      headers: original.headers,
+      body: body === undefined ? undefined : body.slice(),
+    });
+    const answer = await hook({ delivered, request });
+    if (answer === null || answer === undefined) return null;
+    const next = answer instanceof Request ? answer : new Request(answer);
+    const nextBody = next.method === 'GET' || next.method === 'HEAD'
+      ? undefined
+      : new Uint8Array(await next.arrayBuffer());
+    return { url: next.url, method: next.method, headers: [...next.headers], body: nextBody };
+  };
+}
+
+/**
  * Returns a function with fetch's signature whose responses survive
  * network failures: see index.d.ts for the options and the semantics.
  */
@@ -114,6 +138,7 @@ export function createRecoveringFetch(options) {
     if (!FUNCTION_OPTIONS.includes(key) && value !== undefined) data[key] = value;
   }
   if (opts.admission) data.admissionHook = true;
+  if (opts.continuation) data.continuationHook = true;
   const client = new wasm.RecoveryClient(data);
 
   return async function recoveringFetch(input, init) {
@@ -127,6 +152,7 @@ export function createRecoveringFetch(options) {
       ? undefined
       : new Uint8Array(await request.arrayBuffer());
     const fetchImpl = opts.fetch || globalThis.fetch;
+    const continuation = opts.continuation && continuationOf(opts.continuation, request, body);
     const call = client.call(
       fetchImpl,
       request.url,
@@ -135,6 +161,7 @@ export function createRecoveringFetch(options) {
       body,
       opts.onEvent,
       opts.admission,
+      continuation,
     );
     const onAbort = () => call.cancel();
     for (const s of signals) s.addEventListener('abort', onAbort);

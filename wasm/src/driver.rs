@@ -1,48 +1,41 @@
-//! The fetch driver: runs one logical request through the engine.
+//! The fetch driver: does the machine's I/O for one logical request.
 //!
-//! Mirrors the tower driver's decisions step for step: every send is begun
-//! through [`Recovery::begin_attempt`]; before commit the attempt's head and
-//! frames are held back and a failed attempt is invisible (status, headers,
-//! bytes); commit happens on the first semantic fragment, at the hold-back
-//! cap, or on terminal proof with no semantic output; after commit a failure
-//! ends the stitched body with a typed error; a final HTTP error is returned
-//! as that response; exactly one terminal event is emitted.
+//! Every decision is the core machine's ([`Exchange`]); this module asks it
+//! what to do ([`Exchange::poll`]) and does it with JS: `fetch` with a fresh
+//! `AbortController` per send, `ReadableStream` reads, `setTimeout` for the
+//! machine's one deadline, `navigator.onLine` and the `online` event, the
+//! admission and continuation hooks, and `onEvent`.
 //!
 //! `fetch` hides where a request failed (connect, send or awaiting the
 //! head): a rejected `fetch()` is a transport failure in phase `unknown`
 //! (acceptance unknown), a rejected `read()` one in phase `streaming`.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::SystemTime;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
-use recovery_core::decision::{Action, AdmissionAnswer};
-use recovery_core::engine::Recovery;
-use recovery_core::failure::{EofEvidence, Failure, FailureKind, Phase, Stall, TransportKind};
-use recovery_core::lifecycle::CommitTrigger;
-use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
-use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
-use recovery_core::policy::RecoveryPolicy;
-use recovery_core::protocol::ProtocolKind;
-use recovery_core::retry_after::{RetryAfter, parse_should_retry};
-use recovery_core::safe::request_id_with;
+use recovery_core::decision::AdmissionAnswer;
+use recovery_core::exchange::{
+    AdmissionRequest, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
+};
+use recovery_core::failure::{Failure, Phase, TransportKind};
+use recovery_core::outcome::{Outcome, ReplayDisabled};
+use recovery_core::resume::BODY_HEADERS;
 use recovery_core::timing::{Fraction, Instant};
-use recovery_core::watchdog::{WatchClock, Watchdog};
-use recovery_core::wire::{Limits, ProtocolViolation};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, ReadableStreamDefaultReader, ReadableStreamReadResult, Response};
 
 use crate::js_value::to_js;
-use crate::options::{ProtocolChoice, Settings, guess_protocol, has};
+use crate::options::Settings;
 use crate::platform::{Platform, Wait, get, random_u64};
 
 /// What a `createRecoveringFetch` instance shares between its requests.
@@ -62,6 +55,16 @@ pub(crate) struct RequestSpec {
     pub(crate) body: Option<Uint8Array>,
     pub(crate) on_event: Option<Function>,
     pub(crate) admission: Option<Function>,
+    /// `(prefix) => Promise<{ url, method, headers, body } | null>`.
+    pub(crate) continuation: Option<Function>,
+}
+
+/// A request the driver sends: the original, a resume, or a continuation.
+struct Outgoing {
+    url: String,
+    method: String,
+    headers: Array,
+    body: Option<Uint8Array>,
 }
 
 /// Caller cancellation: a flag, the in-flight attempt's `AbortController`
@@ -90,15 +93,15 @@ impl Cancel {
         self.cancelled.get()
     }
 
-    fn set_controller(&self, c: &AbortController) {
-        *self.controller.borrow_mut() = Some(Clone::clone(c));
-        if self.is_cancelled() {
+    fn set_controller(&self, c: Option<&AbortController>) {
+        *self.controller.borrow_mut() = c.cloned();
+        if let (true, Some(c)) = (self.is_cancelled(), c) {
             c.abort();
         }
     }
 
     fn abort_current(&self) {
-        if let Some(c) = self.controller.borrow().as_ref() {
+        if let Some(c) = self.controller.borrow_mut().take() {
             c.abort();
         }
     }
@@ -112,46 +115,67 @@ impl Cancel {
     }
 }
 
-/// What the driver waits on: a JS promise or a platform wait.
-enum Awaited {
-    Promise(JsFuture),
-    Wait(Wait),
-}
-
 /// How a driver wait ended.
 enum Woke {
     /// The promise settled.
     Settled(Result<JsValue, JsValue>),
-    /// The platform wait (a sleep, connectivity) completed.
+    /// The platform wait (connectivity) completed.
     Done,
-    /// The bounding timer fired first.
-    TimedOut,
-    /// The stall watchdog fired first.
-    Stalled(Stall),
+    /// The machine's deadline passed.
+    Deadline,
     /// The caller cancelled first.
     Cancelled,
 }
 
-/// The platform's clock as the watchdog's.
-pub(crate) struct WatchPlatform(Rc<dyn Platform>);
+/// What the driver waits on: a JS promise, a platform wait, or only the
+/// deadline.
+enum Awaited {
+    Promise(JsFuture),
+    Wait(Wait),
+    Nothing,
+}
 
-impl WatchClock for WatchPlatform {
-    type Sleep = Wait;
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn sleep(&self, duration: Duration) -> Wait {
-        self.0.sleep(duration)
+/// The machine's one deadline, armed lazily: a new timer only when the
+/// deadline moved earlier or the old timer fired.
+#[derive(Default)]
+struct Alarm {
+    armed: Option<(Instant, Wait)>,
+}
+
+impl Alarm {
+    fn poll(
+        &mut self,
+        deadline: Option<Instant>,
+        platform: &dyn Platform,
+        cx: &mut Context<'_>,
+    ) -> bool {
+        let Some(deadline) = deadline else {
+            self.armed = None;
+            return false;
+        };
+        if self.armed.as_ref().is_none_or(|(at, _)| deadline < *at) {
+            let wait = platform.sleep(deadline.saturating_since(platform.now()));
+            self.armed = Some((deadline, wait));
+        }
+        let Some((_, wait)) = self.armed.as_mut() else {
+            return false;
+        };
+        if wait.as_mut().poll(cx).is_ready() {
+            self.armed = None;
+            return true;
+        }
+        false
     }
 }
 
 /// The one wait every await of the driver goes through: `awaited`, raced
-/// against an optional timer, an optional stall watchdog and cancellation,
-/// polled in that order (a result that already arrived wins).
+/// against the machine's deadline and cancellation, polled in that order (a
+/// result that already arrived wins).
 struct WaitOn<'a> {
     awaited: Awaited,
-    timer: Option<Wait>,
-    watchdog: Option<&'a mut Watchdog<WatchPlatform>>,
+    deadline: Option<Instant>,
+    alarm: &'a mut Alarm,
+    platform: &'a dyn Platform,
     cancel: &'a Cancel,
 }
 
@@ -166,21 +190,13 @@ impl Future for WaitOn<'_> {
                 Poll::Pending => None,
             },
             Awaited::Wait(w) => w.as_mut().poll(cx).is_ready().then_some(Woke::Done),
+            Awaited::Nothing => None,
         };
         if let Some(woke) = ready {
             return Poll::Ready(woke);
         }
-        if this
-            .timer
-            .as_mut()
-            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
-        {
-            return Poll::Ready(Woke::TimedOut);
-        }
-        if let Some(dog) = this.watchdog.as_mut() {
-            if let Poll::Ready(stall) = dog.poll_stall(cx) {
-                return Poll::Ready(Woke::Stalled(stall));
-            }
+        if this.alarm.poll(this.deadline, this.platform, cx) {
+            return Poll::Ready(Woke::Deadline);
         }
         if this.cancel.poll_cancelled(cx) {
             return Poll::Ready(Woke::Cancelled);
@@ -189,91 +205,87 @@ impl Future for WaitOn<'_> {
     }
 }
 
-/// Waits on `awaited` (made only when not already cancelled).
-#[inline(never)]
-fn wait_on<'a>(
-    awaited: impl FnOnce() -> Awaited,
-    timer: Option<Wait>,
-    watchdog: Option<&'a mut Watchdog<WatchPlatform>>,
-    cancel: &'a Cancel,
-) -> Option<WaitOn<'a>> {
-    if cancel.is_cancelled() {
-        return None;
-    }
-    Some(WaitOn {
-        awaited: awaited(),
-        timer,
-        watchdog,
-        cancel,
-    })
-}
+/// The platform as the machine's [`Env`].
+struct EnvOf<'a>(&'a dyn Platform);
 
-/// Runs a wait made by [`wait_on`]: `Woke::Cancelled` when it was not made.
-async fn run(wait: Option<WaitOn<'_>>) -> Woke {
-    match wait {
-        Some(w) => w.await,
-        None => Woke::Cancelled,
+impl Env for EnvOf<'_> {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.0.wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        self.0.jitter()
+    }
+    fn online(&self) -> bool {
+        self.0.is_online()
     }
 }
 
-/// Reads one chunk from `reader`, watched by `watchdog`.
-async fn read(
-    reader: &ReadableStreamDefaultReader,
-    watchdog: Option<&mut Watchdog<WatchPlatform>>,
-    cancel: &Cancel,
-) -> Woke {
-    run(wait_on(
-        || Awaited::Promise(JsFuture::from(reader.read())),
-        None,
-        watchdog,
-        cancel,
-    ))
-    .await
+/// A chunk as the machine holds it: the JS array (handed on as it is) and
+/// its bytes in wasm memory (what the machine reads).
+pub(crate) struct JsChunk {
+    array: Uint8Array,
+    bytes: Vec<u8>,
 }
 
-/// Waits on a platform wait (a sleep, connectivity) made before the
-/// cancellation check, as the engine's drivers do.
-async fn wait_platform(wait: Wait, cancel: &Cancel) -> bool {
-    !matches!(
-        run(wait_on(move || Awaited::Wait(wait), None, None, cancel)).await,
-        Woke::Cancelled
-    )
+impl AsRef<[u8]> for JsChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
-/// The engine, where its events go, and the sensitive evidence.
-pub(crate) struct Shared {
-    pub(crate) engine: Recovery,
-    on_event: Option<Function>,
+/// A fetch `Response` as the machine's [`Head`].
+struct JsHead<'a>(&'a Response);
+
+impl Head for JsHead<'_> {
+    fn status(&self) -> u16 {
+        self.0.status()
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.0.headers().get(name).ok().flatten().map(Cow::Owned)
+    }
+    fn opaque_redirect(&self) -> bool {
+        get(self.0, "type").as_string().as_deref() == Some("opaqueredirect")
+    }
+}
+
+/// What the loop hands to the JS call.
+pub(crate) enum Out {
+    /// The committed attempt's head; its body follows from `next`.
+    Respond(Response),
+    /// The final HTTP error response, as the server sent it.
+    RespondError(Response),
+    /// A chunk for the consumer.
+    Deliver(Uint8Array),
+    /// The clean end (`Ok`) or the rejection value of a failure.
+    End(Result<(), JsValue>),
+}
+
+/// What a call shows while its driver is busy: the report and outcome as
+/// of the last event.
+#[derive(Default)]
+pub(crate) struct Published {
+    pub(crate) report: RefCell<JsValue>,
+    pub(crate) outcome: RefCell<JsValue>,
+    pub(crate) cause: RefCell<JsValue>,
+}
+
+/// The driver of one logical request.
+pub(crate) struct Driver {
+    pub(crate) published: Rc<Published>,
+    pub(crate) ex: Exchange<JsChunk>,
+    spec: RequestSpec,
+    pub(crate) platform: Rc<dyn Platform>,
     /// The last JS error seen (may carry text from the wire).
     pub(crate) cause: JsValue,
-    /// The last failed response's status text and headers are not kept:
-    /// the final error response itself is returned to the caller.
-    pub(crate) protocol: ProtocolKind,
-    /// Clocks, timers, jitter and connectivity: the JS platform, or what a
-    /// test injected.
-    pub(crate) platform: Rc<dyn Platform>,
-}
-
-/// Now, on the request's monotonic clock.
-pub(crate) fn now(shared: &SharedRef) -> Instant {
-    shared.borrow().platform.now()
-}
-
-pub(crate) type SharedRef = Rc<RefCell<Shared>>;
-
-/// Delivers pending lifecycle events to `onEvent` as plain objects with the
-/// Rust serde field names. The callback runs with no borrow held, so it may
-/// read the report; what it throws is ignored.
-pub(crate) fn flush(shared: &SharedRef) {
-    let (events, callback) = {
-        let mut s = shared.borrow_mut();
-        let events: Vec<_> = s.engine.drain_events().collect();
-        (events, s.on_event.clone())
-    };
-    let Some(callback) = callback else { return };
-    for event in events {
-        let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&event));
-    }
+    alarm: Alarm,
+    fetching: Option<js_sys::Promise>,
+    reader: Option<ReadableStreamDefaultReader>,
+    head: Option<Response>,
+    continuation: Option<Outgoing>,
+    ended: bool,
 }
 
 /// Marks a promise we do not wait for as handled, so its rejection is not
@@ -284,299 +296,6 @@ fn settle(promise: js_sys::Promise) {
 
 fn set(obj: &Object, key: &str, value: &JsValue) {
     let _ = Reflect::set(obj, &JsValue::from_str(key), value);
-}
-
-/// The rejection value for a request that ended without a response:
-/// `{ message, outcome, report, cause }`; the wrapper turns it into a
-/// `TypeError` (before commit) or a `RecoveryError` (after).
-pub(crate) fn failure_value(shared: &SharedRef, outcome: &Outcome, committed: bool) -> JsValue {
-    let s = shared.borrow();
-    let report = s.engine.report();
-    let obj = Object::new();
-    let mut message = format!(
-        "recovery failed: {outcome} ({} attempt(s)",
-        report.attempt_count()
-    );
-    if let Some(status) = report.last_status() {
-        let _ = write!(message, ", last status {status}");
-    }
-    message.push(')');
-    set(&obj, "message", &JsValue::from_str(&message));
-    set(&obj, "outcome", &to_js(outcome));
-    set(&obj, "report", &to_js(report));
-    set(&obj, "cause", &s.cause);
-    set(&obj, "committed", &JsValue::from_bool(committed));
-    obj.into()
-}
-
-/// A committed attempt's body, consumed by [`Call::next`](crate::Call).
-pub(crate) struct Live {
-    reader: Option<ReadableStreamDefaultReader>,
-    observer: StreamObserver,
-    held: VecDeque<Uint8Array>,
-    delivered_bytes: u64,
-    /// The engine has ended the request.
-    pub(crate) done: bool,
-    /// A provider error arrived in the last delivered chunk: fail next.
-    failed_after_chunk: Option<Failure>,
-    /// The stall watchdog after commit (idle and progress).
-    watchdog: Watchdog<WatchPlatform>,
-}
-
-/// What a finished attempt hands back.
-pub(crate) enum Resolved {
-    /// Committed: the response head, and the live body kept by the call.
-    Committed(Response, Box<Live>),
-    /// A final HTTP error, returned as that response.
-    ErrorResponse(Response),
-}
-
-enum Attempt {
-    Commit(Response, Box<Live>),
-    Failed(Failure, Option<(Response, AbortController)>),
-    Cancelled(CancelPhase),
-}
-
-fn transport(phase: Phase) -> Failure {
-    Failure::transport(TransportKind::Other, phase)
-}
-
-fn protocol_failure(v: ProtocolViolation) -> Failure {
-    Failure::new(
-        FailureKind::Protocol {
-            violation: v.into(),
-        },
-        Phase::Decoding,
-    )
-}
-
-fn eof_failure(pending: Option<recovery_core::protocol::PendingAtEof>) -> Failure {
-    Failure::new(
-        FailureKind::UnexpectedEof {
-            eof: EofEvidence {
-                pending_bytes: pending.map_or(0, |p| p.bytes),
-                pending_may_be_semantic: pending.is_some_and(|p| p.possibly_semantic),
-            },
-        },
-        Phase::Streaming,
-    )
-}
-
-/// Starts the engine for one logical request.
-pub(crate) fn start_engine(
-    client: &Client,
-    spec: &RequestSpec,
-    platform: Rc<dyn Platform>,
-) -> SharedRef {
-    let policy: RecoveryPolicy = client.settings.policy.clone();
-    let allowance = AttemptAllowance::new(policy.max_attempts().get());
-    let mut engine = Recovery::new(policy, allowance, random_u64(), platform.now())
-        .with_admission_hook(spec.admission.is_some());
-    if let Some(budget) = &client.budget {
-        engine = engine.with_retry_budget(budget.clone());
-    }
-    let protocol = match &client.settings.protocol {
-        ProtocolChoice::Auto => guess_protocol(&spec.url),
-        ProtocolChoice::Fixed(kind) => kind.clone(),
-    };
-    Rc::new(RefCell::new(Shared {
-        engine,
-        on_event: spec.on_event.clone(),
-        cause: JsValue::UNDEFINED,
-        protocol,
-        platform,
-    }))
-}
-
-/// Drives the logical request up to commit, a final HTTP error response, or
-/// a terminal failure (`Err` carries the rejection value).
-pub(crate) async fn drive(
-    spec: &RequestSpec,
-    shared: &SharedRef,
-    cancel: &Cancel,
-) -> Result<Resolved, JsValue> {
-    let timing = Rc::clone(&shared.borrow().platform);
-    let connectivity = Rc::clone(&timing);
-    let policy = shared.borrow().engine.policy().clone();
-    if spec
-        .body
-        .as_ref()
-        .is_some_and(|b| b.length() as usize > policy.replay_body_cap())
-    {
-        shared
-            .borrow_mut()
-            .engine
-            .disable_replay(ReplayDisabled::BodyTooLarge);
-    }
-    let end = |outcome: Outcome| -> Result<Resolved, JsValue> {
-        flush(shared);
-        Err(failure_value(shared, &outcome, false))
-    };
-    loop {
-        let begun = {
-            let r = shared.borrow_mut().engine.begin_attempt(
-                timing.now(),
-                cancel.is_cancelled(),
-                false,
-            );
-            flush(shared);
-            r
-        };
-        if let Err(outcome) = begun {
-            return end(outcome);
-        }
-
-        let (failure, mut error_response) = match run_attempt(spec, shared, cancel, &policy).await {
-            Attempt::Commit(response, live) => return Ok(Resolved::Committed(response, live)),
-            Attempt::Cancelled(phase) => {
-                let outcome = shared.borrow_mut().engine.cancel(timing.now(), phase);
-                return end(outcome);
-            }
-            Attempt::Failed(failure, error_response) => (failure, error_response),
-        };
-
-        let mut action = {
-            let a = shared.borrow_mut().engine.fail(
-                timing.now(),
-                failure.clone(),
-                connectivity.is_online(),
-                timing.jitter(),
-            );
-            flush(shared);
-            a
-        };
-        let release = |resp: &mut Option<(Response, AbortController)>| {
-            // Superseded by a retry: release its connection.
-            if let Some((_, controller)) = resp.take() {
-                controller.abort();
-            }
-        };
-        loop {
-            match action {
-                Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
-                    release(&mut error_response);
-                    if !wait_platform(timing.sleep(delay), cancel).await {
-                        let outcome = shared
-                            .borrow_mut()
-                            .engine
-                            .cancel(timing.now(), CancelPhase::Waiting);
-                        return end(outcome);
-                    }
-                    break;
-                }
-                Action::ParkUntilOnline => {
-                    if !wait_platform(connectivity.wait_until_online(), cancel).await {
-                        release(&mut error_response);
-                        let outcome = shared
-                            .borrow_mut()
-                            .engine
-                            .cancel(timing.now(), CancelPhase::Parked);
-                        return end(outcome);
-                    }
-                    action = shared
-                        .borrow_mut()
-                        .engine
-                        .online_again(timing.now(), timing.jitter());
-                    flush(shared);
-                }
-                Action::AskAdmission => {
-                    let answer = match &spec.admission {
-                        None => Some(AdmissionAnswer::Unresolved),
-                        Some(hook) => ask_admission(hook, shared, &failure, cancel).await,
-                    };
-                    let Some(answer) = answer else {
-                        release(&mut error_response);
-                        let outcome = shared
-                            .borrow_mut()
-                            .engine
-                            .cancel(timing.now(), CancelPhase::Admission);
-                        return end(outcome);
-                    };
-                    action = shared.borrow_mut().engine.admission(
-                        timing.now(),
-                        answer,
-                        connectivity.is_online(),
-                        timing.jitter(),
-                    );
-                    flush(shared);
-                }
-                Action::Fail(outcome) => {
-                    if let Some((response, _)) = error_response.take() {
-                        return Ok(Resolved::ErrorResponse(response));
-                    }
-                    return end(outcome);
-                }
-            }
-        }
-    }
-}
-
-/// Calls the admission hook with `{ logicalId, nextAttempt, failure }`; it
-/// may answer `"allow"`, `"reject"`, `true`/`false` or a promise of those.
-/// Anything else (or a throw) is `unresolved`: pending is not approval.
-/// `None` when cancelled first (the hook is not called once cancelled).
-async fn ask_admission(
-    hook: &Function,
-    shared: &SharedRef,
-    failure: &Failure,
-    cancel: &Cancel,
-) -> Option<AdmissionAnswer> {
-    if cancel.is_cancelled() {
-        return None;
-    }
-    let ctx = Object::new();
-    {
-        let s = shared.borrow();
-        set(&ctx, "logicalId", &JsValue::from_str(s.engine.logical_id()));
-        set(
-            &ctx,
-            "nextAttempt",
-            &JsValue::from(s.engine.wire_attempt() + 1),
-        );
-    }
-    set(&ctx, "failure", &to_js(failure));
-    let Ok(value) = hook.call1(&JsValue::UNDEFINED, &ctx) else {
-        return Some(AdmissionAnswer::Unresolved);
-    };
-    let value = match value.dyn_into::<js_sys::Promise>() {
-        Ok(p) => {
-            let wait = WaitOn {
-                awaited: Awaited::Promise(JsFuture::from(p)),
-                timer: None,
-                watchdog: None,
-                cancel,
-            };
-            match wait.await {
-                Woke::Settled(Ok(v)) => v,
-                Woke::Settled(Err(_)) => return Some(AdmissionAnswer::Unresolved),
-                _ => return None,
-            }
-        }
-        Err(v) => v,
-    };
-    Some(match (value.as_bool(), value.as_string().as_deref()) {
-        (Some(true), _) | (_, Some("allow")) => AdmissionAnswer::Allow,
-        (Some(false), _) | (_, Some("reject")) => AdmissionAnswer::Reject,
-        _ => AdmissionAnswer::Unresolved,
-    })
-}
-
-fn observer_for(
-    protocol: &ProtocolKind,
-    content_type: Option<&str>,
-    policy: &RecoveryPolicy,
-) -> StreamObserver {
-    let config = ObserverConfig {
-        limits: Limits::default(),
-        ..ObserverConfig::default()
-    };
-    let _ = policy;
-    let ct = content_type.unwrap_or("").to_ascii_lowercase();
-    if has(&ct, "json") && !has(&ct, "ndjson") && !has(&ct, "jsonl") {
-        StreamObserver::non_streaming(protocol.clone(), config)
-    } else {
-        StreamObserver::with_config(protocol.clone(), config)
-    }
 }
 
 /// A settled `read()`: `Ok(Some(bytes))`, `Ok(None)` at the end, `Err(js)`
@@ -594,432 +313,452 @@ fn chunk_of(settled: Result<JsValue, JsValue>) -> Result<Option<Uint8Array>, JsV
     }))
 }
 
-/// Feeds a chunk to the observer without copying it twice.
-fn feed(observer: &mut StreamObserver, chunk: &Uint8Array) -> Result<(), ProtocolViolation> {
-    let bytes = chunk.to_vec();
-    observer.observe(&bytes)
-}
-
-/// One physical attempt, up to commit or failure.
-async fn run_attempt(
-    spec: &RequestSpec,
-    shared: &SharedRef,
-    cancel: &Cancel,
-    policy: &RecoveryPolicy,
-) -> Attempt {
-    let timing = Rc::clone(&shared.borrow().platform);
-    let Ok(controller) = AbortController::new() else {
-        return Attempt::Failed(transport(Phase::Unknown), None);
-    };
-    cancel.set_controller(&controller);
-    if cancel.is_cancelled() {
-        return Attempt::Cancelled(CancelPhase::Sending);
-    }
-    let init = Object::new();
-    set(&init, "method", &JsValue::from_str(&spec.method));
-    set(&init, "headers", &spec.headers);
-    if let Some(body) = &spec.body {
-        set(&init, "body", body);
-    }
-    set(&init, "redirect", &JsValue::from_str("manual"));
-    set(&init, "signal", &controller.signal());
-
-    let promise = match spec
-        .fetch
-        .call2(&js_sys::global(), &JsValue::from_str(&spec.url), &init)
-    {
-        Ok(p) => js_sys::Promise::resolve(&p),
-        Err(e) => js_sys::Promise::reject(&e),
-    };
-    let head_timer = policy.head_timeout().map(|d| timing.sleep(d));
-    let fetched = run(wait_on(
-        || Awaited::Promise(JsFuture::from(promise)),
-        head_timer,
-        None,
-        cancel,
-    ))
-    .await;
-    let response = match fetched {
-        Woke::Cancelled | Woke::Done | Woke::Stalled(_) => {
-            return Attempt::Cancelled(CancelPhase::AwaitingHead);
+impl Driver {
+    /// Starts the machine for one logical request.
+    pub(crate) fn new(client: &Client, spec: RequestSpec, platform: Rc<dyn Platform>) -> Self {
+        let settings = &client.settings;
+        let policy = settings.policy.clone();
+        let body = spec
+            .body
+            .as_ref()
+            .map(Uint8Array::to_vec)
+            .unwrap_or_default();
+        let too_large = body.len() > policy.replay_body_cap();
+        let allowance = AttemptAllowance::new(policy.max_attempts().get());
+        let request = RequestFacts {
+            method: &spec.method,
+            url: &spec.url,
+            body: &body,
+        };
+        let mut ex = Exchange::new(
+            policy,
+            &settings.protocol,
+            request,
+            allowance,
+            random_u64(),
+            platform.now(),
+        )
+        .with_admission_hook(spec.admission.is_some())
+        .with_resumable_sse(settings.resumable_sse)
+        .with_continuation_hook(spec.continuation.is_some());
+        if let Some(budget) = &client.budget {
+            ex = ex.with_retry_budget(budget.clone());
         }
-        Woke::TimedOut => {
-            controller.abort();
-            return Attempt::Failed(
-                Failure::new(
-                    FailureKind::Timeout { stall: Stall::Head },
-                    Phase::AwaitingHeaders,
-                ),
-                None,
-            );
+        if too_large {
+            ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
         }
-        Woke::Settled(Err(e)) => {
-            if cancel.is_cancelled() {
-                return Attempt::Cancelled(CancelPhase::AwaitingHead);
-            }
-            shared.borrow_mut().cause = e;
-            return Attempt::Failed(transport(Phase::Unknown), None);
-        }
-        Woke::Settled(Ok(r)) => r.unchecked_into::<Response>(),
-    };
-
-    let js_headers = response.headers();
-    let header = |name: &str| js_headers.get(name).ok().flatten();
-    let status = response.status();
-    let opaque_redirect = get(&response, "type").as_string().as_deref() == Some("opaqueredirect");
-    {
-        shared
-            .borrow_mut()
-            .engine
-            .head_received(timing.now(), status, request_id_with(header));
-        flush(shared);
+        let driver = Driver {
+            published: Rc::default(),
+            ex,
+            spec,
+            platform,
+            cause: JsValue::UNDEFINED,
+            alarm: Alarm::default(),
+            fetching: None,
+            reader: None,
+            head: None,
+            continuation: None,
+            ended: false,
+        };
+        driver.publish();
+        driver
     }
 
-    if opaque_redirect || !(200..300).contains(&status) {
-        // Classify from (a capped part of) a clone of the error body; keep
-        // the original untouched in case it is the final answer.
-        let mut error_body = Vec::new();
-        if !opaque_redirect {
-            if let Ok(probe) = response.clone() {
-                if let Some(stream) = probe.body() {
-                    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
-                    let cap = policy.evidence_cap();
-                    while error_body.len() < cap {
-                        let settled = match read(&reader, None, cancel).await {
-                            Woke::Settled(r) => chunk_of(r),
-                            _ => return Attempt::Cancelled(CancelPhase::Streaming),
-                        };
-                        match settled {
-                            Ok(Some(chunk)) => {
-                                let bytes = chunk.to_vec();
-                                let room = cap - error_body.len();
-                                error_body.extend_from_slice(&bytes[..bytes.len().min(room)]);
-                            }
-                            Ok(None) | Err(_) => break,
-                        }
+    /// Delivers pending lifecycle events to `onEvent` as plain objects with
+    /// the Rust serde field names; what the callback throws is ignored.
+    pub(crate) fn flush(&mut self) {
+        let events: Vec<_> = self.ex.drain_events().collect();
+        if events.is_empty() {
+            return;
+        }
+        // Published first: the callback may read the report.
+        self.publish();
+        let Some(callback) = self.spec.on_event.clone() else {
+            return;
+        };
+        for event in events {
+            let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&event));
+        }
+    }
+
+    fn publish(&self) {
+        *self.published.report.borrow_mut() = to_js(self.ex.report());
+        *self.published.outcome.borrow_mut() = match self.ex.outcome() {
+            Some(o) => to_js(o),
+            None => JsValue::NULL,
+        };
+        *self.published.cause.borrow_mut() = self.cause.clone();
+    }
+
+    /// The rejection value for a request that ended without a (complete)
+    /// response: `{ message, outcome, report, cause, committed }`; the
+    /// wrapper turns it into a `TypeError` (before commit) or a
+    /// `RecoveryError` (after).
+    pub(crate) fn failure_value(&self, outcome: &Outcome) -> JsValue {
+        let report = self.ex.report();
+        let obj = Object::new();
+        let mut message = format!(
+            "recovery failed: {outcome} ({} attempt(s)",
+            report.attempt_count()
+        );
+        if let Some(status) = report.last_status() {
+            let _ = write!(message, ", last status {status}");
+        }
+        message.push(')');
+        let committed = report.committed_attempt.is_some();
+        set(&obj, "message", &JsValue::from_str(&message));
+        set(&obj, "outcome", &to_js(outcome));
+        set(&obj, "report", &to_js(report));
+        set(&obj, "cause", &self.cause);
+        set(&obj, "committed", &JsValue::from_bool(committed));
+        obj.into()
+    }
+
+    /// The request was cancelled, or its body dropped: the machine says
+    /// what that means (after proof was handed out, a completion).
+    pub(crate) fn cancel(&mut self, cancel: &Cancel) {
+        if self.ended {
+            return;
+        }
+        let env = EnvOf(&*self.platform);
+        self.ex.cancel(&env);
+        self.release(cancel);
+        self.ended = true;
+        self.flush();
+    }
+
+    fn release(&mut self, cancel: &Cancel) {
+        cancel.abort_current();
+        if let Some(reader) = self.reader.take() {
+            settle(reader.cancel());
+        }
+        self.fetching = None;
+    }
+
+    /// Runs the machine until it has something for the JS call.
+    pub(crate) async fn advance(&mut self, cancel: &Cancel) -> Out {
+        loop {
+            let io = self.ex.poll(&EnvOf(&*self.platform));
+            self.flush();
+            match io {
+                Io::Send(kind) => self.send(kind, cancel),
+                Io::AwaitHead => self.await_head(cancel).await,
+                Io::Read => {
+                    if let Some(chunk) = self.read(cancel).await {
+                        return Out::Deliver(chunk);
                     }
-                    settle(reader.cancel());
+                }
+                Io::Release => self.release(cancel),
+                Io::Respond => match self.head.take() {
+                    Some(head) => return Out::Respond(head),
+                    None => return Out::End(Err(self.failure_now())),
+                },
+                Io::RespondError => {
+                    self.ended = true;
+                    if let Some(reader) = self.reader.take() {
+                        // The copy read for its provider code.
+                        settle(reader.cancel());
+                    }
+                    match self.head.take() {
+                        Some(head) => return Out::RespondError(head),
+                        None => return Out::End(Err(self.failure_now())),
+                    }
+                }
+                Io::Deliver(Chunk::Read(c)) => return Out::Deliver(c.array),
+                Io::Deliver(Chunk::Made(b)) => return Out::Deliver(Uint8Array::from(&b[..])),
+                Io::Sleep | Io::AwaitAdmission => {
+                    self.wait(Awaited::Nothing, cancel).await;
+                }
+                Io::WaitOnline => {
+                    let wait = self.platform.wait_until_online();
+                    if let Some(Woke::Done) = self.wait(Awaited::Wait(wait), cancel).await {
+                        self.ex.online(&EnvOf(&*self.platform));
+                    }
+                }
+                Io::AskAdmission(request) => self.ask_admission(request, cancel).await,
+                Io::AskContinuation => self.ask_continuation(cancel).await,
+                Io::End(result) => {
+                    self.ended = true;
+                    self.release(cancel);
+                    return Out::End(result.map_err(|o| self.failure_value(&o)));
                 }
             }
         }
-        let retry_after = RetryAfter::from_values(
-            header("retry-after-ms").as_deref(),
-            header("retry-after").as_deref(),
-            timing.wall_now(),
-        );
-        let should_retry = header("x-should-retry")
-            .as_deref()
-            .and_then(parse_should_retry);
-        let mut failure = if opaque_redirect {
-            // The browser hides the redirect's status: status 0, kind redirect.
-            let mut f = Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
-            f.acceptance = recovery_core::failure::Acceptance::Yes;
-            f.status = Some(status);
-            f
-        } else {
-            Failure::status(status, retry_after, should_retry)
-        };
-        if !(300..400).contains(&status) && !opaque_redirect {
-            let protocol = shared.borrow().protocol.clone();
-            if let Some(error) =
-                recovery_core::protocol::classify_error_body(&protocol, Some(status), &error_body)
-            {
-                failure.kind = FailureKind::Provider { error };
-            }
-        }
-        return Attempt::Failed(failure, Some((response, controller)));
     }
 
-    // A 2xx: stream until commit, holding the prefix back.
-    let protocol = shared.borrow().protocol.clone();
-    let content_type = header("content-type");
-    let mut observer = observer_for(&protocol, content_type.as_deref(), policy);
-    let reader: Option<ReadableStreamDefaultReader> =
-        response.body().map(|s| s.get_reader().unchecked_into());
-    let mut held: VecDeque<Uint8Array> = VecDeque::new();
-    let mut held_bytes = 0usize;
-    // Time to the first semantic fragment; commit ends it (as in tower).
-    let mut watchdog = Watchdog::start(
-        WatchPlatform(Rc::clone(&timing)),
-        policy.idle_timeout(),
-        policy.progress_timeout(),
-    );
-    let fail_with = |failure: Failure, observer: &StreamObserver| {
-        controller.abort();
-        Attempt::Failed(
-            failure
-                .with_progress(*observer.progress())
-                .with_status(status),
-            None,
-        )
-    };
-    loop {
-        let next = match &reader {
-            None => Ok(Ok(None)),
-            Some(reader) => match read(reader, Some(&mut watchdog), cancel).await {
-                Woke::Settled(r) => Ok(chunk_of(r)),
-                Woke::Stalled(stall) => Err(stall),
-                _ => return Attempt::Cancelled(CancelPhase::Streaming),
+    fn failure_now(&self) -> JsValue {
+        let outcome = self.ex.outcome().cloned().unwrap_or(Outcome::Exhausted {
+            attempts: self.ex.wire_attempt(),
+        });
+        self.failure_value(&outcome)
+    }
+
+    /// Waits on `awaited`, the machine's deadline and cancellation; tells
+    /// the machine when the deadline or cancellation came first. `None`
+    /// then, else what settled.
+    async fn wait(&mut self, awaited: Awaited, cancel: &Cancel) -> Option<Woke> {
+        let woke = WaitOn {
+            awaited,
+            deadline: self.ex.poll_timeout(),
+            alarm: &mut self.alarm,
+            platform: &*self.platform,
+            cancel,
+        }
+        .await;
+        match woke {
+            Woke::Deadline => {
+                self.ex.handle_timeout(&EnvOf(&*self.platform));
+                None
+            }
+            Woke::Cancelled => {
+                let env = EnvOf(&*self.platform);
+                self.ex.cancel(&env);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Starts the send with a fresh `AbortController`.
+    fn send(&mut self, kind: SendKind, cancel: &Cancel) {
+        let out = match kind {
+            SendKind::Original => Outgoing {
+                url: self.spec.url.clone(),
+                method: self.spec.method.clone(),
+                headers: self.spec.headers.clone(),
+                body: self.spec.body.clone(),
+            },
+            SendKind::Resume(resume) => {
+                let headers = Array::new();
+                for pair in self.spec.headers.iter() {
+                    let pair: Array = pair.unchecked_into();
+                    let name = pair
+                        .get(0)
+                        .as_string()
+                        .unwrap_or_default()
+                        .to_ascii_lowercase();
+                    let replaced = resume.header.as_ref().is_some_and(|(n, _)| *n == name);
+                    let body_header = !resume.with_body && BODY_HEADERS.contains(&name.as_str());
+                    if !replaced && !body_header {
+                        headers.push(&pair);
+                    }
+                }
+                if let Some((name, value)) = &resume.header {
+                    headers.push(&Array::of2(
+                        &JsValue::from_str(name),
+                        &JsValue::from_str(value),
+                    ));
+                }
+                Outgoing {
+                    url: resume.url,
+                    method: resume.method,
+                    headers,
+                    body: if resume.with_body {
+                        self.spec.body.clone()
+                    } else {
+                        None
+                    },
+                }
+            }
+            SendKind::Continuation => match self.continuation.take() {
+                Some(out) => out,
+                None => {
+                    let failure = Failure::transport(TransportKind::Other, Phase::Sending);
+                    self.ex.on_error(&EnvOf(&*self.platform), failure);
+                    return;
+                }
             },
         };
-        match next {
-            Err(stall) => {
-                return fail_with(
-                    Failure::new(FailureKind::Timeout { stall }, Phase::Streaming),
-                    &observer,
-                );
+        let controller = AbortController::new().ok();
+        cancel.set_controller(controller.as_ref());
+        let init = Object::new();
+        set(&init, "method", &JsValue::from_str(&out.method));
+        set(&init, "headers", &out.headers);
+        if let Some(body) = &out.body {
+            set(&init, "body", body);
+        }
+        set(&init, "redirect", &JsValue::from_str("manual"));
+        if let Some(c) = &controller {
+            set(&init, "signal", &c.signal());
+        }
+        let promise =
+            match self
+                .spec
+                .fetch
+                .call2(&js_sys::global(), &JsValue::from_str(&out.url), &init)
+            {
+                Ok(p) => js_sys::Promise::resolve(&p),
+                Err(e) => js_sys::Promise::reject(&e),
+            };
+        self.fetching = Some(promise);
+        self.head = None;
+        // fetch cannot tell connecting from sending from awaiting the head.
+        self.ex.on_sent(&EnvOf(&*self.platform));
+    }
+
+    async fn await_head(&mut self, cancel: &Cancel) {
+        let Some(promise) = self.fetching.clone() else {
+            let failure = Failure::transport(TransportKind::Other, Phase::Unknown);
+            self.ex.on_error(&EnvOf(&*self.platform), failure);
+            return;
+        };
+        let settled = self
+            .wait(Awaited::Promise(JsFuture::from(promise)), cancel)
+            .await;
+        let Some(Woke::Settled(settled)) = settled else {
+            return;
+        };
+        self.fetching = None;
+        let env = EnvOf(&*self.platform);
+        match settled {
+            Err(e) => {
+                self.cause = e;
+                let failure = Failure::transport(TransportKind::Other, Phase::Unknown);
+                self.ex.on_error(&env, failure);
             }
-            Ok(Err(e)) => {
-                if cancel.is_cancelled() {
-                    return Attempt::Cancelled(CancelPhase::Streaming);
-                }
-                shared.borrow_mut().cause = e;
-                return fail_with(transport(Phase::Streaming), &observer);
-            }
-            Ok(Ok(Some(chunk))) => {
-                let fed = feed(&mut observer, &chunk);
-                watchdog.on_frame(observer.progress().semantic_fragments());
-                held_bytes += chunk.length() as usize;
-                held.push_back(chunk);
-                shared
-                    .borrow_mut()
-                    .engine
-                    .record_progress(*observer.progress());
-                if let Err(v) = fed {
-                    return fail_with(protocol_failure(v), &observer);
-                }
-                if let Some(error) = observer.provider_error() {
-                    let error = error.clone();
-                    return fail_with(
-                        Failure::new(FailureKind::Provider { error }, Phase::Streaming),
-                        &observer,
-                    );
-                }
-                let trigger = if observer.progress().semantic_observed() {
-                    Some(CommitTrigger::Semantic)
-                } else if observer.terminal().is_some() {
-                    Some(CommitTrigger::Terminal)
-                } else if held_bytes > policy.holdback_cap() {
-                    Some(CommitTrigger::HoldbackCap)
+            Ok(response) => {
+                let response: Response = response.unchecked_into();
+                self.ex.on_head(&env, &JsHead(&response), None);
+                // A head that may be the final answer is kept untouched: its
+                // body is read from a copy.
+                let read_from: Option<Response> = if self.ex.keeps_response() {
+                    response.clone().ok()
                 } else {
-                    None
+                    Some(Clone::clone(&response))
                 };
-                if let Some(trigger) = trigger {
-                    shared.borrow_mut().engine.commit(timing.now(), trigger);
-                    flush(shared);
-                    let live = Live {
-                        reader,
-                        observer,
-                        held,
-                        delivered_bytes: 0,
-                        done: false,
-                        failed_after_chunk: None,
-                        watchdog: Watchdog::start(
-                            WatchPlatform(Rc::clone(&timing)),
-                            policy.idle_timeout(),
-                            policy.progress_timeout(),
-                        ),
-                    };
-                    return Attempt::Commit(response, Box::new(live));
+                self.reader = read_from
+                    .and_then(|r| r.body())
+                    .map(|s| s.get_reader().unchecked_into());
+                self.head = Some(response);
+            }
+        }
+    }
+
+    /// One chunk of the current attempt's body; `Some` when it goes to the
+    /// consumer at once.
+    async fn read(&mut self, cancel: &Cancel) -> Option<Uint8Array> {
+        let Some(reader) = self.reader.clone() else {
+            self.ex.on_end(&EnvOf(&*self.platform));
+            return None;
+        };
+        let settled = self
+            .wait(Awaited::Promise(JsFuture::from(reader.read())), cancel)
+            .await;
+        let Some(Woke::Settled(settled)) = settled else {
+            return None;
+        };
+        let env = EnvOf(&*self.platform);
+        match chunk_of(settled) {
+            Err(e) => {
+                self.cause = e;
+                self.reader = None;
+                let failure = Failure::transport(TransportKind::Other, Phase::Streaming);
+                self.ex.on_error(&env, failure);
+                None
+            }
+            Ok(None) => {
+                self.reader = None;
+                self.ex.on_end(&env);
+                None
+            }
+            Ok(Some(array)) => {
+                let chunk = JsChunk {
+                    bytes: array.to_vec(),
+                    array,
+                };
+                self.ex.on_chunk(&env, chunk).map(|c| c.array)
+            }
+        }
+    }
+
+    /// Calls the admission hook with `{ logicalId, nextAttempt, failure }`;
+    /// it may answer `"allow"`, `"reject"`, `true`/`false` or a promise of
+    /// those. Anything else (or a throw) is `unresolved`: pending is not
+    /// approval, and the machine's deadline bounds the wait.
+    async fn ask_admission(&mut self, request: AdmissionRequest, cancel: &Cancel) {
+        let Some(hook) = self.spec.admission.clone() else {
+            return;
+        };
+        let ctx = Object::new();
+        set(&ctx, "logicalId", &JsValue::from_str(&request.logical_id));
+        set(&ctx, "nextAttempt", &JsValue::from(request.next_attempt));
+        set(&ctx, "failure", &to_js(&request.failure));
+        let value = match hook.call1(&JsValue::UNDEFINED, &ctx) {
+            Err(_) => JsValue::UNDEFINED,
+            Ok(value) => match value.dyn_into::<js_sys::Promise>() {
+                Ok(p) => match self.wait(Awaited::Promise(JsFuture::from(p)), cancel).await {
+                    Some(Woke::Settled(Ok(v))) => v,
+                    Some(_) => JsValue::UNDEFINED,
+                    // The deadline or a cancel came first: the machine has it.
+                    None => return,
+                },
+                Err(v) => v,
+            },
+        };
+        let answer = match (value.as_bool(), value.as_string().as_deref()) {
+            (Some(true), _) | (_, Some("allow")) => AdmissionAnswer::Allow,
+            (Some(false), _) | (_, Some("reject")) => AdmissionAnswer::Reject,
+            _ => AdmissionAnswer::Unresolved,
+        };
+        self.ex.admission(&EnvOf(&*self.platform), answer);
+    }
+
+    /// Calls the continuation hook with the delivered prefix `{ text,
+    /// reasoning, toolFragments, truncated }`; it answers (or promises) `{
+    /// url, method, headers, body }` or `null`.
+    async fn ask_continuation(&mut self, cancel: &Cancel) {
+        let given = match (&self.spec.continuation, self.ex.delivered_prefix()) {
+            (Some(hook), Some(prefix)) => {
+                let obj = Object::new();
+                set(&obj, "text", &JsValue::from_str(&prefix.text));
+                set(&obj, "reasoning", &JsValue::from_str(&prefix.reasoning));
+                let tools = Array::new();
+                for t in &prefix.tool_fragments {
+                    tools.push(&JsValue::from_str(t));
+                }
+                set(&obj, "toolFragments", &tools);
+                set(&obj, "truncated", &JsValue::from_bool(prefix.truncated));
+                let hook = hook.clone();
+                match hook.call1(&JsValue::UNDEFINED, &obj) {
+                    Ok(v) => {
+                        let p = js_sys::Promise::resolve(&v);
+                        match self.wait(Awaited::Promise(JsFuture::from(p)), cancel).await {
+                            Some(Woke::Settled(Ok(v))) => outgoing(&v),
+                            Some(_) => None,
+                            None => return,
+                        }
+                    }
+                    Err(_) => None,
                 }
             }
-            Ok(Ok(None)) => {
-                // Ended before commit: proof with no semantic output is an
-                // (empty) answer; anything else is a failure of this attempt.
-                return match observer.finish() {
-                    EndOfStream::Success { .. } | EndOfStream::Unsuccessful { .. } => {
-                        shared
-                            .borrow_mut()
-                            .engine
-                            .commit(timing.now(), CommitTrigger::Terminal);
-                        flush(shared);
-                        let live = Live {
-                            reader: None,
-                            observer,
-                            held,
-                            delivered_bytes: 0,
-                            done: false,
-                            failed_after_chunk: None,
-                            watchdog: Watchdog::start(
-                                WatchPlatform(Rc::clone(&timing)),
-                                None,
-                                None,
-                            ),
-                        };
-                        Attempt::Commit(response, Box::new(live))
-                    }
-                    EndOfStream::ProviderError { error } => fail_with(
-                        Failure::new(FailureKind::Provider { error }, Phase::Streaming),
-                        &observer,
-                    ),
-                    EndOfStream::Violation { violation } => {
-                        fail_with(protocol_failure(violation), &observer)
-                    }
-                    EndOfStream::UnexpectedEof { pending } => {
-                        fail_with(eof_failure(pending), &observer)
-                    }
-                };
-            }
-        }
+            _ => None,
+        };
+        self.ex
+            .continuation(&EnvOf(&*self.platform), given.is_some());
+        self.continuation = given;
     }
 }
 
-/// The committed body's next chunk: `Ok(Some)` bytes, `Ok(None)` at the
-/// end with proof, `Err` the rejection value of a failure after commit.
-pub(crate) async fn next_chunk(
-    live: &mut Live,
-    shared: &SharedRef,
-    cancel: &Cancel,
-) -> Result<Option<Uint8Array>, JsValue> {
-    if live.done {
-        return Ok(None);
+/// A continuation request as the wrapper normalized it, or `None`.
+fn outgoing(v: &JsValue) -> Option<Outgoing> {
+    if v.is_null() || v.is_undefined() {
+        return None;
     }
-    if let Some(chunk) = live.held.pop_front() {
-        deliver(live, shared, &chunk);
-        return Ok(Some(chunk));
-    }
-    if let Some(failure) = live.failed_after_chunk.take() {
-        return Err(fail_live(live, shared, cancel, failure));
-    }
-    if cancel.is_cancelled() {
-        cancel_live(live, shared);
-        return Ok(None);
-    }
-    let Some(reader) = live.reader.clone() else {
-        return end_live(live, shared, cancel);
+    let url = get(v, "url").as_string()?;
+    let method = get(v, "method")
+        .as_string()
+        .unwrap_or_else(|| "POST".into());
+    let headers = get(v, "headers");
+    let headers = if Array::is_array(&headers) {
+        headers.unchecked_into()
+    } else {
+        Array::new()
     };
-    let read = match read(&reader, Some(&mut live.watchdog), cancel).await {
-        Woke::Settled(r) => chunk_of(r),
-        Woke::Stalled(stall) => {
-            return Err(fail_live(
-                live,
-                shared,
-                cancel,
-                Failure::new(FailureKind::Timeout { stall }, Phase::Streaming),
-            ));
-        }
-        _ => {
-            cancel_live(live, shared);
-            return Ok(None);
-        }
-    };
-    match read {
-        Err(e) => {
-            if cancel.is_cancelled() {
-                cancel_live(live, shared);
-                return Ok(None);
-            }
-            shared.borrow_mut().cause = e;
-            Err(fail_live(live, shared, cancel, transport(Phase::Streaming)))
-        }
-        Ok(None) => {
-            live.reader = None;
-            end_live(live, shared, cancel)
-        }
-        Ok(Some(chunk)) => {
-            if let Err(v) = feed(&mut live.observer, &chunk) {
-                return Err(fail_live(live, shared, cancel, protocol_failure(v)));
-            }
-            let semantic = live.observer.progress().semantic_fragments();
-            live.watchdog.on_frame(semantic);
-            if let Some(error) = live.observer.provider_error() {
-                live.failed_after_chunk = Some(Failure::new(
-                    FailureKind::Provider {
-                        error: error.clone(),
-                    },
-                    Phase::Streaming,
-                ));
-            }
-            deliver(live, shared, &chunk);
-            Ok(Some(chunk))
-        }
-    }
-}
-
-fn deliver(live: &mut Live, shared: &SharedRef, chunk: &Uint8Array) {
-    live.delivered_bytes += u64::from(chunk.length());
-    let mut progress = *live.observer.progress();
-    progress.deliver_observed();
-    progress.delivered_bytes = live.delivered_bytes;
-    shared.borrow_mut().engine.record_progress(progress);
-}
-
-fn end_live(
-    live: &mut Live,
-    shared: &SharedRef,
-    cancel: &Cancel,
-) -> Result<Option<Uint8Array>, JsValue> {
-    match live.observer.finish() {
-        EndOfStream::Success { proof } => {
-            live.done = true;
-            let mut progress = *live.observer.progress();
-            progress.deliver_observed();
-            progress.delivered_bytes = live.delivered_bytes;
-            let now = now(shared);
-            shared.borrow_mut().engine.succeed(now, proof, progress);
-            flush(shared);
-            Ok(None)
-        }
-        EndOfStream::Unsuccessful { reason } => Err(fail_live(
-            live,
-            shared,
-            cancel,
-            Failure::new(FailureKind::Unsuccessful { reason }, Phase::Streaming),
-        )),
-        EndOfStream::Violation { violation } => {
-            Err(fail_live(live, shared, cancel, protocol_failure(violation)))
-        }
-        EndOfStream::ProviderError { .. } => Err(fail_live(
-            live,
-            shared,
-            cancel,
-            eof_failure(live.observer.pending_at_eof()),
-        )),
-        EndOfStream::UnexpectedEof { pending } => {
-            Err(fail_live(live, shared, cancel, eof_failure(pending)))
-        }
-    }
-}
-
-/// A failure after commit: only a resume could continue, and this driver
-/// does not resume, so it ends the request with the engine's outcome.
-fn fail_live(live: &mut Live, shared: &SharedRef, cancel: &Cancel, failure: Failure) -> JsValue {
-    live.done = true;
-    cancel.abort_current();
-    if let Some(reader) = live.reader.take() {
-        settle(reader.cancel());
-    }
-    let mut progress = *live.observer.progress();
-    progress.deliver_observed();
-    progress.delivered_bytes = live.delivered_bytes;
-    let now = now(shared);
-    let outcome = {
-        let mut s = shared.borrow_mut();
-        match s
-            .engine
-            .fail(now, failure.with_progress(progress), true, Fraction::ZERO)
-        {
-            Action::Fail(o) => o,
-            _ => s.engine.cancel(now, CancelPhase::Streaming),
-        }
-    };
-    flush(shared);
-    failure_value(shared, &outcome, true)
-}
-
-/// The consumer cancelled the committed body.
-pub(crate) fn cancel_live(live: &mut Live, shared: &SharedRef) {
-    if live.done {
-        return;
-    }
-    live.done = true;
-    if let Some(reader) = live.reader.take() {
-        settle(reader.cancel());
-    }
-    let now = now(shared);
-    shared
-        .borrow_mut()
-        .engine
-        .cancel(now, CancelPhase::Streaming);
-    flush(shared);
+    let body = get(v, "body").dyn_into::<Uint8Array>().ok();
+    Some(Outgoing {
+        url,
+        method,
+        headers,
+        body,
+    })
 }

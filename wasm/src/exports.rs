@@ -1,7 +1,7 @@
 //! The wasm-bindgen surface used by the npm wrapper (`js/core.mjs`). It is
 //! not the public API: JS code calls `createRecoveringFetch`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
@@ -11,11 +11,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::driver::{
-    Cancel, Client, Live, RequestSpec, Resolved, SharedRef, cancel_live, drive, flush, next_chunk,
-    now, start_engine,
-};
-use crate::js_value::to_js;
+use crate::driver::{Cancel, Client, Driver, Out, Published, RequestSpec};
 use crate::options::{OptionValue, OptionsError, Settings};
 use crate::platform::{Injected, JsConnectivity, JsTiming, Platform};
 
@@ -70,6 +66,7 @@ impl RecoveryClient {
         body: Option<Uint8Array>,
         on_event: Option<Function>,
         admission: Option<Function>,
+        continuation: Option<Function>,
     ) -> Call {
         let spec = RequestSpec {
             fetch,
@@ -79,6 +76,7 @@ impl RecoveryClient {
             body,
             on_event,
             admission,
+            continuation,
         };
         self.start(
             spec,
@@ -92,15 +90,15 @@ impl RecoveryClient {
 
 impl RecoveryClient {
     fn start(&self, spec: RequestSpec, platform: Rc<dyn Platform>) -> Call {
-        let shared = start_engine(&self.client, &spec, platform);
+        let driver = Driver::new(&self.client, spec, platform);
         Call {
             inner: Rc::new(CallInner {
-                spec,
-                shared,
+                published: Rc::clone(&driver.published),
+                protocol: driver.ex.protocol().name(),
+                driver: RefCell::new(Some(driver)),
                 cancel: Cancel::default(),
-                live: RefCell::new(None),
-                busy: std::cell::Cell::new(false),
-                started: std::cell::Cell::new(false),
+                busy: Cell::new(false),
+                started: Cell::new(false),
             }),
         }
     }
@@ -119,6 +117,7 @@ impl RecoveryClient {
         body: Option<Uint8Array>,
         on_event: Option<Function>,
         admission: Option<Function>,
+        continuation: Option<Function>,
         timing: T,
         connectivity: C,
     ) -> Call
@@ -136,6 +135,7 @@ impl RecoveryClient {
             body,
             on_event,
             admission,
+            continuation,
         };
         self.start(
             spec,
@@ -188,30 +188,46 @@ fn option_value(v: &JsValue, depth: u32) -> Result<OptionValue, OptionsError> {
 }
 
 struct CallInner {
-    spec: RequestSpec,
-    shared: SharedRef,
+    /// The driver, taken out while a `start()` or `next()` runs it.
+    driver: RefCell<Option<Driver>>,
+    published: Rc<Published>,
+    protocol: &'static str,
     cancel: Cancel,
-    live: RefCell<Option<Live>>,
-    busy: std::cell::Cell<bool>,
-    started: std::cell::Cell<bool>,
+    busy: Cell<bool>,
+    started: Cell<bool>,
+}
+
+impl CallInner {
+    /// Runs the driver until it has something for JS.
+    async fn advance(&self) -> Result<Out, JsValue> {
+        if self.busy.replace(true) {
+            return Err(js_sys::Error::new("concurrent use of a recovered request").into());
+        }
+        let taken = self.driver.borrow_mut().take();
+        let Some(mut driver) = taken else {
+            self.busy.set(false);
+            return Ok(Out::End(Ok(())));
+        };
+        let out = driver.advance(&self.cancel).await;
+        if self.cancel.is_cancelled() {
+            // Cancelled while this step was settling: what it brought is not
+            // handed further.
+            driver.cancel(&self.cancel);
+        }
+        *self.driver.borrow_mut() = Some(driver);
+        self.busy.set(false);
+        Ok(out)
+    }
 }
 
 impl Drop for CallInner {
     fn drop(&mut self) {
         // Dropped before the end (the JS object was freed or collected):
-        // cancellation, never an EOF; aborts the fetch.
+        // the machine decides (cancellation, or a completion after proof);
+        // aborts the fetch.
         self.cancel.cancel();
-        if let Some(live) = self.live.get_mut().as_mut() {
-            cancel_live(live, &self.shared);
-        }
-        let ended = self.shared.borrow().engine.outcome().is_some();
-        if !ended {
-            let now = now(&self.shared);
-            self.shared
-                .borrow_mut()
-                .engine
-                .cancel(now, recovery_core::outcome::CancelPhase::Sending);
-            flush(&self.shared);
+        if let Some(driver) = self.driver.get_mut().as_mut() {
+            driver.cancel(&self.cancel);
         }
     }
 }
@@ -235,15 +251,15 @@ impl Call {
             if inner.started.replace(true) {
                 return Err(js_sys::Error::new("request already started").into());
             }
-            let resolved = drive(&inner.spec, &inner.shared, &inner.cancel).await?;
-            let out = Object::new();
-            let (kind, response) = match resolved {
-                Resolved::Committed(response, live) => {
-                    *inner.live.borrow_mut() = Some(*live);
-                    ("committed", response)
+            let (kind, response) = match inner.advance().await? {
+                Out::Respond(response) => ("committed", response),
+                Out::RespondError(response) => ("response", response),
+                Out::End(Err(failure)) => return Err(failure),
+                Out::Deliver(_) | Out::End(Ok(())) => {
+                    return Err(js_sys::Error::new("no response").into());
                 }
-                Resolved::ErrorResponse(response) => ("response", response),
             };
+            let out = Object::new();
             Reflect::set(&out, &"kind".into(), &kind.into())?;
             Reflect::set(&out, &"response".into(), &response)?;
             Ok(out.into())
@@ -256,37 +272,22 @@ impl Call {
     pub fn next(&self) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         future_to_promise(async move {
-            if inner.busy.replace(true) {
-                return Err(js_sys::Error::new("concurrent read of a recovered body").into());
+            match inner.advance().await? {
+                Out::Deliver(chunk) if !inner.cancel.is_cancelled() => Ok(chunk.into()),
+                Out::End(Err(failure)) => Err(failure),
+                _ => Ok(JsValue::UNDEFINED),
             }
-            let taken = inner.live.borrow_mut().take();
-            let Some(mut live) = taken else {
-                inner.busy.set(false);
-                return Ok(JsValue::UNDEFINED);
-            };
-            let result = next_chunk(&mut live, &inner.shared, &inner.cancel).await;
-            if inner.cancel.is_cancelled() && !live.done {
-                // Cancelled while this read was settling: the chunk is not
-                // delivered further and the request ends `cancelled`.
-                cancel_live(&mut live, &inner.shared);
-            }
-            if !live.done {
-                *inner.live.borrow_mut() = Some(live);
-            }
-            inner.busy.set(false);
-            result.map(|c| c.map_or(JsValue::UNDEFINED, JsValue::from))
         })
     }
 
-    /// Cancels the request wherever it is: aborts the fetch, ends the
-    /// engine with `cancelled` (once), and lets a pending `start()` or
-    /// `next()` settle.
+    /// Cancels the request wherever it is: aborts the fetch, lets the
+    /// machine end it (once), and lets a pending `start()` or `next()`
+    /// settle.
     pub fn cancel(&self) {
         self.inner.cancel.cancel();
         if !self.inner.busy.get() {
-            let taken = self.inner.live.borrow_mut().take();
-            if let Some(mut live) = taken {
-                cancel_live(&mut live, &self.inner.shared);
+            if let Some(driver) = self.inner.driver.borrow_mut().as_mut() {
+                driver.cancel(&self.inner.cancel);
             }
         }
     }
@@ -294,26 +295,23 @@ impl Call {
     /// The report so far (complete once the body ended), as a plain object
     /// with the Rust serde field names.
     pub fn report(&self) -> JsValue {
-        to_js(self.inner.shared.borrow().engine.report())
+        self.inner.published.report.borrow().clone()
     }
 
     /// The outcome once the request ended, else `null`.
     pub fn outcome(&self) -> JsValue {
-        match self.inner.shared.borrow().engine.outcome() {
-            Some(o) => to_js(o),
-            None => JsValue::NULL,
-        }
+        self.inner.published.outcome.borrow().clone()
     }
 
     /// The last JS error seen (it may carry text from the wire: never log
     /// it blindly).
     #[wasm_bindgen(js_name = inspectCause)]
     pub fn inspect_cause(&self) -> JsValue {
-        self.inner.shared.borrow().cause.clone()
+        self.inner.published.cause.borrow().clone()
     }
 
     /// The protocol the body is decoded as.
     pub fn protocol(&self) -> String {
-        self.inner.shared.borrow().protocol.name().to_owned()
+        self.inner.protocol.to_owned()
     }
 }

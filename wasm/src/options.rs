@@ -13,6 +13,7 @@ use std::time::Duration;
 use recovery_core::budget::RetryBudgetConfig;
 use recovery_core::failure::Category;
 use recovery_core::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
+use recovery_core::protocol::ProtocolChoice;
 use recovery_core::protocol::{ProtocolKind, SseTerminal};
 
 /// Why an options object was refused.
@@ -52,15 +53,6 @@ impl fmt::Display for OptionsError {
 }
 
 impl std::error::Error for OptionsError {}
-
-/// `protocol` in the options: a name, or `auto` (guess from the URL path).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProtocolChoice {
-    /// Guess per request from the URL path (see [`guess_protocol`]).
-    Auto,
-    /// Always this protocol.
-    Fixed(ProtocolKind),
-}
 
 /// An options value as it arrives: the JSON data model, built from the JS
 /// options object on wasm (no JSON text, no serde: a derived deserializer
@@ -216,6 +208,8 @@ struct OptionsJson {
     retry_budget: Nullable<RetryBudgetJson>,
     /// Set by the wrapper when an `admission` function was given.
     admission_hook: Option<bool>,
+    resumable_sse: Option<bool>,
+    continuation_hook: Option<bool>,
 }
 
 fn nullable_number(field: &str, v: &OptionValue) -> Result<Nullable<f64>, OptionsError> {
@@ -331,14 +325,20 @@ impl OptionsJson {
                     }
                     o.sse_terminal = Some(t);
                 }
-                "admissionHook" => match value {
-                    OptionValue::Bool(b) => o.admission_hook = Some(*b),
-                    other => return Err(shape(k, "a boolean", other)),
-                },
+                "admissionHook" => o.admission_hook = Some(boolean(k, value)?),
+                "resumableSse" => o.resumable_sse = Some(boolean(k, value)?),
+                "continuationHook" => o.continuation_hook = Some(boolean(k, value)?),
                 other => return Err(unknown(other)),
             }
         }
         Ok(o)
+    }
+}
+
+fn boolean(field: &str, v: &OptionValue) -> Result<bool, OptionsError> {
+    match v {
+        OptionValue::Bool(b) => Ok(*b),
+        other => Err(shape(field, "a boolean", other)),
     }
 }
 
@@ -361,6 +361,8 @@ fn is_known(key: &str) -> bool {
             | "protocol"
             | "sseTerminal"
             | "admissionHook"
+            | "resumableSse"
+            | "continuationHook"
     )
 }
 
@@ -412,6 +414,11 @@ pub struct Settings {
     pub retry_budget: Option<RetryBudgetConfig>,
     /// Whether an admission hook is installed.
     pub admission_hook: bool,
+    /// Whether the endpoint is declared an SSE server that honours
+    /// `Last-Event-ID`.
+    pub resumable_sse: bool,
+    /// Whether a continuation hook is installed.
+    pub continuation_hook: bool,
 }
 
 /// `n` as Rust's `{}` prints an `f64` (`1000000000000000000000`,
@@ -615,31 +622,6 @@ pub fn parse_protocol(
     }))
 }
 
-/// Whether `needle` occurs in `haystack` (`str::contains` without the
-/// two-way searcher, which is large in the wasm module).
-pub fn has(haystack: &str, needle: &str) -> bool {
-    haystack
-        .as_bytes()
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
-}
-
-/// Guesses the protocol from a request URL's path; OpenAI Chat when unsure.
-pub fn guess_protocol(url: &str) -> ProtocolKind {
-    let path = url.split(['?', '#']).next().unwrap_or(url);
-    if path.ends_with("/messages") {
-        ProtocolKind::Anthropic
-    } else if path.ends_with("/responses") || has(path, "/responses/") {
-        ProtocolKind::OpenAiResponses
-    } else if has(path, ":streamGenerateContent") || has(path, ":generateContent") {
-        ProtocolKind::Gemini
-    } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
-        ProtocolKind::Ollama
-    } else {
-        ProtocolKind::OpenAiChat
-    }
-}
-
 impl Settings {
     /// Validates the JSON text of the options (native tests; the wasm
     /// build reads the JS object directly with [`Settings::from_value`]).
@@ -803,6 +785,8 @@ impl Settings {
             protocol,
             retry_budget,
             admission_hook: o.admission_hook.unwrap_or(false),
+            resumable_sse: o.resumable_sse.unwrap_or(false),
+            continuation_hook: o.continuation_hook.unwrap_or(false),
         })
     }
 }

@@ -551,6 +551,15 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         std::mem::take(&mut self.out)
     }
 
+    /// Whether the head just received may become the final answer as the
+    /// server sent it (an error head, before commit): a driver whose
+    /// runtime can copy a body (a `Response.clone()`) reads the copy and
+    /// keeps the original for [`Io::RespondError`].
+    pub fn keeps_response(&self) -> bool {
+        !self.responded && matches!(self.stage, Stage::ErrorBody(_))
+            || matches!(self.stage, Stage::Ended) && self.error_response
+    }
+
     /// Whether the body streams the committed attempt with nothing queued,
     /// pending or gated: a driver may then read and hand out chunks through
     /// [`Exchange::on_chunk`] alone, without asking [`Exchange::poll`].

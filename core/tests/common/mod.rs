@@ -19,9 +19,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
+use recovery_core::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
 use recovery_core::decision::{AdmissionAnswer, DelayCause};
-use recovery_core::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts};
-use recovery_core::failure::{Failure, Phase, Stall};
+use recovery_core::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send};
+use recovery_core::failure::{Failure, Phase, Stall, TransportKind};
 use recovery_core::lifecycle::{EventKind, LifecycleEvent};
 use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use recovery_core::policy::RecoveryPolicy;
@@ -111,6 +112,8 @@ pub enum Step {
         phase: CancelPhase,
         commit: bool,
     },
+    /// The send as a conformance vector plays it, byte for byte.
+    Played(Played),
 }
 
 pub fn fail(failure: Failure) -> Step {
@@ -179,6 +182,8 @@ pub enum Hook {
     },
     /// The caller cancels while the hook is pending.
     CancelAfter(Duration),
+    /// Never answers.
+    Never,
 }
 
 pub fn answer(answer: AdmissionAnswer) -> Hook {
@@ -226,6 +231,19 @@ pub struct Script {
     /// Extra time the driver oversleeps each wait (a late timer), to exercise
     /// the recheck before sending.
     pub oversleep: Duration,
+    /// The protocol, request and resume settings of a conformance vector
+    /// (`None`: OpenAI Chat, or a resumable SSE endpoint with
+    /// `resume_possible`).
+    pub vector: Option<VectorSetup>,
+}
+
+/// The request side of a conformance vector.
+#[derive(Debug, Clone)]
+pub struct VectorSetup {
+    pub protocol: ProtocolKind,
+    pub request: RequestSpec,
+    pub resumable_sse: bool,
+    pub continuation: Option<RequestSpec>,
 }
 
 impl Script {
@@ -243,6 +261,7 @@ impl Script {
             replay_disabled: None,
             resume_possible: false,
             oversleep: Duration::ZERO,
+            vector: None,
         }
     }
 
@@ -291,6 +310,8 @@ pub struct Run {
     pub timing: ManualTiming,
     /// The bytes the consumer received.
     pub delivered: Vec<u8>,
+    /// Each send as `METHOD path[ last-event-id=<id>]`.
+    pub requests: Vec<String>,
 }
 
 impl Run {
@@ -359,8 +380,14 @@ enum Wire {
     Offline,
     /// The response head with this status.
     Head(u16),
+    /// A response head with its headers.
+    HeadWith(u16, Vec<(String, String)>),
     /// A body chunk.
     Chunk(&'static str),
+    /// A body chunk of a vector.
+    Text(String),
+    /// A keepalive comment every this long, until the machine's deadline.
+    KeepaliveEvery(Duration),
     /// The body's clean end.
     End,
     /// The attempt fails with this evidence.
@@ -450,6 +477,50 @@ impl Step {
                 w.push(Wire::End);
                 w
             }
+            Step::Played(p) => {
+                let mut w = Vec::new();
+                let failing = |w: &mut Vec<Wire>| {
+                    if p.offline {
+                        w.push(Wire::Offline);
+                    }
+                };
+                match &p.head {
+                    PlayedHead::Status { status, headers } => {
+                        w.push(Wire::HeadWith(*status, headers.clone()));
+                    }
+                    PlayedHead::Fails { transport, phase } => {
+                        if matches!(phase, Phase::Connecting) {
+                            w.insert(0, Wire::Unsent);
+                        }
+                        failing(&mut w);
+                        w.push(Wire::Error(Failure::transport(*transport, *phase)));
+                        return w;
+                    }
+                    PlayedHead::Never => {
+                        failing(&mut w);
+                        w.push(if p.cancel_awaiting {
+                            Wire::Cancel
+                        } else {
+                            Wire::Silence("head_timer")
+                        });
+                        return w;
+                    }
+                }
+                w.extend(p.chunks.iter().cloned().map(Wire::Text));
+                if let Some(every) = p.keepalive_every_ms {
+                    w.push(Wire::KeepaliveEvery(ms(every)));
+                }
+                failing(&mut w);
+                w.push(match p.end {
+                    WireEnd::Eof => Wire::End,
+                    WireEnd::Reset => {
+                        Wire::Error(Failure::transport(TransportKind::Reset, Phase::Streaming))
+                    }
+                    WireEnd::Hang => Wire::Silence("watchdog"),
+                    WireEnd::ConsumerDrop | WireEnd::ConsumerCancel => Wire::Cancel,
+                });
+                w
+            }
             Step::Cancel {
                 after,
                 phase,
@@ -472,16 +543,23 @@ impl Step {
     }
 }
 
-/// A head of the scripted protocol.
-struct ScriptedHead(u16);
+/// A scripted head: a status and its headers (an SSE stream by default).
+struct ScriptedHead(u16, Vec<(String, String)>);
 
 impl Head for ScriptedHead {
     fn status(&self) -> u16 {
         self.0
     }
     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-        (name == "content-type").then_some(Cow::Borrowed("text/event-stream"))
+        self.1
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| Cow::Borrowed(v.as_str()))
     }
+}
+
+fn sse_head() -> Vec<(String, String)> {
+    vec![("content-type".into(), "text/event-stream".into())]
 }
 
 /// The thin driver: plays the script's wire events to the machine, and does
@@ -504,6 +582,7 @@ struct Driver {
     hook_calls: Vec<HookCall>,
     waits_seen: usize,
     delivered: Vec<u8>,
+    requests: Vec<String>,
 }
 
 impl Driver {
@@ -562,7 +641,33 @@ impl Driver {
                 Wire::Unsent => {}
                 Wire::Head(status) => {
                     let env = (&self.timing, &self.conn);
-                    self.ex.on_head(&env, &ScriptedHead(status), None);
+                    self.ex
+                        .on_head(&env, &ScriptedHead(status, sse_head()), None);
+                    return;
+                }
+                Wire::HeadWith(status, headers) => {
+                    let env = (&self.timing, &self.conn);
+                    self.ex.on_head(&env, &ScriptedHead(status, headers), None);
+                    return;
+                }
+                Wire::Text(text) => {
+                    let env = (&self.timing, &self.conn);
+                    if let Some(chunk) = self.ex.on_chunk(&env, text.into_bytes()) {
+                        self.delivered.extend(chunk);
+                    }
+                    return;
+                }
+                Wire::KeepaliveEvery(every) => {
+                    let due = self.ex.poll_timeout().expect("a stream has a deadline");
+                    if due <= self.timing.now() + every {
+                        self.log.push("watchdog");
+                        self.until_deadline();
+                    } else {
+                        sleep_exactly(&self.timing, every);
+                        self.wire.push_front(Wire::KeepaliveEvery(every));
+                        let env = (&self.timing, &self.conn);
+                        let _ = self.ex.on_chunk(&env, b": keepalive\n\n".to_vec());
+                    }
                     return;
                 }
                 Wire::Chunk(c) => {
@@ -596,8 +701,32 @@ impl Driver {
         }
     }
 
-    fn send(&mut self) {
+    fn send(&mut self, kind: Send) {
         self.sends.push((self.timing.now(), self.ex.wire_attempt()));
+        let path = |url: &str| {
+            url.find("://")
+                .and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()))
+                .unwrap_or_else(|| url.to_owned())
+        };
+        let (method, url) = match &self.script.vector {
+            Some(v) => (v.request.method.clone(), v.request.path.clone()),
+            None => ("POST".to_owned(), "/v1/chat/completions".to_owned()),
+        };
+        self.requests.push(match kind {
+            Send::Original => format!("{method} {url}"),
+            Send::Resume(r) => match &r.header {
+                Some((name, value)) => format!("{} {} {name}={value}", r.method, path(&r.url)),
+                None => format!("{} {}", r.method, path(&r.url)),
+            },
+            Send::Continuation => {
+                let c = self
+                    .script
+                    .vector
+                    .as_ref()
+                    .and_then(|v| v.continuation.clone());
+                c.map_or_else(String::new, |c| format!("{} {}", c.method, c.path))
+            }
+        });
         let step = self
             .steps
             .next()
@@ -684,6 +813,10 @@ impl Driver {
                 let env = (&self.timing, &self.conn);
                 self.ex.cancel(&env);
             }
+            // Pending is not approval: the machine's bound ends the wait.
+            Hook::Never => {
+                self.until_deadline();
+            }
         }
     }
 }
@@ -700,19 +833,45 @@ pub fn run(script: Script) -> Run {
         }
     };
     let allowance = AttemptAllowance::new(script.policy.max_attempts().get());
-    let (protocol, url, chunks) = if script.resume_possible {
-        let sse = ProtocolKind::Sse {
-            terminal_sentinel: Some(SseTerminal::Data("[DONE]".into())),
-        };
-        (sse, "/stream", &RESUMABLE_SSE)
-    } else {
-        (ProtocolKind::OpenAiChat, "/v1/chat/completions", &CHAT)
+    let (protocol, method, url, body, chunks) = match &script.vector {
+        Some(v) => (
+            v.protocol.clone(),
+            v.request.method.clone(),
+            v.request.path.clone(),
+            v.request.body.clone(),
+            &CHAT,
+        ),
+        None if script.resume_possible => {
+            let sse = ProtocolKind::Sse {
+                terminal_sentinel: Some(SseTerminal::Data("[DONE]".into())),
+            };
+            (
+                sse,
+                "POST".into(),
+                "/stream".into(),
+                "{}".into(),
+                &RESUMABLE_SSE,
+            )
+        }
+        None => (
+            ProtocolKind::OpenAiChat,
+            "POST".into(),
+            "/v1/chat/completions".into(),
+            "{}".into(),
+            &CHAT,
+        ),
     };
     let request = RequestFacts {
-        method: "POST",
-        url,
-        body: b"{}",
+        method: &method,
+        url: &url,
+        body: body.as_bytes(),
     };
+    let resumable_sse =
+        script.resume_possible || script.vector.as_ref().is_some_and(|v| v.resumable_sse);
+    let continuation = script
+        .vector
+        .as_ref()
+        .is_some_and(|v| v.continuation.is_some());
     let mut ex = Exchange::new(
         script.policy.clone(),
         &ProtocolChoice::Fixed(protocol),
@@ -722,7 +881,8 @@ pub fn run(script: Script) -> Run {
         timing.now(),
     )
     .with_admission_hook(script.hook.is_some())
-    .with_resumable_sse(script.resume_possible);
+    .with_resumable_sse(resumable_sse)
+    .with_continuation_hook(continuation);
     if let Some(b) = &script.retry_budget {
         ex = ex.with_retry_budget(b.clone());
     }
@@ -749,6 +909,7 @@ pub fn run(script: Script) -> Run {
         hook_calls: Vec::new(),
         waits_seen: 0,
         delivered: Vec::new(),
+        requests: Vec::new(),
     };
     for turn in 0.. {
         let io = d.ex.poll(&(&d.timing, &d.conn));
@@ -759,7 +920,7 @@ pub fn run(script: Script) -> Run {
             d.timing.now()
         );
         match io {
-            Io::Send(_) => d.send(),
+            Io::Send(kind) => d.send(kind),
             Io::AwaitHead | Io::Read => d.play(),
             Io::Release | Io::Respond | Io::RespondError => {}
             Io::Deliver(Chunk::Read(c)) => d.delivered.extend(c),
@@ -769,8 +930,13 @@ pub fn run(script: Script) -> Run {
             Io::AskAdmission(request) => d.ask(request),
             Io::AwaitAdmission => panic!("the scripted hook answers when asked"),
             Io::AskContinuation => {
+                let given = d
+                    .script
+                    .vector
+                    .as_ref()
+                    .is_some_and(|v| v.continuation.is_some());
                 let env = (&d.timing, &d.conn);
-                d.ex.continuation(&env, false);
+                d.ex.continuation(&env, given);
             }
             Io::End(_) => break,
         }
@@ -802,6 +968,7 @@ pub fn run(script: Script) -> Run {
         end: d.timing.now(),
         timing: d.timing.clone(),
         delivered: d.delivered,
+        requests: d.requests,
     };
     check_invariants(&run, &d.script.policy);
     run
