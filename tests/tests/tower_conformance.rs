@@ -1,7 +1,13 @@
 //! The shared conformance vectors (`tests/conformance/engine/*.json`) run
 //! through the tower driver: a scripted inner service plays each vector's
-//! attempts, tokio's paused clock drives the waits, and the lifecycle, the
-//! outcome, the sends and the waits must equal the vector's (G13, LC3).
+//! sends byte for byte, tokio's paused clock drives the waits and the
+//! timeouts, and what comes out (events, outcome, sends, delays, delivered
+//! bytes, requests, end time) must equal the vector's (G13).
+//!
+//! Every vector runs twice: with an `ObserveLayer` inside the
+//! `RecoveryLayer` (one decode, shared through its handle) and without one
+//! (the recovery layer decodes by itself): the same decisions either way
+//! (reliability matrix AT7).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,24 +23,18 @@ use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use recovery_core::call::{Cancellation, RecoveryCall};
-use recovery_core::conformance::{AttemptSpec, Vector, WALL_CLOCK};
+use recovery_core::conformance::{Observed, Played, PlayedHead, Vector, WALL_CLOCK, WireEnd};
 use recovery_core::decision::AdmissionAnswer;
-use recovery_core::failure::{Phase, TransportKind};
+use recovery_core::failure::TransportKind;
 use recovery_core::lifecycle::LifecycleEvent;
-use recovery_core::outcome::CancelPhase;
-use recovery_core::progress::Proof;
-use recovery_core::protocol::ProtocolKind;
-use recovery_core::timing::{Fraction, Instant, Timing};
+use recovery_core::timing::{Fraction, Instant, ScriptedConnectivity, Timing};
+use tokio::sync::Notify;
 use tower_layer::Layer;
-use tower_recovery::recovery::AdmissionHook;
+use tower_recovery::recovery::{AdmissionHook, ContinuationHook};
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
 use tower_service::Service;
 
-const ROLE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
-const HELLO: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n";
-const STOP: &str =
-    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
-const DONE: &str = "data: [DONE]\n\n";
+const ORIGIN: &str = "http://vector.invalid";
 
 /// tokio's (paused) clock with every jitter draw pinned, and a wall clock
 /// starting where the vectors say.
@@ -60,35 +60,6 @@ impl Timing for PinnedTiming {
     }
 }
 
-enum Piece {
-    Data(&'static str),
-    Error(std::io::ErrorKind),
-    Pending,
-}
-
-struct PlayedBody(VecDeque<Piece>);
-
-impl Body for PlayedBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        match self.0.pop_front() {
-            None => Poll::Ready(None),
-            Some(Piece::Data(d)) => {
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(d.as_bytes())))))
-            }
-            Some(Piece::Error(kind)) => Poll::Ready(Some(Err(kind.into()))),
-            Some(Piece::Pending) => {
-                self.0.push_front(Piece::Pending);
-                Poll::Pending
-            }
-        }
-    }
-}
-
 fn io_kind(kind: TransportKind) -> std::io::ErrorKind {
     match kind {
         TransportKind::Refused => std::io::ErrorKind::ConnectionRefused,
@@ -98,76 +69,126 @@ fn io_kind(kind: TransportKind) -> std::io::ErrorKind {
     }
 }
 
-type Played = Result<Response<PlayedBody>, std::io::Error>;
+/// What the consumer is told when the played body has nothing more for it.
+#[derive(Default)]
+struct Stop {
+    notify: Notify,
+}
 
-/// Plays the vector's attempts in order.
+/// A played body: the chunks, then keepalives, then its end.
+struct PlayedBody {
+    chunks: VecDeque<Bytes>,
+    keepalive: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    end: WireEnd,
+    offline: Option<ScriptedConnectivity>,
+    stop: Arc<Stop>,
+}
+
+impl Body for PlayedBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if let Some(chunk) = self.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if let Some((every, sleep)) = self.keepalive.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let every = *every;
+            sleep.as_mut().reset(tokio::time::Instant::now() + every);
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                b": keepalive\n\n",
+            )))));
+        }
+        if let Some(net) = self.offline.take() {
+            net.set_online(false);
+        }
+        match self.end {
+            WireEnd::Eof => Poll::Ready(None),
+            WireEnd::Reset => Poll::Ready(Some(Err(std::io::ErrorKind::ConnectionReset.into()))),
+            WireEnd::Hang => Poll::Pending,
+            WireEnd::ConsumerDrop | WireEnd::ConsumerCancel => {
+                self.stop.notify.notify_one();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+type Answer = Result<Response<PlayedBody>, std::io::Error>;
+
+/// Plays the vector's sends in order and records each request.
 #[derive(Clone)]
 struct Player {
-    attempts: Arc<Vec<AttemptSpec>>,
+    played: Arc<Vec<Played>>,
     sends: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+    net: ScriptedConnectivity,
+    stop: Arc<Stop>,
+    cancel: Cancellation,
 }
 
 impl Service<Request<ReplayBody>> for Player {
     type Response = Response<PlayedBody>;
     type Error = std::io::Error;
-    type Future = Pin<Box<dyn Future<Output = Played> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _req: Request<ReplayBody>) -> Self::Future {
+    fn call(&mut self, req: Request<ReplayBody>) -> Self::Future {
         let n = self.sends.fetch_add(1, Ordering::SeqCst);
-        let spec = self.attempts[n.min(self.attempts.len() - 1)].clone();
+        let mut line = format!("{} {}", req.method(), req.uri().path_and_query().unwrap());
+        if let Some(id) = req.headers().get("last-event-id") {
+            line.push_str(&format!(" last-event-id={}", id.to_str().unwrap()));
+        }
+        self.requests.lock().unwrap().push(line);
+        let p = self.played[n.min(self.played.len() - 1)].clone();
+        let (net, stop, cancel) = (
+            self.net.clone(),
+            Arc::clone(&self.stop),
+            self.cancel.clone(),
+        );
         Box::pin(async move {
-            let stream = |pieces: Vec<Piece>| {
-                Ok(Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(PlayedBody(pieces.into()))
-                    .unwrap())
-            };
-            match (spec.fail, spec.succeed, spec.cancel) {
-                (Some(f), None, None) => match (f.status, f.transport) {
-                    (Some(status), _) => {
-                        let mut b = Response::builder().status(status);
-                        if let Some(ra) = &f.retry_after {
-                            b = b.header("retry-after", ra.as_str());
-                        }
-                        if let Some(sr) = f.should_retry {
-                            b = b.header("x-should-retry", if sr { "true" } else { "false" });
-                        }
-                        Ok(b.body(PlayedBody(VecDeque::from([Piece::Data("{}")])))
-                            .unwrap())
+            match p.head {
+                PlayedHead::Status { status, headers } => {
+                    let mut b = Response::builder().status(status);
+                    for (name, value) in headers {
+                        b = b.header(name, value);
                     }
-                    (None, Some(kind)) => {
-                        let err = Piece::Error(io_kind(kind));
-                        match f.phase {
-                            Some(Phase::Streaming) if spec.semantic => {
-                                stream(vec![Piece::Data(ROLE), Piece::Data(HELLO), err])
-                            }
-                            Some(Phase::Streaming) => stream(vec![Piece::Data(ROLE), err]),
-                            _ => Err(io_kind(kind).into()),
-                        }
-                    }
-                    _ => panic!("a failure is a status or a transport error"),
-                },
-                (None, Some(proof), None) => {
-                    let mut pieces = vec![Piece::Data(ROLE), Piece::Data(HELLO), Piece::Data(STOP)];
-                    if proof == Proof::Strong {
-                        pieces.push(Piece::Data(DONE));
-                    }
-                    stream(pieces)
+                    let body = PlayedBody {
+                        chunks: p.chunks.into_iter().map(Bytes::from).collect(),
+                        keepalive: p.keepalive_every_ms.map(|ms| {
+                            let every = Duration::from_millis(ms);
+                            (every, Box::pin(tokio::time::sleep(every)))
+                        }),
+                        end: p.end,
+                        offline: p.offline.then_some(net),
+                        stop,
+                    };
+                    Ok(b.body(body).unwrap())
                 }
-                (None, None, Some(CancelPhase::Streaming)) => {
-                    let mut pieces = vec![Piece::Data(ROLE)];
-                    if spec.semantic {
-                        pieces.push(Piece::Data(HELLO));
+                PlayedHead::Fails { transport, .. } => {
+                    if p.offline {
+                        net.set_online(false);
                     }
-                    pieces.push(Piece::Pending);
-                    stream(pieces)
+                    Err(io_kind(transport).into())
                 }
-                (None, None, Some(_)) => std::future::pending::<Played>().await,
-                _ => panic!("an attempt is exactly one of fail, succeed, cancel"),
+                PlayedHead::Never => {
+                    if p.offline {
+                        net.set_online(false);
+                    }
+                    if p.cancel_awaiting {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        cancel.cancel();
+                    }
+                    std::future::pending::<Answer>().await
+                }
             }
         })
     }
@@ -187,6 +208,7 @@ fn hook(answers: Vec<String>, cancel: Cancellation) -> AdmissionHook {
                 "allow" => AdmissionAnswer::Allow,
                 "reject" => AdmissionAnswer::Reject,
                 "unresolved" => AdmissionAnswer::Unresolved,
+                "never" => std::future::pending().await,
                 "cancel" => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     cancel.cancel();
@@ -198,11 +220,19 @@ fn hook(answers: Vec<String>, cancel: Cancellation) -> AdmissionHook {
     })
 }
 
-async fn run_vector(v: &Vector) {
+async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
+    let played = v
+        .attempts
+        .iter()
+        .map(|a| a.played())
+        .collect::<Result<Vec<_>, _>>()?;
+    let protocol = v.protocol()?;
+    let started = tokio::time::Instant::now();
     let timing = PinnedTiming {
-        origin: tokio::time::Instant::now(),
+        origin: started,
         jitter: Fraction::new(v.jitter),
     };
+    let net = ScriptedConnectivity::new(true);
     let cancel = Cancellation::new();
     let events: Arc<Mutex<Vec<LifecycleEvent>>> = Arc::default();
     let sink = Arc::clone(&events);
@@ -211,6 +241,8 @@ async fn run_vector(v: &Vector) {
     let on_cancel = cancel.clone();
     let mut layer = RecoveryLayer::new(v.policy.policy().expect("valid policy"))
         .with_timing(timing)
+        .with_connectivity(net.clone())
+        .with_resumable_sse(v.resumable_sse)
         .on_event(move |e| {
             if e.kind.name() == "delay_scheduled" {
                 let k = waits.fetch_add(1, Ordering::SeqCst);
@@ -224,84 +256,112 @@ async fn run_vector(v: &Vector) {
             }
             sink.lock().unwrap().push(e.clone());
         });
+    if !observe {
+        layer = layer.with_protocol(protocol.clone());
+    }
     if let Some(answers) = &v.admission {
         layer = layer.with_admission(hook(answers.clone(), cancel.clone()));
     }
+    if let Some(c) = v.continuation.clone() {
+        let continuation: ContinuationHook = Arc::new(move |_ctx| {
+            Some(
+                Request::builder()
+                    .method(c.method.as_str())
+                    .uri(format!("{ORIGIN}{}", c.path))
+                    .body(Bytes::from(c.body.clone()))
+                    .unwrap(),
+            )
+        });
+        layer = layer.with_continuation(continuation);
+    }
+    let stop = Arc::new(Stop::default());
     let player = Player {
-        attempts: Arc::new(v.attempts.clone()),
+        played: Arc::new(played),
         sends: Arc::default(),
+        requests: Arc::default(),
+        net,
+        stop: Arc::clone(&stop),
+        cancel: cancel.clone(),
     };
-    let mut svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(player.clone()));
-    let mut req = Request::post("http://vector/v1/chat/completions")
-        .body(Full::new(Bytes::from_static(b"{}")))
+    let request = v.request();
+    let mut req = Request::builder()
+        .method(request.method.as_str())
+        .uri(format!("{ORIGIN}{}", request.path))
+        .body(Full::new(Bytes::from(request.body)))
         .unwrap();
     req.extensions_mut()
         .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
-    // The consumer cancels while awaiting a head that never comes.
-    let awaiting_cancel = v.attempts.iter().any(|a| {
-        matches!(
-            a.cancel,
-            Some(CancelPhase::AwaitingHead | CancelPhase::Sending)
-        )
-    });
-    if awaiting_cancel {
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            c.cancel();
-        });
-    }
-    let outcome = match svc.call(req).await {
-        Ok(resp) => {
-            let report = resp.extensions().get::<ReportHandle>().cloned().unwrap();
-            let cancel_streaming = v
-                .attempts
-                .iter()
-                .any(|a| a.cancel == Some(CancelPhase::Streaming));
-            let mut body = resp.into_body();
-            if !cancel_streaming {
-                while let Some(frame) = body.frame().await {
-                    if frame.is_err() {
-                        break;
+    let mut delivered = Vec::new();
+    let report = if observe {
+        let mut svc = layer.layer(ObserveLayer::new(protocol).layer(player.clone()));
+        consume(svc.call(req).await, &stop, &mut delivered).await
+    } else {
+        let mut svc = layer.layer(player.clone());
+        consume(svc.call(req).await, &stop, &mut delivered).await
+    };
+    let mut observed = Observed {
+        events: events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.kind.name().to_owned())
+            .filter(|n| n != "committed")
+            .collect(),
+        sends: player.sends.load(Ordering::SeqCst),
+        delivered,
+        requests: player.requests.lock().unwrap().clone(),
+        ..Observed::default()
+    };
+    observed.from_report(&report);
+    let name = format!(
+        "{} ({})",
+        v.name,
+        if observe {
+            "with ObserveLayer"
+        } else {
+            "decoding by itself"
+        }
+    );
+    v.expected.check(&name, &observed)
+}
+
+/// The consumer: reads the body to its end, or until the played body says
+/// it has nothing more (then drops it, as an SDK does after its end
+/// marker). The report of the request, once it ended.
+async fn consume<B>(
+    answer: Result<Response<tower_recovery::RecoveryBody<B>>, recovery_core::error::RecoveryError>,
+    stop: &Stop,
+    delivered: &mut Vec<u8>,
+) -> recovery_core::report::RecoveryReport
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tower_recovery::BoxError>,
+{
+    let resp = match answer {
+        Ok(resp) => resp,
+        Err(e) => return e.report().clone(),
+    };
+    let report = resp.extensions().get::<ReportHandle>().cloned().unwrap();
+    let mut body = resp.into_body();
+    loop {
+        tokio::select! {
+            frame = body.frame() => match frame {
+                Some(Ok(f)) => {
+                    if let Some(d) = f.data_ref() {
+                        delivered.extend_from_slice(d);
                     }
                 }
-            }
-            drop(body);
-            report.report().outcome.expect("ended").name().to_owned()
+                Some(Err(_)) | None => break,
+            },
+            () = stop.notify.notified() => break,
         }
-        Err(e) => e.outcome().name().to_owned(),
-    };
-    let names: Vec<String> = events
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.kind.name().to_owned())
-        .filter(|n| n != "committed")
-        .collect();
-    assert_eq!(names, v.expected.events, "{}: events", v.name);
-    assert_eq!(outcome, v.expected.outcome, "{}: outcome", v.name);
-    assert_eq!(
-        player.sends.load(Ordering::SeqCst),
-        v.expected.sends,
-        "{}: sends",
-        v.name
-    );
-    let delays: Vec<u64> = events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|e| match &e.kind {
-            recovery_core::lifecycle::EventKind::DelayScheduled { delay_ms, .. } => {
-                Some(delay_ms.as_millis() as u64)
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(delays, v.expected.delays_ms, "{}: delays", v.name);
+    }
+    drop(body);
+    report.report()
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_engine_vector_runs_through_the_tower_driver() {
+async fn every_vector_runs_through_the_tower_driver() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("conformance/engine");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -309,10 +369,16 @@ async fn every_engine_vector_runs_through_the_tower_driver() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    assert!(files.len() >= 10, "found {} vectors", files.len());
+    assert!(files.len() >= 30, "found {} vectors", files.len());
+    let mut failures = Vec::new();
     for path in files {
         let v: Vector = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        run_vector(&v).await;
+        for observe in [true, false] {
+            if let Err(e) = run_vector(&v, observe).await {
+                failures.push(e);
+            }
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
