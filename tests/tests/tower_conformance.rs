@@ -145,7 +145,7 @@ impl Service<Request<ReplayBody>> for Player {
         let n = self.sends.fetch_add(1, Ordering::SeqCst);
         let mut line = format!("{} {}", req.method(), req.uri().path_and_query().unwrap());
         if let Some(id) = req.headers().get("last-event-id") {
-            line.push_str(&format!(" last-event-id={}", id.to_str().unwrap()));
+            line = format!("{line} last-event-id={}", id.to_str().unwrap());
         }
         self.requests.lock().unwrap().push(line);
         let p = self.played[n.min(self.played.len() - 1)].clone();
@@ -224,7 +224,7 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     let played = v
         .attempts
         .iter()
-        .map(|a| a.played())
+        .map(recovery_core::conformance::AttemptSpec::played)
         .collect::<Result<Vec<_>, _>>()?;
     let protocol = v.protocol()?;
     let started = tokio::time::Instant::now();
