@@ -233,6 +233,7 @@ fn start_with(
         Some(body),
         Some(on_event),
         None,
+        None,
     ));
     *slot.borrow_mut() = Some(Rc::clone(&call));
     Run { call, events }
