@@ -19,6 +19,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p tower-recovery --all-targets --all-features -- -D warnings
 cargo clippy -p recovery-wasm --target wasm32-unknown-unknown -- -D warnings
 
+step "drivers only do I/O"
+bash scripts/check-drivers.sh
+
 step "core stays runtime-free (wasm32)"
 cargo check -p recovery-core --target wasm32-unknown-unknown
 if cargo tree -p recovery-core -e normal --prefix none | grep -Eq '^(tokio|web-sys|hyper) '; then

@@ -166,6 +166,4 @@ pub mod resume;
 pub mod retry_after;
 pub mod safe;
 pub mod timing;
-pub mod wait;
-pub mod watchdog;
 pub mod wire;

@@ -15,8 +15,8 @@ use recovery_core::protocol::ProtocolKind;
 pub const USAGE: &str = "\
 usage: recover --protocol {openai-chat|openai-responses|anthropic|gemini|ollama|sse}
                [--max-attempts N] [--budget-ms N] [--retry-after-ceiling-ms N]
-               [--idle-timeout-ms N] [--header 'K: V']... [--events FILE]
-               [--report FILE] URL
+               [--head-timeout-ms N] [--idle-timeout-ms N] [--progress-timeout-ms N]
+               [--header 'K: V']... [--events FILE] [--report FILE] URL
 Reads the JSON request body from stdin, POSTs it to URL and writes the delivered
 body to stdout. Exit status: 0 completed with terminal proof, 1 recovery failed,
 2 usage error, 130 interrupted (Ctrl-C).";
@@ -67,8 +67,12 @@ pub struct RecoverArgs {
     pub budget: Option<Duration>,
     /// `--retry-after-ceiling-ms`: the largest `Retry-After` honoured.
     pub retry_after_ceiling: Option<Duration>,
+    /// `--head-timeout-ms`: the bound from a send to its response head.
+    pub head_timeout: Option<Duration>,
     /// `--idle-timeout-ms`: the stall watchdog on silence.
     pub idle_timeout: Option<Duration>,
+    /// `--progress-timeout-ms`: the stall watchdog on semantic progress.
+    pub progress_timeout: Option<Duration>,
     /// `--header`, in order.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `--events`: where lifecycle events go, one JSON object per line.
@@ -92,8 +96,14 @@ impl RecoverArgs {
         if let Some(ceiling) = self.retry_after_ceiling {
             b = b.retry_after_ceiling(ceiling, OverCeiling::Refuse);
         }
+        if let Some(head) = self.head_timeout {
+            b = b.head_timeout(Some(head));
+        }
         if let Some(idle) = self.idle_timeout {
             b = b.idle_timeout(Some(idle));
+        }
+        if let Some(progress) = self.progress_timeout {
+            b = b.progress_timeout(Some(progress));
         }
         b.build().map_err(|e| usage(format!("invalid policy: {e}")))
     }
@@ -147,7 +157,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut max_attempts = None;
     let mut budget = None;
     let mut retry_after_ceiling = None;
+    let mut head_timeout = None;
     let mut idle_timeout = None;
+    let mut progress_timeout = None;
     let mut headers = Vec::new();
     let mut events = None;
     let mut report = None;
@@ -179,7 +191,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--max-attempts",
             "--budget-ms",
             "--retry-after-ceiling-ms",
+            "--head-timeout-ms",
             "--idle-timeout-ms",
+            "--progress-timeout-ms",
             "--header",
             "--events",
             "--report",
@@ -223,7 +237,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--retry-after-ceiling-ms" => {
                 retry_after_ceiling = Some(Duration::from_millis(number(&flag, &value)?));
             }
+            "--head-timeout-ms" => head_timeout = Some(millis(&flag, &value)?),
             "--idle-timeout-ms" => idle_timeout = Some(millis(&flag, &value)?),
+            "--progress-timeout-ms" => progress_timeout = Some(millis(&flag, &value)?),
             "--header" => headers.push(header(&value)?),
             "--events" => events = Some(PathBuf::from(value)),
             "--report" => report = Some(PathBuf::from(value)),
@@ -241,7 +257,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         max_attempts,
         budget,
         retry_after_ceiling,
+        head_timeout,
         idle_timeout,
+        progress_timeout,
         headers,
         events,
         report,
@@ -285,6 +303,9 @@ mod tests {
             "0",
             "--idle-timeout-ms",
             "300",
+            "--head-timeout-ms=4000",
+            "--progress-timeout-ms",
+            "9000",
             "--header",
             "x-api-key: sk-1",
             "--header",
@@ -306,6 +327,15 @@ mod tests {
         let p = a.policy().unwrap();
         assert_eq!(p.max_attempts().get(), 5);
         assert_eq!(p.idle_timeout(), Some(Duration::from_millis(300)));
+        assert_eq!(p.head_timeout(), Some(Duration::from_secs(4)));
+        assert_eq!(p.progress_timeout(), Some(Duration::from_secs(9)));
+        // Left out, the default bounds stand: nothing hangs.
+        let d = ok(&["--protocol", "ollama", "http://127.0.0.1:1/"])
+            .policy()
+            .unwrap();
+        assert_eq!(d.head_timeout(), Some(Duration::from_secs(300)));
+        assert_eq!(d.progress_timeout(), Some(Duration::from_secs(600)));
+        assert!(run(&["--protocol", "ollama", "--head-timeout-ms", "0", "http://h/"]).is_err());
     }
 
     #[test]

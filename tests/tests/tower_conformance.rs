@@ -24,7 +24,7 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use recovery_core::call::{Cancellation, RecoveryCall};
 use recovery_core::conformance::{Observed, Played, PlayedHead, Vector, WALL_CLOCK, WireEnd};
-use recovery_core::decision::AdmissionAnswer;
+use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::TransportKind;
 use recovery_core::lifecycle::LifecycleEvent;
 use recovery_core::timing::{Fraction, Instant, ScriptedConnectivity, Timing};

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
-use recovery_core::decision::AdmissionAnswer;
+use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::exchange::{
     AdmissionRequest, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
@@ -510,7 +510,8 @@ impl Driver {
                 self.ex.handle_timeout(&EnvOf(&*self.platform));
                 None
             }
-            Woke::Cancelled => {
+            // A rejection the caller's abort caused is the cancellation.
+            Woke::Cancelled | Woke::Settled(Err(_)) if cancel.is_cancelled() => {
                 let env = EnvOf(&*self.platform);
                 self.ex.cancel(&env);
                 None

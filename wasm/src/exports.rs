@@ -272,8 +272,11 @@ impl Call {
     pub fn next(&self) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         future_to_promise(async move {
+            // After the caller's cancel the body just ends: the wrapper
+            // errors the stream with the abort reason.
             match inner.advance().await? {
-                Out::Deliver(chunk) if !inner.cancel.is_cancelled() => Ok(chunk.into()),
+                _ if inner.cancel.is_cancelled() => Ok(JsValue::UNDEFINED),
+                Out::Deliver(chunk) => Ok(chunk.into()),
                 Out::End(Err(failure)) => Err(failure),
                 _ => Ok(JsValue::UNDEFINED),
             }

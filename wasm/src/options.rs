@@ -907,24 +907,12 @@ mod tests {
     }
 
     #[test]
-    fn protocol_is_guessed_from_the_path() {
-        assert_eq!(
-            guess_protocol("http://h/v1/messages"),
-            ProtocolKind::Anthropic
-        );
-        assert_eq!(
-            guess_protocol("http://h/v1/responses?x=1"),
-            ProtocolKind::OpenAiResponses
-        );
-        assert_eq!(
-            guess_protocol("http://h/v1beta/models/g:streamGenerateContent?alt=sse"),
-            ProtocolKind::Gemini
-        );
-        assert_eq!(guess_protocol("http://h/api/chat"), ProtocolKind::Ollama);
-        assert_eq!(
-            guess_protocol("http://h/v1/chat/completions"),
-            ProtocolKind::OpenAiChat
-        );
+    fn resume_and_continuation_options() {
+        let s = Settings::from_json(r#"{"resumableSse":true,"continuationHook":true}"#).unwrap();
+        assert!(s.resumable_sse && s.continuation_hook);
+        let d = Settings::from_json("{}").unwrap();
+        assert!(!d.resumable_sse && !d.continuation_hook);
+        assert!(Settings::from_json(r#"{"resumableSse":"yes"}"#).is_err());
     }
 
     /// `Number.prototype.toString` of `x`, from Rust's shortest digits.

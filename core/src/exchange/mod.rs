@@ -75,11 +75,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
 
 use crate::budget::{AttemptAllowance, RetryBudget};
 use crate::continuation::DeliveredPrefix;
-use crate::decision::{Action, AdmissionAnswer};
+use crate::decision::Action;
 use crate::engine::Recovery;
 use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};

@@ -87,7 +87,7 @@ enum Activity<B> {
     None,
     Readying(Box<dyn Sender<B>>, Option<Box<Request<ReplayBody>>>),
     Awaiting(Sent<B>),
-    Admission(Pin<Box<dyn Future<Output = recovery_core::decision::AdmissionAnswer> + Send>>),
+    Admission(Pin<Box<dyn Future<Output = recovery_core::exchange::AdmissionAnswer> + Send>>),
     Online(Timer),
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use recovery_core::budget::RetryBudget;
-use recovery_core::decision::AdmissionAnswer;
+use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::Failure;
 use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
 use recovery_core::policy::RecoveryPolicy;
