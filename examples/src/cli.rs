@@ -335,7 +335,16 @@ mod tests {
             .unwrap();
         assert_eq!(d.head_timeout(), Some(Duration::from_secs(300)));
         assert_eq!(d.progress_timeout(), Some(Duration::from_secs(600)));
-        assert!(run(&["--protocol", "ollama", "--head-timeout-ms", "0", "http://h/"]).is_err());
+        assert!(
+            run(&[
+                "--protocol",
+                "ollama",
+                "--head-timeout-ms",
+                "0",
+                "http://h/"
+            ])
+            .is_err()
+        );
     }
 
     #[test]
