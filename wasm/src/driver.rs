@@ -480,6 +480,9 @@ impl Driver {
                 Io::End(result) => {
                     self.ended = true;
                     self.release(cancel);
+                    // The final report, with what followed the last event
+                    // (a late error after proof).
+                    self.publish();
                     return Out::End(result.map_err(|o| self.failure_value(&o)));
                 }
             }

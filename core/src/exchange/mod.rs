@@ -245,6 +245,9 @@ enum Stage {
     ErrorBody(Box<ErrorHead>),
     /// Reading a successful body, before or after commit.
     Streaming,
+    /// Completed (strong proof was handed out); the rest of the body passes
+    /// through until it ends, and nothing that follows changes the outcome.
+    Draining,
     /// A wait before the next send.
     Waiting { until: Instant, resume: bool },
     /// Offline; `then_send` when the resume is due as soon as it is back.
@@ -571,7 +574,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             && self.after_delivery.is_none()
             && self.gate.is_none()
             && !self.release
-            && matches!(self.stage, Stage::Streaming)
+            && matches!(self.stage, Stage::Streaming | Stage::Draining)
     }
 
     /// When the driver must wake the machine ([`Exchange::handle_timeout`])
@@ -579,7 +582,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Sending { head_by } | Stage::AwaitingHead { head_by } => *head_by,
-            Stage::ErrorBody(_) => self.watch.idle.map(|d| self.watch.idle_since + d),
+            Stage::ErrorBody(_) | Stage::Draining => {
+                self.watch.idle.map(|d| self.watch.idle_since + d)
+            }
             Stage::Streaming => {
                 let idle = self.watch.idle.map(|d| self.watch.idle_since + d);
                 let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
@@ -613,10 +618,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }
             if self.responded {
                 if let Some(chunk) = self.out.pop_front() {
-                    if let Chunk::Made(b) = &chunk {
-                        self.delivered_bytes += b.len() as u64;
-                    } else if let Chunk::Read(c) = &chunk {
-                        self.delivered_bytes += c.as_ref().len() as u64;
+                    self.delivered_bytes += match &chunk {
+                        Chunk::Read(c) => c.as_ref().len() as u64,
+                        Chunk::Made(b) => b.len() as u64,
+                    };
+                    if self.out.is_empty() {
+                        self.settle_if_proven(env);
                     }
                     return Io::Deliver(chunk);
                 }
@@ -634,7 +641,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             return match &mut self.stage {
                 Stage::ToSend => continue,
                 Stage::Sending { .. } | Stage::AwaitingHead { .. } => Io::AwaitHead,
-                Stage::ErrorBody(_) | Stage::Streaming => Io::Read,
+                Stage::ErrorBody(_) | Stage::Streaming | Stage::Draining => Io::Read,
                 Stage::Waiting { .. } => Io::Sleep,
                 Stage::Parked { .. } => Io::WaitOnline,
                 Stage::Admission { request, .. } => match request.take() {
@@ -886,15 +893,26 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
         if self.responded && self.out.is_empty() {
             self.delivered_bytes += chunk.as_ref().len() as u64;
+            self.settle_if_proven(env);
             return Some(chunk);
         }
         self.out.push_back(Chunk::Read(chunk));
         None
     }
 
-    /// A chunk outside a successful body: an error body's, or a late one.
+    /// A chunk outside a streamed answer: one after its completion, an
+    /// error body's, or a late one.
     #[cold]
     fn on_other_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        if matches!(self.stage, Stage::Draining) {
+            self.watch.idle_since = env.now();
+            if self.out.is_empty() {
+                self.delivered_bytes += chunk.as_ref().len() as u64;
+                return Some(chunk);
+            }
+            self.out.push_back(Chunk::Read(chunk));
+            return None;
+        }
         let Stage::ErrorBody(e) = &mut self.stage else {
             return None;
         };
@@ -988,6 +1006,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The body ended cleanly (the transport's end of body).
     pub fn on_end<E: Env>(&mut self, env: &E) {
         match &self.stage {
+            Stage::Draining => self.stage = Stage::Ended,
             Stage::ErrorBody(_) => self.finish_error_head(env),
             Stage::Streaming => {
                 let Some(source) = self.source.as_mut() else {
@@ -1031,6 +1050,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 self.attempt_failed(env, failure);
             }
             Stage::ErrorBody(_) => self.finish_error_head(env),
+            Stage::Draining => {
+                // A reset right after `[DONE]` changes nothing.
+                self.engine.late_error();
+                self.stage = Stage::Ended;
+                self.release = true;
+            }
             Stage::Streaming => {
                 if let Some(proof) = self.proof() {
                     // A reset right after `[DONE]` changes nothing.
@@ -1067,6 +1092,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 self.attempt_failed(env, failure);
             }
             Stage::ErrorBody(_) => self.finish_error_head(env),
+            Stage::Draining => {
+                // Silent after its proof: the answer is whole; stop reading.
+                self.stage = Stage::Ended;
+                self.release = true;
+            }
             Stage::Streaming => {
                 self.release = true;
                 if let Some(proof) = self.proof() {
@@ -1158,6 +1188,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn cancel<E: Env>(&mut self, env: &E) {
         let phase = match &self.stage {
             Stage::Ended => return,
+            Stage::Draining => {
+                self.stage = Stage::Ended;
+                self.release = true;
+                return;
+            }
             Stage::ToSend if self.engine.wire_attempt() == 0 => CancelPhase::Sending,
             Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_) => CancelPhase::Waiting,
             Stage::Sending { .. } => CancelPhase::Sending,
@@ -1185,6 +1220,28 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.release = true;
         self.error_response = false;
         self.end(Err(outcome));
+    }
+
+    /// Strong proof was handed out with nothing queued: the request is
+    /// complete now, whatever the consumer or the connection does next (an
+    /// SDK that stops reading at its end marker still gets its outcome).
+    /// The rest of the body drains. Weaker proof (a finish reason that needs
+    /// the clean end) waits for the end.
+    fn settle_if_proven<E: Env>(&mut self, env: &E) {
+        let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
+        if !proven
+            || !matches!(self.stage, Stage::Streaming)
+            || !self.responded
+            || !self.out.is_empty()
+        {
+            return;
+        }
+        if let Some(Proof::Strong) = self.proof() {
+            if self.after_delivery.is_none() {
+                self.complete(env, Proof::Strong);
+                self.stage = Stage::Draining;
+            }
+        }
     }
 
     /// The success proof of the attempt being read, once observed.

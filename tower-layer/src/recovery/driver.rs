@@ -361,6 +361,9 @@ where
                 }
                 Io::End(result) => {
                     self.ended = true;
+                    // The final report, with what followed the last event
+                    // (a late error after proof).
+                    self.report.set(self.ex.report());
                     self.inner = None;
                     self.activity = Activity::None;
                     self.timer = None;
