@@ -98,6 +98,12 @@ use crate::wire::Limits;
 use decoded::Source;
 use gate::Gate;
 
+/// How long a completed body may stay silent before the driver stops
+/// reading it: bytes that follow strong proof (a `data: [DONE]` after
+/// `response.completed`, the end of the chunked body) come at once; an SDK
+/// that reads to the end must not wait on a server that never closes.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// What the driver's surroundings say now: the clocks, a jitter draw and
 /// connectivity. Every [`Timing`] with a [`Connectivity`] is one.
 pub trait Env {
@@ -246,7 +252,8 @@ enum Stage {
     /// Reading a successful body, before or after commit.
     Streaming,
     /// Completed (strong proof was handed out); the rest of the body passes
-    /// through until it ends, and nothing that follows changes the outcome.
+    /// through until it ends or is silent for [`DRAIN_GRACE`], and nothing
+    /// that follows changes the outcome.
     Draining,
     /// A wait before the next send.
     Waiting { until: Instant, resume: bool },
@@ -582,9 +589,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Sending { head_by } | Stage::AwaitingHead { head_by } => *head_by,
-            Stage::ErrorBody(_) | Stage::Draining => {
-                self.watch.idle.map(|d| self.watch.idle_since + d)
-            }
+            Stage::ErrorBody(_) => self.watch.idle.map(|d| self.watch.idle_since + d),
+            Stage::Draining => Some(self.watch.idle_since + DRAIN_GRACE),
             Stage::Streaming => {
                 let idle = self.watch.idle.map(|d| self.watch.idle_since + d);
                 let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
@@ -1240,6 +1246,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             if self.after_delivery.is_none() {
                 self.complete(env, Proof::Strong);
                 self.stage = Stage::Draining;
+                self.watch.idle_since = env.now();
             }
         }
     }
