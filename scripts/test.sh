@@ -17,6 +17,7 @@ cargo fmt --all --check
 step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p tower-recovery --all-targets --all-features -- -D warnings
+cargo clippy -p recovery-tests --all-targets --features tracing -- -D warnings
 cargo clippy -p recovery-wasm --target wasm32-unknown-unknown -- -D warnings
 
 step "drivers only do I/O"
@@ -32,7 +33,7 @@ fi
 
 step "native tests"
 cargo test --workspace
-cargo test -p tower-recovery --features tracing --test tracing_spans
+cargo test -p recovery-tests --features tracing --test tracing_spans
 
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace

@@ -117,6 +117,15 @@ pub trait Timing {
     /// A fresh uniform random fraction for jitter. Never a fixed seed in
     /// production drivers: clients must not retry in lockstep.
     fn jitter(&self) -> Fraction;
+
+    /// Whether `sleep` has completed, read without polling it, when the
+    /// timer can tell (`None`, the default: poll it to know). A driver
+    /// whose task is woken by the sleep anyway then checks it cheaply
+    /// instead of registering its waker again on every pending read.
+    fn has_elapsed(sleep: &Self::Sleep) -> Option<bool> {
+        let _ = sleep;
+        None
+    }
 }
 
 /// Whether the network is reachable, as far as the platform can tell.

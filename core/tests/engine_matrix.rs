@@ -727,7 +727,12 @@ fn bd8_idle_watchdog_fires_at_its_value() {
     )
     .run();
     assert_eq!(run.outcome, completed());
-    assert_eq!(run.sends[1].0, Instant::from_origin(secs(20) + ms(250)));
+    // The keepalive at 0 s is noticed at the first check (20 s / 16 =
+    // 1.25 s): the stall is 20 s after that, then the 250 ms backoff.
+    assert_eq!(
+        run.sends[1].0,
+        Instant::from_origin(secs(20) + ms(1250) + ms(250))
+    );
     // Committed: interrupted by the stall, and says so.
     let run = Script::new(
         policy,

@@ -16,6 +16,13 @@
 //! and a wrapper that splits the events and decodes every payload with
 //! `serde_json` into a `Value` (what a naive observer costs).
 //!
+//! The default policy bounds a stalled body (idle and progress timeouts),
+//! so the layered client keeps one tokio timer while it reads, and tokio's
+//! scheduler does more on every park while any timer exists. Two more
+//! configurations separate that cost from the layers' own: the bare client
+//! with one tokio timer over its read, and the layers with the timeouts
+//! off.
+//!
 //! Run: `cargo bench -p tower-recovery --bench overhead` (`OVERHEAD_TRIALS=n`
 //! for another number of trials than 15).
 
@@ -148,11 +155,35 @@ async fn bare(url: &str) -> usize {
     drain(bare_response(url).await.into_body()).await
 }
 
+/// The bare client with one tokio timer in the runtime while it reads (a
+/// deadline on the whole read): what any timeout costs tokio's scheduler,
+/// whoever sets it.
+async fn bare_timed(url: &str) -> usize {
+    tokio::time::timeout(Duration::from_secs(600), bare(url))
+        .await
+        .unwrap()
+}
+
 async fn layered(url: &str) -> usize {
+    layered_with(url, RecoveryPolicy::default()).await
+}
+
+/// The layers with the head, idle and progress timeouts off: no timer.
+async fn layered_untimed(url: &str) -> usize {
+    let policy = RecoveryPolicy::builder()
+        .head_timeout(None)
+        .idle_timeout(None)
+        .progress_timeout(None)
+        .build()
+        .unwrap();
+    layered_with(url, policy).await
+}
+
+async fn layered_with(url: &str, policy: RecoveryPolicy) -> usize {
     let client: Client<HttpConnector, ReplayBody> =
         Client::builder(TokioExecutor::new()).build_http();
-    let svc = RecoveryLayer::new(RecoveryPolicy::default())
-        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let svc =
+        RecoveryLayer::new(policy).layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
     let resp = svc
         .oneshot(Request::post(url).body(Empty::<Bytes>::new()).unwrap())
         .await
@@ -247,7 +278,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    // For profilers: `OVERHEAD_ONLY=bare|observed|layered|passthrough|serde`
+    // For profilers: `OVERHEAD_ONLY=bare|bare-timed|observed|layered|untimed|passthrough|serde`
     // runs one client
     // `OVERHEAD_RUNS` times (default 20) and prints nothing else.
     if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
@@ -255,6 +286,8 @@ fn main() {
         for _ in 0..runs {
             let n = match only.as_str() {
                 "bare" => rt.block_on(bare(&url)),
+                "bare-timed" => rt.block_on(bare_timed(&url)),
+                "untimed" => rt.block_on(layered_untimed(&url)),
                 "observed" => rt.block_on(observed(&url)),
                 "passthrough" => rt.block_on(calibrated(&url, false)),
                 "serde" => rt.block_on(calibrated(&url, true)),
@@ -268,6 +301,7 @@ fn main() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bare_proc, mut layer_proc) = (Vec::new(), Vec::new());
     let (mut observe_proc, mut pass_proc, mut serde_proc) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut timed_proc, mut untimed_proc) = (Vec::new(), Vec::new());
     let trials: usize = std::env::var("OVERHEAD_TRIALS").map_or(15, |t| t.parse().unwrap_or(15));
     // One warm-up of each, then interleaved trials.
     assert_eq!(rt.block_on(bare(&url)), expected);
@@ -289,6 +323,12 @@ fn main() {
                 bare_proc.push(p.elapsed());
             }
         }
+        let p = ProcessTime::now();
+        assert_eq!(rt.block_on(bare_timed(&url)), expected);
+        timed_proc.push(p.elapsed());
+        let p = ProcessTime::now();
+        assert_eq!(rt.block_on(layered_untimed(&url)), expected);
+        untimed_proc.push(p.elapsed());
         let p = ProcessTime::now();
         assert_eq!(rt.block_on(observed(&url)), expected);
         observe_proc.push(p.elapsed());
@@ -354,6 +394,18 @@ fn main() {
         r.sort_by(f64::total_cmp);
         (r[r.len() / 2], r[0], r[r.len() - 1])
     };
+    let (timed, t_lo, t_hi) = paired(&layer_proc_all, &timed_proc);
+    let (untimed, u_lo, u_hi) = paired(&untimed_proc, &bare_proc_all);
+    let (bt, _, _) = paired(&timed_proc, &bare_proc_all);
+    println!(
+        "  bare + one tokio timer:     ratio to bare {bt:.3} (the scheduler's cost of any timer)"
+    );
+    println!(
+        "  layered / (bare + timer):   process cpu {timed:.3} (trials {t_lo:.3}..{t_hi:.3})   like for like: both bound the read"
+    );
+    println!(
+        "  layered, timeouts off / bare: process cpu {untimed:.3} (trials {u_lo:.3}..{u_hi:.3})   no timer on either side"
+    );
     let (p, p_lo, p_hi) = paired(&layer_proc_all, &bare_proc_all);
     let (c, _, _) = paired(&layer_cpu_all, &bare_cpu_all);
     let (w, _, _) = paired(&layer_wall_all, &bare_wall_all);

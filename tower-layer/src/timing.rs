@@ -47,6 +47,10 @@ impl Timing for TokioTiming {
         tokio::time::sleep(duration)
     }
 
+    fn has_elapsed(sleep: &Self::Sleep) -> Option<bool> {
+        Some(sleep.is_elapsed())
+    }
+
     fn jitter(&self) -> Fraction {
         let n = self.state.1.fetch_add(1, Ordering::Relaxed);
         let mut h = self.state.0.build_hasher();

@@ -564,14 +564,14 @@ impl Driver {
                     },
                 }
             }
-            SendKind::Continuation => match self.continuation.take() {
-                Some(out) => out,
-                None => {
+            SendKind::Continuation => {
+                let Some(out) = self.continuation.take() else {
                     let failure = Failure::transport(TransportKind::Other, Phase::Sending);
                     self.ex.on_error(&EnvOf(&*self.platform), failure);
                     return;
-                }
-            },
+                };
+                out
+            }
         };
         let controller = AbortController::new().ok();
         cancel.set_controller(controller.as_ref());

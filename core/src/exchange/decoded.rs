@@ -35,6 +35,11 @@ pub trait Decoded {
     fn end(&self) -> Option<EndOfStream>;
     /// The frame the body is (or ended) inside, if any.
     fn unfinished(&self) -> Option<Unfinished>;
+    /// Whether terminal proof or a provider error was seen: the one check a
+    /// streaming chunk needs (read per chunk: keep it cheap).
+    fn flagged(&self) -> bool {
+        self.terminal_seen() || self.provider_error_seen()
+    }
     /// The protocol the body was decoded as, when the decoder names one:
     /// the machine then reads the whole exchange as that protocol.
     fn protocol(&self) -> Option<&ProtocolKind> {
@@ -106,6 +111,15 @@ impl<D: Decoded> Source<D> {
         match self {
             Source::Own(o) => o.provider_error().is_some(),
             Source::Elsewhere(d) => d.provider_error_seen(),
+        }
+    }
+
+    /// Terminal proof or a provider error was seen.
+    #[inline]
+    pub(crate) fn flagged(&self) -> bool {
+        match self {
+            Source::Own(o) => o.terminal().is_some() || o.provider_error().is_some(),
+            Source::Elsewhere(d) => d.flagged(),
         }
     }
 

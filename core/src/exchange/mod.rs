@@ -283,25 +283,60 @@ struct ErrorHead {
     read: usize,
 }
 
-/// Stall timers of the body being read.
+/// How many checks a stall timer makes over its timeout: activity is
+/// noticed at the next check, so a stall is detected between the timeout
+/// and the timeout plus a sixteenth of it after the last byte, never
+/// before. A chunk costs a counter, not a clock read (undici keeps coarse
+/// timers for the same reason).
+pub const CHECKS_PER_TIMEOUT: u32 = 16;
+
+/// Stall timers of the body being read. Chunks only count; the clock is
+/// read at checks (a deadline the driver wakes the machine for), which
+/// move the last-activity marks to the check's time when something came
+/// since the previous one.
 #[derive(Debug, Clone, Copy)]
 struct Watch {
     idle: Option<Duration>,
     progress: Option<Duration>,
+    /// No activity after this (as of the last check).
     idle_since: Instant,
+    /// No new semantic fragment after this (as of the last check).
     progress_since: Instant,
-    semantic_seen: u64,
+    checked_at: Instant,
+    chunks_checked: u64,
+    semantic_checked: u64,
+    /// The next deadline with nothing new since the last check, and with
+    /// something new (then the next check may come first); planned at
+    /// every check, so that asking costs a comparison.
+    due_quiet: Option<Instant>,
+    due_active: Option<Instant>,
 }
 
 impl Watch {
-    fn armed(&self) -> bool {
-        self.idle.is_some() || self.progress.is_some()
-    }
-
-    fn restart(&mut self, now: Instant) {
+    fn restart(&mut self, now: Instant, chunks: u64) {
         self.idle_since = now;
         self.progress_since = now;
-        self.semantic_seen = 0;
+        self.checked_at = now;
+        self.chunks_checked = chunks;
+        self.semantic_checked = 0;
+    }
+
+    /// The interval between checks while activity is pending.
+    fn granularity(timeout: Duration) -> Duration {
+        (timeout / CHECKS_PER_TIMEOUT).max(Duration::from_millis(1))
+    }
+
+    /// Notes what came since the last check.
+    fn check(&mut self, now: Instant, chunks: u64, semantic: u64) {
+        if chunks != self.chunks_checked {
+            self.chunks_checked = chunks;
+            self.idle_since = now;
+        }
+        if semantic != self.semantic_checked {
+            self.semantic_checked = semantic;
+            self.progress_since = now;
+        }
+        self.checked_at = now;
     }
 }
 
@@ -338,6 +373,12 @@ pub struct Exchange<C, D = SelfDecoded> {
     out: VecDeque<Chunk<C>>,
     held_bytes: usize,
     delivered_bytes: u64,
+    /// Chunks read, for the stall timers' checks.
+    chunks: u64,
+    /// The engine's commit, mirrored where every chunk reads it.
+    committed: bool,
+    /// A passing chunk was decoded and waits for [`Exchange::on_kept_chunk`].
+    kept: bool,
     source: Option<Source<D>>,
     gate: Option<Box<Gate>>,
     watch: Watch,
@@ -379,7 +420,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             progress: policy.progress_timeout(),
             idle_since: now,
             progress_since: now,
-            semantic_seen: 0,
+            checked_at: now,
+            chunks_checked: 0,
+            semantic_checked: 0,
+            due_quiet: None,
+            due_active: None,
         };
         let background = crate::resume::is_background_stream(request.body);
         let native = native_resume(&protocol, false, background);
@@ -403,6 +448,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             out: VecDeque::new(),
             held_bytes: 0,
             delivered_bytes: 0,
+            chunks: 0,
+            committed: false,
+            kept: false,
             source: None,
             gate: None,
             watch,
@@ -589,25 +637,63 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Sending { head_by } | Stage::AwaitingHead { head_by } => *head_by,
-            Stage::ErrorBody(_) => self.watch.idle.map(|d| self.watch.idle_since + d),
-            Stage::Draining => Some(self.watch.idle_since + DRAIN_GRACE),
-            Stage::Streaming => {
-                let idle = self.watch.idle.map(|d| self.watch.idle_since + d);
-                let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
-                let progress = self
-                    .watch
-                    .progress
-                    .filter(|_| !proven)
-                    .map(|d| self.watch.progress_since + d);
-                match (idle, progress) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
+            Stage::ErrorBody(_) | Stage::Draining | Stage::Streaming => {
+                if self.chunks == self.watch.chunks_checked {
+                    self.watch.due_quiet
+                } else {
+                    self.watch.due_active
                 }
             }
             Stage::Waiting { until, .. } => Some(*until),
             Stage::Parked { limit, .. } | Stage::Admission { limit, .. } => *limit,
             Stage::ToSend | Stage::Continuation(_) | Stage::Ended => None,
         }
+    }
+
+    /// Plans the stall timers' next deadlines for the stage: an idle or
+    /// progress timeout, or, when chunks came since the last check, the
+    /// next check if it comes first.
+    fn plan_watch(&mut self) {
+        let (idle, progress) = match self.stage {
+            Stage::ErrorBody(_) => (self.watch.idle, None),
+            Stage::Draining => (Some(DRAIN_GRACE), None),
+            Stage::Streaming => {
+                let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
+                (self.watch.idle, self.watch.progress.filter(|_| !proven))
+            }
+            _ => (None, None),
+        };
+        let w = &mut self.watch;
+        let idle_at = idle.map(|d| w.idle_since + d);
+        let progress_at = progress.map(|d| w.progress_since + d);
+        w.due_quiet = match (idle_at, progress_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let finest = match (idle, progress) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        w.due_active = finest.map(|f| {
+            let check = w.checked_at + Watch::granularity(f);
+            w.due_quiet.map_or(check, |d| d.min(check))
+        });
+    }
+
+    /// Restarts the stall timers at `now` for the stage just entered.
+    fn restart_watch(&mut self, now: Instant) {
+        self.watch.restart(now, self.chunks);
+        self.plan_watch();
+    }
+
+    /// A check of the stall timers: notes what came since the last one.
+    fn check_watch(&mut self, now: Instant) {
+        let semantic = self
+            .source
+            .as_ref()
+            .map_or(self.watch.semantic_checked, Source::semantic_fragments);
+        self.watch.check(now, self.chunks, semantic);
+        self.plan_watch();
     }
 
     /// What the driver does next. Call again after every reported event.
@@ -784,7 +870,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let request_id = request_id_with(|name| head.header(name).map(Cow::into_owned));
         self.engine.head_received(now, status, request_id);
         self.status = Some(status);
-        self.watch.restart(now);
         if head.opaque_redirect() {
             let mut failure =
                 Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
@@ -811,6 +896,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 body: Vec::new(),
                 read: 0,
             }));
+            self.restart_watch(now);
             return;
         }
         if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol) {
@@ -829,6 +915,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
         }
         self.stage = Stage::Streaming;
+        self.restart_watch(now);
     }
 
     /// Reads the exchange as `protocol` from now on: the decoder of the
@@ -849,6 +936,60 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.protocol = protocol;
     }
 
+    /// A chunk of a body that [`is_passing_through`](Self::is_passing_through),
+    /// read by reference (the lean path of [`Exchange::on_chunk`]):
+    /// `true` when the driver hands it out as it is; `false` when the
+    /// machine needs it, then given with [`Exchange::on_kept_chunk`]. The
+    /// chunk is decoded either way, once.
+    #[inline]
+    pub fn on_passing_chunk<E: Env>(&mut self, env: &E, chunk: &C) -> bool {
+        debug_assert!(self.is_passing_through());
+        if matches!(self.stage, Stage::Draining) {
+            self.chunks += 1;
+            self.delivered_bytes += chunk.as_ref().len() as u64;
+            return true;
+        }
+        let Some(source) = self.source.as_mut() else {
+            return false;
+        };
+        match source.feed(chunk.as_ref()) {
+            Ok(()) if !source.flagged() => {
+                self.chunks += 1;
+                self.delivered_bytes += chunk.as_ref().len() as u64;
+                true
+            }
+            Ok(()) => {
+                self.kept = true;
+                false
+            }
+            Err(v) => {
+                self.violated(env, v);
+                false
+            }
+        }
+    }
+
+    /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
+    /// returns it when it goes out at once after all.
+    pub fn on_kept_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        if !std::mem::take(&mut self.kept) || !matches!(self.stage, Stage::Streaming) {
+            return None;
+        }
+        self.on_fed_chunk(env, chunk)
+    }
+
+    /// The decoder refused the stream.
+    #[cold]
+    fn violated<E: Env>(&mut self, env: &E, v: crate::wire::ProtocolViolation) {
+        let failure = Failure::new(
+            FailureKind::Protocol {
+                violation: v.into(),
+            },
+            Phase::Decoding,
+        );
+        self.attempt_failed(env, failure);
+    }
+
     /// A chunk of the body arrived. Returns it when it goes to the consumer
     /// at once, as it is; otherwise the machine keeps it (held back before
     /// commit, queued, or cut into events) and [`Exchange::poll`] says what
@@ -859,29 +1000,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             return self.on_other_chunk(env, chunk);
         }
         let source = self.source.as_mut()?;
-        let bytes = chunk.as_ref();
-        if let Err(v) = source.feed(bytes) {
-            let failure = Failure::new(
-                FailureKind::Protocol {
-                    violation: v.into(),
-                },
-                Phase::Decoding,
-            );
-            self.attempt_failed(env, failure);
+        if let Err(v) = source.feed(chunk.as_ref()) {
+            self.violated(env, v);
             return None;
         }
-        if self.watch.armed() {
-            let now = env.now();
-            self.watch.idle_since = now;
-            if self.watch.progress.is_some() {
-                let seen = source.semantic_fragments();
-                if seen != self.watch.semantic_seen {
-                    self.watch.semantic_seen = seen;
-                    self.watch.progress_since = now;
-                }
-            }
-        }
-        if !self.engine.is_committed() {
+        self.on_fed_chunk(env, chunk)
+    }
+
+    /// A chunk the decoder took: hold it, queue it, cut it into events, or
+    /// hand it out.
+    fn on_fed_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        self.chunks += 1;
+        let source = self.source.as_ref()?;
+        if !self.committed {
             self.before_commit(env, chunk);
             return None;
         }
@@ -910,8 +1041,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// error body's, or a late one.
     #[cold]
     fn on_other_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+        self.chunks += 1;
         if matches!(self.stage, Stage::Draining) {
-            self.watch.idle_since = env.now();
             if self.out.is_empty() {
                 self.delivered_bytes += chunk.as_ref().len() as u64;
                 return Some(chunk);
@@ -928,7 +1059,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         e.body.extend_from_slice(&bytes[..bytes.len().min(room)]);
         e.read += bytes.len();
         let full = e.read >= cap;
-        self.watch.idle_since = env.now();
         // Kept for a final error response; after commit (a resume answered
         // with an error) the consumer never sees it.
         if !self.responded {
@@ -983,6 +1113,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.engine.commit(env.now(), trigger);
             self.respond_due = !self.responded;
         }
+        self.committed = self.engine.is_committed();
     }
 
     /// Event-granular delivery: only complete, new events are queued.
@@ -1084,6 +1215,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let now = env.now();
         if self.poll_timeout().is_none_or(|d| now < d) {
             return;
+        }
+        if matches!(
+            self.stage,
+            Stage::Streaming | Stage::ErrorBody(_) | Stage::Draining
+        ) {
+            // A check: what came since the last one moves the marks; only
+            // a deadline still passed after it is a stall.
+            self.check_watch(now);
+            if self.poll_timeout().is_none_or(|d| now < d) {
+                return;
+            }
         }
         match &self.stage {
             Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
@@ -1233,20 +1375,24 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// SDK that stops reading at its end marker still gets its outcome).
     /// The rest of the body drains. Weaker proof (a finish reason that needs
     /// the clean end) waits for the end.
+    #[inline]
     fn settle_if_proven<E: Env>(&mut self, env: &E) {
         let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
-        if !proven
-            || !matches!(self.stage, Stage::Streaming)
-            || !self.responded
-            || !self.out.is_empty()
-        {
+        if proven {
+            self.settle(env);
+        }
+    }
+
+    #[cold]
+    fn settle<E: Env>(&mut self, env: &E) {
+        if !matches!(self.stage, Stage::Streaming) || !self.responded || !self.out.is_empty() {
             return;
         }
         if let Some(Proof::Strong) = self.proof() {
             if self.after_delivery.is_none() {
                 self.complete(env, Proof::Strong);
                 self.stage = Stage::Draining;
-                self.watch.idle_since = env.now();
+                self.restart_watch(env.now());
             }
         }
     }
@@ -1358,6 +1504,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.engine.set_resume_possible(native);
         }
         let action = self.engine.fail(now, failure, env.online(), env.jitter());
+        self.committed = self.engine.is_committed();
         self.act(env, action);
     }
 

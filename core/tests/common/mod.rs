@@ -629,13 +629,28 @@ impl Driver {
             match self.next_wire() {
                 Wire::After(d) => {
                     self.log.push("response");
-                    if let Some(t) = self.ex.poll_timeout() {
+                    // The machine's checks fall inside the wait; none of them
+                    // may find a deadline passed.
+                    let end = self.timing.now() + d;
+                    while let Some(t) = self.ex.poll_timeout().filter(|t| *t <= end) {
+                        sleep_exactly(&self.timing, t.saturating_since(self.timing.now()));
+                        let env = (&self.timing, &self.conn);
+                        self.ex.handle_timeout(&env);
                         assert!(
-                            t > self.timing.now() + d,
+                            self.ex.poll_timeout().is_none_or(|next| next > t),
+                            "a scripted delay reaches past the machine's deadline"
+                        );
+                        self.drain();
+                        assert!(
+                            !self.events.iter().any(|e| matches!(
+                                e.kind,
+                                EventKind::AttemptFailed { .. }
+                            ) && e.identity.wire_attempt
+                                == self.ex.wire_attempt()),
                             "a scripted delay reaches past the machine's deadline"
                         );
                     }
-                    sleep_exactly(&self.timing, d);
+                    sleep_exactly(&self.timing, end.saturating_since(self.timing.now()));
                 }
                 Wire::Offline => self.conn.set_online(false),
                 Wire::Unsent => {}
@@ -658,13 +673,13 @@ impl Driver {
                     return;
                 }
                 Wire::KeepaliveEvery(every) => {
+                    // Keepalives go on until the machine stops reading.
+                    self.wire.push_front(Wire::KeepaliveEvery(every));
                     let due = self.ex.poll_timeout().expect("a stream has a deadline");
                     if due <= self.timing.now() + every {
-                        self.log.push("watchdog");
                         self.until_deadline();
                     } else {
                         sleep_exactly(&self.timing, every);
-                        self.wire.push_front(Wire::KeepaliveEvery(every));
                         let env = (&self.timing, &self.conn);
                         let _ = self.ex.on_chunk(&env, b": keepalive\n\n".to_vec());
                     }
@@ -688,7 +703,12 @@ impl Driver {
                     return;
                 }
                 Wire::Silence(what) => {
-                    self.log.push(what);
+                    if !what.is_empty() {
+                        self.log.push(what);
+                    }
+                    // Silent until the machine stops waiting (its checks
+                    // find nothing new).
+                    self.wire.push_front(Wire::Silence(""));
                     self.until_deadline();
                     return;
                 }

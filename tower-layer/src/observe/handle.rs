@@ -271,6 +271,9 @@ impl Decoded for ObserveHandle {
     fn provider_error_seen(&self) -> bool {
         ObserveHandle::provider_error_seen(self)
     }
+    fn flagged(&self) -> bool {
+        self.inner.flags.load(Ordering::Acquire) != 0
+    }
     fn provider_error(&self) -> Option<ProviderError> {
         ObserveHandle::provider_error(self)
     }

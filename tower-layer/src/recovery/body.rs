@@ -71,8 +71,31 @@ where
         match &mut this.kind {
             Kind::Committed(driver) => {
                 // The common frame: committed, nothing queued or pending.
-                if let Some(passing) = driver.poll_passing(cx) {
-                    return passing.map(|data| data.map(|d| Ok(Frame::data(d))));
+                // The frame's bytes are taken out and put back in a new
+                // frame: moving the whole `Frame` (sized for trailers)
+                // costs more.
+                if driver.passing() {
+                    if let Some(inner) = driver.inner.as_mut() {
+                        match inner.as_mut().poll_frame(cx) {
+                            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                                Ok(data) => {
+                                    if driver.pass(&data) {
+                                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                                    }
+                                    driver.keep(data);
+                                }
+                                Err(frame) => driver.trailers(frame),
+                            },
+                            Poll::Pending => {
+                                if driver.idle(cx) {
+                                    return Poll::Pending;
+                                }
+                            }
+                            Poll::Ready(other) => {
+                                driver.body_ended(other.map(|r| r.map_err(Into::into)));
+                            }
+                        }
+                    }
                 }
                 let polled = match ready!(driver.poll_step(cx)) {
                     Step::Deliver(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),

@@ -31,9 +31,16 @@ use crate::BoxError;
 use crate::observe::{ObserveError, ObserveHandle};
 use crate::request_body::ReplayBody;
 
-/// A sleep or a connectivity wait, boxed so the driver is generic over the
-/// response body only.
+/// A connectivity wait (or any one-shot wait), boxed so the driver is
+/// generic over the response body only.
 pub(crate) type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The driver's one sleep.
+pub(crate) trait Alarm: Send {
+    fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Whether it elapsed, when the timer can tell without a poll.
+    fn has_elapsed(&self) -> Option<bool>;
+}
 
 /// A send on its way: the inner service's response.
 pub(crate) type Sent<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
@@ -44,7 +51,7 @@ pub(crate) trait Surroundings: Send + Sync {
     fn wall_now(&self) -> SystemTime;
     fn jitter(&self) -> Fraction;
     fn online(&self) -> bool;
-    fn sleep(&self, d: Duration) -> Timer;
+    fn sleep(&self, d: Duration) -> Box<dyn Alarm>;
     fn wait_online(&self) -> Timer;
 }
 
@@ -91,6 +98,23 @@ enum Activity<B> {
     Online(Timer),
 }
 
+/// The sleep armed at a deadline, and the waker it last registered, as the
+/// task passed it (data and vtable addresses: a clone of a borrowed waker
+/// has another vtable, so the clone cannot be compared).
+struct Armed {
+    at: Instant,
+    alarm: Box<dyn Alarm>,
+    waker: Option<(usize, usize)>,
+}
+
+/// A waker's identity as passed to a poll.
+fn identity(waker: &std::task::Waker) -> (usize, usize) {
+    (
+        waker.data() as usize,
+        std::ptr::from_ref(waker.vtable()) as usize,
+    )
+}
+
 /// What the loop hands to the future or the body.
 pub(crate) enum Step<B> {
     /// The committed head: its body follows from this driver.
@@ -114,12 +138,14 @@ pub(crate) struct Driver<B> {
     report: ReportHandle,
     evidence: Evidence,
     activity: Activity<B>,
-    timer: Option<(Instant, Timer)>,
+    timer: Option<Armed>,
     cancelled: Option<Pin<Box<Cancelled>>>,
     pub(crate) inner: Option<Pin<Box<B>>>,
     head: Option<http::response::Parts>,
     continuation: Option<Request<Bytes>>,
     trailers: Option<HeaderMap>,
+    /// A kept chunk the machine let through after all.
+    passed: Option<Bytes>,
     ended: bool,
     #[cfg(feature = "tracing")]
     spans: Spans,
@@ -171,6 +197,7 @@ where
             head: None,
             continuation: None,
             trailers: None,
+            passed: None,
             ended: false,
             #[cfg(feature = "tracing")]
             spans,
@@ -223,44 +250,52 @@ where
         self.flush();
     }
 
-    /// The common committed frame, without the general loop: `None` when
-    /// the general loop must run.
+    /// Whether the common committed frame may take the short path
+    /// ([`Driver::pass`]): the body passes through and no wire observer
+    /// looks at chunks.
     #[inline]
-    pub(crate) fn poll_passing(&mut self, cx: &mut Context<'_>) -> Option<Poll<Option<Bytes>>> {
-        if !self.ex.is_passing_through() || self.hooks.wire.is_some() {
-            return None;
+    pub(crate) fn passing(&self) -> bool {
+        self.ex.is_passing_through() && self.hooks.wire.is_none()
+    }
+
+    /// A data frame of a passing body: `true` when it goes out as it is;
+    /// otherwise the machine took it and the general loop goes on.
+    #[inline]
+    pub(crate) fn pass(&mut self, data: &Bytes) -> bool {
+        let env = EnvOf(&*self.hooks.surroundings);
+        self.ex.on_passing_chunk(&env, data)
+    }
+
+    /// The frame [`Driver::pass`] did not let through.
+    #[cold]
+    pub(crate) fn keep(&mut self, data: Bytes) {
+        let env = EnvOf(&*self.hooks.surroundings);
+        if let Some(data) = self.ex.on_kept_chunk(&env, data) {
+            self.passed = Some(data);
         }
-        let inner = self.inner.as_mut()?;
-        match inner.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => {
-                    let env = EnvOf(&*self.hooks.surroundings);
-                    if let Some(data) = self.ex.on_chunk(&env, data) {
-                        return Some(Poll::Ready(Some(data)));
-                    }
-                    self.flush();
-                    None
-                }
-                Err(frame) => {
-                    self.trailers = frame.into_trailers().ok();
-                    None
-                }
-            },
-            Poll::Ready(other) => {
-                self.body_ended(other.map(|r| r.map_err(Into::into)));
-                None
-            }
-            Poll::Pending => match self.poll_timer(cx) {
-                Poll::Pending => Some(Poll::Pending),
-                Poll::Ready(()) => None,
-            },
-        }
+        self.flush();
+    }
+
+    /// Trailers of the body being read, kept for its clean end.
+    #[cold]
+    pub(crate) fn trailers(&mut self, frame: Frame<Bytes>) {
+        self.trailers = frame.into_trailers().ok();
+    }
+
+    /// The inner body is not ready: `true` while nothing else is due
+    /// either (the caller returns `Pending`).
+    #[inline]
+    pub(crate) fn idle(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_timer(cx).is_pending()
     }
 
     /// Runs the machine until it has something for the future or the body.
     pub(crate) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step<B>> {
         #[cfg(feature = "tracing")]
         let _request = self.spans.request.clone().entered();
+        if let Some(data) = self.passed.take() {
+            return Poll::Ready(Step::Deliver(data));
+        }
         loop {
             let env = EnvOf(&*self.hooks.surroundings);
             let io = self.ex.poll(&env);
@@ -560,7 +595,7 @@ where
 
     /// The body's end or failure.
     #[cold]
-    fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
+    pub(crate) fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
         let env = EnvOf(&*self.hooks.surroundings);
         match polled {
             None => self.ex.on_end(&env),
@@ -601,25 +636,34 @@ where
     }
 
     /// The one sleep: armed at the machine's deadline, re-armed only when
-    /// the deadline moved earlier or passed without firing.
+    /// the deadline moved earlier or passed without firing. Polled (its
+    /// waker registered) only when armed or when the task's waker changed;
+    /// otherwise asked whether it elapsed.
+    #[inline]
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Some(deadline) = self.ex.poll_timeout() else {
             self.timer = None;
             return Poll::Pending;
         };
-        let stale = self.timer.as_ref().is_none_or(|(at, _)| deadline < *at);
-        if stale {
-            let now = self.hooks.surroundings.now();
-            let sleep = self
-                .hooks
-                .surroundings
-                .sleep(deadline.saturating_since(now));
-            self.timer = Some((deadline, sleep));
-        }
-        let Some((_, sleep)) = self.timer.as_mut() else {
-            return Poll::Pending;
+        let fired = match self.timer.as_mut() {
+            Some(armed) if deadline >= armed.at => armed.check(cx),
+            _ => {
+                let now = self.hooks.surroundings.now();
+                let alarm = self
+                    .hooks
+                    .surroundings
+                    .sleep(deadline.saturating_since(now));
+                let mut armed = Armed {
+                    at: deadline,
+                    alarm,
+                    waker: None,
+                };
+                let fired = armed.check(cx);
+                self.timer = Some(armed);
+                fired
+            }
         };
-        if sleep.as_mut().poll(cx).is_pending() {
+        if !fired {
             return Poll::Pending;
         }
         self.timer = None;
@@ -627,6 +671,22 @@ where
         self.ex.handle_timeout(&env);
         self.flush();
         Poll::Ready(())
+    }
+}
+
+impl Armed {
+    /// Whether the sleep elapsed; registers the task's waker when it is new.
+    #[inline]
+    fn check(&mut self, cx: &mut Context<'_>) -> bool {
+        let waker = identity(cx.waker());
+        if self.waker == Some(waker) {
+            if let Some(elapsed) = self.alarm.has_elapsed() {
+                return elapsed;
+            }
+        }
+        let ready = self.alarm.poll_elapsed(cx).is_ready();
+        self.waker = Some(waker);
+        ready
     }
 }
 

@@ -16,7 +16,7 @@ use tower_layer::Layer;
 
 use super::bounds::{DriverConnectivity, DriverTiming};
 use super::continuation::ContinuationHook;
-use super::driver::{Surroundings, Timer};
+use super::driver::{Alarm, Surroundings, Timer};
 use super::service::Recover;
 use super::wire::WireObserver;
 
@@ -78,11 +78,30 @@ where
     fn online(&self) -> bool {
         self.1.is_online()
     }
-    fn sleep(&self, d: Duration) -> Timer {
-        Box::pin(self.0.sleep(d))
+    fn sleep(&self, d: Duration) -> Box<dyn Alarm> {
+        Box::new(Sleeping {
+            sleep: Box::pin(self.0.sleep(d)),
+            elapsed: T::has_elapsed,
+        })
     }
     fn wait_online(&self) -> Timer {
         Box::pin(self.1.wait_until_online())
+    }
+}
+
+/// A sleep of the layer's timing as the driver's alarm.
+struct Sleeping<S> {
+    sleep: Pin<Box<S>>,
+    elapsed: fn(&S) -> Option<bool>,
+}
+
+impl<S: Future<Output = ()> + Send> Alarm for Sleeping<S> {
+    fn poll_elapsed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.sleep.as_mut().poll(cx)
+    }
+
+    fn has_elapsed(&self) -> Option<bool> {
+        (self.elapsed)(&self.sleep)
     }
 }
 

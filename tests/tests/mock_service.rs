@@ -533,7 +533,7 @@ async fn ad6_parking_is_bounded_by_the_recovery_budget() {
     );
     assert_eq!(
         started.elapsed(),
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         "parked exactly for the budget"
     );
     assert_eq!(inner.calls(), 1);
@@ -569,7 +569,9 @@ async fn bd9_after_commit_keepalives_do_not_hold_off_the_progress_watchdog() {
             committed: true,
         })
     );
-    assert_eq!(started.elapsed(), Duration::from_secs(20));
+    // The delta at 0 s is noticed at the first check (20 s / 16 = 1.25 s);
+    // the keepalives after it never move the progress mark.
+    assert_eq!(started.elapsed(), Duration::from_millis(21_250));
     assert_eq!(
         body,
         [ROLE, HELLO, KEEPALIVE, KEEPALIVE, KEEPALIVE]
