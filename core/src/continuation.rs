@@ -14,20 +14,13 @@ use std::fmt;
 
 use crate::protocol::ProtocolKind;
 use crate::protocol::json::{JsonView, Lazy};
-use crate::wire::{Limits, NdjsonDecoder, NdjsonItem, SseDecoder, SseItem};
 
 /// Most text kept per field (4 MiB); past it the prefix is marked truncated.
 pub const MAX_PREFIX: usize = 4 << 20;
 
-enum Framing {
-    Sse(SseDecoder),
-    Ndjson(NdjsonDecoder),
-}
-
 /// What the consumer has received so far, by kind of output.
 pub struct DeliveredPrefix {
     kind: ProtocolKind,
-    framing: Framing,
     /// Visible text.
     pub text: String,
     /// Reasoning text (summaries, thinking).
@@ -60,14 +53,8 @@ fn push(dst: &mut String, s: &str, truncated: &mut bool) {
 impl DeliveredPrefix {
     /// An empty prefix for a stream of `kind`.
     pub fn new(kind: ProtocolKind) -> Self {
-        let framing = if kind.is_ndjson() {
-            Framing::Ndjson(NdjsonDecoder::new(Limits::default()))
-        } else {
-            Framing::Sse(SseDecoder::new(Limits::default()))
-        };
         DeliveredPrefix {
             kind,
-            framing,
             text: String::new(),
             reasoning: String::new(),
             tool_fragments: Vec::new(),
@@ -75,28 +62,43 @@ impl DeliveredPrefix {
         }
     }
 
-    /// Takes delivered bytes (whole events, as the consumer got them).
+    /// Takes delivered bytes: whole events (SSE events, NDJSON lines), as
+    /// the consumer got them. A plain line scan: the events were already
+    /// framed by the stream's decoder, so no second decoder is needed.
     pub fn absorb(&mut self, bytes: &[u8]) {
-        let mut datas: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let result = match &mut self.framing {
-            Framing::Sse(d) => d.feed(bytes, |item| {
-                if let SseItem::Event(e) = item {
-                    datas.push((e.event_type.to_vec(), e.data.to_vec()));
-                }
-                Ok(())
-            }),
-            Framing::Ndjson(d) => d.feed(bytes, |item| {
-                if let NdjsonItem::Line { data, .. } = item {
-                    datas.push((Vec::new(), data.to_vec()));
-                }
-                Ok(())
-            }),
-        };
-        if result.is_err() {
-            self.truncated = true;
+        let lines = bytes
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+        if self.kind.is_ndjson() {
+            for line in lines.filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+                self.event(b"", line);
+            }
+            return;
         }
-        for (event, data) in datas {
-            self.event(&event, &data);
+        let mut data: Vec<u8> = Vec::new();
+        let mut has_data = false;
+        for line in lines {
+            if line.is_empty() {
+                if has_data {
+                    self.event(b"", &data);
+                }
+                data.clear();
+                has_data = false;
+            } else if let Some(value) = line.strip_prefix(b"data") {
+                let value = match value.first() {
+                    None => value,
+                    Some(b':') => value[1..].strip_prefix(b" ").unwrap_or(&value[1..]),
+                    Some(_) => continue,
+                };
+                if has_data {
+                    data.push(b'\n');
+                }
+                data.extend_from_slice(value);
+                has_data = true;
+            }
+        }
+        if has_data {
+            self.event(b"", &data);
         }
     }
 
@@ -117,17 +119,19 @@ impl DeliveredPrefix {
         let raw = |v: Lazy<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
         match self.kind {
             ProtocolKind::OpenAiChat => {
-                each(v.get("choices"), |choice| {
-                    let Some(d) = choice.get("delta") else { return };
+                for choice in items(v.get("choices")) {
+                    let Some(d) = choice.get("delta") else {
+                        continue;
+                    };
                     text.extend(s(d.get("content")));
                     reasoning
                         .extend(s(d.get("reasoning_content")).or_else(|| s(d.get("reasoning"))));
-                    each(d.get("tool_calls"), |call| {
+                    for call in items(d.get("tool_calls")) {
                         let f = call.get("function");
                         tools.extend(s(f.and_then(|f| f.get("name"))));
                         tools.extend(s(f.and_then(|f| f.get("arguments"))));
-                    });
-                });
+                    }
+                }
             }
             ProtocolKind::Anthropic => {
                 let kind = s(v.get("type"));
@@ -165,9 +169,9 @@ impl DeliveredPrefix {
                 }
             }
             ProtocolKind::Gemini => {
-                each(v.get("candidates"), |cand| {
+                for cand in items(v.get("candidates")) {
                     let parts = cand.get("content").and_then(|c| c.get("parts"));
-                    each(parts, |part| {
+                    for part in items(parts) {
                         if let Some(call) = part.get("functionCall") {
                             tools.push(raw(call));
                         } else if part.get("thought").and_then(JsonView::as_bool) == Some(true) {
@@ -175,17 +179,17 @@ impl DeliveredPrefix {
                         } else {
                             text.extend(s(part.get("text")));
                         }
-                    });
-                });
+                    }
+                }
             }
             ProtocolKind::Ollama => {
                 let m = v.get("message");
                 let field = |k| s(m.and_then(|m| m.get(k)));
                 text.extend(field("content").or_else(|| s(v.get("response"))));
                 reasoning.extend(field("thinking").or_else(|| s(v.get("thinking"))));
-                each(m.and_then(|m| m.get("tool_calls")), |call| {
+                for call in items(m.and_then(|m| m.get("tool_calls"))) {
                     tools.push(raw(call));
-                });
+                }
             }
             ProtocolKind::Sse { .. } => {}
         }
@@ -200,11 +204,13 @@ impl DeliveredPrefix {
     }
 }
 
-/// Calls `f` on each element of `v` when it is an array.
-fn each<'a>(v: Option<Lazy<'a>>, f: impl FnMut(Lazy<'a>)) {
+/// The elements of `v` when it is an array (one walk, one instantiation).
+fn items(v: Option<Lazy<'_>>) -> Vec<Lazy<'_>> {
+    let mut out = Vec::new();
     if let Some(v) = v {
-        v.for_each(f);
+        v.for_each(|e| out.push(e));
     }
+    out
 }
 
 #[cfg(test)]

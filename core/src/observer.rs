@@ -185,6 +185,18 @@ fn data_value(line: &[u8]) -> Option<&[u8]> {
     data_value_start(line).map(|start| &line[start.min(line.len())..])
 }
 
+/// Where an event a read completed ends, as
+/// [`StreamObserver::observe_ends`] notes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventEnd {
+    /// Stream offset just past the event.
+    pub end_offset: u64,
+    /// A resumed server repeated it (at or below the resume cursor).
+    pub duplicate: bool,
+    /// It carried semantic output.
+    pub semantic: bool,
+}
+
 /// Observes one attempt's response body.
 #[derive(Debug, Clone)]
 pub struct StreamObserver {
@@ -539,8 +551,32 @@ impl StreamObserver {
     /// observer afterwards rather than from a per-read [`Feed`] (cheaper
     /// per read: no summary is handed back).
     pub fn observe(&mut self, chunk: &[u8]) -> Result<(), ProtocolViolation> {
+        self.observe_ends(chunk, None)
+    }
+
+    /// [`StreamObserver::observe`], noting where each event it completes
+    /// ends (`end_offset`, duplicate, semantic) in `ends`. One
+    /// instantiation of the decoder serves both (the wasm module carries
+    /// it once).
+    pub fn observe_ends(
+        &mut self,
+        chunk: &[u8],
+        mut ends: Option<&mut Vec<EventEnd>>,
+    ) -> Result<(), ProtocolViolation> {
         let mut feed = Feed::default();
-        self.summarize(chunk, |_| {}, &mut feed)
+        self.summarize(
+            chunk,
+            |e| {
+                if let Some(ends) = ends.as_mut() {
+                    ends.push(EventEnd {
+                        end_offset: e.end_offset,
+                        duplicate: e.info.duplicate,
+                        semantic: matches!(e.info.class, EventClass::Semantic(_)),
+                    });
+                }
+            },
+            &mut feed,
+        )
     }
 
     /// Feeds one body read and calls `on_event` for every frame it completes.

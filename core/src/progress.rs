@@ -68,38 +68,6 @@ impl Progress {
             + self.observed_side_effects
     }
 
-    /// Takes, field by field, the larger of `self` and `other` (what two
-    /// views of the same attempt saw together).
-    pub fn merge(&mut self, other: &Progress) {
-        self.headers_received |= other.headers_received;
-        for (a, b) in [
-            (&mut self.raw_bytes, other.raw_bytes),
-            (&mut self.frames, other.frames),
-            (&mut self.keepalives, other.keepalives),
-            (&mut self.observed_content, other.observed_content),
-            (&mut self.observed_reasoning, other.observed_reasoning),
-            (
-                &mut self.observed_tool_fragments,
-                other.observed_tool_fragments,
-            ),
-            (&mut self.observed_side_effects, other.observed_side_effects),
-            (&mut self.completed_tool_calls, other.completed_tool_calls),
-            (&mut self.delivered_content, other.delivered_content),
-            (&mut self.delivered_reasoning, other.delivered_reasoning),
-            (
-                &mut self.delivered_tool_fragments,
-                other.delivered_tool_fragments,
-            ),
-            (
-                &mut self.delivered_side_effects,
-                other.delivered_side_effects,
-            ),
-            (&mut self.delivered_bytes, other.delivered_bytes),
-        ] {
-            *a = (*a).max(b);
-        }
-    }
-
     /// Whether any semantic fragment (or side effect) was observed.
     pub fn semantic_observed(&self) -> bool {
         self.observed_content

@@ -4,9 +4,9 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::observer::{ObserverConfig, StreamObserver};
+use crate::observer::{EventEnd, ObserverConfig, StreamObserver};
 use crate::progress::ResumeCursor;
-use crate::protocol::{EventClass, ProtocolKind};
+use crate::protocol::ProtocolKind;
 use crate::wire::{Limits, ProtocolViolation};
 
 /// Forwards a stream one complete event at a time, dropping events a
@@ -55,11 +55,13 @@ impl Gate {
     ) -> Result<(), ProtocolViolation> {
         self.pending.extend_from_slice(chunk);
         let mut ends = Vec::new();
-        self.observer.feed_with(chunk, |e| {
-            let semantic = matches!(e.info.class, EventClass::Semantic(_));
-            ends.push((e.end_offset, e.info.duplicate, semantic));
-        })?;
-        for (end, duplicate, semantic) in ends {
+        self.observer.observe_ends(chunk, Some(&mut ends))?;
+        for EventEnd {
+            end_offset: end,
+            duplicate,
+            semantic,
+        } in ends
+        {
             let len = usize::try_from(end.saturating_sub(self.offset)).unwrap_or(usize::MAX);
             let event = self.pending.split_to(len.min(self.pending.len())).freeze();
             self.offset = end;

@@ -87,7 +87,7 @@ use crate::lifecycle::{CommitTrigger, LifecycleEvent};
 use crate::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
-use crate::progress::{Proof, ResumeCursor, Terminal};
+use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
 use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind, classify_error_body};
 use crate::report::{RecoveryReport, SeamStrategy};
 use crate::resume::{ResumePlan, ResumeRequest, native_resume, plan_at};
@@ -1409,8 +1409,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// decoder reported.
     fn enrich(&self, mut failure: Failure) -> Failure {
         if let Some(source) = &self.source {
-            let mut progress = source.progress();
-            progress.merge(&failure.progress);
+            // A driver's own evidence of progress (a test driver's), else
+            // what the attempt showed.
+            let mut progress = if failure.progress == Progress::default() {
+                source.progress()
+            } else {
+                failure.progress
+            };
             if self.responded {
                 progress.deliver_observed();
                 progress.delivered_bytes = self.delivered_bytes;

@@ -64,11 +64,18 @@ impl ProtocolKind {
     pub fn guess(url: &str) -> ProtocolKind {
         let path = url.split(['?', '#']).next().unwrap_or(url);
         let path = path.trim_end_matches('/');
+        // A window scan: `str::contains` would link the two-way searcher
+        // into the wasm module.
+        let has = |needle: &str| {
+            path.as_bytes()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+        };
         if path.ends_with("/messages") {
             ProtocolKind::Anthropic
-        } else if path.ends_with("/responses") || path.contains("/responses/") {
+        } else if path.ends_with("/responses") || has("/responses/") {
             ProtocolKind::OpenAiResponses
-        } else if path.contains(":streamGenerateContent") || path.contains(":generateContent") {
+        } else if has(":streamGenerateContent") || has(":generateContent") {
             ProtocolKind::Gemini
         } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
             ProtocolKind::Ollama
