@@ -17,18 +17,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::SystemTime;
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::exchange::{
-    AdmissionRequest, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
+    AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
 use recovery_core::failure::{Failure, Phase, TransportKind};
 use recovery_core::outcome::{Outcome, ReplayDisabled};
 use recovery_core::resume::BODY_HEADERS;
-use recovery_core::timing::{Fraction, Instant};
+use recovery_core::timing::Instant;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -202,24 +201,6 @@ impl Future for WaitOn<'_> {
             return Poll::Ready(Woke::Cancelled);
         }
         Poll::Pending
-    }
-}
-
-/// The platform as the machine's [`Env`].
-struct EnvOf<'a>(&'a dyn Platform);
-
-impl Env for EnvOf<'_> {
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.0.wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        self.0.jitter()
-    }
-    fn online(&self) -> bool {
-        self.0.is_online()
     }
 }
 
@@ -420,7 +401,7 @@ impl Driver {
         if self.ended {
             return;
         }
-        let env = EnvOf(&*self.platform);
+        let env = &*self.platform;
         self.ex.cancel(&env);
         self.release(cancel);
         self.ended = true;
@@ -438,7 +419,7 @@ impl Driver {
     /// Runs the machine until it has something for the JS call.
     pub(crate) async fn advance(&mut self, cancel: &Cancel) -> Out {
         loop {
-            let io = self.ex.poll(&EnvOf(&*self.platform));
+            let io = self.ex.poll(&&*self.platform);
             self.flush();
             match io {
                 Io::Send(kind) => self.send(kind, cancel),
@@ -472,7 +453,7 @@ impl Driver {
                 Io::WaitOnline => {
                     let wait = self.platform.wait_until_online();
                     if let Some(Woke::Done) = self.wait(Awaited::Wait(wait), cancel).await {
-                        self.ex.online(&EnvOf(&*self.platform));
+                        self.ex.online(&&*self.platform);
                     }
                 }
                 Io::AskAdmission(request) => self.ask_admission(request, cancel).await,
@@ -510,12 +491,12 @@ impl Driver {
         .await;
         match woke {
             Woke::Deadline => {
-                self.ex.handle_timeout(&EnvOf(&*self.platform));
+                self.ex.handle_timeout(&&*self.platform);
                 None
             }
             // A rejection the caller's abort caused is the cancellation.
             Woke::Cancelled | Woke::Settled(Err(_)) if cancel.is_cancelled() => {
-                let env = EnvOf(&*self.platform);
+                let env = &*self.platform;
                 self.ex.cancel(&env);
                 None
             }
@@ -567,7 +548,7 @@ impl Driver {
             SendKind::Continuation => {
                 let Some(out) = self.continuation.take() else {
                     let failure = Failure::transport(TransportKind::Other, Phase::Sending);
-                    self.ex.on_error(&EnvOf(&*self.platform), failure);
+                    self.ex.on_error(&&*self.platform, failure);
                     return;
                 };
                 out
@@ -597,13 +578,13 @@ impl Driver {
         self.fetching = Some(promise);
         self.head = None;
         // fetch cannot tell connecting from sending from awaiting the head.
-        self.ex.on_sent(&EnvOf(&*self.platform));
+        self.ex.on_sent(&&*self.platform);
     }
 
     async fn await_head(&mut self, cancel: &Cancel) {
         let Some(promise) = self.fetching.clone() else {
             let failure = Failure::transport(TransportKind::Other, Phase::Unknown);
-            self.ex.on_error(&EnvOf(&*self.platform), failure);
+            self.ex.on_error(&&*self.platform, failure);
             return;
         };
         let settled = self
@@ -613,7 +594,7 @@ impl Driver {
             return;
         };
         self.fetching = None;
-        let env = EnvOf(&*self.platform);
+        let env = &*self.platform;
         match settled {
             Err(e) => {
                 self.cause = e;
@@ -642,7 +623,7 @@ impl Driver {
     /// consumer at once.
     async fn read(&mut self, cancel: &Cancel) -> Option<Uint8Array> {
         let Some(reader) = self.reader.clone() else {
-            self.ex.on_end(&EnvOf(&*self.platform));
+            self.ex.on_end(&&*self.platform);
             return None;
         };
         let settled = self
@@ -651,7 +632,7 @@ impl Driver {
         let Some(Woke::Settled(settled)) = settled else {
             return None;
         };
-        let env = EnvOf(&*self.platform);
+        let env = &*self.platform;
         match chunk_of(settled) {
             Err(e) => {
                 self.cause = e;
@@ -704,7 +685,7 @@ impl Driver {
             (Some(false), _) | (_, Some("reject")) => AdmissionAnswer::Reject,
             _ => AdmissionAnswer::Unresolved,
         };
-        self.ex.admission(&EnvOf(&*self.platform), answer);
+        self.ex.admission(&&*self.platform, answer);
     }
 
     /// Calls the continuation hook with the delivered prefix `{ text,
@@ -737,8 +718,7 @@ impl Driver {
             }
             _ => None,
         };
-        self.ex
-            .continuation(&EnvOf(&*self.platform), given.is_some());
+        self.ex.continuation(&&*self.platform, given.is_some());
         self.continuation = given;
     }
 }

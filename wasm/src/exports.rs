@@ -13,7 +13,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::driver::{Cancel, Client, Driver, Out, Published, RequestSpec};
 use crate::options::{OptionValue, OptionsError, Settings};
-use crate::platform::{Injected, JsConnectivity, JsTiming, Platform};
+use crate::platform::{JsConnectivity, JsTiming, Platform};
 
 /// A validated set of options; one per `createRecoveringFetch` call. Its
 /// retry budget (if any) is shared by every request it starts.
@@ -78,13 +78,7 @@ impl RecoveryClient {
             admission,
             continuation,
         };
-        self.start(
-            spec,
-            Rc::new(Injected {
-                timing: JsTiming,
-                connectivity: JsConnectivity,
-            }),
-        )
+        self.start(spec, Rc::new((JsTiming, JsConnectivity)))
     }
 }
 
@@ -137,13 +131,7 @@ impl RecoveryClient {
             admission,
             continuation,
         };
-        self.start(
-            spec,
-            Rc::new(Injected {
-                timing,
-                connectivity,
-            }),
-        )
+        self.start(spec, Rc::new((timing, connectivity)))
     }
 }
 

@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use js_sys::{Function, Reflect, Uint8Array};
+use recovery_core::exchange::Env;
 use recovery_core::timing::{Connectivity, Fraction, Instant, Timing};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -222,49 +223,25 @@ pub(crate) type Wait = Pin<Box<dyn Future<Output = ()>>>;
 /// [`Timing`] and [`Connectivity`] behind one `Rc<dyn Platform>`, so one
 /// copy of the driver runs on the JS platform and on whatever a test
 /// injects (a virtual clock, pinned jitter, scripted connectivity).
-pub(crate) trait Platform {
-    fn now(&self) -> Instant;
-    fn wall_now(&self) -> SystemTime;
+pub(crate) trait Platform: Env {
     fn sleep(&self, duration: Duration) -> Wait;
-    fn jitter(&self) -> Fraction;
-    fn is_online(&self) -> bool;
     fn wait_until_online(&self) -> Wait;
 }
 
-/// A [`Timing`] and a [`Connectivity`] as a [`Platform`].
-pub(crate) struct Injected<T, C> {
-    pub(crate) timing: T,
-    pub(crate) connectivity: C,
-}
-
-impl<T, C> Platform for Injected<T, C>
+/// A [`Timing`] and a [`Connectivity`] (an [`Env`] as a pair) as a
+/// [`Platform`].
+impl<T, C> Platform for (T, C)
 where
     T: Timing,
     T::Sleep: 'static,
     C: Connectivity,
     C::Online: 'static,
 {
-    fn now(&self) -> Instant {
-        self.timing.now()
-    }
-
-    fn wall_now(&self) -> SystemTime {
-        self.timing.wall_now()
-    }
-
     fn sleep(&self, duration: Duration) -> Wait {
-        Box::pin(self.timing.sleep(duration))
-    }
-
-    fn jitter(&self) -> Fraction {
-        self.timing.jitter()
-    }
-
-    fn is_online(&self) -> bool {
-        self.connectivity.is_online()
+        Box::pin(self.0.sleep(duration))
     }
 
     fn wait_until_online(&self) -> Wait {
-        Box::pin(self.connectivity.wait_until_online())
+        Box::pin(self.1.wait_until_online())
     }
 }

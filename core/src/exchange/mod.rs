@@ -117,7 +117,23 @@ pub trait Env {
     fn online(&self) -> bool;
 }
 
-impl<T: Timing, C: Connectivity> Env for (&T, &C) {
+impl<E: Env + ?Sized> Env for &E {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        (**self).wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        (**self).jitter()
+    }
+    fn online(&self) -> bool {
+        (**self).online()
+    }
+}
+
+/// A [`Timing`] and a [`Connectivity`] together are an environment.
+impl<T: Timing, C: Connectivity> Env for (T, C) {
     fn now(&self) -> Instant {
         self.0.now()
     }
@@ -697,7 +713,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// What the driver does next. Call again after every reported event.
-    pub fn poll<E: Env>(&mut self, env: &E) -> Io<C> {
+    pub fn poll<E: Env + ?Sized>(&mut self, env: &E) -> Io<C> {
         loop {
             if self.release {
                 self.release = false;
@@ -759,7 +775,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The send is due: counts it (allowance, deadline, retry permit) and
     /// says which request to send, or ends the request.
-    fn begin_send<E: Env>(&mut self, env: &E) -> Option<Io<C>> {
+    fn begin_send<E: Env + ?Sized>(&mut self, env: &E) -> Option<Io<C>> {
         let now = env.now();
         let prepaid = std::mem::take(&mut self.prepaid);
         if let Err(outcome) = self.engine.begin_attempt(now, false, prepaid) {
@@ -832,7 +848,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// A resume was decided but no request can carry it (the cursor does
     /// not fit a URL or header, or the hook's continuation is gone): the
     /// send fails as a protocol sequence error.
-    fn resume_impossible<E: Env>(&mut self, env: &E) {
+    fn resume_impossible<E: Env + ?Sized>(&mut self, env: &E) {
         let violation = crate::failure::Violation::Sequence;
         let failure = Failure::new(FailureKind::Protocol { violation }, Phase::Sending);
         self.fail_attempt(env, failure);
@@ -850,7 +866,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The request left: the head timer runs, a cancel now catches it
     /// awaiting its head.
-    pub fn on_sent<E: Env>(&mut self, _env: &E) {
+    pub fn on_sent<E: Env + ?Sized>(&mut self, _env: &E) {
         if let Stage::Sending { head_by } = self.stage {
             self.stage = Stage::AwaitingHead { head_by };
         }
@@ -858,7 +874,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The response head arrived. `decoded` is the evidence of a layer that
     /// decodes this response's body before the driver reads it, if any.
-    pub fn on_head<E: Env, H: Head + ?Sized>(&mut self, env: &E, head: &H, decoded: Option<D>) {
+    pub fn on_head<E: Env + ?Sized, H: Head + ?Sized>(
+        &mut self,
+        env: &E,
+        head: &H,
+        decoded: Option<D>,
+    ) {
         if !matches!(
             self.stage,
             Stage::Sending { .. } | Stage::AwaitingHead { .. }
@@ -942,7 +963,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// machine needs it, then given with [`Exchange::on_kept_chunk`]. The
     /// chunk is decoded either way, once.
     #[inline]
-    pub fn on_passing_chunk<E: Env>(&mut self, env: &E, chunk: &C) -> bool {
+    pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &C) -> bool {
         debug_assert!(self.is_passing_through());
         if matches!(self.stage, Stage::Draining) {
             self.chunks += 1;
@@ -971,7 +992,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
     /// returns it when it goes out at once after all.
-    pub fn on_kept_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+    pub fn on_kept_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
         if !std::mem::take(&mut self.kept) || !matches!(self.stage, Stage::Streaming) {
             return None;
         }
@@ -980,7 +1001,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The decoder refused the stream.
     #[cold]
-    fn violated<E: Env>(&mut self, env: &E, v: crate::wire::ProtocolViolation) {
+    fn violated<E: Env + ?Sized>(&mut self, env: &E, v: crate::wire::ProtocolViolation) {
         let failure = Failure::new(
             FailureKind::Protocol {
                 violation: v.into(),
@@ -995,7 +1016,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// commit, queued, or cut into events) and [`Exchange::poll`] says what
     /// follows.
     #[inline]
-    pub fn on_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+    pub fn on_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
         if !matches!(self.stage, Stage::Streaming) {
             return self.on_other_chunk(env, chunk);
         }
@@ -1009,7 +1030,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// A chunk the decoder took: hold it, queue it, cut it into events, or
     /// hand it out.
-    fn on_fed_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+    fn on_fed_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
         self.chunks += 1;
         let source = self.source.as_ref()?;
         if !self.committed {
@@ -1040,7 +1061,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// A chunk outside a streamed answer: one after its completion, an
     /// error body's, or a late one.
     #[cold]
-    fn on_other_chunk<E: Env>(&mut self, env: &E, chunk: C) -> Option<C> {
+    fn on_other_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
         self.chunks += 1;
         if matches!(self.stage, Stage::Draining) {
             if self.out.is_empty() {
@@ -1072,7 +1093,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// Before commit: hold the chunk back, and commit on the first semantic
     /// fragment, terminal proof, or the hold-back cap.
-    fn before_commit<E: Env>(&mut self, env: &E, chunk: C) {
+    fn before_commit<E: Env + ?Sized>(&mut self, env: &E, chunk: C) {
         let Some(source) = self.source.as_ref() else {
             return;
         };
@@ -1108,7 +1129,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
     }
 
-    fn commit<E: Env>(&mut self, env: &E, trigger: CommitTrigger) {
+    fn commit<E: Env + ?Sized>(&mut self, env: &E, trigger: CommitTrigger) {
         if !self.engine.is_committed() {
             self.engine.commit(env.now(), trigger);
             self.respond_due = !self.responded;
@@ -1117,7 +1138,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// Event-granular delivery: only complete, new events are queued.
-    fn through_gate<E: Env>(&mut self, env: &E, bytes: &[u8]) {
+    fn through_gate<E: Env + ?Sized>(&mut self, env: &E, bytes: &[u8]) {
         let Some(gate) = self.gate.as_mut() else {
             return;
         };
@@ -1141,7 +1162,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// The body ended cleanly (the transport's end of body).
-    pub fn on_end<E: Env>(&mut self, env: &E) {
+    pub fn on_end<E: Env + ?Sized>(&mut self, env: &E) {
         match &self.stage {
             Stage::Draining => self.stage = Stage::Ended,
             Stage::ErrorBody(_) => self.finish_error_head(env),
@@ -1181,7 +1202,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The attempt failed: no head came back, the body's read failed, or a
     /// hook of the driver vetoed it. `failure` says what and where (kind,
     /// phase, acceptance); the machine adds what the attempt showed.
-    pub fn on_error<E: Env>(&mut self, env: &E, failure: Failure) {
+    pub fn on_error<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         match &self.stage {
             Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
                 self.attempt_failed(env, failure);
@@ -1211,7 +1232,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// A deadline of [`Exchange::poll_timeout`] may have passed: the head
     /// timer, a stall watchdog, a wait, or the bound of a park or an
     /// admission. Nothing happens when none did.
-    pub fn handle_timeout<E: Env>(&mut self, env: &E) {
+    pub fn handle_timeout<E: Env + ?Sized>(&mut self, env: &E) {
         let now = env.now();
         if self.poll_timeout().is_none_or(|d| now < d) {
             return;
@@ -1288,7 +1309,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// The platform is online again (after [`Io::WaitOnline`]).
-    pub fn online<E: Env>(&mut self, env: &E) {
+    pub fn online<E: Env + ?Sized>(&mut self, env: &E) {
         let Stage::Parked { then_send, .. } = self.stage else {
             return;
         };
@@ -1301,7 +1322,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// The admission hook answered (after [`Io::AskAdmission`]).
-    pub fn admission<E: Env>(&mut self, env: &E, answer: AdmissionAnswer) {
+    pub fn admission<E: Env + ?Sized>(&mut self, env: &E, answer: AdmissionAnswer) {
         if !matches!(self.stage, Stage::Admission { .. }) {
             return;
         }
@@ -1314,7 +1335,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The continuation hook answered (after [`Io::AskContinuation`]):
     /// `true` when it gave a continuation request, which the driver sends
     /// at [`Send::Continuation`].
-    pub fn continuation<E: Env>(&mut self, env: &E, given: bool) {
+    pub fn continuation<E: Env + ?Sized>(&mut self, env: &E, given: bool) {
         let Stage::Continuation(failure) = std::mem::replace(&mut self.stage, Stage::Streaming)
         else {
             return;
@@ -1333,7 +1354,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// terminal proof was observed and handed out, that is a completed
     /// request (an SDK stops reading at its end marker); otherwise it is
     /// `cancelled`, in the phase the request was in.
-    pub fn cancel<E: Env>(&mut self, env: &E) {
+    pub fn cancel<E: Env + ?Sized>(&mut self, env: &E) {
         let phase = match &self.stage {
             Stage::Ended => return,
             Stage::Draining => {
@@ -1376,7 +1397,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The rest of the body drains. Weaker proof (a finish reason that needs
     /// the clean end) waits for the end.
     #[inline]
-    fn settle_if_proven<E: Env>(&mut self, env: &E) {
+    fn settle_if_proven<E: Env + ?Sized>(&mut self, env: &E) {
         let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
         if proven {
             self.settle(env);
@@ -1384,7 +1405,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     #[cold]
-    fn settle<E: Env>(&mut self, env: &E) {
+    fn settle<E: Env + ?Sized>(&mut self, env: &E) {
         if !matches!(self.stage, Stage::Streaming) || !self.responded || !self.out.is_empty() {
             return;
         }
@@ -1438,7 +1459,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// The attempt finished with success proof.
-    fn complete<E: Env>(&mut self, env: &E, proof: Proof) {
+    fn complete<E: Env + ?Sized>(&mut self, env: &E, proof: Proof) {
         self.commit(env, CommitTrigger::Terminal);
         if let Some(rest) = self
             .gate
@@ -1467,7 +1488,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.end(Ok(()));
     }
 
-    fn finish_error_head<E: Env>(&mut self, env: &E) {
+    fn finish_error_head<E: Env + ?Sized>(&mut self, env: &E) {
         let Stage::ErrorBody(e) = std::mem::replace(&mut self.stage, Stage::Streaming) else {
             return;
         };
@@ -1484,7 +1505,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The attempt in flight failed. After commit, a failure found inside a
     /// chunk waits until the queued chunks are handed out.
-    fn attempt_failed<E: Env>(&mut self, env: &E, failure: Failure) {
+    fn attempt_failed<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         if self.responded && !self.out.is_empty() {
             self.after_delivery = Some(Box::new(failure));
             return;
@@ -1492,7 +1513,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.fail_attempt(env, failure);
     }
 
-    fn fail_attempt<E: Env>(&mut self, env: &E, failure: Failure) {
+    fn fail_attempt<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         let now = env.now();
         if self.engine.is_committed() {
             let cursor = match (&self.gate, &self.source) {
@@ -1533,7 +1554,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// Carries out what the engine decided after a failure. A final HTTP
     /// error response is kept through a park or an admission wait (it is
     /// the answer if no send follows), and released once one does.
-    fn act<E: Env>(&mut self, env: &E, action: Action) {
+    fn act<E: Env + ?Sized>(&mut self, env: &E, action: Action) {
         let now = env.now();
         let keep = self.error_response && !self.responded;
         match action {

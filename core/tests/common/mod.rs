@@ -566,8 +566,8 @@ fn sse_head() -> Vec<(String, String)> {
 /// what the machine says (waits on the virtual clock, asks the scripted
 /// hooks), as every driver does.
 struct Driver {
-    timing: ManualTiming,
-    conn: ScriptedConnectivity,
+    /// The virtual clock and the scripted connectivity: the machine's `Env`.
+    env: (ManualTiming, ScriptedConnectivity),
     ex: Exchange<Vec<u8>>,
     chunks: &'static Chunks,
     script: Script,
@@ -597,21 +597,21 @@ impl Driver {
             .ex
             .poll_timeout()
             .expect("the machine waits on a deadline");
-        let d = deadline.saturating_since(self.timing.now());
+        let d = deadline.saturating_since(self.env.0.now());
         if d >= MS {
-            sleep_exactly(&self.timing, d.saturating_sub(MS));
-            let env = (&self.timing, &self.conn);
+            sleep_exactly(&self.env.0, d.saturating_sub(MS));
+            let env = &self.env;
             self.ex.handle_timeout(&env);
             assert_eq!(
                 self.ex.poll_timeout(),
                 Some(deadline),
                 "a deadline passed 1 ms early"
             );
-            sleep_exactly(&self.timing, MS);
+            sleep_exactly(&self.env.0, MS);
         } else {
-            sleep_exactly(&self.timing, d);
+            sleep_exactly(&self.env.0, d);
         }
-        let env = (&self.timing, &self.conn);
+        let env = &self.env;
         self.ex.handle_timeout(&env);
         d
     }
@@ -631,10 +631,10 @@ impl Driver {
                     self.log.push("response");
                     // The machine's checks fall inside the wait; none of them
                     // may find a deadline passed.
-                    let end = self.timing.now() + d;
+                    let end = self.env.0.now() + d;
                     while let Some(t) = self.ex.poll_timeout().filter(|t| *t <= end) {
-                        sleep_exactly(&self.timing, t.saturating_since(self.timing.now()));
-                        let env = (&self.timing, &self.conn);
+                        sleep_exactly(&self.env.0, t.saturating_since(self.env.0.now()));
+                        let env = &self.env;
                         self.ex.handle_timeout(&env);
                         assert!(
                             self.ex.poll_timeout().is_none_or(|next| next > t),
@@ -650,23 +650,23 @@ impl Driver {
                             "a scripted delay reaches past the machine's deadline"
                         );
                     }
-                    sleep_exactly(&self.timing, end.saturating_since(self.timing.now()));
+                    sleep_exactly(&self.env.0, end.saturating_since(self.env.0.now()));
                 }
-                Wire::Offline => self.conn.set_online(false),
+                Wire::Offline => self.env.1.set_online(false),
                 Wire::Unsent => {}
                 Wire::Head(status) => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     self.ex
                         .on_head(&env, &ScriptedHead(status, sse_head()), None);
                     return;
                 }
                 Wire::HeadWith(status, headers) => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     self.ex.on_head(&env, &ScriptedHead(status, headers), None);
                     return;
                 }
                 Wire::Text(text) => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     if let Some(chunk) = self.ex.on_chunk(&env, text.into_bytes()) {
                         self.delivered.extend(chunk);
                     }
@@ -676,29 +676,29 @@ impl Driver {
                     // Keepalives go on until the machine stops reading.
                     self.wire.push_front(Wire::KeepaliveEvery(every));
                     let due = self.ex.poll_timeout().expect("a stream has a deadline");
-                    if due <= self.timing.now() + every {
+                    if due <= self.env.0.now() + every {
                         self.until_deadline();
                     } else {
-                        sleep_exactly(&self.timing, every);
-                        let env = (&self.timing, &self.conn);
+                        sleep_exactly(&self.env.0, every);
+                        let env = &self.env;
                         let _ = self.ex.on_chunk(&env, b": keepalive\n\n".to_vec());
                     }
                     return;
                 }
                 Wire::Chunk(c) => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     if let Some(chunk) = self.ex.on_chunk(&env, c.as_bytes().to_vec()) {
                         self.delivered.extend(chunk);
                     }
                     return;
                 }
                 Wire::End => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     self.ex.on_end(&env);
                     return;
                 }
                 Wire::Error(failure) => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     self.ex.on_error(&env, failure);
                     return;
                 }
@@ -713,7 +713,7 @@ impl Driver {
                     return;
                 }
                 Wire::Cancel => {
-                    let env = (&self.timing, &self.conn);
+                    let env = &self.env;
                     self.ex.cancel(&env);
                     return;
                 }
@@ -722,7 +722,7 @@ impl Driver {
     }
 
     fn send(&mut self, kind: Send) {
-        self.sends.push((self.timing.now(), self.ex.wire_attempt()));
+        self.sends.push((self.env.0.now(), self.ex.wire_attempt()));
         let path = |url: &str| {
             url.find("://")
                 .and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()))
@@ -753,7 +753,7 @@ impl Driver {
             .expect("the script ran out of steps: the machine sent more than scripted");
         self.wire = step.wire(self.chunks).into();
         if !matches!(self.wire.front(), Some(Wire::Unsent)) {
-            let env = (&self.timing, &self.conn);
+            let env = &self.env;
             self.ex.on_sent(&env);
         }
     }
@@ -763,13 +763,13 @@ impl Driver {
         self.waits_seen += 1;
         self.log.push("backoff");
         let deadline = self.ex.poll_timeout().expect("a wait has its end");
-        let delay = deadline.saturating_since(self.timing.now());
+        let delay = deadline.saturating_since(self.env.0.now());
         // A cancel point past the end of its wait never happens.
         if let Some((i, at)) = self.script.cancel_in_wait {
             if i == index && at < delay {
-                self.timing.advance(at);
+                self.env.0.advance(at);
                 self.slept += at;
-                let env = (&self.timing, &self.conn);
+                let env = &self.env;
                 self.ex.handle_timeout(&env);
                 self.ex.cancel(&env);
                 return;
@@ -778,27 +778,27 @@ impl Driver {
         let slept = self.until_deadline();
         self.slept += slept;
         if !self.script.oversleep.is_zero() {
-            self.timing.advance(self.script.oversleep);
+            self.env.0.advance(self.script.oversleep);
         }
     }
 
     fn park(&mut self) {
         self.log.push("online");
-        let mut wait = Box::pin(self.conn.wait_until_online());
+        let mut wait = Box::pin(self.env.1.wait_until_online());
         assert!(poll_once(wait.as_mut()).is_pending(), "parked while online");
         match self.parks.next() {
             Some(Park::OnlineAfter(d)) => {
-                self.timing.advance(d);
+                self.env.0.advance(d);
                 assert!(poll_once(wait.as_mut()).is_pending());
-                self.conn.set_online(true);
+                self.env.1.set_online(true);
                 assert!(poll_once(wait.as_mut()).is_ready());
-                let env = (&self.timing, &self.conn);
+                let env = &self.env;
                 self.ex.online(&env);
             }
             Some(Park::CancelAfter(d)) => {
-                self.timing.advance(d);
+                self.env.0.advance(d);
                 assert!(poll_once(wait.as_mut()).is_pending());
-                let env = (&self.timing, &self.conn);
+                let env = &self.env;
                 self.ex.cancel(&env);
             }
             // Nothing said: the network never comes back, and the park
@@ -824,13 +824,13 @@ impl Driver {
             .expect("admission asked but the script has no hook answer left");
         match hook {
             Hook::Answer { after, answer } => {
-                sleep_exactly(&self.timing, after);
-                let env = (&self.timing, &self.conn);
+                sleep_exactly(&self.env.0, after);
+                let env = &self.env;
                 self.ex.admission(&env, answer);
             }
             Hook::CancelAfter(after) => {
-                self.timing.advance(after);
-                let env = (&self.timing, &self.conn);
+                self.env.0.advance(after);
+                let env = &self.env;
                 self.ex.cancel(&env);
             }
             // Pending is not approval: the machine's bound ends the wait.
@@ -913,13 +913,12 @@ pub fn run(script: Script) -> Run {
         ex = ex.without_replay(r);
     }
     let mut d = Driver {
-        conn: ScriptedConnectivity::new(true),
         ex,
         chunks,
         steps: script.steps.clone().into_iter(),
         hooks: script.hook.clone().unwrap_or_default().into_iter(),
         parks: script.parks.clone().into_iter(),
-        timing,
+        env: (timing, ScriptedConnectivity::new(true)),
         script,
         wire: std::collections::VecDeque::new(),
         events: Vec::new(),
@@ -932,12 +931,12 @@ pub fn run(script: Script) -> Run {
         requests: Vec::new(),
     };
     for turn in 0.. {
-        let io = d.ex.poll(&(&d.timing, &d.conn));
+        let io = d.ex.poll(&d.env);
         d.drain();
         assert!(
             turn < 10_000,
             "the machine does not move on: {io:?} at {:?}",
-            d.timing.now()
+            d.env.0.now()
         );
         match io {
             Io::Send(kind) => d.send(kind),
@@ -955,7 +954,7 @@ pub fn run(script: Script) -> Run {
                     .vector
                     .as_ref()
                     .is_some_and(|v| v.continuation.is_some());
-                let env = (&d.timing, &d.conn);
+                let env = &d.env;
                 d.ex.continuation(&env, given);
             }
             Io::End(_) => break,
@@ -985,8 +984,8 @@ pub fn run(script: Script) -> Run {
         hook_calls: d.hook_calls,
         report,
         allowance_used: allowance.used(),
-        end: d.timing.now(),
-        timing: d.timing.clone(),
+        end: d.env.0.now(),
+        timing: d.env.0.clone(),
         delivered: d.delivered,
         requests: d.requests,
     };

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
@@ -21,7 +21,7 @@ use recovery_core::exchange::{Chunk, Env, Exchange, Io, Send as SendKind};
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
 use recovery_core::resume::BODY_HEADERS;
-use recovery_core::timing::{Fraction, Instant};
+use recovery_core::timing::Instant;
 
 use super::classify;
 use super::continuation::ContinuationContext;
@@ -46,31 +46,9 @@ pub(crate) trait Alarm: Send {
 pub(crate) type Sent<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
 
 /// The clocks, sleeps and connectivity of a layer, object-safe.
-pub(crate) trait Surroundings: Send + Sync {
-    fn now(&self) -> Instant;
-    fn wall_now(&self) -> SystemTime;
-    fn jitter(&self) -> Fraction;
-    fn online(&self) -> bool;
+pub(crate) trait Surroundings: Env + Send + Sync {
     fn sleep(&self, d: Duration) -> Box<dyn Alarm>;
     fn wait_online(&self) -> Timer;
-}
-
-/// The surroundings as the machine's [`Env`].
-struct EnvOf<'a>(&'a dyn Surroundings);
-
-impl Env for EnvOf<'_> {
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.0.wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        self.0.jitter()
-    }
-    fn online(&self) -> bool {
-        self.0.online()
-    }
 }
 
 /// A clone of the inner service, for one send: readiness, then the call.
@@ -244,7 +222,7 @@ where
         if self.ended {
             return;
         }
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         self.ex.cancel(&env);
         self.ended = true;
         self.flush();
@@ -262,14 +240,14 @@ where
     /// otherwise the machine took it and the general loop goes on.
     #[inline]
     pub(crate) fn pass(&mut self, data: &Bytes) -> bool {
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         self.ex.on_passing_chunk(&env, data)
     }
 
     /// The frame [`Driver::pass`] did not let through.
     #[cold]
     pub(crate) fn keep(&mut self, data: Bytes) {
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         if let Some(data) = self.ex.on_kept_chunk(&env, data) {
             self.passed = Some(data);
         }
@@ -297,7 +275,7 @@ where
             return Poll::Ready(Step::Deliver(data));
         }
         loop {
-            let env = EnvOf(&*self.hooks.surroundings);
+            let env = &*self.hooks.surroundings;
             let io = self.ex.poll(&env);
             self.flush();
             match io {
@@ -348,7 +326,7 @@ where
                     if let Activity::Online(wait) = &mut self.activity {
                         if wait.as_mut().poll(cx).is_ready() {
                             self.activity = Activity::None;
-                            let env = EnvOf(&*self.hooks.surroundings);
+                            let env = &*self.hooks.surroundings;
                             self.ex.online(&env);
                             continue;
                         }
@@ -372,7 +350,7 @@ where
                     if let Activity::Admission(answer) = &mut self.activity {
                         if let Poll::Ready(answer) = answer.as_mut().poll(cx) {
                             self.activity = Activity::None;
-                            let env = EnvOf(&*self.hooks.surroundings);
+                            let env = &*self.hooks.surroundings;
                             self.ex.admission(&env, answer);
                             continue;
                         }
@@ -390,7 +368,7 @@ where
                         }),
                         _ => None,
                     };
-                    let env = EnvOf(&*self.hooks.surroundings);
+                    let env = &*self.hooks.surroundings;
                     self.ex.continuation(&env, given.is_some());
                     self.continuation = given;
                 }
@@ -490,7 +468,7 @@ where
     }
 
     fn fail_send(&mut self, kind: FailureKind) {
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         self.ex.on_error(&env, Failure::new(kind, Phase::Sending));
         self.flush();
     }
@@ -505,13 +483,13 @@ where
                     let req = req.take().expect("a request per send");
                     let sent = sender.call(*req);
                     self.activity = Activity::Awaiting(sent);
-                    let env = EnvOf(&*self.hooks.surroundings);
+                    let env = &*self.hooks.surroundings;
                     self.ex.on_sent(&env);
                 }
                 Poll::Ready(Err(e)) => {
                     self.activity = Activity::None;
                     self.evidence.set_cause(Arc::from(e));
-                    let env = EnvOf(&*self.hooks.surroundings);
+                    let env = &*self.hooks.surroundings;
                     let failure = Failure::new(FailureKind::NotReady, Phase::Connecting);
                     self.ex.on_error(&env, failure);
                     return Poll::Ready(());
@@ -527,7 +505,7 @@ where
             Poll::Ready(r) => r,
         };
         self.activity = Activity::None;
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         match response {
             Err(e) => {
                 let failure = classify::head_error(&e);
@@ -560,7 +538,7 @@ where
         #[cfg(feature = "tracing")]
         let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
         let Some(inner) = self.inner.as_mut() else {
-            let env = EnvOf(&*self.hooks.surroundings);
+            let env = &*self.hooks.surroundings;
             self.ex.on_end(&env);
             return Poll::Ready(None);
         };
@@ -581,7 +559,7 @@ where
     }
 
     fn chunk(&mut self, data: Bytes) -> Option<Bytes> {
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         if let Some(wire) = &self.hooks.wire {
             if let Err(e) = wire.on_body_chunk(self.ex.wire_attempt(), &data) {
                 self.evidence.set_cause(Arc::from(e));
@@ -596,7 +574,7 @@ where
     /// The body's end or failure.
     #[cold]
     pub(crate) fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         match polled {
             None => self.ex.on_end(&env),
             Some(Ok(_)) => {}
@@ -626,7 +604,7 @@ where
             if let Some(c) = self.cancelled.as_mut() {
                 if c.as_mut().poll(cx).is_ready() {
                     self.cancelled = None;
-                    let env = EnvOf(&*self.hooks.surroundings);
+                    let env = &*self.hooks.surroundings;
                     self.ex.cancel(&env);
                     return Poll::Ready(());
                 }
@@ -667,7 +645,7 @@ where
             return Poll::Pending;
         }
         self.timer = None;
-        let env = EnvOf(&*self.hooks.surroundings);
+        let env = &*self.hooks.surroundings;
         self.ex.handle_timeout(&env);
         self.flush();
         Poll::Ready(())
@@ -696,7 +674,7 @@ impl<B> Drop for Driver<B> {
             // Dropped before the end (the caller gave up on the future, or
             // the consumer on the body): the machine says whether that is a
             // cancellation or, after proof was handed out, a completion.
-            let env = EnvOf(&*self.hooks.surroundings);
+            let env = &*self.hooks.surroundings;
             self.ex.cancel(&env);
             for event in self.ex.drain_events() {
                 self.hooks.observer.on_event(&event);

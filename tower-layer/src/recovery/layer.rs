@@ -3,7 +3,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use recovery_core::budget::RetryBudget;
 use recovery_core::exchange::AdmissionAnswer;
@@ -11,7 +11,7 @@ use recovery_core::failure::Failure;
 use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
-use recovery_core::timing::{AlwaysOnline, Connectivity, Fraction, Instant, Timing};
+use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
 use tower_layer::Layer;
 
 use super::bounds::{DriverConnectivity, DriverTiming};
@@ -59,25 +59,11 @@ pub(crate) struct Config<T, C> {
 }
 
 /// A layer's timing and connectivity, as the driver uses them.
-struct Pair<T, C>(T, C);
-
-impl<T, C> Surroundings for Pair<T, C>
+impl<T, C> Surroundings for (T, C)
 where
     T: Timing<Sleep: Send + 'static> + Send + Sync,
     C: Connectivity<Online: Send + 'static> + Send + Sync,
 {
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.0.wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        self.0.jitter()
-    }
-    fn online(&self) -> bool {
-        self.1.is_online()
-    }
     fn sleep(&self, d: Duration) -> Box<dyn Alarm> {
         Box::new(Sleeping {
             sleep: Box::pin(self.0.sleep(d)),
@@ -110,7 +96,7 @@ where
     T: DriverTiming,
     C: DriverConnectivity,
 {
-    Arc::new(Pair(timing.clone(), connectivity.clone()))
+    Arc::new((timing.clone(), connectivity.clone()))
 }
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
