@@ -15,9 +15,9 @@ use crate::failure::Unfinished;
 use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
 use crate::progress::{Proof, UnsuccessfulReason};
 use crate::protocol::{
-    Anthropic, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse, Ollama,
-    OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions, classify_json_body,
-    partial_body_may_be_semantic,
+    Anthropic, BodyForm, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse,
+    Ollama, OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions,
+    classify_json_body, partial_body_may_be_semantic,
 };
 use crate::wire::{
     Limits, NdjsonDecoder, NdjsonItem, NdjsonSink, SseDecoder, SseItem, SseSink, data_value_start,
@@ -523,6 +523,21 @@ impl StreamObserver {
     /// the body is kept (up to `limits.max_event`) and judged at EOF.
     pub fn non_streaming(kind: ProtocolKind, config: ObserverConfig) -> Self {
         Self::build(kind, config, Framing::Body(Vec::new()))
+    }
+
+    /// The observer for a successful answer of `form` with the default
+    /// configuration and `limits`: a stream decoder, or the whole-body judge
+    /// for a JSON (non-streamed) answer. What the machine and an
+    /// `ObserveLayer` both build for an answer's content type.
+    pub fn for_form(kind: &ProtocolKind, limits: Limits, form: BodyForm) -> Self {
+        let config = ObserverConfig {
+            limits,
+            ..ObserverConfig::default()
+        };
+        match form {
+            BodyForm::Stream => Self::with_config(kind.clone(), config),
+            BodyForm::WholeJson => Self::non_streaming(kind.clone(), config),
+        }
     }
 
     fn build(kind: ProtocolKind, config: ObserverConfig, framing: Framing) -> Self {

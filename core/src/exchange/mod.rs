@@ -84,7 +84,7 @@ use crate::decision::Action;
 use crate::engine::Recovery;
 use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
-use crate::observer::{EndOfStream, ObserverConfig, StreamObserver};
+use crate::observer::{EndOfStream, StreamObserver};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
@@ -929,7 +929,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let form = BodyForm::of(head.header("content-type").as_deref());
         self.source = Some(match decoded {
             Some(d) => Source::Elsewhere(d),
-            None => Source::Own(Box::new(observer_for(&self.protocol, self.limits, form))),
+            None => Source::Own(Box::new(StreamObserver::for_form(
+                &self.protocol,
+                self.limits,
+                form,
+            ))),
         });
         if let Some((after, splicing)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
             let gate = Gate::new(&self.protocol, self.limits, after);
@@ -1598,17 +1602,5 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 self.end(Err(outcome));
             }
         }
-    }
-}
-
-/// The decoder for a successful answer of `form`.
-fn observer_for(protocol: &ProtocolKind, limits: Limits, form: BodyForm) -> StreamObserver {
-    let config = ObserverConfig {
-        limits,
-        ..ObserverConfig::default()
-    };
-    match form {
-        BodyForm::Stream => StreamObserver::with_config(protocol.clone(), config),
-        BodyForm::WholeJson => StreamObserver::non_streaming(protocol.clone(), config),
     }
 }

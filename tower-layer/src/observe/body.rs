@@ -5,9 +5,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use recovery_core::failure::{Unfinished, Violation};
-use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
-use recovery_core::protocol::{BodyForm, ProtocolKind};
-use recovery_core::wire::Limits;
+use recovery_core::observer::{EndOfStream, StreamObserver};
 
 use super::handle::{ObserveHandle, Published};
 use crate::BoxError;
@@ -105,19 +103,6 @@ impl<B> ObservedBody<B> {
             observing: None,
             ended: false,
         }
-    }
-}
-
-/// The decoder for a successful answer of `form`: a stream decoder, or the
-/// whole-body judge for a JSON (non-streamed) answer.
-pub(crate) fn observer(protocol: &ProtocolKind, limits: Limits, form: BodyForm) -> StreamObserver {
-    let config = ObserverConfig {
-        limits,
-        ..ObserverConfig::default()
-    };
-    match form {
-        BodyForm::Stream => StreamObserver::with_config(protocol.clone(), config),
-        BodyForm::WholeJson => StreamObserver::non_streaming(protocol.clone(), config),
     }
 }
 

@@ -8,8 +8,9 @@ use recovery_core::protocol::{BodyForm, ProtocolKind};
 use recovery_core::wire::Limits;
 use tower_service::Service;
 
-use super::body::{ObservedBody, observer};
+use super::body::ObservedBody;
 use super::handle::ObserveHandle;
+use recovery_core::observer::StreamObserver;
 
 /// Observes the response bodies of the inner service. See [`ObserveLayer`].
 ///
@@ -77,7 +78,7 @@ where
                     .get(http::header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok()),
             );
-            let observer = observer(&protocol, *this.limits, form);
+            let observer = StreamObserver::for_form(&protocol, *this.limits, form);
             let handle = ObserveHandle::new(protocol);
             parts.extensions.insert(handle.clone());
             ObservedBody::new(body, observer, handle)

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
 import { createRecoveringFetch } from '../../js/node.mjs';
-import { FAULT, prefix, load, count, fixture, fast, terminals } from './helpers.mjs';
+import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
 
 const fixtures = new URL('../../../tests/fixtures/', import.meta.url);
 const read = (name) => readFileSync(new URL(name, fixtures), 'utf8');
@@ -54,15 +54,7 @@ test('AT1: the openai SDK reads a stream reset right after [DONE]: completed, no
   const path = `${base}/v1/chat/completions`;
   await load({ [path]: [fixture('openai-chat/happy-usage.sse', { ending: 'rst' })] });
   const events = [];
-  const client = new OpenAI({
-    apiKey: 'test-key',
-    baseURL: `${FAULT}${base}/v1`,
-    maxRetries: 0,
-    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
-  });
-  const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
-  let text = '';
-  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  const text = await openaiChatText(base, events);
   assert.equal(text, 'Hello world');
   assert.deepEqual(terminals(events).map((e) => e.event), ['completed']);
   assert.equal(await count(path), 1);
@@ -73,15 +65,7 @@ test('AT8: the openai SDK reads a stream that stalls after [DONE]: completed at 
   const path = `${base}/v1/chat/completions`;
   await load({ [path]: [fixture('openai-chat/happy-usage.sse', { ending: 'stall' })] });
   const events = [];
-  const client = new OpenAI({
-    apiKey: 'test-key',
-    baseURL: `${FAULT}${base}/v1`,
-    maxRetries: 0,
-    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
-  });
-  const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
-  let text = '';
-  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  const text = await openaiChatText(base, events);
   assert.equal(text, 'Hello world');
   assert.deepEqual(terminals(events).map((e) => e.event), ['completed']);
   assert.ok(!events.some((e) => e.event === 'attempt_failed'), 'no stall');

@@ -1,6 +1,8 @@
 // Shared helpers of the JS-level tests: the provider URL exported by
 // scripts/test-wasm.sh, per-test paths and the provider's control endpoint.
 import { randomBytes } from 'node:crypto';
+import OpenAI from 'openai';
+import { createRecoveringFetch } from '../../js/node.mjs';
 
 export const FAULT = (process.env.RECOVERY_FAULT_URL ?? '').replace(/\/$/, '');
 if (!FAULT) throw new Error('RECOVERY_FAULT_URL is not set: run scripts/test-wasm.sh');
@@ -25,4 +27,20 @@ export const fast = { backoffBaseMs: 1, backoffCeilingMs: 2 };
 
 export function terminals(events) {
   return events.filter((e) => ['completed', 'exhausted', 'interrupted', 'cancelled'].includes(e.event));
+}
+
+// Streams one OpenAI Chat answer with the official SDK (its own retries
+// off) over createRecoveringFetch against `${FAULT}${base}/v1`, pushing
+// every lifecycle event to `events`; returns the text the SDK yielded.
+export async function openaiChatText(base, events) {
+  const client = new OpenAI({
+    apiKey: 'test-key',
+    baseURL: `${FAULT}${base}/v1`,
+    maxRetries: 0,
+    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
+  });
+  const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  return text;
 }

@@ -10,7 +10,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createRecoveringFetch } from '../../js/node.mjs';
-import { FAULT, prefix, load, count, fixture, fast, terminals } from './helpers.mjs';
+import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
 
 const openaiFaults = (path) => ({
   [path]: [
@@ -25,15 +25,7 @@ test('openai SDK: reset before the first token, then an in-stream server error',
   const path = `${base}/v1/chat/completions`;
   await load(openaiFaults(path));
   const events = [];
-  const client = new OpenAI({
-    apiKey: 'test-key',
-    baseURL: `${FAULT}${base}/v1`,
-    maxRetries: 0,
-    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
-  });
-  const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
-  let text = '';
-  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  const text = await openaiChatText(base, events);
   assert.equal(text, 'Hello world');
   assert.equal(await count(path), 3);
   assert.equal(terminals(events).length, 1);
