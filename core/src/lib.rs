@@ -167,3 +167,6 @@ pub mod retry_after;
 pub mod safe;
 pub mod timing;
 pub mod wire;
+
+#[cfg(test)]
+mod tests;

@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use recovery_core::observer::{EndOfStream, EventRecord, ObserverConfig, StreamObserver};
-use recovery_core::protocol::{Evidence, ProtocolKind};
-use recovery_core::wire::ProtocolViolation;
+use crate::observer::{EndOfStream, EventRecord, ObserverConfig, StreamObserver};
+use crate::protocol::{Evidence, ProtocolKind};
+use crate::wire::ProtocolViolation;
 
 /// Everything one run showed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Run {
 
 pub fn fixture(rel: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
+        .join("tests/fixtures")
         .join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -45,7 +45,7 @@ pub fn kind_of(rel: &str) -> ProtocolKind {
     let dir = rel.split('/').next().unwrap();
     if dir == "sse" && rel.contains("sentinel") {
         return ProtocolKind::Sse {
-            terminal_sentinel: Some(recovery_core::protocol::SseTerminal::Data("[DONE]".into())),
+            terminal_sentinel: Some(crate::protocol::SseTerminal::Data("[DONE]".into())),
         };
     }
     dir.parse().unwrap()
@@ -53,7 +53,7 @@ pub fn kind_of(rel: &str) -> ProtocolKind {
 
 /// All fixture files (relative paths) of streamed protocols.
 pub fn all_stream_fixtures() -> Vec<String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut out = Vec::new();
     for dir in std::fs::read_dir(&root).unwrap() {
         let dir = dir.unwrap().path();

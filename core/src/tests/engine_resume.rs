@@ -6,16 +6,16 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use recovery_core::budget::AttemptAllowance;
-use recovery_core::decision::Action;
-use recovery_core::engine::Recovery;
-use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::lifecycle::CommitTrigger;
-use recovery_core::outcome::{InterruptCause, Outcome};
-use recovery_core::policy::RecoveryPolicy;
-use recovery_core::progress::{Progress, SemanticKind};
-use recovery_core::retry_after::RetryAfter;
-use recovery_core::timing::{Fraction, Instant};
+use crate::budget::AttemptAllowance;
+use crate::decision::Action;
+use crate::engine::Recovery;
+use crate::failure::{Failure, Phase, TransportKind};
+use crate::lifecycle::CommitTrigger;
+use crate::outcome::{InterruptCause, Outcome};
+use crate::policy::RecoveryPolicy;
+use crate::progress::{Progress, SemanticKind};
+use crate::retry_after::RetryAfter;
+use crate::timing::{Fraction, Instant};
 
 fn at(ms: u64) -> Instant {
     Instant::from_origin(Duration::from_millis(ms))
@@ -139,8 +139,8 @@ fn unsuccessful_terminal_is_never_resumed() {
     r.begin_attempt(at(0), false, false).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     let mut f = Failure::new(
-        recovery_core::failure::FailureKind::Unsuccessful {
-            reason: recovery_core::progress::UnsuccessfulReason::Length,
+        crate::failure::FailureKind::Unsuccessful {
+            reason: crate::progress::UnsuccessfulReason::Length,
         },
         Phase::Streaming,
     );

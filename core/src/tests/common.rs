@@ -18,18 +18,18 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use recovery_core::budget::{AttemptAllowance, RetryBudget};
-use recovery_core::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
-use recovery_core::decision::{AdmissionAnswer, DelayCause};
-use recovery_core::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send};
-use recovery_core::failure::{Failure, Phase, Stall, TransportKind};
-use recovery_core::lifecycle::{EventKind, LifecycleEvent};
-use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
-use recovery_core::policy::RecoveryPolicy;
-use recovery_core::progress::{Progress, Proof, SemanticKind};
-use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
-use recovery_core::report::RecoveryReport;
-use recovery_core::timing::{
+use crate::budget::{AttemptAllowance, RetryBudget};
+use crate::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
+use crate::decision::{AdmissionAnswer, DelayCause};
+use crate::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send};
+use crate::failure::{Failure, Phase, Stall, TransportKind};
+use crate::lifecycle::{EventKind, LifecycleEvent};
+use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
+use crate::policy::RecoveryPolicy;
+use crate::progress::{Progress, Proof, SemanticKind};
+use crate::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
+use crate::report::RecoveryReport;
+use crate::timing::{
     Connectivity, Fraction, Instant, ManualTiming, ScriptedConnectivity, Timing,
 };
 
@@ -50,7 +50,7 @@ pub fn test_policy() -> RecoveryPolicy {
     test_builder().build().expect("test policy")
 }
 
-pub fn test_builder() -> recovery_core::policy::PolicyBuilder {
+pub fn test_builder() -> crate::policy::PolicyBuilder {
     RecoveryPolicy::builder()
         .max_attempts(NonZeroU32::new(3).expect("3"))
         .backoff(ms(500), secs(8))
@@ -169,7 +169,7 @@ pub fn succeed_after(after: Duration) -> Step {
 }
 
 pub fn status(code: u16) -> Failure {
-    Failure::status(code, recovery_core::retry_after::RetryAfter::Absent, None)
+    Failure::status(code, crate::retry_after::RetryAfter::Absent, None)
 }
 
 /// What the admission hook does when asked.

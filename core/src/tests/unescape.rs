@@ -2,7 +2,7 @@
 //! to the same text, and refuses the rest.
 
 use proptest::prelude::*;
-use recovery_core::protocol::json::unescape;
+use crate::protocol::json::unescape;
 
 fn reference(literal: &[u8]) -> Option<String> {
     serde_json::from_slice::<String>(literal).ok()

@@ -18,13 +18,12 @@
 //!   names, ids, comments, multi-line data, caps, exactly at a cap and one
 //!   past it) agree with the reference whole and cut anywhere.
 
-#[path = "decode_support.rs"]
-mod support;
+use super::decode_support as support;
 
 use proptest::prelude::*;
-use recovery_core::observer::ObserverConfig;
-use recovery_core::protocol::ProtocolKind;
-use recovery_core::protocol::json::{Parsed, Tape, parse_reference};
+use crate::observer::ObserverConfig;
+use crate::protocol::ProtocolKind;
+use crate::protocol::json::{Parsed, Tape, parse_reference};
 use serde_json::Value;
 use support::{reference, run_with};
 

@@ -3,11 +3,10 @@
 //! observed (replay forbidden), and completed tool calls. The expectations
 //! come from protocols.md §4–§8 and §13.
 
-#[path = "decode_support.rs"]
-mod support;
+use super::decode_support as support;
 
-use recovery_core::observer::EndOfStream;
-use recovery_core::progress::{Proof, Transience, UnsuccessfulReason};
+use crate::observer::EndOfStream;
+use crate::progress::{Proof, Transience, UnsuccessfulReason};
 use support::{run_fixture, run_with};
 
 const STRONG: &str = "Success { proof: Strong }";
@@ -529,7 +528,7 @@ fn commit_point_is_the_end_of_the_first_semantic_frame() {
             .find(|r| {
                 matches!(
                     r.info.class,
-                    recovery_core::protocol::EventClass::Semantic(_)
+                    crate::protocol::EventClass::Semantic(_)
                 )
             })
             .map(|r| r.end_offset);
@@ -607,7 +606,7 @@ fn responses_cursor_tracks_id_and_sequence() {
 #[test]
 fn rs2_rs8_resumed_stream_dedupes_and_records_gaps() {
     let bytes = support::fixture("openai-responses/resume-tail.sse");
-    let config = recovery_core::observer::ObserverConfig {
+    let config = crate::observer::ObserverConfig {
         resume_after_sequence: Some(10),
         ..Default::default()
     };
@@ -635,8 +634,8 @@ fn rs2_rs8_resumed_stream_dedupes_and_records_gaps() {
 
 #[test]
 fn opaque_reasoning_opt_out() {
-    let config = recovery_core::observer::ObserverConfig {
-        semantic: recovery_core::protocol::SemanticOptions {
+    let config = crate::observer::ObserverConfig {
+        semantic: crate::protocol::SemanticOptions {
             opaque_reasoning_is_semantic: false,
         },
         ..Default::default()

@@ -10,15 +10,15 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use recovery_core::decision::{
+use crate::decision::{
     Action, AdmissionAnswer, AttemptState, DecisionInput, DelayCause, decide,
 };
-use recovery_core::failure::{Acceptance, Category, Failure, PermanentCause};
-use recovery_core::outcome::{BudgetKind, CancelPhase, InterruptCause, Outcome, RefusalLimit};
-use recovery_core::policy::{Endpoint, OverCeiling, RecoveryPolicy};
-use recovery_core::progress::{Progress, SemanticKind};
-use recovery_core::retry_after::RetryAfter;
-use recovery_core::timing::{Fraction, Instant};
+use crate::failure::{Acceptance, Category, Failure, PermanentCause};
+use crate::outcome::{BudgetKind, CancelPhase, InterruptCause, Outcome, RefusalLimit};
+use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
+use crate::progress::{Progress, SemanticKind};
+use crate::retry_after::RetryAfter;
+use crate::timing::{Fraction, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {

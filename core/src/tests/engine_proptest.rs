@@ -5,19 +5,19 @@
 //! recovery budget or the deadline, and there is exactly one terminal event
 //! (the harness checks G2, G9, G12 and LC1 on every run as well).
 
-mod common;
+use super::common;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use common::{Hook, Jitter, Script, Step, ms, secs};
 use proptest::prelude::*;
-use recovery_core::decision::{AdmissionAnswer, DelayCause};
-use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::lifecycle::EventKind;
-use recovery_core::policy::{Endpoint, OverCeiling, RecoveryPolicy};
-use recovery_core::progress::{Progress, Proof, SemanticKind};
-use recovery_core::retry_after::RetryAfter;
+use crate::decision::{AdmissionAnswer, DelayCause};
+use crate::failure::{Failure, Phase, TransportKind};
+use crate::lifecycle::EventKind;
+use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
+use crate::progress::{Progress, Proof, SemanticKind};
+use crate::retry_after::RetryAfter;
 
 fn hint() -> impl Strategy<Value = RetryAfter> {
     prop_oneof![
@@ -210,7 +210,7 @@ proptest! {
         }
 
         // Refused hints are never slept on and never shortened.
-        if let recovery_core::outcome::Outcome::RetryAfterRefused { value, .. } = run.outcome {
+        if let crate::outcome::Outcome::RetryAfterRefused { value, .. } = run.outcome {
             let last = failures[run.send_count() - 1];
             prop_assert_eq!(last.retry_after.delay(), Some(value));
         }

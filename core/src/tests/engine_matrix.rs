@@ -3,7 +3,7 @@
 //! produce) fed to `Recovery` on the virtual clock, no I/O. Each test is named
 //! after its row. The harness checks LC1, G2, G9 and G12 on every run.
 
-mod common;
+use super::common;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -16,27 +16,27 @@ use common::{
     fail_offline, keepalives_only, ms, observed, secs, status, succeed, succeed_after,
     test_builder, test_policy,
 };
-use recovery_core::backoff;
-use recovery_core::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
-use recovery_core::decision::{Action, AdmissionAnswer, DelayCause};
-use recovery_core::engine::Recovery;
-use recovery_core::error::{Evidence, RecoveryError};
-use recovery_core::failure::{
+use crate::backoff;
+use crate::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
+use crate::decision::{Action, AdmissionAnswer, DelayCause};
+use crate::engine::Recovery;
+use crate::error::{Evidence, RecoveryError};
+use crate::failure::{
     Acceptance, Category, Failure, FailureKind, PermanentCause, Phase, Stall, TransportKind,
     Unfinished, Violation,
 };
-use recovery_core::lifecycle::{CommitTrigger, EventKind};
-use recovery_core::outcome::{
+use crate::lifecycle::{CommitTrigger, EventKind};
+use crate::outcome::{
     BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, RefusalLimit, ReplayDisabled,
 };
-use recovery_core::policy::{Endpoint, RecoveryPolicy};
-use recovery_core::progress::{
+use crate::policy::{Endpoint, RecoveryPolicy};
+use crate::progress::{
     Progress, Proof, ProviderError, SemanticKind, Transience, UnsuccessfulReason,
 };
-use recovery_core::report::AttemptResult;
-use recovery_core::retry_after::RetryAfter;
-use recovery_core::safe::{self, SafeToken};
-use recovery_core::timing::{Fraction, Instant, ManualTiming, Timing};
+use crate::report::AttemptResult;
+use crate::retry_after::RetryAfter;
+use crate::safe::{self, SafeToken};
+use crate::timing::{Fraction, Instant, ManualTiming, Timing};
 
 const SUCCESS_ON_2: &[&str] = &[
     "attempt_started",
@@ -1602,7 +1602,7 @@ fn assert_no_canary(rendered: &str, what: &str) {
 }
 
 /// A failed request whose evidence carries every canary.
-fn leaky_error() -> (RecoveryError, Vec<recovery_core::lifecycle::LifecycleEvent>) {
+fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
     let policy = test_builder().evidence_cap(64).build().unwrap();
     let mut headers = http::HeaderMap::new();
     headers.insert(
@@ -1702,7 +1702,7 @@ fn pv2_inspect_returns_capped_evidence() {
     }
     let e = RecoveryError::new(
         Outcome::DeadlineExceeded,
-        recovery_core::report::RecoveryReport::new("0".into()),
+        crate::report::RecoveryReport::new("0".into()),
         ev,
     );
     assert_eq!(e.inspect_response_bytes().len(), 1024);

@@ -3,7 +3,7 @@
 //! Every run also passes the harness's global checks (exactly one terminal
 //! event, contiguous attempt numbers, G9 ordering, no timer left).
 
-mod common;
+use super::common;
 
 use std::time::Duration;
 
@@ -11,14 +11,14 @@ use common::{
     Hook, Jitter, Park, Script, Step, answer, commit_then_fail, fail, fail_offline, ms, observed,
     status, succeed, test_builder, test_policy,
 };
-use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
-use recovery_core::decision::{AdmissionAnswer, DelayCause};
-use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::lifecycle::{EventKind, RecoveryStatus};
-use recovery_core::outcome::{CancelPhase, InterruptCause, Outcome};
-use recovery_core::policy::Endpoint;
-use recovery_core::progress::{Proof, SemanticKind};
-use recovery_core::timing::Instant;
+use crate::budget::{RetryBudget, RetryBudgetConfig};
+use crate::decision::{AdmissionAnswer, DelayCause};
+use crate::failure::{Failure, Phase, TransportKind};
+use crate::lifecycle::{EventKind, RecoveryStatus};
+use crate::outcome::{CancelPhase, InterruptCause, Outcome};
+use crate::policy::Endpoint;
+use crate::progress::{Proof, SemanticKind};
+use crate::timing::Instant;
 
 const SUCCESS_AFTER_503: &[&str] = &[
     "attempt_started",

@@ -2,15 +2,14 @@
 //! bounded memory on an endless line, and the differential check that the
 //! fast classifier agrees with a full `serde_json` decode.
 
-#[path = "decode_support.rs"]
-mod support;
+use super::decode_support as support;
 
 use std::fmt::Write as _;
 
 use proptest::prelude::*;
-use recovery_core::observer::{EndOfStream, ObserverConfig, StreamObserver};
-use recovery_core::protocol::ProtocolKind;
-use recovery_core::wire::{Limits, ProtocolViolation};
+use crate::observer::{EndOfStream, ObserverConfig, StreamObserver};
+use crate::protocol::ProtocolKind;
+use crate::wire::{Limits, ProtocolViolation};
 use serde_json::{Value, json};
 use support::{all_stream_fixtures, fixture, kind_of, reference, run_fixture, run_with};
 
@@ -531,7 +530,7 @@ proptest! {
     /// serde_json accepts.
     #[test]
     fn validator_agrees_with_serde_json(doc in "[ \\[\\]{}\":,0-9a-z.eE+\\-\\\\u]{0,40}") {
-        use recovery_core::protocol::json::parse_reference;
+        use crate::protocol::json::parse_reference;
         prop_assert_eq!(fast_verdict(doc.as_bytes()), parse_reference(doc.as_bytes()).err(), "{}", doc);
     }
 }
@@ -539,7 +538,7 @@ proptest! {
 /// The fast validators' verdict on `doc` (`None`: valid): the lazy one and
 /// a fresh tape must agree.
 fn fast_verdict(doc: &[u8]) -> Option<ProtocolViolation> {
-    use recovery_core::protocol::json::{Lazy, Tape};
+    use crate::protocol::json::{Lazy, Tape};
     let lazy = Lazy::parse(doc).err();
     let tape = Tape::new().parse(doc).err();
     assert_eq!(
@@ -553,7 +552,7 @@ fn fast_verdict(doc: &[u8]) -> Option<ProtocolViolation> {
 
 #[test]
 fn validator_edge_cases_match_serde_json() {
-    use recovery_core::protocol::json::parse_reference;
+    use crate::protocol::json::parse_reference;
     let cases: &[&str] = &[
         "{}",
         "[]",

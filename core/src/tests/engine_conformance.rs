@@ -3,16 +3,16 @@
 //! format is documented in `tests/conformance/README.md`; the tower and
 //! wasm drivers run the same files.
 
-mod common;
+use super::common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{Hook, Jitter, Script, Step, VectorSetup, ms};
-use recovery_core::conformance::{Observed, Vector};
-use recovery_core::decision::AdmissionAnswer;
+use crate::conformance::{Observed, Vector};
+use crate::decision::AdmissionAnswer;
 
-const WALL: Duration = recovery_core::conformance::WALL_CLOCK;
+const WALL: Duration = crate::conformance::WALL_CLOCK;
 
 fn hook(answer: &str) -> Hook {
     let answer = match answer {
@@ -68,7 +68,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
 
 #[test]
 fn every_engine_vector_runs() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/engine");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/engine");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -100,7 +100,7 @@ fn every_engine_vector_runs() {
 /// The runner can fail: an altered expectation is caught.
 #[test]
 fn an_altered_vector_is_caught() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/engine");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/engine");
     let text = std::fs::read_to_string(dir.join("503_then_success.json")).unwrap();
     let mut v: Vector = serde_json::from_str(&text).unwrap();
     run_vector(&v).unwrap();

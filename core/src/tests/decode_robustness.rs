@@ -1,13 +1,12 @@
 //! Robustness cases R1–R35 of protocols.md §11 and the decoder rows of the
 //! reliability matrix (BD3, BD6, BD7, PT8, PT10, PT14, PT15, DC2, ST4).
 
-#[path = "decode_support.rs"]
-mod support;
+use super::decode_support as support;
 
-use recovery_core::observer::{EndOfStream, StreamObserver};
-use recovery_core::progress::{Proof, Transience, UnsuccessfulReason};
-use recovery_core::protocol::{EventClass, ProtocolKind, classify_error_body};
-use recovery_core::wire::{Limits, ProtocolViolation, SseDecoder, SseItem};
+use crate::observer::{EndOfStream, StreamObserver};
+use crate::progress::{Proof, Transience, UnsuccessfulReason};
+use crate::protocol::{EventClass, ProtocolKind, classify_error_body};
+use crate::wire::{Limits, ProtocolViolation, SseDecoder, SseItem};
 use support::{fixture, run, run_fixture, run_with};
 
 /// Raw SSE framing: (event type, data) of each dispatched event.
@@ -234,7 +233,7 @@ fn r21_bad_retry_and_nul_id_are_ignored() {
 #[test]
 fn r22_bd6_line_over_the_cap_is_typed_and_bounded() {
     let cap = 4096;
-    let config = recovery_core::observer::ObserverConfig {
+    let config = crate::observer::ObserverConfig {
         limits: Limits::uniform(cap),
         ..Default::default()
     };
@@ -265,7 +264,7 @@ fn r23_one_byte_reads_match_one_read() {
         let cuts: Vec<usize> = (1..bytes.len()).collect();
         let split = run_with(
             support::kind_of(&file),
-            recovery_core::observer::ObserverConfig::default(),
+            crate::observer::ObserverConfig::default(),
             &bytes,
             &cuts,
         );
@@ -551,7 +550,7 @@ fn pt14_unknown_events_and_reasons() {
 #[test]
 fn dc2_adversarial_streams_stay_bounded() {
     let cap = 2048;
-    let config = recovery_core::observer::ObserverConfig {
+    let config = crate::observer::ObserverConfig {
         limits: Limits::uniform(cap),
         ..Default::default()
     };
@@ -629,7 +628,7 @@ fn st4_error_bodies() {
 
 #[test]
 fn non_streamed_bodies_are_evidence() {
-    use recovery_core::observer::ObserverConfig;
+    use crate::observer::ObserverConfig;
     let finish = |kind: ProtocolKind, body: &[u8]| {
         let mut obs = StreamObserver::non_streaming(kind, ObserverConfig::default());
         for piece in body.chunks(7) {
