@@ -35,6 +35,12 @@ step "native tests"
 cargo test --workspace
 cargo test -p recovery-tests --features tracing --test tracing_spans
 
+step "without a runtime feature, a layer needs an explicit timing"
+# RecoveryLayer::new does not exist without `tokio` (a doctest that must
+# fail to compile with E0599); the crate itself builds.
+cargo check -p tower-recovery --no-default-features
+cargo test -p tower-recovery --no-default-features --doc recovery::layer::RecoveryLayer
+
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::progress::{Progress, ProviderError, Transience, UnsuccessfulReason};
-use crate::retry_after::RetryAfter;
+pub use crate::retry_after::RetryAfter;
 
 /// The broad family of a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

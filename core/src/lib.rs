@@ -144,14 +144,23 @@
 //!   the committed attempt's status and headers only; request ids, rate-limit
 //!   headers and the like come from that attempt, not the first one sent.
 #![deny(unsafe_code, missing_docs)]
+#![deny(unnameable_types)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backoff;
+// The front door: what an application names.
+pub use budget::{RetryBudget, RetryBudgetConfig};
+pub use call::{Cancellation, RecoveryCall};
+pub use error::RecoveryError;
+pub use lifecycle::{LifecycleEvent, LifecycleObserver, RecoveryStatus};
+pub use outcome::Outcome;
+pub use policy::{Endpoint, OverCeiling, PolicyBuilder, PolicyError, RecoveryPolicy};
+pub use protocol::ProtocolKind;
+pub use report::RecoveryReport;
+pub use timing::{Connectivity, Timing};
+
 pub mod budget;
 pub mod call;
-pub mod conformance;
 pub mod continuation;
-pub mod decision;
-pub mod engine;
 pub mod error;
 pub mod exchange;
 pub mod failure;
@@ -163,10 +172,18 @@ pub mod progress;
 pub mod protocol;
 pub mod report;
 pub mod resume;
-pub mod retry_after;
-pub mod safe;
 pub mod timing;
 pub mod wire;
+
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod conformance;
+
+mod backoff;
+mod decision;
+mod engine;
+mod retry_after;
+mod safe;
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::DelayCause;
+pub use crate::decision::DelayCause;
 use crate::failure::{Category, Phase};
 use crate::outcome::{CancelPhase, FailureReason, Outcome};
 use crate::progress::Proof;

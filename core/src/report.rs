@@ -10,7 +10,7 @@ use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
 use crate::progress::{Progress, Proof};
 use crate::retry_after::RetryAfter;
-use crate::safe::SafeToken;
+pub use crate::safe::SafeToken;
 
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -79,17 +79,6 @@ pub fn allowlisted_code(raw: &str) -> Option<SafeToken> {
         .then(|| SafeToken(raw.to_owned()))
 }
 
-/// Response headers whose values may appear in events and reports.
-pub const HEADER_ALLOWLIST: &[&str] = &[
-    "content-type",
-    "retry-after",
-    "retry-after-ms",
-    "x-should-retry",
-    "x-request-id",
-    "request-id",
-    "x-generation-id",
-];
-
 /// Headers that carry a provider request id.
 const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "request-id", "x-generation-id"];
 
@@ -112,43 +101,12 @@ pub fn safe_request_id(raw: &str) -> Option<SafeToken> {
     (ok && !wordy).then(|| SafeToken(raw.to_owned()))
 }
 
-/// Picks the first safe provider request id out of response headers.
-pub fn request_id_from(headers: &http::HeaderMap) -> Option<SafeToken> {
-    request_id_with(|name| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    })
-}
-
 /// Picks the first safe provider request id through a header lookup (for
 /// drivers whose headers are not an `http::HeaderMap`, such as fetch).
 pub fn request_id_with(get: impl Fn(&str) -> Option<String>) -> Option<SafeToken> {
     REQUEST_ID_HEADERS
         .iter()
         .find_map(|name| get(name).as_deref().and_then(safe_request_id))
-}
-
-/// The allowlisted response headers as `(name, token)` pairs, values reduced
-/// to safe tokens (a value that is not token-shaped is dropped).
-pub fn safe_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for name in HEADER_ALLOWLIST {
-        if let Some(value) = headers.get(*name).and_then(|v| v.to_str().ok()) {
-            let value = value.trim();
-            let keep = if REQUEST_ID_HEADERS.contains(name) {
-                safe_request_id(value).is_some()
-            } else {
-                value.len() <= MAX_TOKEN_LEN
-                    && value.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-            };
-            if keep {
-                out.push(((*name).to_owned(), value.to_owned()));
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -181,22 +139,5 @@ mod tests {
             Some("overloaded_error".to_owned())
         );
         assert!(allowlisted_code("sk-live-abc").is_none());
-    }
-
-    #[test]
-    fn header_allowlist_drops_credentials() {
-        let mut h = http::HeaderMap::new();
-        h.insert("authorization", "Bearer sk-canary".parse().unwrap());
-        h.insert("set-cookie", "session=canary".parse().unwrap());
-        h.insert("retry-after", "2".parse().unwrap());
-        h.insert("x-request-id", "req_abc123def456".parse().unwrap());
-        let kept = safe_headers(&h);
-        let rendered = format!("{kept:?}");
-        assert!(!rendered.contains("canary"));
-        assert!(rendered.contains("retry-after"));
-        assert_eq!(
-            request_id_from(&h).map(|t| t.to_string()).as_deref(),
-            Some("req_abc123def456")
-        );
     }
 }

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recovery_core::decision::AdmissionAnswer;
+use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::policy::{Endpoint, RecoveryPolicy};
 use recovery_core::protocol::ProtocolKind;
 use recovery_examples::provider::{self, Call};

@@ -341,8 +341,7 @@ async fn tb1_waits_follow_the_pinned_backoff_schedule() {
         .with_pinned_jitter(recovery_core::timing::Fraction::HALF);
     // The manual clock drives delays; tokio's paused clock is not involved.
     let sink = Arc::clone(&events);
-    let svc = RecoveryLayer::new(policy().build().unwrap())
-        .with_timing(timing.clone())
+    let svc = RecoveryLayer::with_timing(policy().build().unwrap(), timing.clone())
         .on_event(move |e| sink.lock().unwrap().push(e.clone()))
         .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
     let fut = tokio::spawn(svc.oneshot(request()));

@@ -239,8 +239,7 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     let waits = Arc::new(AtomicUsize::new(0));
     let cancel_wait = v.cancel_during_wait;
     let on_cancel = cancel.clone();
-    let mut layer = RecoveryLayer::new(v.policy.policy().expect("valid policy"))
-        .with_timing(timing)
+    let mut layer = RecoveryLayer::with_timing(v.policy.policy().expect("valid policy"), timing)
         .with_connectivity(net.clone())
         .with_resumable_sse(v.resumable_sse)
         .on_event(move |e| {

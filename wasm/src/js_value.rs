@@ -383,18 +383,16 @@ impl<'a> ser::Serializer for &'a mut Json {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+    use std::collections::VecDeque;
     use std::time::Duration;
 
     use recovery_core::budget::AttemptAllowance;
-    use recovery_core::engine::Recovery;
+    use recovery_core::exchange::{Exchange, Head, Io, RequestFacts};
     use recovery_core::failure::{Failure, Phase, TransportKind};
-    use recovery_core::lifecycle::CommitTrigger;
-    use recovery_core::outcome::CancelPhase;
     use recovery_core::policy::RecoveryPolicy;
-    use recovery_core::progress::{Progress, Proof, SemanticKind};
-    use recovery_core::retry_after::RetryAfter;
-    use recovery_core::safe::SafeToken;
-    use recovery_core::timing::{Fraction, Instant};
+    use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
+    use recovery_core::timing::{AlwaysOnline, ManualTiming, Timing};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     use super::*;
@@ -407,8 +405,76 @@ mod tests {
         assert_eq!(text(&to_js(v)), text(&js_sys::JSON::parse(&json).unwrap()));
     }
 
-    fn at(ms: u64) -> Instant {
-        Instant::from_origin(Duration::from_millis(ms))
+    /// One attempt's answer: a status, a content type, the body's chunks
+    /// and whether the connection is reset after them.
+    struct Answer {
+        status: u16,
+        retry_after: Option<&'static str>,
+        chunks: VecDeque<&'static [u8]>,
+        reset: bool,
+    }
+
+    impl Head for Answer {
+        fn status(&self) -> u16 {
+            self.status
+        }
+        fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+            match name {
+                "content-type" if self.status == 200 => Some("text/event-stream".into()),
+                "content-type" => Some("application/json".into()),
+                "retry-after" => self.retry_after.map(Cow::Borrowed),
+                _ => None,
+            }
+        }
+    }
+
+    /// Plays `answers` through the machine on a virtual clock, as a driver
+    /// would, and returns it ended.
+    fn play(cancel_at_head: bool, answers: Vec<Answer>) -> Exchange<Vec<u8>> {
+        let env = (ManualTiming::new(7), AlwaysOnline);
+        let mut ex = Exchange::<Vec<u8>>::new(
+            RecoveryPolicy::default(),
+            &ProtocolChoice::Fixed(ProtocolKind::OpenAiChat),
+            RequestFacts {
+                method: "POST",
+                url: "http://127.0.0.1/v1/chat/completions",
+                body: b"{}",
+            },
+            AttemptAllowance::new(3),
+            42,
+            env.0.now(),
+        );
+        let mut answers = answers.into_iter();
+        let mut answer = None;
+        for _ in 0..1000 {
+            match ex.poll(&env) {
+                Io::Send(_) => {
+                    ex.on_sent(&env);
+                    answer = answers.next();
+                }
+                Io::AwaitHead if cancel_at_head => ex.cancel(&env),
+                Io::AwaitHead => ex.on_head(&env, answer.as_ref().unwrap(), None),
+                Io::Read => {
+                    let a = answer.as_mut().unwrap();
+                    if let Some(chunk) = a.chunks.pop_front() {
+                        ex.on_chunk(&env, chunk.to_vec());
+                    } else if a.reset {
+                        let reset = Failure::transport(TransportKind::Reset, Phase::Streaming);
+                        ex.on_error(&env, reset);
+                    } else {
+                        ex.on_end(&env);
+                    }
+                }
+                Io::Sleep => {
+                    let due = ex.poll_timeout().unwrap();
+                    env.0.advance(due.saturating_since(env.0.now()));
+                    ex.handle_timeout(&env);
+                }
+                Io::End(_) => return ex,
+                _ => {}
+            }
+        }
+        panic!("the machine did not end");
     }
 
     #[wasm_bindgen_test]
@@ -423,48 +489,47 @@ mod tests {
 
     #[wasm_bindgen_test]
     fn events_report_and_outcome_keep_the_serde_shape() {
-        let mut engine = Recovery::new(
-            RecoveryPolicy::default(),
-            AttemptAllowance::new(3),
-            42,
-            at(0),
+        // A 503 with Retry-After, a reset before any output, then a stream
+        // that completes: every kind of record a report holds.
+        let mut ex = play(
+            false,
+            vec![
+                Answer {
+                    status: 503,
+                    retry_after: Some("1"),
+                    chunks: [&br#"{"error":{"code":"server_error"}}"#[..]].into(),
+                    reset: false,
+                },
+                Answer {
+                    status: 200,
+                    retry_after: None,
+                    chunks: [&b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"[..]].into(),
+                    reset: true,
+                },
+                Answer {
+                    status: 200,
+                    retry_after: None,
+                    chunks: [
+                        &b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"[..],
+                        &b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"[..],
+                    ]
+                    .into(),
+                    reset: false,
+                },
+            ],
         );
-        engine.begin_attempt(at(1), false, false).unwrap();
-        engine.head_received(at(5), 503, SafeToken::new("req_1"));
-        let failure = Failure::status(503, RetryAfter::Seconds(Duration::from_secs(1)), None);
-        same(&failure);
-        engine.fail(at(6), failure, true, Fraction::new(0.25));
-        engine.begin_attempt(at(1200), false, false).unwrap();
-        engine.fail(
-            at(1300),
-            Failure::transport(TransportKind::Other, Phase::Unknown),
-            true,
-            Fraction::new(0.5),
-        );
-        engine.begin_attempt(at(2500), false, false).unwrap();
-        engine.head_received(at(2510), 200, None);
-        engine.commit(at(2520), CommitTrigger::Semantic);
-        let mut progress = Progress::default();
-        progress.observe(SemanticKind::Content);
-        progress.deliver_observed();
-        progress.delivered_bytes = 1234;
-        let outcome = engine.succeed(at(3000), Proof::Strong, progress);
-        same(&outcome);
-        let events: Vec<_> = engine.drain_events().collect();
-        assert!(events.len() > 5);
+        same(&Failure::status(503, recovery_core::failure::RetryAfter::Seconds(Duration::from_secs(1)), None));
+        same(ex.outcome().unwrap());
+        let events: Vec<_> = ex.drain_events().collect();
+        assert!(events.len() > 5, "{events:?}");
         for e in &events {
             same(e);
         }
-        same(engine.report());
+        same(ex.report());
+        assert_eq!(ex.report().attempts.len(), 3);
 
-        let mut cancelled = Recovery::new(
-            RecoveryPolicy::default(),
-            AttemptAllowance::new(1),
-            7,
-            at(0),
-        );
-        cancelled.begin_attempt(at(1), false, false).unwrap();
-        same(&cancelled.cancel(at(2), CancelPhase::AwaitingHead));
+        let mut cancelled = play(true, Vec::new());
+        same(cancelled.outcome().unwrap());
         for e in cancelled.drain_events() {
             same(&e);
         }

@@ -102,16 +102,38 @@ where
 /// Applies [`Recover`] to a service. Put it outermost: outside the
 /// [`ObserveLayer`](crate::ObserveLayer), limits and the HTTP client, and turn
 /// off the client's own retries.
-pub struct RecoveryLayer<T = DefaultTiming, C = AlwaysOnline> {
+///
+/// `T` is the [`Timing`] (clocks, sleeps, jitter) and `C` the
+/// [`Connectivity`]. With the `tokio` feature (on by default) `T` defaults
+/// to [`TokioTiming`](crate::TokioTiming) and [`RecoveryLayer::new`] builds
+/// one; without it there is no default clock, and a layer is built with
+/// [`RecoveryLayer::with_timing`] (a clock that never wakes would turn every
+/// wait into a hang).
+#[cfg(feature = "tokio")]
+pub struct RecoveryLayer<T = crate::TokioTiming, C = AlwaysOnline> {
     pub(crate) config: Arc<Config<T, C>>,
 }
 
-/// The timing used when none is given.
-#[cfg(feature = "tokio")]
-pub type DefaultTiming = crate::TokioTiming;
-/// The timing used when none is given.
+/// Applies [`Recover`] to a service. Put it outermost: outside the
+/// [`ObserveLayer`](crate::ObserveLayer), limits and the HTTP client, and turn
+/// off the client's own retries.
+///
+/// `T` is the [`Timing`] (clocks, sleeps, jitter) and `C` the
+/// [`Connectivity`]. Without the `tokio` feature there is no default clock:
+/// build the layer with [`RecoveryLayer::with_timing`]. `RecoveryLayer::new`
+/// does not exist then, so code that relied on a default clock fails to
+/// compile instead of hanging on its first wait:
+///
+/// ```compile_fail,E0599
+/// use tower_recovery::RecoveryLayer;
+/// use tower_recovery::core::RecoveryPolicy;
+///
+/// let layer = RecoveryLayer::new(RecoveryPolicy::default());
+/// ```
 #[cfg(not(feature = "tokio"))]
-pub type DefaultTiming = recovery_core::timing::ManualTiming;
+pub struct RecoveryLayer<T, C = AlwaysOnline> {
+    pub(crate) config: Arc<Config<T, C>>,
+}
 
 impl<T, C> Clone for RecoveryLayer<T, C> {
     fn clone(&self) -> Self {
@@ -131,10 +153,19 @@ impl<T, C> fmt::Debug for RecoveryLayer<T, C> {
     }
 }
 
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl RecoveryLayer {
-    /// A layer with `policy`, the default timing and no connectivity signal.
+    /// A layer with `policy` on tokio's clock, with no connectivity signal.
     pub fn new(policy: RecoveryPolicy) -> Self {
-        let timing = DefaultTiming::default();
+        RecoveryLayer::with_timing(policy, crate::TokioTiming::default())
+    }
+}
+
+impl<T: DriverTiming> RecoveryLayer<T> {
+    /// A layer with `policy` that takes its clocks, sleeps and jitter from
+    /// `timing` (another runtime's timer, or a virtual clock in tests).
+    pub fn with_timing(policy: RecoveryPolicy, timing: T) -> Self {
         let hooks = Hooks {
             policy,
             protocol: ProtocolChoice::Auto,
@@ -168,23 +199,6 @@ where
         RecoveryLayer {
             config: Arc::new(Config {
                 timing: config.timing,
-                connectivity: config.connectivity,
-                hooks: Arc::new(hooks),
-            }),
-        }
-    }
-
-    /// Uses `timing` for clocks, sleeps and jitter (a virtual clock in tests).
-    pub fn with_timing<T2>(self, timing: T2) -> RecoveryLayer<T2, C>
-    where
-        T2: DriverTiming,
-    {
-        let config = Arc::unwrap_or_clone(self.config);
-        let mut hooks = Arc::unwrap_or_clone(config.hooks);
-        hooks.surroundings = surroundings(&timing, &config.connectivity);
-        RecoveryLayer {
-            config: Arc::new(Config {
-                timing,
                 connectivity: config.connectivity,
                 hooks: Arc::new(hooks),
             }),
