@@ -44,7 +44,7 @@ pub struct ObserverConfig {
 
 /// One decoded frame, as observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct EventRecord {
+pub(crate) struct EventRecord {
     /// Class, sequence number and duplicate flag.
     pub info: EventInfo,
     /// Stream offset just past the frame's last byte (its blank line for
@@ -595,7 +595,11 @@ impl StreamObserver {
     }
 
     /// Feeds one body read and calls `on_event` for every frame it completes.
-    pub fn feed_with<F>(&mut self, chunk: &[u8], on_event: F) -> Result<Feed, ProtocolViolation>
+    pub(crate) fn feed_with<F>(
+        &mut self,
+        chunk: &[u8],
+        on_event: F,
+    ) -> Result<Feed, ProtocolViolation>
     where
         F: FnMut(&EventRecord),
     {
@@ -810,7 +814,8 @@ impl StreamObserver {
     }
 
     /// Everything observed so far.
-    pub fn evidence(&self) -> &Evidence {
+    #[cfg(test)]
+    pub(crate) fn evidence(&self) -> &Evidence {
         &self.ev
     }
 

@@ -101,7 +101,7 @@ pub fn capabilities(kind: &ProtocolKind) -> Capabilities {
 /// How a committed stream will be continued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "strategy")]
-pub enum ResumePlan {
+pub(crate) enum ResumePlan {
     /// OpenAI Responses background stream, continued after a sequence number.
     ResponsesBackground {
         /// The response id.
@@ -118,7 +118,7 @@ pub enum ResumePlan {
 
 /// Whether a JSON request body asked for `background: true` and
 /// `stream: true` (top-level keys).
-pub fn is_background_stream(body: &[u8]) -> bool {
+pub(crate) fn is_background_stream(body: &[u8]) -> bool {
     let Ok(root) = Lazy::parse(body) else {
         return false;
     };
@@ -130,13 +130,15 @@ pub fn is_background_stream(body: &[u8]) -> bool {
 /// Whether a resume strategy can apply to a request of `kind` at all, before
 /// any cursor is known (drivers then deliver event by event, so that a seam
 /// never splits an event).
-pub fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body: &[u8]) -> bool {
+#[cfg(test)]
+pub(crate) fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body: &[u8]) -> bool {
     native_resume(kind, sse_resumable, is_background_stream(request_body))
 }
 
-/// [`may_resume`] with the request body already judged: `background` when
+/// Whether a resume strategy can apply to a request of `kind` at all
+/// (before any cursor is known), with the request body already judged: `background` when
 /// it asked for `background: true` and `stream: true`.
-pub fn native_resume(kind: &ProtocolKind, sse_resumable: bool, background: bool) -> bool {
+pub(crate) fn native_resume(kind: &ProtocolKind, sse_resumable: bool, background: bool) -> bool {
     match kind {
         ProtocolKind::OpenAiResponses => background,
         ProtocolKind::Sse { .. } => sse_resumable,
@@ -151,7 +153,8 @@ pub fn native_resume(kind: &ProtocolKind, sse_resumable: bool, background: bool)
 /// SSE: only when the caller declared the endpoint resumable and a non-empty
 /// event id was forwarded; never with an empty `Last-Event-ID` (providers
 /// ignore it and the consumer would get the whole answer again).
-pub fn plan(
+#[cfg(test)]
+pub(crate) fn plan(
     kind: &ProtocolKind,
     sse_resumable: bool,
     request_body: &[u8],
@@ -165,7 +168,7 @@ pub fn plan(
 }
 
 /// The plan at `cursor` for a request [`may_resume`] allows.
-pub fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<ResumePlan> {
+pub(crate) fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<ResumePlan> {
     match kind {
         ProtocolKind::OpenAiResponses => {
             let (Some(id), Some(seq)) = (&cursor.response_id, cursor.sequence_number) else {
@@ -277,7 +280,8 @@ impl ResumePlan {
     /// head ([`ResumePlan::request`] in `http` types). The body is empty
     /// for a Responses `GET`, and the original body for a `Last-Event-ID`
     /// resend.
-    pub fn request_head(
+    #[cfg(test)]
+    pub(crate) fn request_head(
         &self,
         original: &http::request::Parts,
     ) -> Result<(http::request::Parts, bool), ResumeRequestError> {

@@ -459,12 +459,15 @@ fn boundaries(kind: &ProtocolKind, bytes: &[u8]) -> (u64, Vec<(u64, bool)>) {
     use recovery_core::observer::StreamObserver;
     let mut observer = StreamObserver::new(kind.clone());
     let mut ends = Vec::new();
-    let feed = observer
-        .feed_with(bytes, |e| ends.push(e.end_offset))
+    observer
+        .observe_ends(bytes, Some(&mut ends))
         .expect("fixture decodes");
-    let commit = feed.committed_at.expect("fixture has semantic output");
+    let commit = observer
+        .committed_at()
+        .expect("fixture has semantic output");
     let out = ends
         .into_iter()
+        .map(|e| e.end_offset)
         .map(|end| {
             let mut prefix = StreamObserver::new(kind.clone());
             prefix.feed(&bytes[..end as usize]).unwrap();

@@ -127,13 +127,17 @@ async fn run(
 fn cuts_after_commit(kind: &ProtocolKind, bytes: &[u8]) -> Vec<(usize, Option<u64>)> {
     let mut observer = StreamObserver::new(kind.clone());
     let mut ends = Vec::new();
-    let feed = observer
-        .feed_with(bytes, |e| ends.push((e.end_offset, e.info.sequence_number)))
-        .unwrap();
-    let commit = feed.committed_at.unwrap();
+    observer.observe_ends(bytes, Some(&mut ends)).unwrap();
+    let commit = observer.committed_at().unwrap();
     ends.into_iter()
-        .filter(|(end, _)| *end >= commit && (*end as usize) < bytes.len())
-        .map(|(end, seq)| (end as usize, seq))
+        .map(|e| e.end_offset as usize)
+        .filter(|end| *end as u64 >= commit && *end < bytes.len())
+        .map(|end| {
+            // The cursor after the prefix: the last sequence number seen.
+            let mut prefix = StreamObserver::new(kind.clone());
+            prefix.feed(&bytes[..end]).unwrap();
+            (end, prefix.cursor().sequence_number)
+        })
         .collect()
 }
 

@@ -518,7 +518,11 @@ mod tests {
                 },
             ],
         );
-        same(&Failure::status(503, recovery_core::failure::RetryAfter::Seconds(Duration::from_secs(1)), None));
+        same(&Failure::status(
+            503,
+            recovery_core::failure::RetryAfter::Seconds(Duration::from_secs(1)),
+            None,
+        ));
         same(ex.outcome().unwrap());
         let events: Vec<_> = ex.drain_events().collect();
         assert!(events.len() > 5, "{events:?}");

@@ -14,7 +14,6 @@ use std::borrow::Cow;
 
 use memchr::memchr;
 #[cfg(feature = "serde_json")]
-use serde::de::DeserializeOwned;
 #[cfg(feature = "serde_json")]
 use serde_json::Value;
 
@@ -56,11 +55,6 @@ pub trait JsonView<'a>: Copy + Sized {
     fn as_bool(self) -> Option<bool>;
     /// Whether this is a non-empty string, array or object.
     fn is_nonempty(self) -> bool;
-    /// A full typed decode, for the rare events that need one (feature
-    /// `serde_json`).
-    #[cfg(feature = "serde_json")]
-    fn decode<T: DeserializeOwned>(self) -> Option<T>;
-
     /// One field of an object.
     fn get(self, key: &str) -> Option<Self> {
         let [v] = self.fields([key]);
@@ -96,11 +90,6 @@ impl<'a> Lazy<'a> {
     pub fn as_bytes(self) -> &'a [u8] {
         self.0
     }
-}
-
-/// Validates `doc` as one JSON document with constant memory.
-pub fn validate_document(doc: &[u8]) -> Result<(), ProtocolViolation> {
-    Lazy::parse(doc).map(|_| ())
 }
 
 /// Parses `doc` the slow, reference way: a full `serde_json::Value`.
@@ -640,11 +629,6 @@ impl<'a> JsonView<'a> for Lazy<'a> {
             _ => false,
         }
     }
-
-    #[cfg(feature = "serde_json")]
-    fn decode<T: DeserializeOwned>(self) -> Option<T> {
-        serde_json::from_slice(self.0).ok()
-    }
 }
 
 #[cfg(feature = "serde_json")]
@@ -696,11 +680,6 @@ impl<'a> JsonView<'a> for &'a Value {
             Value::Object(o) => !o.is_empty(),
             _ => false,
         }
-    }
-
-    #[cfg(feature = "serde_json")]
-    fn decode<T: DeserializeOwned>(self) -> Option<T> {
-        T::deserialize(self).ok()
     }
 }
 
@@ -757,11 +736,6 @@ pub enum Parsed<'a> {
 }
 
 impl Tape {
-    /// An empty tape.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Validates `doc` exactly as `serde_json` would (after a UTF-8 check)
     /// and returns its root.
     pub fn parse<'a>(&'a mut self, doc: &'a [u8]) -> Result<Parsed<'a>, ProtocolViolation> {
@@ -1146,11 +1120,6 @@ impl<'a> JsonView<'a> for Skim<'a> {
             _ => false,
         }
     }
-
-    #[cfg(feature = "serde_json")]
-    fn decode<T: DeserializeOwned>(self) -> Option<T> {
-        serde_json::from_slice(self.as_bytes()).ok()
-    }
 }
 
 impl<'a> Skim<'a> {
@@ -1173,8 +1142,7 @@ impl<'a> Skim<'a> {
 
     /// The value rebuilt as a `serde_json::Value` from the tape alone (for
     /// tests that compare the tape with `serde_json`).
-    #[doc(hidden)]
-    #[cfg(feature = "serde_json")]
+    #[cfg(all(test, feature = "serde_json"))]
     pub fn to_value(self) -> Value {
         match self.kind() {
             JsonKind::Object => {
@@ -1436,7 +1404,7 @@ mod tests {
     #[test]
     fn a_document_cut_short_never_widens_the_template() {
         let doc = br#"{"id":"chatcmpl-1","delta":{"content":"hi"}}"#;
-        let mut tape = Tape::new();
+        let mut tape = Tape::default();
         let Ok(Parsed::Tape(root)) = tape.parse(doc) else {
             panic!("a small document goes on the tape");
         };

@@ -1,18 +1,20 @@
-//! Provider protocols: classify decoded frames into progress, terminal proof,
-//! provider errors and resume cursors.
+//! Provider protocols: which wire protocol an answer speaks
+//! ([`ProtocolKind`], or [`ProtocolChoice::Auto`] to guess it from the URL),
+//! and whether a body is a stream or whole JSON ([`BodyForm`]).
 //!
-//! One small type per provider implements [`Protocol`]: a frame goes in, the
-//! type updates the attempt's [`Evidence`] and says which class the frame
-//! was ([`EventClass`]). The classifiers read JSON through
-//! [`json::JsonView`], so the same rules run on the fast [`json::Skim`] and
-//! on a full `serde_json::Value` for differential tests.
+//! Inside the crate, one small type per provider classifies each decoded
+//! frame into progress, terminal proof, provider errors and resume cursors;
+//! the classifiers read JSON through one view trait, so the same rules run
+//! on the fast scanner and on a full `serde_json::Value` in differential
+//! tests. What a protocol proves and resumes is listed in
+//! [`resume::capabilities`](crate::resume::capabilities).
 
 mod anthropic;
 mod body;
 mod errors;
 mod gemini;
 mod generic;
-pub mod json;
+pub(crate) mod json;
 mod kind;
 mod ollama;
 mod openai_chat;
@@ -21,15 +23,15 @@ mod usage;
 
 use serde::{Deserialize, Serialize};
 
-pub use anthropic::Anthropic;
-pub use body::{classify_json_body, partial_body_may_be_semantic};
-pub use errors::{classify_error_body, transience_for_status, transience_for_token};
-pub use gemini::Gemini;
-pub use generic::GenericSse;
+pub(crate) use anthropic::Anthropic;
+pub(crate) use body::{classify_json_body, partial_body_may_be_semantic};
+pub(crate) use errors::classify_error_body;
+pub(crate) use gemini::Gemini;
+pub(crate) use generic::GenericSse;
 pub use kind::{BodyForm, ProtocolChoice, ProtocolKind, SseTerminal, UnknownProtocol};
-pub use ollama::Ollama;
-pub use openai_chat::OpenAiChat;
-pub use openai_responses::OpenAiResponses;
+pub(crate) use ollama::Ollama;
+pub(crate) use openai_chat::OpenAiChat;
+pub(crate) use openai_responses::OpenAiResponses;
 
 use crate::progress::{
     Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, UnsuccessfulReason, Usage,
@@ -38,7 +40,7 @@ use crate::wire::ProtocolViolation;
 
 /// One decoded frame: an SSE event or an NDJSON line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     /// The SSE `event:` value; empty for NDJSON and unnamed events.
     pub event_type: &'a [u8],
     /// The SSE data (or the NDJSON line).
@@ -47,7 +49,7 @@ pub struct Frame<'a> {
 
 /// How JSON payloads are read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Decode {
+pub(crate) enum Decode {
     /// Purpose-built validating scan (the hot path).
     #[default]
     Fast,
@@ -91,7 +93,7 @@ impl Default for SemanticOptions {
 /// The class of one decoded frame (protocols.md §0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "class", content = "kind")]
-pub enum EventClass {
+pub(crate) enum EventClass {
     /// S (or X when the kind is [`SemanticKind::SideEffect`]): a commit point.
     Semantic(SemanticKind),
     /// N: structure and metadata.
@@ -106,24 +108,9 @@ pub enum EventClass {
     Error,
 }
 
-impl EventClass {
-    /// The short class code of protocols.md (`S`, `X`, `N`, `K`, `T+`, `T-`, `E`).
-    pub fn code(self) -> &'static str {
-        match self {
-            EventClass::Semantic(SemanticKind::SideEffect) => "X",
-            EventClass::Semantic(_) => "S",
-            EventClass::NonSemantic => "N",
-            EventClass::Keepalive => "K",
-            EventClass::TerminalSuccess => "T+",
-            EventClass::TerminalUnsuccessful => "T-",
-            EventClass::Error => "E",
-        }
-    }
-}
-
 /// What a protocol says about one frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct EventInfo {
+pub(crate) struct EventInfo {
     /// The frame's class.
     pub class: EventClass,
     /// Responses `sequence_number`, when the frame carried one.
@@ -147,7 +134,7 @@ impl EventInfo {
 
 /// Everything one attempt's stream has shown so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// Counters.
     pub progress: Progress,
     /// Terminal proof, once reached (first one wins).
@@ -209,7 +196,7 @@ impl Evidence {
 }
 
 /// A provider protocol: frames in, evidence and classes out.
-pub trait Protocol {
+pub(crate) trait Protocol {
     /// Classifies one frame and updates `evidence`.
     fn on_frame(
         &mut self,

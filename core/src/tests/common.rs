@@ -29,9 +29,7 @@ use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof, SemanticKind};
 use crate::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use crate::report::RecoveryReport;
-use crate::timing::{
-    Connectivity, Fraction, Instant, ManualTiming, ScriptedConnectivity, Timing,
-};
+use crate::timing::{Connectivity, Fraction, Instant, ManualTiming, ScriptedConnectivity, Timing};
 
 pub const MS: Duration = Duration::from_millis(1);
 

@@ -10,9 +10,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use crate::decision::{
-    Action, AdmissionAnswer, AttemptState, DecisionInput, DelayCause, decide,
-};
+use crate::decision::{Action, AdmissionAnswer, AttemptState, DecisionInput, DelayCause, decide};
 use crate::failure::{Acceptance, Category, Failure, PermanentCause};
 use crate::outcome::{BudgetKind, CancelPhase, InterruptCause, Outcome, RefusalLimit};
 use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};

@@ -20,10 +20,10 @@
 
 use super::decode_support as support;
 
-use proptest::prelude::*;
 use crate::observer::ObserverConfig;
 use crate::protocol::ProtocolKind;
 use crate::protocol::json::{Parsed, Tape, parse_reference};
+use proptest::prelude::*;
 use serde_json::Value;
 use support::{reference, run_with};
 
@@ -218,7 +218,7 @@ proptest! {
         let kind = kind_from(kind);
         let all: Vec<&str> = bases(&kind).into_iter().chain(others(&kind)).collect();
         let base = all[pick.index(all.len())].as_bytes().to_vec();
-        let mut tape = Tape::new();
+        let mut tape = Tape::default();
         let mut doc = base.clone();
         let mut docs = vec![base.clone()];
         for e in &edits {

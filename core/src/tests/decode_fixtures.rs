@@ -525,12 +525,7 @@ fn commit_point_is_the_end_of_the_first_semantic_frame() {
         let first_semantic = run
             .records
             .iter()
-            .find(|r| {
-                matches!(
-                    r.info.class,
-                    crate::protocol::EventClass::Semantic(_)
-                )
-            })
+            .find(|r| matches!(r.info.class, crate::protocol::EventClass::Semantic(_)))
             .map(|r| r.end_offset);
         if run.evidence.progress.semantic_observed() && first_semantic.is_none() {
             // Semantic output on a terminal line (Ollama final-with-content).

@@ -6,10 +6,10 @@ use super::decode_support as support;
 
 use std::fmt::Write as _;
 
-use proptest::prelude::*;
 use crate::observer::{EndOfStream, ObserverConfig, StreamObserver};
 use crate::protocol::ProtocolKind;
 use crate::wire::{Limits, ProtocolViolation};
+use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::{all_stream_fixtures, fixture, kind_of, reference, run_fixture, run_with};
 
@@ -540,7 +540,7 @@ proptest! {
 fn fast_verdict(doc: &[u8]) -> Option<ProtocolViolation> {
     use crate::protocol::json::{Lazy, Tape};
     let lazy = Lazy::parse(doc).err();
-    let tape = Tape::new().parse(doc).err();
+    let tape = Tape::default().parse(doc).err();
     assert_eq!(
         lazy,
         tape,

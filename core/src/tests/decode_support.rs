@@ -9,7 +9,8 @@
 use std::path::PathBuf;
 
 use crate::observer::{EndOfStream, EventRecord, ObserverConfig, StreamObserver};
-use crate::protocol::{Evidence, ProtocolKind};
+use crate::progress::SemanticKind;
+use crate::protocol::{EventClass, Evidence, ProtocolKind};
 use crate::wire::ProtocolViolation;
 
 /// Everything one run showed.
@@ -28,9 +29,22 @@ impl Run {
     pub fn classes(&self) -> String {
         self.records
             .iter()
-            .map(|r| r.info.class.code())
+            .map(|r| code(r.info.class))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// The short class code of a frame (`S`, `X`, `N`, `K`, `T+`, `T-`, `E`).
+fn code(class: EventClass) -> &'static str {
+    match class {
+        EventClass::Semantic(SemanticKind::SideEffect) => "X",
+        EventClass::Semantic(_) => "S",
+        EventClass::NonSemantic => "N",
+        EventClass::Keepalive => "K",
+        EventClass::TerminalSuccess => "T+",
+        EventClass::TerminalUnsuccessful => "T-",
+        EventClass::Error => "E",
     }
 }
 

@@ -8,9 +8,9 @@ use super::common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{Hook, Jitter, Script, Step, VectorSetup, ms};
 use crate::conformance::{Observed, Vector};
 use crate::decision::AdmissionAnswer;
+use common::{Hook, Jitter, Script, Step, VectorSetup, ms};
 
 const WALL: Duration = crate::conformance::WALL_CLOCK;
 

@@ -7,10 +7,6 @@ use super::common;
 
 use std::time::Duration;
 
-use common::{
-    Hook, Jitter, Park, Script, Step, answer, commit_then_fail, fail, fail_offline, ms, observed,
-    status, succeed, test_builder, test_policy,
-};
 use crate::budget::{RetryBudget, RetryBudgetConfig};
 use crate::decision::{AdmissionAnswer, DelayCause};
 use crate::failure::{Failure, Phase, TransportKind};
@@ -19,6 +15,10 @@ use crate::outcome::{CancelPhase, InterruptCause, Outcome};
 use crate::policy::Endpoint;
 use crate::progress::{Proof, SemanticKind};
 use crate::timing::Instant;
+use common::{
+    Hook, Jitter, Park, Script, Step, answer, commit_then_fail, fail, fail_offline, ms, observed,
+    status, succeed, test_builder, test_policy,
+};
 
 const SUCCESS_AFTER_503: &[&str] = &[
     "attempt_started",

@@ -11,11 +11,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    Hook, Jitter, Park, Run, Script, Step, answer, commit_then_fail, fail, fail_after,
-    fail_offline, keepalives_only, ms, observed, secs, status, succeed, succeed_after,
-    test_builder, test_policy,
-};
 use crate::backoff;
 use crate::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
 use crate::decision::{Action, AdmissionAnswer, DelayCause};
@@ -37,6 +32,11 @@ use crate::report::AttemptResult;
 use crate::retry_after::RetryAfter;
 use crate::safe::{self, SafeToken};
 use crate::timing::{Fraction, Instant, ManualTiming, Timing};
+use common::{
+    Hook, Jitter, Park, Run, Script, Step, answer, commit_then_fail, fail, fail_after,
+    fail_offline, keepalives_only, ms, observed, secs, status, succeed, succeed_after,
+    test_builder, test_policy,
+};
 
 const SUCCESS_ON_2: &[&str] = &[
     "attempt_started",
@@ -1772,7 +1772,10 @@ fn pv4_only_allowlisted_headers_survive() {
     // What the machine reads of a head: a token-shaped request id and the
     // Retry-After hint. No other header value reaches a failure.
     let id = safe::request_id_with(|n| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned));
-    assert_eq!(id.as_ref().map(SafeToken::as_str), Some("req_0123456789abcdef"));
+    assert_eq!(
+        id.as_ref().map(SafeToken::as_str),
+        Some("req_0123456789abcdef")
+    );
     let hint = RetryAfter::from_headers(&h, std::time::SystemTime::UNIX_EPOCH);
     assert_eq!(hint, RetryAfter::Seconds(Duration::from_secs(2)));
     assert_no_canary(&format!("{id:?} {hint:?}"), "what a head gives");

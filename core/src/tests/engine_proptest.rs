@@ -10,14 +10,14 @@ use super::common;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use common::{Hook, Jitter, Script, Step, ms, secs};
-use proptest::prelude::*;
 use crate::decision::{AdmissionAnswer, DelayCause};
 use crate::failure::{Failure, Phase, TransportKind};
 use crate::lifecycle::EventKind;
 use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
 use crate::progress::{Progress, Proof, SemanticKind};
 use crate::retry_after::RetryAfter;
+use common::{Hook, Jitter, Script, Step, ms, secs};
+use proptest::prelude::*;
 
 fn hint() -> impl Strategy<Value = RetryAfter> {
     prop_oneof![

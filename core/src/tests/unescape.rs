@@ -1,8 +1,8 @@
 //! `json::unescape` decodes exactly the string literals `serde_json` decodes,
 //! to the same text, and refuses the rest.
 
-use proptest::prelude::*;
 use crate::protocol::json::unescape;
+use proptest::prelude::*;
 
 fn reference(literal: &[u8]) -> Option<String> {
     serde_json::from_slice::<String>(literal).ok()

@@ -12,7 +12,7 @@ mod sse;
 mod violation;
 
 pub use limits::Limits;
-pub use ndjson::{NdjsonDecoder, NdjsonItem, NdjsonSink};
+pub(crate) use ndjson::{NdjsonDecoder, NdjsonItem, NdjsonSink};
 pub(crate) use sse::data_value_start;
-pub use sse::{SseDecoder, SseEvent, SseItem, SsePending, SseSink};
+pub(crate) use sse::{SseDecoder, SseItem, SseSink};
 pub use violation::ProtocolViolation;

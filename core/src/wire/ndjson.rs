@@ -43,18 +43,6 @@ pub trait NdjsonSink {
     }
 }
 
-/// A closure as a sink.
-struct FnSink<F>(F);
-
-impl<F> NdjsonSink for FnSink<F>
-where
-    F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
-{
-    fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation> {
-        (self.0)(item)
-    }
-}
-
 /// Incremental NDJSON decoder.
 #[derive(Debug, Clone)]
 pub struct NdjsonDecoder {
@@ -78,14 +66,6 @@ impl NdjsonDecoder {
             consumed: 0,
             failed: None,
         }
-    }
-
-    /// Feeds one read; `emit` sees every line it completes, in order.
-    pub fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
-    where
-        F: FnMut(NdjsonItem<'_>) -> Result<(), ProtocolViolation>,
-    {
-        self.feed_into(chunk, FnSink(emit))
     }
 
     /// Feeds one read into `sink`, which sees every item it completes, in
@@ -176,11 +156,6 @@ impl NdjsonDecoder {
             Some(b'\r') => &self.carry[..self.carry.len() - 1],
             _ => &self.carry,
         }
-    }
-
-    /// Total bytes fed so far.
-    pub fn consumed(&self) -> u64 {
-        self.consumed
     }
 
     /// Bytes currently buffered.

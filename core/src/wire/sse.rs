@@ -77,8 +77,10 @@ pub trait SseSink {
 }
 
 /// A closure as a sink.
+#[cfg(test)]
 struct FnSink<F>(F);
 
+#[cfg(test)]
 impl<F> SseSink for FnSink<F>
 where
     F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
@@ -146,6 +148,7 @@ impl SseDecoder {
     /// Feeds one read; `emit` sees every item it completes, in order.
     ///
     /// After an error the decoder stays failed and returns the same error.
+    #[cfg(test)]
     pub fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
     where
         F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
@@ -507,6 +510,7 @@ impl SseDecoder {
     }
 
     /// The last valid `retry:` value, in milliseconds.
+    #[cfg(test)]
     pub fn retry_ms(&self) -> Option<u64> {
         self.retry
     }
