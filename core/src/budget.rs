@@ -56,6 +56,7 @@ impl AttemptAllowance {
 
 /// Settings of the cross-request retry budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct RetryBudgetConfig {
     /// How long a deposit counts.
     pub ttl: Duration,
@@ -63,6 +64,19 @@ pub struct RetryBudgetConfig {
     pub min_retries_per_sec: u32,
     /// Fraction of requests that may be retried (0.1 = 10 %).
     pub percent: f64,
+}
+
+impl RetryBudgetConfig {
+    /// A budget where deposits count for `ttl`, `min_retries_per_sec`
+    /// retries per second are always allowed, and `percent` of requests
+    /// (0.1 = 10 %) may be retried.
+    pub fn new(ttl: Duration, min_retries_per_sec: u32, percent: f64) -> Self {
+        RetryBudgetConfig {
+            ttl,
+            min_retries_per_sec,
+            percent,
+        }
+    }
 }
 
 impl Default for RetryBudgetConfig {

@@ -19,6 +19,7 @@ use crate::protocol::json::{JsonView, Lazy};
 pub const MAX_PREFIX: usize = 4 << 20;
 
 /// What the consumer has received so far, by kind of output.
+#[non_exhaustive]
 pub struct DeliveredPrefix {
     kind: ProtocolKind,
     /// Visible text.

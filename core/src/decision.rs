@@ -20,6 +20,7 @@ use crate::timing::{Fraction, Instant};
 /// An admission hook's answer about a resend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AdmissionAnswer {
     /// Resend.
     Allow,
@@ -32,6 +33,7 @@ pub enum AdmissionAnswer {
 /// Why the next send waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DelayCause {
     /// The policy's jittered backoff.
     Backoff,

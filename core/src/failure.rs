@@ -16,6 +16,7 @@ pub use crate::retry_after::RetryAfter;
 /// The broad family of a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Category {
     /// Connect, reset, EOF: the connection failed.
     Transport,
@@ -47,6 +48,7 @@ impl fmt::Display for Category {
 /// Where in the exchange a failure happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Phase {
     /// Before the connection was established.
     Connecting,
@@ -78,6 +80,7 @@ impl fmt::Display for Phase {
 /// Whether the server may have accepted (and started working on) the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Acceptance {
     /// The request never reached the application (connect refused,
     /// `REFUSED_STREAM`).
@@ -91,6 +94,7 @@ pub enum Acceptance {
 /// Which stall watchdog (or head timer) fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Stall {
     /// No response head in time.
     Head,
@@ -103,6 +107,7 @@ pub enum Stall {
 /// Kinds of transport failure a driver can tell apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TransportKind {
     /// Name resolution failed.
     Dns,
@@ -124,6 +129,7 @@ pub enum TransportKind {
 /// Protocol violations the decoders report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Violation {
     /// A line or event over the configured cap.
     LineTooLong,
@@ -171,6 +177,7 @@ impl From<crate::wire::ProtocolViolation> for Violation {
 /// bytes that provably hold none (`data: {`, a frame cut before any
 /// semantic value began, an unfinished keepalive) do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Unfinished {
     /// Bytes of the unfinished frame (0: the attempt ended between frames).
     pub bytes: u64,
@@ -181,6 +188,7 @@ pub struct Unfinished {
 /// What went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
 pub enum FailureKind {
     /// The connection failed.
     Transport {
@@ -227,6 +235,7 @@ pub enum FailureKind {
 
 /// Evidence of one failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Failure {
     /// What went wrong.
     pub kind: FailureKind,
@@ -384,6 +393,7 @@ impl Failure {
 /// Why a failure is permanent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "cause")]
+#[non_exhaustive]
 pub enum PermanentCause {
     /// A status that a resend cannot fix.
     Status {

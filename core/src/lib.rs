@@ -5,9 +5,27 @@
 //! the same engine drives the tower layer (`tower-recovery`) and the
 //! wasm/`fetch` driver, and is tested exhaustively on a virtual clock.
 //!
-//! Most applications use a driver and only touch three things here: the
-//! [`policy::RecoveryPolicy`], the [`lifecycle`] events and the
-//! [`report::RecoveryReport`] / [`error::RecoveryError`] at the end.
+//! Most applications use a driver (`tower-recovery`, the `recovery-wasm`
+//! npm package) and name only what is at this crate's root: the
+//! [`RecoveryPolicy`] they configure, the [`LifecycleEvent`]s they watch (or
+//! the [`RecoveryStatus`] a UI shows), the [`RecoveryReport`], [`Outcome`]
+//! and [`RecoveryError`] they get at the end, a [`RecoveryCall`] to cancel,
+//! and a shared [`RetryBudget`]. The modules hold the rest of each area:
+//!
+//! | module | for |
+//! |---|---|
+//! | [`policy`], [`lifecycle`], [`report`], [`outcome`], [`error`] | configuring, watching and reading the result |
+//! | [`failure`], [`progress`] | the evidence a report and an error carry |
+//! | [`protocol`], [`resume`], [`continuation`] | which protocol an answer speaks, what it can resume, the continuation hook's input |
+//! | [`exchange`], [`observer`], [`timing`], [`budget`], [`call`], [`wire`] | writing a driver: the machine, the decoder, clocks, shared budgets, cancellation, decoder limits |
+//!
+//! # Features
+//!
+//! - `serde_json` (default): the reference decoding path the differential
+//!   tests compare the fast scanner with; off in the wasm package.
+//! - `test-util`: a virtual clock (`timing::ManualTiming`), scripted
+//!   connectivity and the conformance vectors' types (`conformance`), for
+//!   testing a driver.
 //!
 //! # Policy defaults
 //!
@@ -82,35 +100,54 @@
 //! | **`interrupted`** | terminal: failed after commit (`outcome`) |
 //! | **`cancelled`** | terminal: the caller cancelled (`phase`) |
 //!
-//! The engine is driven with plain values; a driver executes the actions it
-//! returns. Here a 503 with `Retry-After: 2` on the first send:
+//! Drivers run one sans-IO machine per logical request
+//! ([`exchange::Exchange`]): plain values in, what to do next out. Here a
+//! 503 with `Retry-After: 2` on the first send:
 //!
 //! ```
-//! use std::time::Duration;
+//! use std::borrow::Cow;
+//! use std::time::{Duration, SystemTime};
 //! use recovery_core::budget::AttemptAllowance;
-//! use recovery_core::decision::{Action, DelayCause};
-//! use recovery_core::engine::Recovery;
-//! use recovery_core::failure::Failure;
-//! use recovery_core::policy::RecoveryPolicy;
-//! use recovery_core::retry_after::RetryAfter;
+//! use recovery_core::exchange::{Env, Exchange, Head, Io, RequestFacts};
+//! use recovery_core::protocol::ProtocolChoice;
 //! use recovery_core::timing::{Fraction, Instant};
+//! use recovery_core::RecoveryPolicy;
 //!
-//! let t0 = Instant::from_origin(Duration::ZERO);
-//! let policy = RecoveryPolicy::default();
-//! let mut engine = Recovery::new(policy.clone(), AttemptAllowance::new(3), 7, t0);
-//! assert_eq!(engine.begin_attempt(t0, false, false), Ok(1));
+//! struct Clock(Instant);
+//! impl Env for Clock {
+//!     fn now(&self) -> Instant { self.0 }
+//!     fn wall_now(&self) -> SystemTime { SystemTime::UNIX_EPOCH }
+//!     fn jitter(&self) -> Fraction { Fraction::ZERO }
+//!     fn online(&self) -> bool { true }
+//! }
+//! struct Overloaded;
+//! impl Head for Overloaded {
+//!     fn status(&self) -> u16 { 503 }
+//!     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+//!         (name == "retry-after").then_some(Cow::Borrowed("2"))
+//!     }
+//! }
 //!
-//! let hint = RetryAfter::Seconds(Duration::from_secs(2));
-//! let action = engine.fail(t0, Failure::status(503, hint, None), true, Fraction::ZERO);
-//! assert_eq!(
-//!     action,
-//!     Action::RetryAfter { delay: Duration::from_secs(2), cause: DelayCause::RetryAfter }
+//! let env = Clock(Instant::from_origin(Duration::ZERO));
+//! let request = RequestFacts::new("POST", "/v1/chat/completions", b"{}");
+//! let mut ex: Exchange<Vec<u8>> = Exchange::new(
+//!     RecoveryPolicy::default(),
+//!     &ProtocolChoice::Auto,
+//!     request,
+//!     AttemptAllowance::new(3),
+//!     7,
+//!     env.now(),
 //! );
+//! assert!(matches!(ex.poll(&env), Io::Send(_)));
+//! ex.on_sent(&env);
+//! ex.on_head(&env, &Overloaded, None);
+//! assert!(matches!(ex.poll(&env), Io::Read)); // the capped error body
+//! ex.on_end(&env);
+//! assert!(matches!(ex.poll(&env), Io::Release)); // done with that response
+//! assert!(matches!(ex.poll(&env), Io::Sleep)); // until the deadline below
+//! assert_eq!(ex.poll_timeout(), Some(Instant::from_origin(Duration::from_secs(2))));
 //!
-//! let events: Vec<String> = engine
-//!     .drain_events()
-//!     .map(|e| serde_json::to_value(&e).unwrap()["event"].as_str().unwrap().to_owned())
-//!     .collect();
+//! let events: Vec<&str> = ex.drain_events().map(|e| e.kind.name()).collect();
 //! assert_eq!(events, ["attempt_started", "attempt_failed", "delay_scheduled"]);
 //! ```
 //!

@@ -18,6 +18,7 @@ use crate::progress::Proof;
 
 /// Who the event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Identity {
     /// The logical request (stable across attempts), 16 hex digits.
     pub logical_id: String,
@@ -30,6 +31,7 @@ pub struct Identity {
 /// What brought the attempt to commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CommitTrigger {
     /// The first semantic fragment was observed.
     Semantic,
@@ -42,6 +44,7 @@ pub enum CommitTrigger {
 /// The event itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "event")]
+#[non_exhaustive]
 pub enum EventKind {
     /// A physical send starts.
     AttemptStarted {
@@ -163,6 +166,7 @@ impl EventKind {
 
 /// One lifecycle event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LifecycleEvent {
     /// Who.
     #[serde(flatten)]
@@ -206,6 +210,7 @@ impl<F: Fn(&LifecycleEvent)> LifecycleObserver for F {
 /// interpret them itself ("Reconnecting…").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RecoveryStatus {
     /// Sending or streaming.
     #[default]

@@ -27,6 +27,7 @@ pub use crate::wire::ProtocolViolation;
 
 /// How an observer is set up for one attempt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ObserverConfig {
     /// Line and event caps.
     pub limits: Limits,
@@ -55,6 +56,7 @@ pub(crate) struct EventRecord {
 
 /// What one read changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Feed {
     /// Frames completed in this read (keepalives included).
     pub frames: u32,
@@ -188,6 +190,7 @@ fn data_value(line: &[u8]) -> Option<&[u8]> {
 /// Where an event a read completed ends, as
 /// [`StreamObserver::observe_ends`] notes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EventEnd {
     /// Stream offset just past the event.
     pub end_offset: u64,

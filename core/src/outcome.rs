@@ -11,6 +11,7 @@ use crate::progress::{Proof, UnsuccessfulReason};
 /// Which budget ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BudgetKind {
     /// The per-request recovery budget (time from the first failure).
     Recovery,
@@ -21,6 +22,7 @@ pub enum BudgetKind {
 /// Which limit refused a `Retry-After`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RefusalLimit {
     /// The policy's `Retry-After` ceiling.
     Ceiling,
@@ -33,6 +35,7 @@ pub enum RefusalLimit {
 /// Where the caller's cancellation caught the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CancelPhase {
     /// Before or while a request was sent.
     Sending,
@@ -51,6 +54,7 @@ pub enum CancelPhase {
 /// Why replay was not possible for this request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ReplayDisabled {
     /// The request body was over the replay cap; it was sent once.
     BodyTooLarge,
@@ -61,6 +65,7 @@ pub enum ReplayDisabled {
 /// Why a committed stream was cut short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InterruptCause {
     /// The connection failed.
     Transport,
@@ -96,6 +101,7 @@ impl InterruptCause {
 /// How a logical request ended. Exactly one per request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
+#[non_exhaustive]
 pub enum Outcome {
     /// The stream finished with terminal proof.
     Completed {
@@ -250,6 +256,7 @@ fn yes() -> bool {
 /// Reasons attached to a failed attempt in events and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureReason {
     /// A later attempt may succeed.
     Transient,

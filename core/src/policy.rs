@@ -28,6 +28,7 @@ pub const DEFAULT_RETRYABLE_STATUSES: &[u16] = &[408, 429, 500, 502, 503, 504, 5
 /// What to do with a `Retry-After` above the policy's ceiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OverCeiling {
     /// Refuse the retry and fail with the value (the default: never shorten a
     /// server's minimum).
@@ -41,6 +42,7 @@ pub enum OverCeiling {
 /// request was sent, no head came back) needs admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Endpoint {
     /// A hosted provider: ambiguous resends are allowed.
     #[default]
@@ -52,6 +54,7 @@ pub enum Endpoint {
 
 /// Set of failure categories that may be retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Categories {
     /// Transport failures (connect, reset, EOF).
     pub transport: bool,

@@ -11,6 +11,7 @@ use crate::safe::SafeToken;
 /// Which kind of semantic output a fragment was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SemanticKind {
     /// Visible text or a refusal.
     Content,
@@ -27,6 +28,7 @@ pub enum SemanticKind {
 /// `observed_*` counts what the decoder saw; `delivered_*` counts what reached
 /// the consumer. Both block a replay on their own once non-zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Progress {
     /// Whether the response head was received.
     pub headers_received: bool,
@@ -115,6 +117,7 @@ impl Progress {
 /// How strong a success proof is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Proof {
     /// An explicit end marker the protocol defines (`[DONE]`, `message_stop`,
     /// `response.completed`, Ollama `done`).
@@ -136,6 +139,7 @@ impl std::fmt::Display for Proof {
 /// Why a generation ended without success, by the provider's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+#[non_exhaustive]
 pub enum UnsuccessfulReason {
     /// Output token limit (`length`).
     Length,
@@ -160,6 +164,7 @@ pub enum UnsuccessfulReason {
 /// Protocol proof of how a stream ended.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "terminal")]
+#[non_exhaustive]
 pub enum Terminal {
     /// The generation finished normally.
     Success {
@@ -183,6 +188,7 @@ impl Terminal {
 /// Whether an error is expected to go away on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Transience {
     /// Overload, rate limit, server error: a later attempt may succeed.
     Transient,
@@ -194,6 +200,7 @@ pub enum Transience {
 
 /// An error the provider reported inside a stream (or in an error body).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProviderError {
     /// The provider's code when it is on the allowlist, else `None`.
     pub code: Option<SafeToken>,
@@ -205,6 +212,7 @@ pub struct ProviderError {
 
 /// Where a resumable stream can be continued from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ResumeCursor {
     /// The last SSE `id:` seen (the `Last-Event-ID` to send).
     pub last_event_id: Option<String>,
@@ -228,6 +236,7 @@ impl ResumeCursor {
 /// Never invented: a field the provider did not send stays `None`, so a
 /// report summing attempts can say what is known and what is not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Prompt / input tokens.
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -15,6 +15,7 @@ pub use crate::safe::SafeToken;
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "result")]
+#[non_exhaustive]
 pub enum AttemptResult {
     /// Still running.
     InProgress,
@@ -36,6 +37,7 @@ pub enum AttemptResult {
 
 /// One physical send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AttemptRecord {
     /// 1-based send number.
     pub wire_attempt: u32,
@@ -68,6 +70,7 @@ pub struct AttemptRecord {
 
 /// One wait between sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DelayRecord {
     /// The attempt that failed before the wait.
     pub after_attempt: u32,
@@ -81,6 +84,7 @@ pub struct DelayRecord {
 /// How a committed stream was continued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SeamStrategy {
     /// OpenAI Responses background stream, `starting_after`.
     ResponsesBackground,
@@ -92,6 +96,7 @@ pub enum SeamStrategy {
 
 /// Where a resumed stream joins the delivered prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Seam {
     /// The resume attempt that continues the stream.
     pub attempt: u32,
@@ -103,6 +108,7 @@ pub struct Seam {
 
 /// Timings across all attempts, in ms since the logical request started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StreamMetrics {
     /// First response head of the attempt that committed (or the last one).
     pub time_to_headers_ms: Option<u64>,
@@ -115,6 +121,7 @@ pub struct StreamMetrics {
 /// Everything known about one logical request, without body text, header
 /// values outside the allowlist, credentials or prompt text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RecoveryReport {
     /// The logical request id.
     pub logical_id: String,

@@ -15,6 +15,7 @@ use crate::protocol::json::{JsonView, Lazy};
 /// Whether a protocol offers a capability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Support {
     /// Offered, with the preconditions documented by the source.
     Supported,
@@ -26,6 +27,7 @@ pub enum Support {
 
 /// One capability and why it is declared so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Declared {
     /// The declaration.
     pub support: Support,
@@ -35,6 +37,7 @@ pub struct Declared {
 
 /// What a protocol offers beyond replay-before-commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Continuing a committed stream from a cursor.
     pub resume: Declared,
@@ -192,6 +195,7 @@ pub(crate) fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<Resu
 
 /// Why a resume request could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResumeRequestError {
     /// The original URI does not end in `/responses`.
     NotAResponsesUri,
@@ -213,6 +217,7 @@ impl std::error::Error for ResumeRequestError {}
 /// How a resume request differs from the original request, for a driver
 /// to build it in its own types.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResumeRequest {
     /// The method: `GET` for a Responses resume, else the original one.
     pub method: String,

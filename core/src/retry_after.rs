@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The parsed hint and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(into = "Repr", try_from = "Repr")]
+#[non_exhaustive]
 pub enum RetryAfter {
     /// No hint was sent.
     #[default]

@@ -193,6 +193,7 @@ pub fn summary(report: &RecoveryReport, style: Style) -> String {
                 phase,
                 reason,
             } => format!("{category} failure while {phase} ({})", snake(reason)),
+            other => snake(other),
         };
         let _ = writeln!(
             out,
@@ -257,20 +258,14 @@ pub fn failure_line(report: &RecoveryReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use recovery_core::lifecycle::Identity;
-    use std::time::Duration;
 
     #[test]
     fn plain_style_has_no_escape_codes_and_color_does() {
-        let event = LifecycleEvent {
-            identity: Identity {
-                logical_id: String::from("0123456789abcdef"),
-                attempt_id: Some(String::from("0123456789abcdef-1")),
-                wire_attempt: 1,
-            },
-            at: Duration::from_millis(12),
-            kind: EventKind::RetryStarted,
-        };
+        let event: LifecycleEvent = serde_json::from_str(
+            r#"{"event":"retry_started","logical_id":"0123456789abcdef","attempt_id":"0123456789abcdef-1","wire_attempt":1,"at_ms":12}"#,
+        )
+        .unwrap();
+        assert_eq!(event.kind, EventKind::RetryStarted);
         let plain = describe(&event, Style::plain());
         assert!(!plain.contains('\x1b'), "{plain:?}");
         assert!(plain.contains("retrying"));

@@ -306,11 +306,7 @@ impl Driver {
             .unwrap_or_default();
         let too_large = body.len() > policy.replay_body_cap();
         let allowance = AttemptAllowance::new(policy.max_attempts().get());
-        let request = RequestFacts {
-            method: &spec.method,
-            url: &spec.url,
-            body: &body,
-        };
+        let request = RequestFacts::new(&spec.method, &spec.url, &body);
         let mut ex = Exchange::new(
             policy,
             &settings.protocol,

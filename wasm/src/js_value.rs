@@ -435,11 +435,7 @@ mod tests {
         let mut ex = Exchange::<Vec<u8>>::new(
             RecoveryPolicy::default(),
             &ProtocolChoice::Fixed(ProtocolKind::OpenAiChat),
-            RequestFacts {
-                method: "POST",
-                url: "http://127.0.0.1/v1/chat/completions",
-                body: b"{}",
-            },
+            RequestFacts::new("POST", "http://127.0.0.1/v1/chat/completions", b"{}"),
             AttemptAllowance::new(3),
             42,
             env.0.now(),

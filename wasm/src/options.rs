@@ -771,13 +771,12 @@ impl Settings {
                         reason: "must be between 1000 and 60000".into(),
                     });
                 }
-                Some(RetryBudgetConfig {
+                Some(RetryBudgetConfig::new(
                     ttl,
-                    min_retries_per_sec: rb
-                        .min_retries_per_sec
+                    rb.min_retries_per_sec
                         .unwrap_or(defaults.min_retries_per_sec),
                     percent,
-                })
+                ))
             }
         };
         Ok(Settings {

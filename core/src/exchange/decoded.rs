@@ -49,6 +49,7 @@ pub trait Decoded {
 
 /// No outside decoder: the machine decodes every attempt itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SelfDecoded {}
 
 impl Decoded for SelfDecoded {

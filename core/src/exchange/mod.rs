@@ -47,7 +47,7 @@
 //! }
 //!
 //! let env = Clock(Instant::from_origin(Duration::ZERO));
-//! let request = RequestFacts { method: "POST", url: "/v1/chat/completions", body: b"{}" };
+//! let request = RequestFacts::new("POST", "/v1/chat/completions", b"{}");
 //! let mut ex: Exchange<Vec<u8>> = Exchange::new(
 //!     RecoveryPolicy::default(),
 //!     &ProtocolChoice::Auto,
@@ -174,6 +174,7 @@ impl Head for http::response::Parts {
 
 /// What the machine needs to know of the logical request.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct RequestFacts<'a> {
     /// The method.
     pub method: &'a str,
@@ -181,6 +182,15 @@ pub struct RequestFacts<'a> {
     pub url: &'a str,
     /// The buffered body (empty when it could not be buffered).
     pub body: &'a [u8],
+}
+
+impl<'a> RequestFacts<'a> {
+    /// The facts of a request: its method, its URL (absolute, or a path with
+    /// its query) and its buffered body (empty when it could not be
+    /// buffered).
+    pub fn new(method: &'a str, url: &'a str, body: &'a [u8]) -> Self {
+        RequestFacts { method, url, body }
+    }
 }
 
 /// A chunk for the consumer: one the driver read, as it was, or one the
@@ -207,6 +217,7 @@ pub enum Send {
 
 /// What an admission hook is asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AdmissionRequest {
     /// The logical request.
     pub logical_id: String,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What ends a generic SSE stream successfully, when the user knows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SseTerminal {
     /// An event whose data equals this string (for example `[DONE]`).
     Data(String),
@@ -18,6 +19,7 @@ pub enum SseTerminal {
 /// The wire protocol of a response body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum ProtocolKind {
     /// OpenAI Chat Completions and compatible servers (SSE).
     #[serde(rename = "openai-chat", alias = "openai_chat")]
@@ -89,6 +91,7 @@ impl ProtocolKind {
 /// named, or the one its URL implies ([`ProtocolKind::guess`]). The same
 /// rule in every driver; the default is `Auto`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum ProtocolChoice {
     /// Guessed from each request's URL.
     #[default]
@@ -116,6 +119,7 @@ impl From<ProtocolKind> for ProtocolChoice {
 /// How a successful answer's body is framed, judged from its
 /// `Content-Type` by one rule for every driver (reliability matrix AT6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BodyForm {
     /// A stream of the protocol's frames (SSE, or NDJSON for Ollama).
     Stream,

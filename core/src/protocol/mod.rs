@@ -74,6 +74,7 @@ impl Decode {
 
 /// Per-protocol choices that change what counts as semantic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SemanticOptions {
     /// Reasoning that shows no text (Anthropic omitted thinking, signatures,
     /// redacted thinking, empty Responses reasoning items) was still produced

@@ -11,6 +11,7 @@ pub const DEFAULT_CAP: usize = 1 << 20;
 /// image partials carry base64), but no legitimate event is unbounded, so past
 /// a cap the stream is treated as hostile or broken and fails typed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Limits {
     /// Longest line (without its terminator), in bytes.
     pub max_line: usize,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// never appears in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "violation")]
+#[non_exhaustive]
 pub enum ProtocolViolation {
     /// A line grew past [`Limits::max_line`](super::Limits::max_line).
     LineTooLong {

@@ -12,6 +12,7 @@ use crate::BoxError;
 
 /// Why an observed body ended in error.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ObserveError {
     /// The inner body failed (reset, incomplete chunked body, ...).
     Body(BoxError),

@@ -9,6 +9,7 @@ use recovery_core::protocol::ProtocolKind;
 
 /// What the observer has seen of one response body so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Observation {
     /// Counters of the stream.
     pub progress: Progress,
@@ -106,17 +107,16 @@ impl Counters {
 
     fn read(&self) -> Progress {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Progress {
-            raw_bytes: get(&self.raw_bytes),
-            frames: get(&self.frames),
-            keepalives: get(&self.keepalives),
-            observed_content: get(&self.observed_content),
-            observed_reasoning: get(&self.observed_reasoning),
-            observed_tool_fragments: get(&self.observed_tool_fragments),
-            observed_side_effects: get(&self.observed_side_effects),
-            completed_tool_calls: get(&self.completed_tool_calls),
-            ..Progress::default()
-        }
+        let mut p = Progress::default();
+        p.raw_bytes = get(&self.raw_bytes);
+        p.frames = get(&self.frames);
+        p.keepalives = get(&self.keepalives);
+        p.observed_content = get(&self.observed_content);
+        p.observed_reasoning = get(&self.observed_reasoning);
+        p.observed_tool_fragments = get(&self.observed_tool_fragments);
+        p.observed_side_effects = get(&self.observed_side_effects);
+        p.completed_tool_calls = get(&self.completed_tool_calls);
+        p
     }
 
     /// Semantic fragments observed so far.
@@ -309,17 +309,16 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     fn uniform(v: u64) -> Progress {
-        Progress {
-            raw_bytes: v,
-            frames: v,
-            keepalives: v,
-            observed_content: v,
-            observed_reasoning: v,
-            observed_tool_fragments: v,
-            observed_side_effects: v,
-            completed_tool_calls: v,
-            ..Progress::default()
-        }
+        let mut p = Progress::default();
+        p.raw_bytes = v;
+        p.frames = v;
+        p.keepalives = v;
+        p.observed_content = v;
+        p.observed_reasoning = v;
+        p.observed_tool_fragments = v;
+        p.observed_side_effects = v;
+        p.completed_tool_calls = v;
+        p
     }
 
     /// A reader on another thread sees the counters of one publication:

@@ -8,6 +8,7 @@ use recovery_core::continuation::DeliveredPrefix;
 
 /// What a continuation hook is given.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ContinuationContext<'a> {
     /// The original request's head.
     pub head: &'a http::request::Parts,

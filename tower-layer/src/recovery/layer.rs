@@ -22,6 +22,7 @@ use super::wire::WireObserver;
 
 /// What an admission hook is told about the resend it is asked to allow.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AdmissionContext {
     /// The logical request.
     pub logical_id: String,

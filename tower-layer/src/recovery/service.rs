@@ -147,11 +147,7 @@ where
         replay
     };
     let url = head.uri.to_string();
-    let request = RequestFacts {
-        method: head.method.as_str(),
-        url: &url,
-        body: &bytes,
-    };
+    let request = RequestFacts::new(head.method.as_str(), &url, &bytes);
     let now = hooks.surroundings.now();
     let mut ex = Exchange::new(policy, &hooks.protocol, request, allowance, logical_id, now)
         .with_admission_hook(hooks.admission.is_some())
