@@ -41,6 +41,9 @@ step "without a runtime feature, a layer needs an explicit timing"
 cargo check -p tower-recovery --no-default-features
 cargo test -p tower-recovery --no-default-features --doc recovery::layer::RecoveryLayer
 
+step "crates as published: cargo package, then cargo test inside each unpacked .crate"
+bash scripts/package-check.sh
+
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 

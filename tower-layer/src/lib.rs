@@ -165,6 +165,7 @@
 //! attempts before commit), the policy defaults and the lifecycle vocabulary
 //! are documented in [`recovery_core`].
 #![deny(unsafe_code, missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod observe;
 pub mod recovery;
@@ -176,6 +177,7 @@ pub use observe::{ObserveHandle, ObserveLayer};
 pub use recovery::{RecoveryBody, RecoveryLayer, ReportHandle};
 pub use request_body::ReplayBody;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use timing::TokioTiming;
 
 pub use recovery_core as core;
