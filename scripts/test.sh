@@ -44,6 +44,9 @@ cargo test -p tower-recovery --no-default-features --doc recovery::layer::Recove
 step "crates as published: cargo package, then cargo test inside each unpacked .crate"
 bash scripts/package-check.sh
 
+step "recover as installed: cargo install --path cli, --version, a recovered stream"
+bash scripts/cli-install-check.sh
+
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 

@@ -1,13 +1,11 @@
-//! Shared pieces of the Recovery examples: the HTTPS client, one exchange
-//! through the recovery stack, the `recover` command line, and readable
-//! output.
+//! Shared pieces of the Recovery examples: a provider run, delta text, and
+//! (from `recovery-cli`) the HTTPS client and readable output.
 #![deny(unsafe_code, missing_docs)]
 
-pub mod cli;
-pub mod client;
 pub mod provider;
-pub mod show;
 pub mod text;
+
+pub use recovery_cli::{client, show};
 
 /// The README's code blocks, compiled as doc tests so the README cannot rot.
 #[doc = include_str!("../../README.md")]

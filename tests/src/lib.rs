@@ -2,3 +2,4 @@
 #![deny(unsafe_code, missing_docs)]
 
 pub mod fault;
+pub mod process;

@@ -1,5 +1,5 @@
-//! Running the built example binaries against the loopback fault provider.
-#![allow(dead_code)]
+//! Running built binaries (the `recover` CLI, the examples) against the
+//! loopback fault provider, and reading what they wrote.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -12,59 +12,19 @@ use tokio::process::{Child, Command};
 /// Longest any example run may take before the test fails.
 pub const LIMIT: Duration = Duration::from_secs(30);
 
-/// The example binary `name`, built by `cargo test` next to the test binary:
-/// `<target>/<profile>/deps/<test>` → `<target>/<profile>/examples/<name>`.
-/// When only this test target was built (`cargo test --test ...`), the
-/// examples are built first with the same cargo and profile.
-pub fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if !path.exists() {
-        build_examples(profile_dir);
-    }
-    assert!(
-        path.exists(),
-        "{} is missing: examples are built by `cargo test -p recovery-examples` \
-         (or `cargo build -p recovery-examples --examples`)",
-        path.display()
-    );
-    path
-}
-
-fn build_examples(profile_dir: &Path) {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = BUILD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "recovery-examples", "--examples"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if let Some(target) = profile_dir.parent() {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("run cargo build --examples");
-    assert!(status.success(), "cargo build --examples failed");
-}
-
 /// What a finished run left behind.
 #[derive(Debug)]
 pub struct Output {
+    /// How it ended.
     pub status: ExitStatus,
+    /// Everything it wrote to stdout.
     pub stdout: Vec<u8>,
+    /// Everything it wrote to stderr, as text.
     pub stderr: String,
 }
 
 impl Output {
+    /// The exit code, if it exited.
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
@@ -95,7 +55,7 @@ pub fn spawn(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Child {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().expect("spawn the example")
+    cmd.spawn().expect("spawn the program")
 }
 
 /// Runs to completion with `stdin` as input, within [`LIMIT`].
@@ -128,7 +88,7 @@ pub async fn finish(mut child: Child) -> Output {
     };
     let (status, stdout, stderr) = tokio::time::timeout(LIMIT, collect)
         .await
-        .expect("the example did not finish in time");
+        .expect("the program did not finish in time");
     Output {
         status,
         stdout,
@@ -147,7 +107,7 @@ pub async fn finish_without_stdout(mut child: Child) -> Output {
     };
     let (status, stderr) = tokio::time::timeout(LIMIT, collect)
         .await
-        .expect("the example did not finish in time");
+        .expect("the program did not finish in time");
     Output {
         status,
         stdout: Vec::new(),
@@ -234,7 +194,7 @@ pub fn outcome(report: &Value) -> String {
 
 /// A fresh scratch directory for one test's files.
 pub fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("recovery-examples-{}-{test}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("recovery-run-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
@@ -242,5 +202,5 @@ pub fn scratch(test: &str) -> PathBuf {
 
 /// A fixture's bytes.
 pub fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).expect("fixture")
+    std::fs::read(crate::fault::default_fixtures_dir().join(name)).expect("fixture")
 }

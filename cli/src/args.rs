@@ -8,18 +8,53 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Uri};
-use recovery_core::policy::{OverCeiling, RecoveryPolicy};
-use recovery_core::protocol::ProtocolKind;
+use recovery_core::{OverCeiling, ProtocolKind, RecoveryPolicy};
 
-/// The synopsis printed with every usage error and by `--help`.
+/// The synopsis printed with every usage error and at the top of `--help`.
 pub const USAGE: &str = "\
 usage: recover --protocol {openai-chat|openai-responses|anthropic|gemini|ollama|sse}
                [--max-attempts N] [--budget-ms N] [--retry-after-ceiling-ms N]
                [--head-timeout-ms N] [--idle-timeout-ms N] [--progress-timeout-ms N]
-               [--header 'K: V']... [--events FILE] [--report FILE] URL
+               [--resumable-sse] [--header 'K: V']... [--events FILE] [--report FILE] URL
+       recover --help | --version
 Reads the JSON request body from stdin, POSTs it to URL and writes the delivered
 body to stdout. Exit status: 0 completed with terminal proof, 1 recovery failed,
 2 usage error, 130 interrupted (Ctrl-C).";
+
+/// What `--help` prints after the synopsis.
+pub const HELP: &str = "
+
+Options:
+  --protocol NAME              the wire protocol of the answer (required)
+  --max-attempts N             physical sends, first included (default 3)
+  --budget-ms N                time for recovery after the first failure (default 60000)
+  --retry-after-ceiling-ms N   the longest Retry-After honoured; longer ones fail (default 60000)
+  --head-timeout-ms N          from a send to its response head (default 300000)
+  --idle-timeout-ms N          a body silent this long has stalled (default 300000)
+  --progress-timeout-ms N      no output, keepalives aside, this long has stalled (default 600000)
+  --resumable-sse              the endpoint resumes an SSE stream from Last-Event-ID
+                               (OpenAI Responses background streams need nothing)
+  --header 'Name: value'       a request header (repeatable); values are never logged
+  --events FILE                lifecycle events as JSON lines
+  --report FILE                the final report as JSON (also after a failure or Ctrl-C)
+  -h, --help                   this text
+  -V, --version                the version
+
+A request is replayed only while no output was seen; after that it is resumed
+where the provider allows it, or fails with exit status 1. When stderr is a
+terminal a status line shows what recovery is doing (\"Reconnecting… attempt
+2/3, retry in 1.2 s\"); it is silent otherwise.
+
+Examples:
+  echo '{\"model\":\"gpt-4o-mini\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}' |
+    recover --protocol openai-chat --header \"authorization: Bearer $OPENAI_API_KEY\" \\
+      https://api.openai.com/v1/chat/completions
+
+  recover --protocol anthropic --header \"x-api-key: $ANTHROPIC_API_KEY\" \\
+    --header 'anthropic-version: 2023-06-01' --events events.jsonl --report report.json \\
+    https://api.anthropic.com/v1/messages < request.json
+
+  recover --protocol ollama http://127.0.0.1:11434/api/chat < request.json";
 
 /// The protocol names the command accepts, exactly.
 pub const PROTOCOLS: [&str; 6] = [
@@ -50,8 +85,10 @@ fn usage(msg: impl Into<String>) -> UsageError {
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Print the usage and exit 0.
+    /// Print the usage and the help and exit 0.
     Help,
+    /// Print the version and exit 0.
+    Version,
     /// Run one request.
     Run(Box<RecoverArgs>),
 }
@@ -73,6 +110,8 @@ pub struct RecoverArgs {
     pub idle_timeout: Option<Duration>,
     /// `--progress-timeout-ms`: the stall watchdog on semantic progress.
     pub progress_timeout: Option<Duration>,
+    /// `--resumable-sse`: the endpoint resumes from `Last-Event-ID`.
+    pub resumable_sse: bool,
     /// `--header`, in order.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `--events`: where lifecycle events go, one JSON object per line.
@@ -160,6 +199,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut head_timeout = None;
     let mut idle_timeout = None;
     let mut progress_timeout = None;
+    let mut resumable_sse = false;
     let mut headers = Vec::new();
     let mut events = None;
     let mut report = None;
@@ -182,6 +222,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         if arg == "-h" || arg == "--help" {
             return Ok(Command::Help);
         }
+        if arg == "-V" || arg == "--version" {
+            return Ok(Command::Version);
+        }
+        if arg == "--resumable-sse" {
+            resumable_sse = true;
+            continue;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
@@ -198,6 +245,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--events",
             "--report",
         ];
+        if flag == "--resumable-sse" {
+            return Err(usage("--resumable-sse takes no value"));
+        }
         if !known.contains(&flag.as_str()) {
             return Err(usage(format!("unknown option {flag}")));
         }
@@ -260,6 +310,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         head_timeout,
         idle_timeout,
         progress_timeout,
+        resumable_sse,
         headers,
         events,
         report,
@@ -402,8 +453,20 @@ mod tests {
     }
 
     #[test]
-    fn help_and_double_dash() {
+    fn help_version_flags_and_double_dash() {
         assert_eq!(run(&["--help"]), Ok(Command::Help));
+        assert_eq!(run(&["--protocol", "sse", "-h"]), Ok(Command::Help));
+        assert_eq!(run(&["--version"]), Ok(Command::Version));
+        assert_eq!(run(&["-V"]), Ok(Command::Version));
+        assert!(ok(&["--protocol", "sse", "--resumable-sse", "http://h/"]).resumable_sse);
+        assert!(!ok(&["--protocol", "sse", "http://h/"]).resumable_sse);
+        assert!(
+            err(&["--protocol", "sse", "--resumable-sse=yes", "http://h/"])
+                .contains("takes no value")
+        );
+        for flag in ["--resumable-sse", "--help", "--version"] {
+            assert!(USAGE.contains(flag), "{flag}");
+        }
         let a = ok(&["--protocol", "gemini", "--", "http://h/x"]);
         assert_eq!(a.url, "http://h/x");
     }

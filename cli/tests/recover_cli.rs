@@ -2,19 +2,19 @@
 //! loopback fault provider: exit codes 0/1/2/130, the delivered bytes on
 //! stdout, events as JSON lines, the report as JSON, one readable stderr line.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
-use support::{events, fixture, outcome, report, run, scratch, terminal};
+use recovery_tests::process::{
+    self as support, events, fixture, outcome, report, run, scratch, terminal,
+};
 use tokio::io::AsyncReadExt;
 
 const BODY: &[u8] =
     br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"canary-prompt"}]}"#;
 
 fn recover() -> PathBuf {
-    support::example("recover")
+    PathBuf::from(env!("CARGO_BIN_EXE_recover"))
 }
 
 struct Files {
@@ -494,4 +494,172 @@ async fn sigint_during_a_retry_wait_exits_130_with_a_cancelled_event() {
     assert_eq!(ev.last().unwrap()["phase"], "waiting");
     assert_eq!(outcome(&report(&files.report)), "cancelled");
     assert_eq!(provider.count(), 1, "no send after the cancel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_and_help_exit_0_on_stdout() {
+    let out = run(&recover(), &["--version"], &[], b"").await;
+    assert_eq!(out.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("recover {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let out = run(&recover(), &["--help"], &[], b"").await;
+    assert_eq!(out.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for part in [
+        "usage: recover --protocol",
+        "--resumable-sse",
+        "--head-timeout-ms",
+        "--progress-timeout-ms",
+        "Examples:",
+        "https://api.openai.com/v1/chat/completions",
+    ] {
+        assert!(help.contains(part), "--help lacks {part:?}:\n{help}");
+    }
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+}
+
+/// The first event boundary after the first text delta of `stream`.
+fn after_first_delta(stream: &[u8], marker: &str) -> usize {
+    let text = std::str::from_utf8(stream).unwrap();
+    let delta = text.find(marker).expect("a delta");
+    text[delta..].find("\n\n").unwrap() + delta + 2
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_background_stream_cut_after_output_is_resumed_whole() {
+    let full = fixture("openai-responses/happy.sse");
+    let cut = after_first_delta(&full, "response.output_text.delta");
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                "/v1/responses",
+                vec![
+                    stream("openai-responses/happy.sse")
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            )
+            .path(
+                "/v1/responses/resp_1",
+                vec![stream("openai-responses/happy.sse")],
+            ),
+    )
+    .await
+    .unwrap();
+    let files = Files::new("responses-resume");
+    let url = provider.url("/v1/responses");
+    let args = files.args("openai-responses", &[], &url);
+    let body = br#"{"model":"m","input":"hi","stream":true,"background":true}"#;
+    let out = run(&recover(), &args, &[], body).await;
+    assert_eq!(out.code(), Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, full, "no gap, no duplicate");
+    let ev = events(&files.events);
+    assert!(support::names(&ev).contains(&String::from("resume_started")));
+    assert_eq!(terminal(&ev), "completed");
+    assert_eq!(
+        provider.count_path("/v1/responses"),
+        1,
+        "never a POST replay"
+    );
+    let get = &provider.requests_for("/v1/responses/resp_1")[0];
+    assert_eq!(get.method, "GET");
+    assert!(get.target.contains("starting_after="), "{}", get.target);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumable_sse_resends_with_last_event_id() {
+    const SSE: &str = "id: 1\ndata: one\n\nid: 2\ndata: two\n\nid: 3\ndata: three\n\n";
+    let cut = SSE.find("id: 3").unwrap();
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        "/events",
+        vec![
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(SSE))
+                .cut_at(cut)
+                .ending(Ending::Rst),
+            Script::ok()
+                .header("content-type", "text/event-stream")
+                .write(Write::text(&SSE[cut..])),
+        ],
+    ))
+    .await
+    .unwrap();
+    let files = Files::new("sse-resume");
+    let url = provider.url("/events");
+    let args = files.args("sse", &["--resumable-sse"], &url);
+    let out = run(&recover(), &args, &[], b"{}").await;
+    // A generic SSE stream carries no terminal proof, so the run ends
+    // unproven (exit 1); what matters is the resumed, whole byte stream.
+    assert_eq!(out.code(), Some(1), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, SSE.as_bytes());
+    let sent = provider.requests_for("/events");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].header("last-event-id"), Some(&b"2"[..]));
+    assert!(support::names(&events(&files.events)).contains(&String::from("resume_started")));
+
+    // Without the flag the same cut is not resent.
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        "/events",
+        vec![Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::text(SSE))
+            .cut_at(cut)
+            .ending(Ending::Rst)],
+    ))
+    .await
+    .unwrap();
+    let url = provider.url("/events");
+    let out = run(&recover(), &["--protocol", "sse", &url], &[], b"{}").await;
+    assert_eq!(out.code(), Some(1));
+    assert_eq!(provider.count_path("/events"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_shows_a_live_status_line_and_a_pipe_does_not() {
+    let provider = FaultProvider::start(vec![
+        Script::status(503).header("retry-after-ms", "600"),
+        stream("openai-chat/happy-usage.sse"),
+    ])
+    .await
+    .unwrap();
+    let url = provider.url("/v1/chat/completions");
+    let dir = scratch("status-line");
+    let body = dir.join("body.json");
+    std::fs::write(&body, BODY).unwrap();
+    // `script` gives the command a terminal for stdout and stderr.
+    let command = format!(
+        "{} --protocol openai-chat {url} < {}",
+        recover().display(),
+        body.display()
+    );
+    let out = run(
+        Path::new("script"),
+        &["-q", "-e", "-c", &command, "/dev/null"],
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(out.code(), Some(0), "stderr: {}", out.stderr);
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        seen.contains("Reconnecting… attempt 2/3, retry in 0.6 s"),
+        "the status line on the terminal: {seen:?}"
+    );
+    assert!(seen.contains("\r\x1b[2K"), "and cleared: {seen:?}");
+    assert!(seen.contains("[DONE]"), "{seen:?}");
+
+    // Through pipes (the other tests): stderr stays empty on success.
+    let provider = FaultProvider::start(vec![
+        Script::status(503).header("retry-after-ms", "20"),
+        stream("openai-chat/happy-usage.sse"),
+    ])
+    .await
+    .unwrap();
+    let url = provider.url("/v1/chat/completions");
+    let out = run(&recover(), &["--protocol", "openai-chat", &url], &[], BODY).await;
+    assert_eq!(out.code(), Some(0));
+    assert!(out.stderr.is_empty(), "{:?}", out.stderr);
 }

@@ -1,8 +1,9 @@
 //! `recover`: a curl-like client that keeps a streamed response whole.
 //!
 //! ```sh
+//! cargo install --path cli
 //! echo '{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"}]}' |
-//!   cargo run --release --example recover -- --protocol openai-chat \
+//!   recover --protocol openai-chat \
 //!     --header "authorization: Bearer $OPENAI_API_KEY" \
 //!     --events events.jsonl --report report.json \
 //!     https://api.openai.com/v1/chat/completions
@@ -12,6 +13,8 @@
 //! `RecoveryLayer` and `ObserveLayer`; the delivered body bytes go to stdout
 //! as they arrive; lifecycle events go to `--events` as JSON lines and the
 //! final report to `--report` as JSON (also after a failure or Ctrl-C).
+//! When stderr is a terminal, a status line says what recovery is doing
+//! while the answer is not flowing.
 //!
 //! Exit status: 0 when the stream completed with terminal proof, 1 when
 //! recovery failed (the report says how), 2 on a usage error, 130 on Ctrl-C.
@@ -26,11 +29,12 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request};
 use http_body_util::Full;
-use recovery_core::call::{Cancellation, RecoveryCall};
+use recovery_cli::args::{self, Command, HELP, RecoverArgs, USAGE, UsageError};
+use recovery_cli::client::{exchange, https_client};
+use recovery_cli::show;
+use recovery_cli::status::Painter;
 use recovery_core::lifecycle::LifecycleEvent;
-use recovery_examples::cli::{self, Command, RecoverArgs, USAGE, UsageError};
-use recovery_examples::client::{exchange, https_client};
-use recovery_examples::show;
+use recovery_core::{Cancellation, RecoveryCall};
 use tokio::io::AsyncReadExt as _;
 use tower_layer::Layer as _;
 use tower_recovery::{ObserveLayer, RecoveryLayer};
@@ -40,10 +44,14 @@ const FAILED: u8 = 1;
 const INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
-    let args = match cli::parse(std::env::args_os().skip(1)) {
+    let args = match args::parse(std::env::args_os().skip(1)) {
         Ok(Command::Run(args)) => args,
         Ok(Command::Help) => {
-            println!("{USAGE}");
+            println!("{USAGE}{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => {
+            println!("recover {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
         Err(e) => return usage_error(&e),
@@ -156,10 +164,18 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
 
     let events = events.map(|f| Arc::new(Mutex::new(f)));
     let event_error: Arc<Mutex<Option<io::Error>>> = Arc::default();
+    let painter = Arc::new(Mutex::new(Painter::for_stderr()));
     let sink = events.clone();
     let errors = Arc::clone(&event_error);
+    let status = Arc::clone(&painter);
+    let ticker = tokio::spawn(count_down(Arc::clone(&painter)));
     let mut svc = RecoveryLayer::new(policy)
+        .with_resumable_sse(args.resumable_sse)
         .on_event(move |event: &LifecycleEvent| {
+            status
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .on_event(event, &mut io::stderr());
             let Some(file) = &sink else { return };
             let line = match serde_json::to_string(event) {
                 Ok(mut line) => {
@@ -205,12 +221,21 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
 
     let stdout = io::stdout();
     let result = exchange(&mut svc, request, &cancel, |chunk| {
+        painter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .before_output(chunk, &mut io::stderr());
         let mut out = stdout.lock();
         out.write_all(chunk)?;
         out.flush()
     })
     .await;
     drop(svc);
+    ticker.abort();
+    painter
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear(&mut io::stderr());
 
     let mut code = if result.cancelled {
         eprintln!(
@@ -258,4 +283,16 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
         }
     }
     code
+}
+
+/// Moves the countdown of a scheduled retry on the status line.
+async fn count_down(painter: Arc<Mutex<Painter>>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let mut p = painter.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.counting_down() {
+            p.redraw(std::time::Instant::now(), &mut io::stderr());
+        }
+    }
 }
