@@ -210,7 +210,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     while let Some(arg) = args.next() {
         let arg = arg
             .into_string()
-            .map_err(|a| usage(format!("argument {a:?} is not valid UTF-8")))?;
+            .map_err(|a| usage(format!("argument {} is not valid UTF-8", a.display())))?;
         if only_positional || !arg.starts_with('-') || arg == "-" {
             urls.push(arg);
             continue;
@@ -257,7 +257,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
                 .next()
                 .ok_or_else(|| usage(format!("{flag} needs a value")))?
                 .into_string()
-                .map_err(|a| usage(format!("{flag} value {a:?} is not valid UTF-8")))?,
+                .map_err(|a| usage(format!("{flag} value {} is not valid UTF-8", a.display())))?,
         };
         match flag.as_str() {
             "--protocol" => {
@@ -384,8 +384,8 @@ mod tests {
         let d = ok(&["--protocol", "ollama", "http://127.0.0.1:1/"])
             .policy()
             .unwrap();
-        assert_eq!(d.head_timeout(), Some(Duration::from_secs(300)));
-        assert_eq!(d.progress_timeout(), Some(Duration::from_secs(600)));
+        assert_eq!(d.head_timeout(), Some(Duration::from_mins(5)));
+        assert_eq!(d.progress_timeout(), Some(Duration::from_mins(10)));
         assert!(
             run(&[
                 "--protocol",

@@ -99,11 +99,11 @@ where
         match frame {
             None => break,
             Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    if let Err(e) = sink(data) {
-                        sink_error = Some(e);
-                        break;
-                    }
+                if let Some(data) = frame.data_ref()
+                    && let Err(e) = sink(data)
+                {
+                    sink_error = Some(e);
+                    break;
                 }
             }
             Some(Err(error)) => {

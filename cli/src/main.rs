@@ -113,12 +113,12 @@ async fn read_body(cancel: &Cancellation) -> Result<Option<Vec<u8>>, UsageError>
         () = cancel.cancelled() => return Ok(None),
         r = read => r.map_err(|e| UsageError(format!("cannot read the request body from stdin: {e}")))?,
     };
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-            return Err(UsageError(format!(
-                "the request body on stdin is not JSON: {e}"
-            )));
-        }
+    if !body.iter().all(u8::is_ascii_whitespace)
+        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+    {
+        return Err(UsageError(format!(
+            "the request body on stdin is not JSON: {e}"
+        )));
     }
     Ok(Some(body))
 }

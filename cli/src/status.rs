@@ -4,6 +4,7 @@
 //! [`RecoveryStatus`], the status the engine derives from its events, and is
 //! cleared as soon as output flows again or the request ends.
 
+use std::fmt::Write as _;
 use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -95,13 +96,13 @@ impl StatusLine {
         // The attempt being prepared: the next one after a failure.
         let next = self.attempt.max(1) + u32::from(self.failed);
         if (1..=self.max_attempts).contains(&next) {
-            line.push_str(&format!(" attempt {next}/{}", self.max_attempts));
+            let _ = write!(line, " attempt {next}/{}", self.max_attempts);
         }
         if self.admission {
             line.push_str(", waiting for admission");
         } else if let Some(at) = self.retry_at {
             let left = at.saturating_duration_since(now);
-            line.push_str(&format!(", retry in {}", seconds(left)));
+            let _ = write!(line, ", retry in {}", seconds(left));
         }
         Some(line)
     }

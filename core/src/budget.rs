@@ -122,7 +122,7 @@ impl RetryBudget {
     pub fn new(config: RetryBudgetConfig) -> Self {
         let ttl = config
             .ttl
-            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+            .clamp(Duration::from_secs(1), Duration::from_mins(1));
         let percent = if config.percent.is_finite() {
             config.percent.clamp(0.0, 10.0)
         } else {

@@ -538,33 +538,33 @@ impl Expected {
         if o.delays_ms != self.delays_ms {
             return differ("delays_ms", &self.delays_ms, &o.delays_ms);
         }
-        if let Some(d) = &self.delivered {
-            if o.delivered != d.as_bytes() {
-                return differ("delivered", d, &String::from_utf8_lossy(&o.delivered));
-            }
+        if let Some(d) = &self.delivered
+            && o.delivered != d.as_bytes()
+        {
+            return differ("delivered", d, &String::from_utf8_lossy(&o.delivered));
         }
         if self.cause.is_some() && o.cause != self.cause {
             return differ("cause", &self.cause, &o.cause);
         }
-        if let Some(c) = self.committed {
-            if o.committed != c {
-                return differ("committed", &c, &o.committed);
-            }
+        if let Some(c) = self.committed
+            && o.committed != c
+        {
+            return differ("committed", &c, &o.committed);
         }
-        if let Some(t) = self.end_ms {
-            if o.end_ms != t {
-                return differ("end_ms", &t, &o.end_ms);
-            }
+        if let Some(t) = self.end_ms
+            && o.end_ms != t
+        {
+            return differ("end_ms", &t, &o.end_ms);
         }
-        if let Some(r) = &self.requests {
-            if &o.requests != r {
-                return differ("requests", r, &o.requests);
-            }
+        if let Some(r) = &self.requests
+            && &o.requests != r
+        {
+            return differ("requests", r, &o.requests);
         }
-        if let Some(l) = self.late_error {
-            if o.late_error != l {
-                return differ("late_error", &l, &o.late_error);
-            }
+        if let Some(l) = self.late_error
+            && o.late_error != l
+        {
+            return differ("late_error", &l, &o.late_error);
         }
         Ok(())
     }

@@ -240,10 +240,8 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     if semantic && !resume {
         return Action::Fail(interrupted(state, failure, None));
     }
-    if !resume {
-        if let Some(reason) = state.replay_disabled {
-            return Action::Fail(Outcome::ReplayDisabled { reason });
-        }
+    if !resume && let Some(reason) = state.replay_disabled {
+        return Action::Fail(Outcome::ReplayDisabled { reason });
     }
 
     if state.attempts_left == 0 {
@@ -277,17 +275,17 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     }
 
     let mut hint = failure.retry_after.delay();
-    if let Some(h) = hint {
-        if h > policy.retry_after_ceiling() {
-            match policy.over_ceiling() {
-                OverCeiling::Refuse => {
-                    return Action::Fail(Outcome::RetryAfterRefused {
-                        value: h,
-                        limit: RefusalLimit::Ceiling,
-                    });
-                }
-                OverCeiling::Backoff => hint = None,
+    if let Some(h) = hint
+        && h > policy.retry_after_ceiling()
+    {
+        match policy.over_ceiling() {
+            OverCeiling::Refuse => {
+                return Action::Fail(Outcome::RetryAfterRefused {
+                    value: h,
+                    limit: RefusalLimit::Ceiling,
+                });
             }
+            OverCeiling::Backoff => hint = None,
         }
     }
     if let Some(h) = hint {

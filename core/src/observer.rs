@@ -494,15 +494,11 @@ fn account(
     if !was_semantic && ev.progress.semantic_observed() {
         feed.committed_at = Some(end_offset);
     }
-    if !was_terminal {
-        if let Some(t) = &ev.terminal {
-            feed.terminal = Some(t.clone());
-        }
+    if !was_terminal && let Some(t) = &ev.terminal {
+        feed.terminal = Some(t.clone());
     }
-    if !was_error {
-        if let Some(e) = &ev.provider_error {
-            feed.provider_error = Some(e.clone());
-        }
+    if !was_error && let Some(e) = &ev.provider_error {
+        feed.provider_error = Some(e.clone());
     }
 }
 
@@ -639,11 +635,11 @@ impl StreamObserver {
                 };
                 // A read of whole plain deltas never reaches the decoder.
                 let mut rest = chunk;
-                if dec.at_event_boundary() {
-                    if let Some(n) = sink.whole_events(chunk, dec.consumed()) {
-                        dec.skip_taken(n);
-                        rest = &chunk[n..];
-                    }
+                if dec.at_event_boundary()
+                    && let Some(n) = sink.whole_events(chunk, dec.consumed())
+                {
+                    dec.skip_taken(n);
+                    rest = &chunk[n..];
                 }
                 if rest.is_empty() {
                     Ok(())
@@ -755,10 +751,11 @@ impl StreamObserver {
             Framing::Sse(_) => self.unfinished(),
         };
         self.ev.pending_at_eof = pending;
-        if self.ev.terminal.is_none() && self.ev.provider_error.is_none() {
-            if let Some(t) = self.protocol.get().on_eof(&self.ev, pending.is_some()) {
-                self.ev.terminal = Some(t);
-            }
+        if self.ev.terminal.is_none()
+            && self.ev.provider_error.is_none()
+            && let Some(t) = self.protocol.get().on_eof(&self.ev, pending.is_some())
+        {
+            self.ev.terminal = Some(t);
         }
         if let Some(error) = &self.ev.provider_error {
             return EndOfStream::ProviderError {

@@ -176,12 +176,12 @@ pub struct RecoveryPolicy {
 }
 
 /// Default bound from a send to its response head (undici's `headersTimeout`).
-pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_mins(5);
 /// Default bound on a silence with no byte at all (undici's `bodyTimeout`).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(5);
 /// Default bound on a time without a semantic fragment (keepalives do not
 /// reset it).
-pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_mins(10);
 
 impl Default for RecoveryPolicy {
     fn default() -> Self {
@@ -189,11 +189,11 @@ impl Default for RecoveryPolicy {
             max_attempts: NonZeroU32::new(3).expect("non-zero"),
             backoff_base: Duration::from_millis(500),
             backoff_ceiling: Duration::from_secs(8),
-            budget: Some(Duration::from_secs(60)),
+            budget: Some(Duration::from_mins(1)),
             deadline: None,
             retryable_statuses: DEFAULT_RETRYABLE_STATUSES.to_vec(),
             categories: Categories::default(),
-            retry_after_ceiling: Duration::from_secs(60),
+            retry_after_ceiling: Duration::from_mins(1),
             over_ceiling: OverCeiling::Refuse,
             replay_body_cap: 8 << 20,
             holdback_cap: 64 << 10,
@@ -481,9 +481,9 @@ mod tests {
         assert_eq!(p.max_attempts().get(), 3);
         assert_eq!(p.backoff_base(), Duration::from_millis(500));
         assert_eq!(p.backoff_ceiling(), Duration::from_secs(8));
-        assert_eq!(p.budget(), Some(Duration::from_secs(60)));
+        assert_eq!(p.budget(), Some(Duration::from_mins(1)));
         assert_eq!(p.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
-        assert_eq!(p.retry_after_ceiling(), Duration::from_secs(60));
+        assert_eq!(p.retry_after_ceiling(), Duration::from_mins(1));
         assert_eq!(p.over_ceiling(), OverCeiling::Refuse);
     }
 

@@ -276,10 +276,10 @@ impl Call {
     /// settle.
     pub fn cancel(&self) {
         self.inner.cancel.cancel();
-        if !self.inner.busy.get() {
-            if let Some(driver) = self.inner.driver.borrow_mut().as_mut() {
-                driver.cancel(&self.inner.cancel);
-            }
+        if !self.inner.busy.get()
+            && let Some(driver) = self.inner.driver.borrow_mut().as_mut()
+        {
+            driver.cancel(&self.inner.cancel);
         }
     }
 

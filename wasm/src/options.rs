@@ -765,7 +765,7 @@ impl Settings {
                     .map(|ms| millis("retryBudget.ttlMs", ms))
                     .transpose()?
                     .unwrap_or(defaults.ttl);
-                if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&ttl) {
+                if !(Duration::from_secs(1)..=Duration::from_mins(1)).contains(&ttl) {
                     return Err(OptionsError::Range {
                         field: "retryBudget.ttlMs",
                         reason: "must be between 1000 and 60000".into(),

@@ -36,10 +36,10 @@ pub(crate) fn get(target: &JsValue, name: &str) -> JsValue {
 /// `Date.now()` where there is no `performance` object.
 fn now_ms() -> f64 {
     let perf = global_get("performance");
-    if let Some(now) = get(&perf, "now").dyn_ref::<Function>() {
-        if let Some(ms) = now.call0(&perf).ok().and_then(|v| v.as_f64()) {
-            return ms;
-        }
+    if let Some(now) = get(&perf, "now").dyn_ref::<Function>()
+        && let Some(ms) = now.call0(&perf).ok().and_then(|v| v.as_f64())
+    {
+        return ms;
     }
     js_sys::Date::now()
 }
@@ -140,14 +140,14 @@ impl EventOnce {
     }
 
     fn detach(&mut self) {
-        if let Some(listener) = self.listener.take() {
-            if let Ok(remove) = get(&self.target, "removeEventListener").dyn_into::<Function>() {
-                let _ = remove.call2(
-                    &self.target,
-                    &JsValue::from_str(self.event),
-                    listener.as_ref(),
-                );
-            }
+        if let Some(listener) = self.listener.take()
+            && let Ok(remove) = get(&self.target, "removeEventListener").dyn_into::<Function>()
+        {
+            let _ = remove.call2(
+                &self.target,
+                &JsValue::from_str(self.event),
+                listener.as_ref(),
+            );
         }
     }
 }

@@ -318,16 +318,16 @@ async fn run_vector(v: &Vector) -> Result<(), String> {
         let done = Rc::clone(&done);
         let delivered = Rc::clone(&delivered);
         spawn_local(async move {
-            if let Ok(started) = JsFuture::from(call.start()).await {
-                if get(&started, "kind").as_string().as_deref() == Some("committed") {
-                    while let Ok(chunk) = JsFuture::from(call.next()).await {
-                        if chunk.is_undefined() {
-                            break;
-                        }
-                        delivered
-                            .borrow_mut()
-                            .extend(chunk.unchecked_into::<Uint8Array>().to_vec());
+            if let Ok(started) = JsFuture::from(call.start()).await
+                && get(&started, "kind").as_string().as_deref() == Some("committed")
+            {
+                while let Ok(chunk) = JsFuture::from(call.next()).await {
+                    if chunk.is_undefined() {
+                        break;
                     }
+                    delivered
+                        .borrow_mut()
+                        .extend(chunk.unchecked_into::<Uint8Array>().to_vec());
                 }
             }
             done.set(true);

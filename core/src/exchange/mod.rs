@@ -735,17 +735,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 self.responded = true;
                 return Io::Respond;
             }
-            if self.responded {
-                if let Some(chunk) = self.out.pop_front() {
-                    self.delivered_bytes += match &chunk {
-                        Chunk::Read(c) => c.as_ref().len() as u64,
-                        Chunk::Made(b) => b.len() as u64,
-                    };
-                    if self.out.is_empty() {
-                        self.settle_if_proven(env);
-                    }
-                    return Io::Deliver(chunk);
+            if self.responded
+                && let Some(chunk) = self.out.pop_front()
+            {
+                self.delivered_bytes += match &chunk {
+                    Chunk::Read(c) => c.as_ref().len() as u64,
+                    Chunk::Made(b) => b.len() as u64,
+                };
+                if self.out.is_empty() {
+                    self.settle_if_proven(env);
                 }
+                return Io::Deliver(chunk);
             }
             if let Some(failure) = self.after_delivery.take() {
                 self.fail_attempt(env, *failure);
@@ -931,11 +931,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.restart_watch(now);
             return;
         }
-        if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol) {
-            if *kind != self.protocol {
-                let kind = kind.clone();
-                self.adopt(kind);
-            }
+        if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol)
+            && *kind != self.protocol
+        {
+            let kind = kind.clone();
+            self.adopt(kind);
         }
         let form = BodyForm::of(head.header("content-type").as_deref());
         self.source = Some(match decoded {
@@ -1115,13 +1115,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.held_bytes += chunk.as_ref().len();
         let progress = source.progress();
         self.engine.record_progress(progress);
-        if source.provider_error_seen() {
-            if let Some(error) = source.provider_error() {
-                let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
-                let failure = self.enrich(failure);
-                self.attempt_failed(env, failure);
-                return;
-            }
+        if source.provider_error_seen()
+            && let Some(error) = source.provider_error()
+        {
+            let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
+            let failure = self.enrich(failure);
+            self.attempt_failed(env, failure);
+            return;
         }
         let trigger = if progress.semantic_observed() {
             Some(CommitTrigger::Semantic)
@@ -1137,10 +1137,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         } else {
             self.out.push_back(Chunk::Read(chunk));
         }
-        if matches!(self.stage, Stage::Streaming) {
-            if let Some(trigger) = trigger {
-                self.commit(env, trigger);
-            }
+        if matches!(self.stage, Stage::Streaming)
+            && let Some(trigger) = trigger
+        {
+            self.commit(env, trigger);
         }
     }
 
@@ -1385,12 +1385,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             Stage::Parked { .. } => CancelPhase::Parked,
             Stage::Admission { .. } => CancelPhase::Admission,
         };
-        if self.responded && self.out.is_empty() {
-            if let Some(proof) = self.proof() {
-                self.complete(env, proof);
-                self.release = true;
-                return;
-            }
+        if self.responded
+            && self.out.is_empty()
+            && let Some(proof) = self.proof()
+        {
+            self.complete(env, proof);
+            self.release = true;
+            return;
         }
         if let Some(source) = &self.source {
             let mut progress = source.progress();
@@ -1424,12 +1425,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if !matches!(self.stage, Stage::Streaming) || !self.responded || !self.out.is_empty() {
             return;
         }
-        if let Some(Proof::Strong) = self.proof() {
-            if self.after_delivery.is_none() {
-                self.complete(env, Proof::Strong);
-                self.stage = Stage::Draining;
-                self.restart_watch(env.now());
-            }
+        if let Some(Proof::Strong) = self.proof()
+            && self.after_delivery.is_none()
+        {
+            self.complete(env, Proof::Strong);
+            self.stage = Stage::Draining;
+            self.restart_watch(env.now());
         }
     }
 
@@ -1508,10 +1509,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             return;
         };
         let mut failure = Failure::status(e.status, e.retry_after, e.should_retry);
-        if !(300..400).contains(&e.status) {
-            if let Some(error) = classify_error_body(&self.protocol, Some(e.status), &e.body) {
-                failure.kind = FailureKind::Provider { error };
-            }
+        if !(300..400).contains(&e.status)
+            && let Some(error) = classify_error_body(&self.protocol, Some(e.status), &e.body)
+        {
+            failure.kind = FailureKind::Provider { error };
         }
         self.error_body = e.body;
         self.error_response = true;

@@ -272,21 +272,21 @@ impl Protocol for Anthropic {
     ) -> Result<EventInfo, ProtocolViolation> {
         let class = match decode {
             Decode::Fast => {
-                if let Some(kinds) = self.probe_kinds {
-                    if let Some(nonempty) = self.template.check(frame.data) {
-                        // What `event` does for this shape.
-                        if ev.is_settled() {
-                            return Ok(EventInfo::of(EventClass::NonSemantic));
-                        }
-                        let class = match kinds[usize::from(nonempty)] {
-                            Some(k) => {
-                                ev.progress.observe(k);
-                                EventClass::Semantic(k)
-                            }
-                            None => EventClass::NonSemantic,
-                        };
-                        return Ok(EventInfo::of(class));
+                if let Some(kinds) = self.probe_kinds
+                    && let Some(nonempty) = self.template.check(frame.data)
+                {
+                    // What `event` does for this shape.
+                    if ev.is_settled() {
+                        return Ok(EventInfo::of(EventClass::NonSemantic));
                     }
+                    let class = match kinds[usize::from(nonempty)] {
+                        Some(k) => {
+                            ev.progress.observe(k);
+                            EventClass::Semantic(k)
+                        }
+                        None => EventClass::NonSemantic,
+                    };
+                    return Ok(EventInfo::of(class));
                 }
                 let mut tape = std::mem::take(&mut self.tape);
                 let class = match tape.parse(frame.data) {

@@ -125,12 +125,12 @@ impl Gemini {
                 }
             });
         }
-        if slot.1.is_none() {
-            if let Some(raw) = finish.and_then(JsonView::text) {
-                let end = reason_end(&raw);
-                ev.progress.completed_tool_calls += slot.2;
-                slot.1 = Some(end);
-            }
+        if slot.1.is_none()
+            && let Some(raw) = finish.and_then(JsonView::text)
+        {
+            let end = reason_end(&raw);
+            ev.progress.completed_tool_calls += slot.2;
+            slot.1 = Some(end);
         }
         Ok(())
     }

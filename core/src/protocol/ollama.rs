@@ -226,18 +226,18 @@ impl Protocol for Ollama {
     ) -> Result<EventInfo, ProtocolViolation> {
         let class = match decode {
             Decode::Fast => {
-                if let Some(kind) = self.probe_kind {
-                    if let Some(nonempty) = self.template.check(frame.data) {
-                        // What `line` does for this shape.
-                        if ev.is_settled() {
-                            return Ok(EventInfo::of(EventClass::NonSemantic));
-                        }
-                        let mut first = None;
-                        if nonempty {
-                            note(&mut ev.progress, &mut first, kind);
-                        }
-                        return Ok(EventInfo::of(semantic_or_n(first)));
+                if let Some(kind) = self.probe_kind
+                    && let Some(nonempty) = self.template.check(frame.data)
+                {
+                    // What `line` does for this shape.
+                    if ev.is_settled() {
+                        return Ok(EventInfo::of(EventClass::NonSemantic));
                     }
+                    let mut first = None;
+                    if nonempty {
+                        note(&mut ev.progress, &mut first, kind);
+                    }
+                    return Ok(EventInfo::of(semantic_or_n(first)));
                 }
                 let mut tape = std::mem::take(&mut self.tape);
                 let class = match tape.parse(frame.data) {

@@ -334,15 +334,15 @@ impl Protocol for OpenAiChat {
         }
         let class = match decode {
             Decode::Fast => {
-                if let Some(kind) = self.probe_kind {
-                    if let Some(nonempty) = self.template.check(frame.data) {
-                        // What `chunk` does for this shape.
-                        let mut first = None;
-                        if nonempty {
-                            note(&mut ev.progress, &mut first, kind);
-                        }
-                        return Ok(EventInfo::of(semantic_or_n(first)));
+                if let Some(kind) = self.probe_kind
+                    && let Some(nonempty) = self.template.check(frame.data)
+                {
+                    // What `chunk` does for this shape.
+                    let mut first = None;
+                    if nonempty {
+                        note(&mut ev.progress, &mut first, kind);
                     }
+                    return Ok(EventInfo::of(semantic_or_n(first)));
                 }
                 let mut tape = std::mem::take(&mut self.tape);
                 let class = match tape.parse(frame.data) {

@@ -130,10 +130,10 @@ impl OpenAiResponses {
     fn response_facts<'a, V: JsonView<'a>>(response: Option<V>, ev: &mut Evidence) {
         let Some(response) = response else { return };
         let [id, usage_v] = response.fields(["id", "usage"]);
-        if ev.cursor.response_id.is_none() {
-            if let Some(id) = id.and_then(JsonView::text) {
-                ev.cursor.response_id = Some(id.into_owned());
-            }
+        if ev.cursor.response_id.is_none()
+            && let Some(id) = id.and_then(JsonView::text)
+        {
+            ev.cursor.response_id = Some(id.into_owned());
         }
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
             usage::responses(&mut ev.usage, u);

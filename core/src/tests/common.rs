@@ -763,15 +763,16 @@ impl Driver {
         let deadline = self.ex.poll_timeout().expect("a wait has its end");
         let delay = deadline.saturating_since(self.env.0.now());
         // A cancel point past the end of its wait never happens.
-        if let Some((i, at)) = self.script.cancel_in_wait {
-            if i == index && at < delay {
-                self.env.0.advance(at);
-                self.slept += at;
-                let env = &self.env;
-                self.ex.handle_timeout(&env);
-                self.ex.cancel(&env);
-                return;
-            }
+        if let Some((i, at)) = self.script.cancel_in_wait
+            && i == index
+            && at < delay
+        {
+            self.env.0.advance(at);
+            self.slept += at;
+            let env = &self.env;
+            self.ex.handle_timeout(&env);
+            self.ex.cancel(&env);
+            return;
         }
         let slept = self.until_deadline();
         self.slept += slept;

@@ -45,7 +45,7 @@ struct Case {
 
 const BASE: Duration = Duration::from_millis(500);
 const CEILING: Duration = Duration::from_secs(8);
-const BUDGET: Duration = Duration::from_secs(120);
+const BUDGET: Duration = Duration::from_mins(2);
 const NOW: Duration = Duration::from_secs(200);
 const JITTER: f64 = 0.5;
 
@@ -430,7 +430,7 @@ type RaRow<'a> = (&'a str, Vec<(&'a str, &'a str)>, Action);
 fn ra_rows_at_the_decision_level() {
     let policy = RecoveryPolicy::builder()
         .backoff(Duration::from_millis(500), Duration::from_secs(8))
-        .budget(Some(Duration::from_secs(120)))
+        .budget(Some(Duration::from_mins(2)))
         .build()
         .unwrap();
     let backoff = Action::RetryAfter {
@@ -552,7 +552,7 @@ fn ra_rows_at_the_decision_level() {
 fn over_ceiling_backoff_falls_back_to_the_policy_delay() {
     let policy = RecoveryPolicy::builder()
         .backoff(Duration::from_millis(500), Duration::from_secs(8))
-        .retry_after_ceiling(Duration::from_secs(60), OverCeiling::Backoff)
+        .retry_after_ceiling(Duration::from_mins(1), OverCeiling::Backoff)
         .build()
         .unwrap();
     assert_eq!(

@@ -213,12 +213,12 @@ fn object(fields: Vec<(&'static str, Value)>, extras: Vec<(String, Value)>, orde
     all.extend(extras);
     let len = all.len().max(1);
     all.rotate_left((order as usize) % len);
-    if order % 3 == 0 {
+    if order.is_multiple_of(3) {
         all.reverse();
     }
     let mut map = serde_json::Map::new();
     for (k, v) in all {
-        if v != Value::Null || order % 2 == 0 {
+        if v != Value::Null || order.is_multiple_of(2) {
             map.insert(k, v);
         }
     }

@@ -70,10 +70,10 @@ impl ManualTiming {
             let now = s.now;
             let mut wakers = Vec::new();
             for (deadline, waker) in s.timers.values_mut() {
-                if *deadline <= now {
-                    if let Some(w) = waker.take() {
-                        wakers.push(w);
-                    }
+                if *deadline <= now
+                    && let Some(w) = waker.take()
+                {
+                    wakers.push(w);
                 }
             }
             wakers

@@ -436,12 +436,12 @@ impl SseDecoder {
         value_start: Option<usize>,
     ) -> Result<(), ProtocolViolation> {
         self.check_event_size(value.len() + 1)?;
-        if !self.has_data {
-            if let Some(s) = value_start {
-                self.borrowed = Some((s, s + value.len()));
-                self.has_data = true;
-                return Ok(());
-            }
+        if !self.has_data
+            && let Some(s) = value_start
+        {
+            self.borrowed = Some((s, s + value.len()));
+            self.has_data = true;
+            return Ok(());
         }
         if let Some((s, e)) = self.borrowed.take() {
             self.data.extend_from_slice(&chunk[s..e]);

@@ -59,11 +59,10 @@ pin_project_lite::pin_project! {
     impl<B> PinnedDrop for ObservedBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(o) = this.observing.as_ref() {
-                if !*this.ended {
+            if let Some(o) = this.observing.as_ref()
+                && !*this.ended {
                     o.handle.lock().cancelled = true;
                 }
-            }
         }
     }
 }

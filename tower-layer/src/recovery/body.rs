@@ -74,26 +74,26 @@ where
                 // The frame's bytes are taken out and put back in a new
                 // frame: moving the whole `Frame` (sized for trailers)
                 // costs more.
-                if driver.passing() {
-                    if let Some(inner) = driver.inner.as_mut() {
-                        match inner.as_mut().poll_frame(cx) {
-                            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                                Ok(data) => {
-                                    if driver.pass(&data) {
-                                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                                    }
-                                    driver.keep(data);
+                if driver.passing()
+                    && let Some(inner) = driver.inner.as_mut()
+                {
+                    match inner.as_mut().poll_frame(cx) {
+                        Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                            Ok(data) => {
+                                if driver.pass(&data) {
+                                    return Poll::Ready(Some(Ok(Frame::data(data))));
                                 }
-                                Err(frame) => driver.trailers(frame),
-                            },
-                            Poll::Pending => {
-                                if driver.idle(cx) {
-                                    return Poll::Pending;
-                                }
+                                driver.keep(data);
                             }
-                            Poll::Ready(other) => {
-                                driver.body_ended(other.map(|r| r.map_err(Into::into)));
+                            Err(frame) => driver.trailers(frame),
+                        },
+                        Poll::Pending => {
+                            if driver.idle(cx) {
+                                return Poll::Pending;
                             }
+                        }
+                        Poll::Ready(other) => {
+                            driver.body_ended(other.map(|r| r.map_err(Into::into)));
                         }
                     }
                 }

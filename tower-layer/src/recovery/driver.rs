@@ -323,13 +323,13 @@ where
                     if !matches!(self.activity, Activity::Online(_)) {
                         self.activity = Activity::Online(self.hooks.surroundings.wait_online());
                     }
-                    if let Activity::Online(wait) = &mut self.activity {
-                        if wait.as_mut().poll(cx).is_ready() {
-                            self.activity = Activity::None;
-                            let env = &*self.hooks.surroundings;
-                            self.ex.online(&env);
-                            continue;
-                        }
+                    if let Activity::Online(wait) = &mut self.activity
+                        && wait.as_mut().poll(cx).is_ready()
+                    {
+                        self.activity = Activity::None;
+                        let env = &*self.hooks.surroundings;
+                        self.ex.online(&env);
+                        continue;
                     }
                     if self.poll_waiting(cx).is_pending() {
                         return Poll::Pending;
@@ -347,13 +347,13 @@ where
                     }
                 }
                 Io::AwaitAdmission => {
-                    if let Activity::Admission(answer) = &mut self.activity {
-                        if let Poll::Ready(answer) = answer.as_mut().poll(cx) {
-                            self.activity = Activity::None;
-                            let env = &*self.hooks.surroundings;
-                            self.ex.admission(&env, answer);
-                            continue;
-                        }
+                    if let Activity::Admission(answer) = &mut self.activity
+                        && let Poll::Ready(answer) = answer.as_mut().poll(cx)
+                    {
+                        self.activity = Activity::None;
+                        let env = &*self.hooks.surroundings;
+                        self.ex.admission(&env, answer);
+                        continue;
                     }
                     if self.poll_waiting(cx).is_pending() {
                         return Poll::Pending;
@@ -380,10 +380,10 @@ where
                     self.inner = None;
                     self.activity = Activity::None;
                     self.timer = None;
-                    if result.is_ok() {
-                        if let Some(trailers) = self.trailers.take() {
-                            return Poll::Ready(Step::Trailers(trailers));
-                        }
+                    if result.is_ok()
+                        && let Some(trailers) = self.trailers.take()
+                    {
+                        return Poll::Ready(Step::Trailers(trailers));
                     }
                     return Poll::Ready(Step::End(result.map_err(|o| self.error(o))));
                 }
@@ -517,13 +517,13 @@ where
                 self.evidence.set_headers(parts.headers.clone());
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
                 self.ex.on_head(&env, &parts, handle);
-                if let Some(wire) = &self.hooks.wire {
-                    if let Err(e) = wire.on_response_head(self.ex.wire_attempt(), &parts) {
-                        self.evidence.set_cause(Arc::from(e));
-                        let failure =
-                            Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
-                        self.ex.on_error(&env, failure);
-                    }
+                if let Some(wire) = &self.hooks.wire
+                    && let Err(e) = wire.on_response_head(self.ex.wire_attempt(), &parts)
+                {
+                    self.evidence.set_cause(Arc::from(e));
+                    let failure =
+                        Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
+                    self.ex.on_error(&env, failure);
                 }
                 self.head = Some(parts);
                 self.inner = Some(Box::pin(body));
@@ -560,13 +560,13 @@ where
 
     fn chunk(&mut self, data: Bytes) -> Option<Bytes> {
         let env = &*self.hooks.surroundings;
-        if let Some(wire) = &self.hooks.wire {
-            if let Err(e) = wire.on_body_chunk(self.ex.wire_attempt(), &data) {
-                self.evidence.set_cause(Arc::from(e));
-                let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
-                self.ex.on_error(&env, failure);
-                return None;
-            }
+        if let Some(wire) = &self.hooks.wire
+            && let Err(e) = wire.on_body_chunk(self.ex.wire_attempt(), &data)
+        {
+            self.evidence.set_cause(Arc::from(e));
+            let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
+            self.ex.on_error(&env, failure);
+            return None;
         }
         self.ex.on_chunk(&env, data)
     }
@@ -600,15 +600,14 @@ where
     /// Waits on the machine's deadline (and, before the response is handed
     /// out, the caller's cancellation). `Ready` when either fired.
     fn poll_waiting(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.ex.is_passing_through() {
-            if let Some(c) = self.cancelled.as_mut() {
-                if c.as_mut().poll(cx).is_ready() {
-                    self.cancelled = None;
-                    let env = &*self.hooks.surroundings;
-                    self.ex.cancel(&env);
-                    return Poll::Ready(());
-                }
-            }
+        if !self.ex.is_passing_through()
+            && let Some(c) = self.cancelled.as_mut()
+            && c.as_mut().poll(cx).is_ready()
+        {
+            self.cancelled = None;
+            let env = &*self.hooks.surroundings;
+            self.ex.cancel(&env);
+            return Poll::Ready(());
         }
         self.poll_timer(cx)
     }
@@ -657,10 +656,10 @@ impl Armed {
     #[inline]
     fn check(&mut self, cx: &mut Context<'_>) -> bool {
         let waker = identity(cx.waker());
-        if self.waker == Some(waker) {
-            if let Some(elapsed) = self.alarm.has_elapsed() {
-                return elapsed;
-            }
+        if self.waker == Some(waker)
+            && let Some(elapsed) = self.alarm.has_elapsed()
+        {
+            return elapsed;
         }
         let ready = self.alarm.poll_elapsed(cx).is_ready();
         self.waker = Some(waker);
