@@ -20,14 +20,25 @@ step "build the package"
 cargo build -q --profile wasm-release -p recovery-wasm --target wasm32-unknown-unknown
 IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/recovery_wasm.wasm"
 rm -rf wasm/pkg
-wasm-bindgen --target web --out-dir wasm/pkg/web "$IN"
-wasm-bindgen --target experimental-nodejs-module --out-dir wasm/pkg/node "$IN"
+mkdir -p wasm/pkg
+GLUE=$(mktemp -d)
+wasm-bindgen --target web --out-dir "$GLUE/web" "$IN"
+wasm-bindgen --target experimental-nodejs-module --out-dir "$GLUE/node" "$IN"
+wasm-bindgen --target nodejs --out-dir "$GLUE/cjs" "$IN"
+# One module for every entry: the three glues differ, the wasm does not.
+cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/node/recovery_wasm_bg.wasm"
+cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/cjs/recovery_wasm_bg.wasm"
 # Size first; the module's memory is its own (zero-filled at start) and
 # nothing lives in its first KiB, so binaryen may assume both.
-for t in web node; do
-  "$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
-    "wasm/pkg/$t/recovery_wasm_bg.wasm" -o "wasm/pkg/$t/recovery_wasm_bg.wasm"
-done
+"$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
+  "$GLUE/web/recovery_wasm_bg.wasm" -o wasm/pkg/recovery_wasm_bg.wasm
+cp "$GLUE/web/recovery_wasm.js" wasm/pkg/web.js
+cp "$GLUE/node/recovery_wasm.js" wasm/pkg/node.mjs
+cp "$GLUE/cjs/recovery_wasm.js" wasm/pkg/node.cjs
+rm -rf "$GLUE"
+# The CommonJS copy of the API (`require`), and its declarations.
+wasm/node_modules/.bin/esbuild wasm/js/core.mjs --format=cjs --log-level=warning --outfile=wasm/pkg/core.cjs
+cp wasm/index.d.ts wasm/pkg/index.d.cts
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 step "start the loopback servers"

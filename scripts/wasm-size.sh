@@ -10,12 +10,12 @@ cd "$(dirname "$0")/.."
 gz() { gzip -9c "$1" | wc -c; }
 printf '%-36s %10s %10s\n' file raw gzip
 total_raw=0; total_gz=0
-for f in wasm/pkg/web/recovery_wasm_bg.wasm wasm/pkg/web/recovery_wasm.js wasm/js/core.mjs wasm/js/web.mjs \
-         wasm/pkg/node/recovery_wasm_bg.wasm wasm/pkg/node/recovery_wasm.js; do
+for f in wasm/pkg/recovery_wasm_bg.wasm wasm/pkg/web.js wasm/js/core.mjs wasm/js/web.mjs \
+         wasm/pkg/node.mjs wasm/pkg/node.cjs wasm/pkg/core.cjs; do
   r=$(wc -c <"$f"); g=$(gz "$f")
   printf '%-36s %10d %10d\n' "$f" "$r" "$g"
 done
-for f in wasm/pkg/web/recovery_wasm_bg.wasm wasm/pkg/web/recovery_wasm.js wasm/js/core.mjs wasm/js/web.mjs; do
+for f in wasm/pkg/recovery_wasm_bg.wasm wasm/pkg/web.js wasm/js/core.mjs wasm/js/web.mjs; do
   total_raw=$((total_raw + $(wc -c <"$f"))); total_gz=$((total_gz + $(gz "$f")))
 done
 printf '%-36s %10d %10d  (target: gzip <= 61440)\n' "browser total (wasm + glue)" "$total_raw" "$total_gz"

@@ -75,6 +75,9 @@ export interface AdmissionContext {
   failure: Record<string, unknown>;
 }
 
+/** What a UI shows about a request (Rust `RecoveryStatus`), derived from the lifecycle events. */
+export type RecoveryStatus = 'in_progress' | 'reconnecting' | 'waiting_for_network' | 'completed' | 'failed' | 'cancelled';
+
 export type ProtocolName = 'auto' | 'openai-chat' | 'openai-responses' | 'anthropic' | 'gemini' | 'ollama' | 'sse';
 export type Category = 'transport' | 'http' | 'client_timeout' | 'provider_response';
 
@@ -115,6 +118,13 @@ export interface RecoveringFetchOptions {
   sseTerminal?: { data: string } | { event: string };
   /** Receives every lifecycle event. */
   onEvent?: (event: LifecycleEvent) => void;
+  /**
+   * Called when what a UI should show changes: `reconnecting` while a
+   * failed attempt is retried or resumed ("Reconnecting…"), `waiting_for_network`
+   * while parked offline, `in_progress` once output flows again, then one of
+   * `completed`, `failed`, `cancelled`.
+   */
+  onStatus?: (status: RecoveryStatus) => void;
   /** Cancels every request of this function when aborted. */
   signal?: AbortSignal;
   /** The underlying fetch (default: the global `fetch`). */

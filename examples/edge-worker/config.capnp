@@ -25,8 +25,8 @@ const proxyWorker :Workerd.Worker = (
     (name = "recovery-wasm", esModule = "export * from './node_modules/recovery-wasm/js/workerd.mjs';"),
     (name = "node_modules/recovery-wasm/js/workerd.mjs", esModule = embed "../../wasm/js/workerd.mjs"),
     (name = "node_modules/recovery-wasm/js/core.mjs", esModule = embed "../../wasm/js/core.mjs"),
-    (name = "node_modules/recovery-wasm/pkg/web/recovery_wasm.js", esModule = embed "../../wasm/pkg/web/recovery_wasm.js"),
-    (name = "node_modules/recovery-wasm/pkg/web/recovery_wasm_bg.wasm", wasm = embed "../../wasm/pkg/web/recovery_wasm_bg.wasm"),
+    (name = "node_modules/recovery-wasm/pkg/web.js", esModule = embed "../../wasm/pkg/web.js"),
+    (name = "node_modules/recovery-wasm/pkg/recovery_wasm_bg.wasm", wasm = embed "../../wasm/pkg/recovery_wasm_bg.wasm"),
   ],
   compatibilityDate = "2025-09-01",
   bindings = [

@@ -9,7 +9,7 @@ export function _bind(module) {
   wasm = module;
 }
 
-const FUNCTION_OPTIONS = ['onEvent', 'signal', 'fetch', 'admission', 'continuation'];
+const FUNCTION_OPTIONS = ['onEvent', 'onStatus', 'signal', 'fetch', 'admission', 'continuation'];
 const reports = new WeakMap();
 
 /**
@@ -86,7 +86,7 @@ function checkOptions(options) {
   if (typeof options !== 'object') {
     throw new TypeError('createRecoveringFetch: options must be an object');
   }
-  for (const key of ['onEvent', 'fetch', 'admission', 'continuation']) {
+  for (const key of ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation']) {
     if (options[key] !== undefined && typeof options[key] !== 'function') {
       const e = new TypeError(`invalid recovery option \`${key}\`: expected a function`);
       e.code = 'invalid_option';
@@ -160,6 +160,7 @@ export function createRecoveringFetch(options) {
       [...request.headers],
       body,
       opts.onEvent,
+      opts.onStatus,
       opts.admission,
       continuation,
     );

@@ -1,6 +1,6 @@
 // Node entry: the experimental-nodejs-module glue instantiates the wasm at
 // import time.
-import * as wasm from '../pkg/node/recovery_wasm.js';
+import * as wasm from '../pkg/node.mjs';
 import { _bind } from './core.mjs';
 
 _bind(wasm);

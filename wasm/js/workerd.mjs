@@ -1,9 +1,9 @@
 // workerd / Cloudflare Workers entry: deployed Workers refuse to compile wasm
 // from bytes, so the module is imported as a compiled WebAssembly.Module and
 // instantiated synchronously.
-import { initSync } from '../pkg/web/recovery_wasm.js';
-import wasmModule from '../pkg/web/recovery_wasm_bg.wasm';
-import * as wasm from '../pkg/web/recovery_wasm.js';
+import { initSync } from '../pkg/web.js';
+import wasmModule from '../pkg/recovery_wasm_bg.wasm';
+import * as wasm from '../pkg/web.js';
 import { _bind } from './core.mjs';
 
 initSync({ module: wasmModule });

@@ -25,6 +25,7 @@ use recovery_core::exchange::{
     AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
 use recovery_core::failure::{Failure, Phase, TransportKind};
+use recovery_core::RecoveryStatus;
 use recovery_core::outcome::{Outcome, ReplayDisabled};
 use recovery_core::resume::BODY_HEADERS;
 use recovery_core::timing::Instant;
@@ -53,6 +54,8 @@ pub(crate) struct RequestSpec {
     pub(crate) headers: Array,
     pub(crate) body: Option<Uint8Array>,
     pub(crate) on_event: Option<Function>,
+    /// Called with the new `RecoveryStatus` (snake_case) when it changes.
+    pub(crate) on_status: Option<Function>,
     pub(crate) admission: Option<Function>,
     /// `(prefix) => Promise<{ url, method, headers, body } | null>`.
     pub(crate) continuation: Option<Function>,
@@ -267,6 +270,8 @@ pub(crate) struct Driver {
     head: Option<Response>,
     continuation: Option<Outgoing>,
     ended: bool,
+    /// What `onStatus` was last told.
+    status: RecoveryStatus,
 }
 
 /// Marks a promise we do not wait for as handled, so its rejection is not
@@ -336,6 +341,7 @@ impl Driver {
             head: None,
             continuation: None,
             ended: false,
+            status: RecoveryStatus::InProgress,
         };
         driver.publish();
         driver
@@ -348,13 +354,19 @@ impl Driver {
         if events.is_empty() {
             return;
         }
-        // Published first: the callback may read the report.
+        // Published first: the callbacks may read the report.
         self.publish();
-        let Some(callback) = self.spec.on_event.clone() else {
-            return;
-        };
         for event in events {
-            let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&event));
+            if let Some(callback) = &self.spec.on_event {
+                let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&event));
+            }
+            let status = self.status.after(&event.kind);
+            if status != self.status {
+                self.status = status;
+                if let Some(callback) = &self.spec.on_status {
+                    let _ = callback.call1(&JsValue::UNDEFINED, &to_js(&status));
+                }
+            }
         }
     }
 

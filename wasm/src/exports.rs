@@ -65,6 +65,7 @@ impl RecoveryClient {
         headers: Array,
         body: Option<Uint8Array>,
         on_event: Option<Function>,
+        on_status: Option<Function>,
         admission: Option<Function>,
         continuation: Option<Function>,
     ) -> Call {
@@ -75,6 +76,7 @@ impl RecoveryClient {
             headers,
             body,
             on_event,
+            on_status,
             admission,
             continuation,
         };
@@ -110,6 +112,7 @@ impl RecoveryClient {
         headers: Array,
         body: Option<Uint8Array>,
         on_event: Option<Function>,
+        on_status: Option<Function>,
         admission: Option<Function>,
         continuation: Option<Function>,
         timing: T,
@@ -128,6 +131,7 @@ impl RecoveryClient {
             headers,
             body,
             on_event,
+            on_status,
             admission,
             continuation,
         };

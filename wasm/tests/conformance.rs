@@ -303,6 +303,7 @@ async fn run_vector(v: &Vector) -> Result<(), String> {
         Array::new(),
         body,
         Some(on_event),
+        None,
         admission,
         continuation,
         timing.clone(),

@@ -234,6 +234,7 @@ fn start_with(
         Some(on_event),
         None,
         None,
+        None,
     ));
     *slot.borrow_mut() = Some(Rc::clone(&call));
     Run { call, events }

@@ -134,3 +134,21 @@ test('a Retry-After hint is reported as state and delay_ms; the proof by its sta
   assert.equal(report.delays[0].cause, 'retry_after');
   assert.deepEqual(res.recovery.outcome(), { outcome: 'completed', proof: 'strong' });
 });
+
+test('onStatus tells a UI what to show: reconnecting, then in progress, then completed', async () => {
+  const path = `${prefix('status')}/v1/chat/completions`;
+  await load({ [path]: [fixture('openai-chat/role-only-then-cut.sse', { ending: 'rst' }), fixture('openai-chat/happy-usage.sse')] });
+  const statuses = [];
+  const rfetch = createRecoveringFetch({ ...fast, onStatus: (s) => statuses.push(s) });
+  const res = await rfetch(`${FAULT}${path}`, { method: 'POST', body: '{"stream":true}' });
+  assert.equal(await res.text(), HAPPY);
+  assert.deepEqual(statuses, ['reconnecting', 'in_progress', 'completed']);
+
+  const failing = `${prefix('status-failed')}/v1/chat/completions`;
+  await load({ [failing]: [{ ending: 'reset_before_head' }, { ending: 'reset_before_head' }] });
+  const seen = [];
+  const once = createRecoveringFetch({ ...fast, maxAttempts: 2, onStatus: (s) => seen.push(s) });
+  await assert.rejects(once(`${FAULT}${failing}`, { method: 'POST', body: '{}' }), TypeError);
+  assert.deepEqual(seen, ['reconnecting', 'failed']);
+  assert.throws(() => createRecoveringFetch({ onStatus: 'yes' }), { code: 'invalid_option' });
+});

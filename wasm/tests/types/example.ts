@@ -1,5 +1,5 @@
 // A typed use of the package, checked by `tsc --noEmit` (never run).
-import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type Proof, type RetryAfterHint, type RecoveryTypeError } from 'recovery-wasm';
+import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type Proof, type RetryAfterHint, type RecoveryTypeError, type RecoveryStatus } from 'recovery-wasm';
 
 const events: LifecycleEvent[] = [];
 const controller = new AbortController();
@@ -12,6 +12,9 @@ const rfetch = createRecoveringFetch({
   onEvent: (e) => {
     events.push(e);
     if (e.event === 'completed') console.log(e.logical_id, e.at_ms);
+  },
+  onStatus: (s: RecoveryStatus) => {
+    if (s === 'reconnecting' || s === 'waiting_for_network') console.log('Reconnecting…');
   },
   signal: controller.signal,
   admission: async (ctx) => ctx.nextAttempt <= 2,

@@ -13,8 +13,8 @@ const testWorker :Workerd.Worker = (
     (name = "worker.mjs", esModule = embed "worker.mjs"),
     (name = "js/workerd.mjs", esModule = embed "../../js/workerd.mjs"),
     (name = "js/core.mjs", esModule = embed "../../js/core.mjs"),
-    (name = "pkg/web/recovery_wasm.js", esModule = embed "../../pkg/web/recovery_wasm.js"),
-    (name = "pkg/web/recovery_wasm_bg.wasm", wasm = embed "../../pkg/web/recovery_wasm_bg.wasm"),
+    (name = "pkg/web.js", esModule = embed "../../pkg/web.js"),
+    (name = "pkg/recovery_wasm_bg.wasm", wasm = embed "../../pkg/recovery_wasm_bg.wasm"),
   ],
   compatibilityDate = "2025-09-01",
 );
