@@ -5,7 +5,10 @@
 //! ```
 //!
 //! Needs `OPENAI_API_KEY`. `OPENAI_BASE_URL` (default
-//! `https://api.openai.com/v1`) points it at any compatible server, and
+//! `https://api.openai.com/v1`) points it at any compatible server
+//! (OpenRouter: `https://openrouter.ai/api/v1`; vLLM:
+//! `http://127.0.0.1:8000/v1`; the llama.cpp server:
+//! `http://127.0.0.1:8080/v1`), and
 //! `OPENAI_MODEL` picks the model (default `gpt-4o-mini`). The text goes to
 //! stdout, the lifecycle and the report to stderr. Exit status 0 completed,
 //! 1 recovery failed, 2 configuration missing, 130 Ctrl-C.

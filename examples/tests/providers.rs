@@ -197,3 +197,104 @@ async fn ollama_streams_through_a_reset_with_admission() {
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0].path(), "/api/chat");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_resumes_a_background_stream_cut_after_output() {
+    let happy = support::fixture("openai-responses/happy.sse");
+    let text = String::from_utf8(happy).unwrap();
+    let delta = text.find("response.output_text.delta").unwrap();
+    let cut = text[delta..].find("\n\n").unwrap() + delta + 2;
+    let provider = FaultProvider::start(
+        recovery_tests::fault::ScriptSet::new(vec![])
+            .path(
+                "/v1/responses",
+                vec![
+                    stream("text/event-stream", "openai-responses/happy.sse")
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            )
+            .path(
+                "/v1/responses/resp_1",
+                vec![stream("text/event-stream", "openai-responses/happy.sse")],
+            ),
+    )
+    .await
+    .unwrap();
+    let base = format!("{}/v1", provider.base_url());
+    let out = run(
+        &example("openai_responses"),
+        &[],
+        &[
+            ("OPENAI_API_KEY", "sk-test-key"),
+            ("OPENAI_BASE_URL", &base),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let expected =
+        recovery_examples::text::DeltaText::new(recovery_core::ProtocolKind::OpenAiResponses)
+            .push(text.as_bytes());
+    assert!(!expected.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{expected}\n"),
+        "the whole answer once: no gap, no duplicate"
+    );
+    assert!(out.stderr.contains("resum"), "{}", out.stderr);
+    assert!(!out.stderr.contains("sk-test-key"), "{}", out.stderr);
+    let post = provider.requests_for("/v1/responses");
+    assert_eq!(post.len(), 1, "never a POST replay");
+    let body: Value = serde_json::from_slice(&post[0].body).unwrap();
+    assert_eq!(body["background"], true);
+    assert_eq!(body["stream"], true);
+    let get = &provider.requests_for("/v1/responses/resp_1")[0];
+    assert_eq!(get.method, "GET");
+    assert!(get.target.contains("starting_after="), "{}", get.target);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_needs_a_key_and_says_so() {
+    let out = run(&example("gemini"), &[], &[], b"").await;
+    assert_eq!(out.code(), Some(2));
+    assert!(out.stderr.contains("GEMINI_API_KEY"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_streams_through_a_503_from_the_base_url() {
+    let provider = FaultProvider::start(vec![
+        Script::status(503)
+            .header("content-type", "application/json")
+            .write(Write::text(
+                r#"{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}"#,
+            )),
+        stream("text/event-stream", "gemini/lf-happy.sse"),
+    ])
+    .await
+    .unwrap();
+    let base = format!("{}/v1beta", provider.base_url());
+    let out = run(
+        &example("gemini"),
+        &["Count", "to", "three"],
+        &[
+            ("GEMINI_API_KEY", "g-test-key"),
+            ("GEMINI_BASE_URL", &base),
+            ("GEMINI_MODEL", "gemini-test"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "There are three.\n");
+    assert!(!out.stderr.contains("g-test-key"), "{}", out.stderr);
+    let sent = provider.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0].target,
+        "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(sent[0].header("x-goog-api-key"), Some(&b"g-test-key"[..]));
+    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(body["contents"][0]["parts"][0]["text"], "Count to three");
+}

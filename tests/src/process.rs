@@ -49,6 +49,9 @@ pub fn spawn(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Child {
         "ANTHROPIC_MODEL",
         "OLLAMA_HOST",
         "OLLAMA_MODEL",
+        "GEMINI_API_KEY",
+        "GEMINI_BASE_URL",
+        "GEMINI_MODEL",
     ] {
         cmd.env_remove(k);
     }

@@ -19,13 +19,13 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use js_sys::{Array, Function, Object, Reflect, Uint8Array};
+use recovery_core::RecoveryStatus;
 use recovery_core::budget::{AttemptAllowance, RetryBudget};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::exchange::{
     AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
 use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::RecoveryStatus;
 use recovery_core::outcome::{Outcome, ReplayDisabled};
 use recovery_core::resume::BODY_HEADERS;
 use recovery_core::timing::Instant;
