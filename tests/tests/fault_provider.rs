@@ -1,7 +1,8 @@
 //! The fault provider does what its scripts say, over real loopback sockets,
 //! as seen by a hyper-util legacy client (the client the tower layer wraps).
 //!
-//! Expected client results are the ones reliability-matrix §6.1 measured.
+//! Expected client results are what a hyper-util client reports for each
+//! framing and ending (CONTRIBUTING.md, "Test names").
 //! Synchronisation is on server-side counters and stall gates; the only
 //! timeouts are guards that turn a hang into a failure.
 
@@ -122,7 +123,7 @@ fn sse(text: &str) -> Script {
 }
 
 // ---------------------------------------------------------------------------
-// Framing and endings (reliability-matrix §6.1)
+// Framing and endings
 
 #[tokio::test]
 async fn content_length_clean_keeps_the_connection_alive() {

@@ -45,7 +45,7 @@ const NON_SEMANTIC: &[&str] = &[
     "error",
 ];
 
-/// Maps a stop reason (protocols.md §6.2) to the terminal it proves.
+/// Maps a `message_delta` stop reason to the terminal it proves.
 pub(crate) fn stop_terminal(stop_reason: Option<&str>) -> Terminal {
     let unsuccessful = |reason| Terminal::Unsuccessful { reason };
     match stop_reason {

@@ -7,7 +7,9 @@ use crate::progress::{ProviderError, Transience};
 use crate::safe::allowlisted_code;
 
 /// What a provider error code or type says about retrying, when it says
-/// anything (protocols.md §4.5, §5.3, §6.3, §7.2).
+/// anything: the codes OpenAI, Anthropic, Gemini and Ollama document for
+/// overload, rate limits and server errors are transient; authentication,
+/// quota and invalid-request codes are permanent.
 pub fn transience_for_token(token: &str) -> Option<Transience> {
     match token {
         "server_error"
@@ -99,7 +101,7 @@ pub(crate) fn classify_error_value<'a, V: JsonView<'a>>(
 /// Classifies a complete error body (a non-2xx response, or a JSON error
 /// answered where a stream was expected) into a provider error.
 ///
-/// Reads the shapes of protocols.md §12.1: OpenAI / OpenRouter / Gemini
+/// Reads the error shapes providers send: OpenAI / OpenRouter / Gemini
 /// `{"error":{…}}`, Anthropic `{"type":"error","error":{…}}`, Ollama
 /// `{"error":"…"}`, vLLM `{"object":"error",…}`. Returns `None` when the body
 /// is not one of them. A 429 whose body says `insufficient_quota` is

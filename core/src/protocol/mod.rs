@@ -91,7 +91,9 @@ impl Default for SemanticOptions {
     }
 }
 
-/// The class of one decoded frame (protocols.md §0).
+/// The class of one decoded frame: semantic output (S, or X for a
+/// server-side tool start), non-semantic (N), keepalive (K), a successful
+/// or unsuccessful terminal (T+, T-), a provider error (E).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "class", content = "kind")]
 pub(crate) enum EventClass {

@@ -39,7 +39,11 @@ pub struct OpenAiChat {
 /// Top-level keys [`OpenAiChat::chunk`] reads.
 const CHUNK_KEYS: [&str; 4] = ["error", "object", "choices", "usage"];
 
-/// How a `finish_reason` ends its choice (protocols.md §4.3).
+/// How a `finish_reason` ends its choice: `stop`, `tool_calls` and
+/// `function_call` succeed; `length`, `content_filter` (`sensitive` on some
+/// compatible servers) and any unknown reason end it unsuccessfully;
+/// `error` (OpenRouter) is classified by its error object; `network_error`
+/// and `insufficient_system_resource` are transient provider errors.
 enum Finish {
     End(ChoiceEnd),
     Error(Transience),

@@ -41,7 +41,7 @@ pub fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// The matrix's test policy (reliability-matrix.md §1): 3 attempts, backoff
+/// The fault rows' test policy: 3 attempts, backoff
 /// 0.5 s / 8 s, Retry-After ceiling 60 s, recovery budget 120 s, statuses
 /// 408, 409, 429, 500, 502, 503, 504, 529.
 pub fn test_policy() -> RecoveryPolicy {
@@ -317,8 +317,8 @@ impl Run {
         self.events.iter().map(|e| e.kind.name()).collect()
     }
 
-    /// Event names without `committed` (the canonical sequences of
-    /// anchors.md §1.2 list transitions only; commit is asserted apart).
+    /// Event names without `committed` (the canonical sequences list
+    /// transitions only; commit is asserted apart).
     pub fn transitions(&self) -> Vec<&'static str> {
         self.names()
             .into_iter()

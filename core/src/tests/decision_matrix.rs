@@ -3,9 +3,10 @@
 //! Every combination of (semantic observed, failure class, ambiguous
 //! acceptance, endpoint, attempts left, budget left, resume possible, online,
 //! admission answer, hook installed, cancelled) is fed to `decide` and
-//! compared with an oracle written here from the rules of ARCHITECTURE.md and
-//! reliability-matrix.md, as a precedence list, not from `decide`'s body.
-//! Then the Retry-After decision vectors of protocols.md §12.2.
+//! compared with an oracle written here from the rules of ARCHITECTURE.md,
+//! as a precedence list, not from `decide`'s body. Then the Retry-After
+//! decision vectors (a hint is a floor, never shortened; above the ceiling
+//! or the budget it is refused).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -332,7 +333,7 @@ fn decide_is_pure() {
     }
 }
 
-// --- Retry-After decision vectors (protocols.md §12.2) ---------------------
+// --- Retry-After decision vectors ---------------------------------------
 
 fn wall() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1000)

@@ -1,7 +1,8 @@
 //! Every fixture under `tests/fixtures/<protocol>/` decoded in one read:
 //! the class of each frame, how the stream ends, whether semantic output was
 //! observed (replay forbidden), and completed tool calls. The expectations
-//! come from protocols.md §4–§8 and §13.
+//! are the providers' documented stream grammars (README, "Supported
+//! protocols") applied to recorded streams.
 
 use super::decode_support as support;
 

@@ -1,5 +1,6 @@
-//! Robustness cases R1–R35 of protocols.md §11 and the decoder rows of the
-//! reliability matrix (BD3, BD6, BD7, PT8, PT10, PT14, PT15, DC2, ST4).
+//! Decoder robustness cases R1–R35 (malformed, split, oversized and
+//! adversarial streams) and the decoder fault rows (BD3, BD6, BD7, PT8,
+//! PT10, PT14, PT15, DC2, ST4; CONTRIBUTING.md, "Test names").
 
 use super::decode_support as support;
 

@@ -1,5 +1,6 @@
 //! Lifecycle sequences of the engine, driven through `Recovery` on the
-//! virtual clock: the canonical sequences of anchors.md §1.2 and issue 2.
+//! virtual clock: the canonical event sequences of a retry, a resume, a
+//! cancellation and an exhaustion.
 //! Every run also passes the harness's global checks (exactly one terminal
 //! event, contiguous attempt numbers, G9 ordering, no timer left).
 

@@ -1,4 +1,4 @@
-//! Every row of reliability-matrix.md whose "where" names C, as engine-level
+//! The fault rows (CONTRIBUTING.md, "Test names") checked at the engine, as engine-level
 //! tests: scripted failures (the evidence a driver and the body observer would
 //! produce) fed to `Recovery` on the virtual clock, no I/O. Each test is named
 //! after its row. The harness checks LC1, G2, G9 and G12 on every run.

@@ -2,7 +2,7 @@
 //!
 //! `fault-provider --port N --script FILE [--fixtures DIR]`. With `--port 0`
 //! the first stdout line is `listening http://127.0.0.1:PORT`, which a harness
-//! reads to bake the URL into the wasm tests (wasm-toolchain.md §6). CORS is on
+//! reads to bake the URL into the wasm tests (scripts/test-wasm.sh). CORS is on
 //! and the `/__fault/` control endpoint is served, so browser tests can load
 //! scripts, read counters and release stalls without restarting the process.
 //! It runs until killed.

@@ -21,7 +21,9 @@
 //! `SO_LINGER` 0 at a chosen moment. Writing the response bytes directly on a
 //! `tokio::net::TcpStream` (requests parsed with `httparse`) gives byte-exact
 //! control of framing and of how and when the connection ends, which is what
-//! reliability-matrix §6.1 measures clients against. Keep-alive is kept for
+//! the framing tests measure clients against (a short chunked or
+//! `content-length` body is a body error, a close-delimited one cut by FIN a
+//! clean end). Keep-alive is kept for
 //! the happy paths so pooled-connection behaviour is exercised too.
 //!
 //! # Script JSON

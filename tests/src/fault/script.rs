@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// How the response body is framed on the wire.
 ///
 /// The three HTTP/1.1 framings are kept distinct because a client detects
-/// truncation differently under each (reliability-matrix §6.1): a short
+/// truncation differently under each: a short
 /// chunked or `content-length` body is a body error, a close-delimited body
 /// cut by FIN is a clean end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

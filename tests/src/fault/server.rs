@@ -20,7 +20,8 @@ use super::wire::{self, Framing, Parsed};
 pub const CONTROL_PREFIX: &str = "/__fault/";
 
 /// Headers a browser may read cross-origin: the hint headers the driver needs
-/// (wasm-toolchain.md §6). Without this list `fetch` reports them absent.
+/// (`Access-Control-Expose-Headers`). Without this list a cross-origin
+/// `fetch` reports them absent.
 const EXPOSE_HEADERS: &str =
     "retry-after, retry-after-ms, x-should-retry, x-request-id, request-id, location";
 

@@ -1,5 +1,6 @@
 // Prints a loopback URL whose port refused connections a moment ago: bind an
-// ephemeral port, note it, close the listener (reliability-matrix §6.2).
+// ephemeral port, note it, close the listener (nothing listens there now,
+// so a connection to it is refused).
 import { createServer } from 'node:net';
 
 const server = createServer();
