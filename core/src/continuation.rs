@@ -119,6 +119,7 @@ impl DeliveredPrefix {
         let s = |v: Option<Lazy<'_>>| v.and_then(JsonView::text).map(std::borrow::Cow::into_owned);
         let raw = |v: Lazy<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
         match self.kind {
+            #[cfg(feature = "openai-chat")]
             ProtocolKind::OpenAiChat => {
                 for choice in items(v.get("choices")) {
                     let Some(d) = choice.get("delta") else {
@@ -134,6 +135,7 @@ impl DeliveredPrefix {
                     }
                 }
             }
+            #[cfg(feature = "anthropic")]
             ProtocolKind::Anthropic => {
                 let kind = s(v.get("type"));
                 match kind.as_deref() {
@@ -157,6 +159,7 @@ impl DeliveredPrefix {
                     _ => {}
                 }
             }
+            #[cfg(feature = "openai-responses")]
             ProtocolKind::OpenAiResponses => {
                 let t = s(v.get("type")).unwrap_or_default();
                 if t == "response.output_text.delta" || t == "response.refusal.delta" {
@@ -169,6 +172,7 @@ impl DeliveredPrefix {
                     tools.extend(s(v.get("delta")));
                 }
             }
+            #[cfg(feature = "gemini")]
             ProtocolKind::Gemini => {
                 for cand in items(v.get("candidates")) {
                     let parts = cand.get("content").and_then(|c| c.get("parts"));
@@ -183,6 +187,7 @@ impl DeliveredPrefix {
                     }
                 }
             }
+            #[cfg(feature = "ollama")]
             ProtocolKind::Ollama => {
                 let m = v.get("message");
                 let field = |k| s(m.and_then(|m| m.get(k)));
@@ -192,7 +197,7 @@ impl DeliveredPrefix {
                     tools.push(raw(call));
                 }
             }
-            ProtocolKind::Sse { .. } => {}
+            _ => {}
         }
         for t in text {
             push(&mut self.text, &t, &mut self.truncated);

@@ -14,10 +14,19 @@ use serde::{Deserialize, Serialize};
 use crate::failure::Unfinished;
 use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
 use crate::progress::{Proof, UnsuccessfulReason};
+#[cfg(feature = "anthropic")]
+use crate::protocol::Anthropic;
+#[cfg(feature = "gemini")]
+use crate::protocol::Gemini;
+#[cfg(feature = "ollama")]
+use crate::protocol::Ollama;
+#[cfg(feature = "openai-chat")]
+use crate::protocol::OpenAiChat;
+#[cfg(feature = "openai-responses")]
+use crate::protocol::OpenAiResponses;
 use crate::protocol::{
-    Anthropic, BodyForm, Decode, EventClass, EventInfo, Evidence, Frame, Gemini, GenericSse,
-    Ollama, OpenAiChat, OpenAiResponses, Protocol, ProtocolKind, SemanticOptions,
-    classify_json_body, partial_body_may_be_semantic,
+    BodyForm, Decode, EventClass, EventInfo, Evidence, Frame, GenericSse, Protocol, ProtocolKind,
+    SemanticOptions, classify_json_body, partial_body_may_be_semantic,
 };
 use crate::wire::{
     Limits, NdjsonDecoder, NdjsonItem, NdjsonSink, SseDecoder, SseItem, SseSink, data_value_start,
@@ -118,10 +127,15 @@ enum Framing {
 
 #[derive(Debug, Clone)]
 enum AnyProtocol {
+    #[cfg(feature = "openai-chat")]
     Chat(OpenAiChat),
+    #[cfg(feature = "openai-responses")]
     Responses(OpenAiResponses),
+    #[cfg(feature = "anthropic")]
     Anthropic(Anthropic),
+    #[cfg(feature = "gemini")]
     Gemini(Gemini),
+    #[cfg(feature = "ollama")]
     Ollama(Ollama),
     Sse(GenericSse),
 }
@@ -130,23 +144,37 @@ impl AnyProtocol {
     fn new(kind: &ProtocolKind, semantic: SemanticOptions) -> Self {
         let opaque = semantic.opaque_reasoning_is_semantic;
         match kind {
+            #[cfg(feature = "openai-chat")]
             ProtocolKind::OpenAiChat => AnyProtocol::Chat(OpenAiChat::new()),
+            #[cfg(feature = "openai-responses")]
             ProtocolKind::OpenAiResponses => AnyProtocol::Responses(OpenAiResponses::new(opaque)),
+            #[cfg(feature = "anthropic")]
             ProtocolKind::Anthropic => AnyProtocol::Anthropic(Anthropic::new(opaque)),
+            #[cfg(feature = "gemini")]
             ProtocolKind::Gemini => AnyProtocol::Gemini(Gemini::new()),
+            #[cfg(feature = "ollama")]
             ProtocolKind::Ollama => AnyProtocol::Ollama(Ollama::new()),
             ProtocolKind::Sse { terminal_sentinel } => {
                 AnyProtocol::Sse(GenericSse::new(terminal_sentinel.clone()))
             }
+            // A protocol this build leaves out: generic SSE without a
+            // terminal, which never proves an end.
+            #[allow(unreachable_patterns)]
+            _ => AnyProtocol::Sse(GenericSse::new(None)),
         }
     }
 
     fn get_ref(&self) -> &dyn Protocol {
         match self {
+            #[cfg(feature = "openai-chat")]
             AnyProtocol::Chat(p) => p,
+            #[cfg(feature = "openai-responses")]
             AnyProtocol::Responses(p) => p,
+            #[cfg(feature = "anthropic")]
             AnyProtocol::Anthropic(p) => p,
+            #[cfg(feature = "gemini")]
             AnyProtocol::Gemini(p) => p,
+            #[cfg(feature = "ollama")]
             AnyProtocol::Ollama(p) => p,
             AnyProtocol::Sse(p) => p,
         }
@@ -154,10 +182,15 @@ impl AnyProtocol {
 
     fn get(&mut self) -> &mut dyn Protocol {
         match self {
+            #[cfg(feature = "openai-chat")]
             AnyProtocol::Chat(p) => p,
+            #[cfg(feature = "openai-responses")]
             AnyProtocol::Responses(p) => p,
+            #[cfg(feature = "anthropic")]
             AnyProtocol::Anthropic(p) => p,
+            #[cfg(feature = "gemini")]
             AnyProtocol::Gemini(p) => p,
+            #[cfg(feature = "ollama")]
             AnyProtocol::Ollama(p) => p,
             AnyProtocol::Sse(p) => p,
         }
@@ -172,10 +205,15 @@ impl AnyProtocol {
     ) -> Result<EventInfo, ProtocolViolation> {
         // Static dispatch on the hot path.
         match self {
+            #[cfg(feature = "openai-chat")]
             AnyProtocol::Chat(p) => p.on_frame(frame, decode, ev),
+            #[cfg(feature = "openai-responses")]
             AnyProtocol::Responses(p) => p.on_frame(frame, decode, ev),
+            #[cfg(feature = "anthropic")]
             AnyProtocol::Anthropic(p) => p.on_frame(frame, decode, ev),
+            #[cfg(feature = "gemini")]
             AnyProtocol::Gemini(p) => p.on_frame(frame, decode, ev),
+            #[cfg(feature = "ollama")]
             AnyProtocol::Ollama(p) => p.on_frame(frame, decode, ev),
             AnyProtocol::Sse(p) => p.on_frame(frame, decode, ev),
         }
@@ -281,6 +319,7 @@ impl<F: FnMut(&EventRecord)> SseSink for ReadFeed<'_, F> {
         let limits = self.limits;
         let mut taken = 0;
         match &mut *self.protocol {
+            #[cfg(feature = "openai-chat")]
             AnyProtocol::Chat(chat) => loop {
                 let buf = &rest[taken..];
                 let Some(v) = data_value_start(buf) else {
@@ -303,6 +342,7 @@ impl<F: FnMut(&EventRecord)> SseSink for ReadFeed<'_, F> {
             },
             // Named events: the classification of a learned delta does not
             // read the name (the type is in the template's fixed bytes).
+            #[cfg(feature = "anthropic")]
             AnyProtocol::Anthropic(anthropic) => loop {
                 let buf = &rest[taken..];
                 let Some(named) = event_line(buf, limits.max_line) else {
@@ -353,6 +393,7 @@ impl<F: FnMut(&EventRecord)> NdjsonSink for ReadFeed<'_, F> {
     /// one comparison against the template, without the line search; the
     /// result equals the decoder's line followed by the protocol's
     /// classification (the learned document holds no line end).
+    #[cfg(feature = "ollama")]
     fn whole_lines(&mut self, rest: &[u8], offset: u64) -> Option<usize> {
         let (Decode::Fast, AnyProtocol::Ollama(ollama)) = (self.decode, &mut *self.protocol) else {
             return None;

@@ -2,11 +2,12 @@
 //! answer with a finish reason is terminal proof, and content inside a
 //! truncated one was observed all the same.
 
+#[cfg(feature = "anthropic")]
 use super::anthropic::{block_kind, stop_terminal};
 use super::errors::classify_error_value;
 use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
-use super::{Evidence, Gemini, OpenAiChat, OpenAiResponses, SemanticOptions, usage};
+use super::{Evidence, SemanticOptions};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 
@@ -36,36 +37,43 @@ pub fn classify_json_body(
         return Ok(());
     }
     match kind {
+        #[cfg(feature = "openai-chat")]
         ProtocolKind::OpenAiChat => {
-            let mut chat = OpenAiChat::new();
+            let mut chat = super::OpenAiChat::new();
             chat.chunk(root, ev)?;
             let outcome = chat.body_outcome();
             ev.set_terminal(outcome);
         }
+        #[cfg(feature = "gemini")]
         ProtocolKind::Gemini => {
-            let mut gemini = Gemini::new();
+            let mut gemini = super::Gemini::new();
             gemini.chunk(root, ev)?;
             if let Some(outcome) = gemini.body_outcome() {
                 ev.set_terminal(outcome);
             }
         }
+        #[cfg(feature = "ollama")]
         ProtocolKind::Ollama => {
             super::Ollama::line(root, ev)?;
         }
+        #[cfg(feature = "openai-responses")]
         ProtocolKind::OpenAiResponses => responses_body(root, options, ev),
+        #[cfg(feature = "anthropic")]
         ProtocolKind::Anthropic => anthropic_body(root, options, ev),
-        ProtocolKind::Sse { .. } => {}
+        // Generic SSE, or a protocol this build leaves out: no proof.
+        _ => {}
     }
     Ok(())
 }
 
+#[cfg(feature = "openai-responses")]
 fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &mut Evidence) {
     let [id, status, output, usage_v] = root.fields(["id", "status", "output", "usage"]);
     if let Some(id) = id.and_then(JsonView::text) {
         ev.cursor.response_id = Some(id.into_owned());
     }
     if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-        usage::responses(&mut ev.usage, u);
+        super::usage::responses(&mut ev.usage, u);
     }
     if let Some(output) = output {
         output.for_each(|item| {
@@ -96,14 +104,15 @@ fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &m
     }
     let status = status.and_then(JsonView::text);
     if let Some(s) = status.as_deref() {
-        OpenAiResponses::finished(s, Some(root), ev, Proof::Strong);
+        super::OpenAiResponses::finished(s, Some(root), ev, Proof::Strong);
     }
 }
 
+#[cfg(feature = "anthropic")]
 fn anthropic_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &mut Evidence) {
     let [content, stop_reason, usage_v] = root.fields(["content", "stop_reason", "usage"]);
     if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-        usage::anthropic(&mut ev.usage, u);
+        super::usage::anthropic(&mut ev.usage, u);
     }
     if let Some(content) = content {
         content.for_each(|block| {

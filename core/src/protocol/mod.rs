@@ -9,28 +9,38 @@
 //! tests. What a protocol proves and resumes is listed in
 //! [`resume::capabilities`](crate::resume::capabilities).
 
+#[cfg(feature = "anthropic")]
 mod anthropic;
 mod body;
 mod errors;
+#[cfg(feature = "gemini")]
 mod gemini;
 mod generic;
 pub(crate) mod json;
 mod kind;
+#[cfg(feature = "ollama")]
 mod ollama;
+#[cfg(feature = "openai-chat")]
 mod openai_chat;
+#[cfg(feature = "openai-responses")]
 mod openai_responses;
 mod usage;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "anthropic")]
 pub(crate) use anthropic::Anthropic;
 pub(crate) use body::{classify_json_body, partial_body_may_be_semantic};
 pub(crate) use errors::classify_error_body;
+#[cfg(feature = "gemini")]
 pub(crate) use gemini::Gemini;
 pub(crate) use generic::GenericSse;
 pub use kind::{BodyForm, ProtocolChoice, ProtocolKind, SseTerminal, UnknownProtocol};
+#[cfg(feature = "ollama")]
 pub(crate) use ollama::Ollama;
+#[cfg(feature = "openai-chat")]
 pub(crate) use openai_chat::OpenAiChat;
+#[cfg(feature = "openai-responses")]
 pub(crate) use openai_responses::OpenAiResponses;
 
 use crate::progress::{
