@@ -17,27 +17,81 @@ WASM_OPT="$ROOT/wasm/node_modules/.bin/wasm-opt" # never Debian's binaryen
 step() { printf '\n== wasm: %s\n' "$*"; }
 
 step "build the package"
-cargo build -q --profile wasm-release -p recovery-wasm --target wasm32-unknown-unknown
-IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/recovery_wasm.wasm"
+# One module per protocol and one with all of them (`protocol: "auto"`),
+# each in pkg/<name>/ with its three glues (web, Node ESM, Node CommonJS)
+# and the entry points that bind it to js/shell.mjs.
+MODULES="all openai-chat openai-responses anthropic gemini ollama sse"
 rm -rf wasm/pkg
 mkdir -p wasm/pkg
+IN="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/recovery_wasm.wasm"
 GLUE=$(mktemp -d)
-wasm-bindgen --target web --out-dir "$GLUE/web" "$IN"
-wasm-bindgen --target experimental-nodejs-module --out-dir "$GLUE/node" "$IN"
-wasm-bindgen --target nodejs --out-dir "$GLUE/cjs" "$IN"
-# One module for every entry: the three glues differ, the wasm does not.
-cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/node/recovery_wasm_bg.wasm"
-cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/cjs/recovery_wasm_bg.wasm"
-# Size first; the module's memory is its own (zero-filled at start) and
-# nothing lives in its first KiB, so binaryen may assume both.
-"$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
-  "$GLUE/web/recovery_wasm_bg.wasm" -o wasm/pkg/recovery_wasm_bg.wasm
-cp "$GLUE/web/recovery_wasm.js" wasm/pkg/web.js
-cp "$GLUE/node/recovery_wasm.js" wasm/pkg/node.mjs
-cp "$GLUE/cjs/recovery_wasm.js" wasm/pkg/node.cjs
+for m in $MODULES; do
+  case "$m" in
+    all) features=() ;;
+    sse) features=(--no-default-features) ;;
+    *) features=(--no-default-features --features "$m") ;;
+  esac
+  cargo build -q --profile wasm-release -p recovery-wasm --target wasm32-unknown-unknown "${features[@]}"
+  out="wasm/pkg/$m"
+  mkdir -p "$out"
+  rm -rf "$GLUE"/*
+  wasm-bindgen --target web --out-dir "$GLUE/web" "$IN"
+  wasm-bindgen --target experimental-nodejs-module --out-dir "$GLUE/node" "$IN"
+  wasm-bindgen --target nodejs --out-dir "$GLUE/cjs" "$IN"
+  # One module for every glue: the glues differ, the wasm does not.
+  cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/node/recovery_wasm_bg.wasm"
+  cmp "$GLUE/web/recovery_wasm_bg.wasm" "$GLUE/cjs/recovery_wasm_bg.wasm"
+  # Size first; the module's memory is its own (zero-filled at start) and
+  # nothing lives in its first KiB, so binaryen may assume both.
+  "$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
+    "$GLUE/web/recovery_wasm_bg.wasm" -o "$out/recovery_wasm_bg.wasm"
+  cp "$GLUE/web/recovery_wasm.js" "$out/glue.web.js"
+  cp "$GLUE/node/recovery_wasm.js" "$out/glue.node.mjs"
+  cp "$GLUE/cjs/recovery_wasm.js" "$out/glue.node.cjs"
+  cat >"$out/web.mjs" <<'JS'
+// Browsers and web workers: fetches and instantiates the module next to
+// this file (top-level await), then binds the shell to it.
+import init, * as wasm from './glue.web.js';
+import { bind } from '../../js/shell.mjs';
+
+await init({ module_or_path: new URL('./recovery_wasm_bg.wasm', import.meta.url) });
+export const createRecoveringFetch = bind(wasm);
+export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+JS
+  cat >"$out/node.mjs" <<'JS'
+// Node, ESM: the glue reads and instantiates the module at import.
+import * as wasm from './glue.node.mjs';
+import { bind } from '../../js/shell.mjs';
+
+export const createRecoveringFetch = bind(wasm);
+export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+JS
+  cat >"$out/node.cjs" <<'JS'
+// Node, CommonJS: the glue reads and instantiates the module at require.
+'use strict';
+const wasm = require('./glue.node.cjs');
+const shell = require('../shell.cjs');
+
+exports.createRecoveringFetch = shell.bind(wasm);
+exports.recoveryOf = shell.recoveryOf;
+exports.RecoveryError = shell.RecoveryError;
+JS
+  cat >"$out/workerd.mjs" <<'JS'
+// workerd / Cloudflare Workers: deployed Workers refuse to compile wasm
+// from bytes, so the module is imported compiled and instantiated at once.
+import { initSync } from './glue.web.js';
+import * as wasm from './glue.web.js';
+import wasmModule from './recovery_wasm_bg.wasm';
+import { bind } from '../../js/shell.mjs';
+
+initSync({ module: wasmModule });
+export const createRecoveringFetch = bind(wasm);
+export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+JS
+done
 rm -rf "$GLUE"
-# The CommonJS copy of the API (`require`), and its declarations.
-wasm/node_modules/.bin/esbuild wasm/js/core.mjs --format=cjs --log-level=warning --outfile=wasm/pkg/core.cjs
+# The CommonJS copy of the shell (`require`), and its declarations.
+wasm/node_modules/.bin/esbuild wasm/js/shell.mjs --format=cjs --log-level=warning --outfile=wasm/pkg/shell.cjs
 cp wasm/index.d.ts wasm/pkg/index.d.cts
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 

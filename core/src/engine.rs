@@ -148,6 +148,11 @@ impl Recovery {
         &self.report
     }
 
+    /// Whether events wait to be drained.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Takes the events produced since the last call, in order.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
         self.events.drain(..)

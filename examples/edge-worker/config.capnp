@@ -22,11 +22,11 @@ const proxyWorker :Workerd.Worker = (
     (name = "worker.mjs", esModule = embed "worker.mjs"),
     # The npm package as wrangler would bundle it: the `workerd` entry, its
     # glue, and the .wasm as a compiled module (never compiled from bytes).
-    (name = "recovery-wasm", esModule = "export * from './node_modules/recovery-wasm/js/workerd.mjs';"),
-    (name = "node_modules/recovery-wasm/js/workerd.mjs", esModule = embed "../../wasm/js/workerd.mjs"),
-    (name = "node_modules/recovery-wasm/js/core.mjs", esModule = embed "../../wasm/js/core.mjs"),
-    (name = "node_modules/recovery-wasm/pkg/web.js", esModule = embed "../../wasm/pkg/web.js"),
-    (name = "node_modules/recovery-wasm/pkg/recovery_wasm_bg.wasm", wasm = embed "../../wasm/pkg/recovery_wasm_bg.wasm"),
+    (name = "recovery-wasm", esModule = "export * from './node_modules/recovery-wasm/pkg/all/workerd.mjs';"),
+    (name = "node_modules/recovery-wasm/pkg/all/workerd.mjs", esModule = embed "../../wasm/pkg/all/workerd.mjs"),
+    (name = "node_modules/recovery-wasm/js/shell.mjs", esModule = embed "../../wasm/js/shell.mjs"),
+    (name = "node_modules/recovery-wasm/pkg/all/glue.web.js", esModule = embed "../../wasm/pkg/all/glue.web.js"),
+    (name = "node_modules/recovery-wasm/pkg/all/recovery_wasm_bg.wasm", wasm = embed "../../wasm/pkg/all/recovery_wasm_bg.wasm"),
   ],
   compatibilityDate = "2025-09-01",
   bindings = [

@@ -1,23 +1,21 @@
-//! `recovery-wasm`: the Recovery engine over `fetch`, for browsers, workers,
-//! Node and edge runtimes.
+//! `recovery-wasm`: the Recovery engine for `fetch`, as a synchronous
+//! sans-IO module under a small JavaScript shell.
 //!
-//! The driver (wasm32 only) runs the same sans-IO engine as the tower layer
-//! over the global `fetch` and the body's `ReadableStream`; the npm package
-//! in this folder wraps it as `createRecoveringFetch(options)`, a function
-//! with `fetch`'s signature. On native targets only the option parsing is
-//! built, so its validation is tested with `cargo test`.
+//! The module decides nothing of its own: [`Machine`] translates between the
+//! shell's plain values (numbers, strings, bytes) and
+//! `recovery_core::exchange::Exchange`, the machine every driver of the
+//! engine runs. The shell (`js/shell.mjs`) owns everything that touches the
+//! platform: `fetch`, `ReadableStream`, `AbortController`, timers,
+//! `navigator.onLine`, option checking and the texts of errors. Built with
+//! one protocol feature, the module decodes only that protocol (the npm
+//! package's `recovery-wasm/openai-chat` and its siblings); with all of
+//! them, any (`protocol: "auto"`).
+//!
+//! Everything here also builds natively, so the translation is tested with
+//! `cargo test -p recovery-wasm`.
 #![deny(unsafe_code, missing_docs)]
 
-pub mod options;
+mod json;
+mod machine;
 
-#[cfg(target_arch = "wasm32")]
-mod driver;
-#[cfg(target_arch = "wasm32")]
-mod exports;
-#[cfg(target_arch = "wasm32")]
-mod js_value;
-#[cfg(target_arch = "wasm32")]
-pub mod platform;
-
-#[cfg(target_arch = "wasm32")]
-pub use exports::{Call, RecoveryClient};
+pub use machine::{Client, Machine, action, protocols};

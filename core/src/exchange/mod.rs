@@ -614,6 +614,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.engine.report()
     }
 
+    /// Whether lifecycle events wait in [`Exchange::drain_events`] (a
+    /// driver that crosses a boundary per call asks before draining).
+    pub fn has_events(&self) -> bool {
+        self.engine.has_events()
+    }
+
     /// Takes the lifecycle events produced since the last call, in order.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
         self.engine.drain_events()
@@ -978,20 +984,20 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// machine needs it, then given with [`Exchange::on_kept_chunk`]. The
     /// chunk is decoded either way, once.
     #[inline]
-    pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &C) -> bool {
+    pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &[u8]) -> bool {
         debug_assert!(self.is_passing_through());
         if matches!(self.stage, Stage::Draining) {
             self.chunks += 1;
-            self.delivered_bytes += chunk.as_ref().len() as u64;
+            self.delivered_bytes += chunk.len() as u64;
             return true;
         }
         let Some(source) = self.source.as_mut() else {
             return false;
         };
-        match source.feed(chunk.as_ref()) {
+        match source.feed(chunk) {
             Ok(()) if !source.flagged() => {
                 self.chunks += 1;
-                self.delivered_bytes += chunk.as_ref().len() as u64;
+                self.delivered_bytes += chunk.len() as u64;
                 true
             }
             Ok(()) => {

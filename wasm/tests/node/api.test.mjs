@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { createRecoveringFetch, recoveryOf, RecoveryError } from '../../js/node.mjs';
+import { createRecoveringFetch, recoveryOf, RecoveryError } from '../../pkg/all/node.mjs';
 import { FAULT, prefix, load, count, fixture, fast, terminals } from './helpers.mjs';
 
 const HAPPY = await readFile(new URL('../../../tests/fixtures/openai-chat/happy-usage.sse', import.meta.url), 'utf8');

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
-import { createRecoveringFetch } from '../../js/node.mjs';
+import { createRecoveringFetch } from '../../pkg/all/node.mjs';
 import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
 
 const fixtures = new URL('../../../tests/fixtures/', import.meta.url);

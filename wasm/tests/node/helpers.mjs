@@ -2,7 +2,7 @@
 // scripts/test-wasm.sh, per-test paths and the provider's control endpoint.
 import { randomBytes } from 'node:crypto';
 import OpenAI from 'openai';
-import { createRecoveringFetch } from '../../js/node.mjs';
+import { createRecoveringFetch } from '../../pkg/all/node.mjs';
 
 export const FAULT = (process.env.RECOVERY_FAULT_URL ?? '').replace(/\/$/, '');
 if (!FAULT) throw new Error('RECOVERY_FAULT_URL is not set: run scripts/test-wasm.sh');

@@ -60,8 +60,10 @@ test('the tarball holds the built wasm, both entries, the types and the licenses
   const { stdout } = await run('tar', ['-tzf', tarball]);
   const files = stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, '')).sort();
   for (const f of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'index.d.ts', 'pkg/index.d.cts',
-    'js/core.mjs', 'js/web.mjs', 'js/node.mjs', 'js/node.cjs', 'js/workerd.mjs',
-    'pkg/recovery_wasm_bg.wasm', 'pkg/web.js', 'pkg/node.mjs', 'pkg/node.cjs', 'pkg/core.cjs']) {
+    'js/shell.mjs', 'pkg/shell.cjs',
+    ...['all', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'].flatMap((m) => [
+      'recovery_wasm_bg.wasm', 'glue.web.js', 'glue.node.mjs', 'glue.node.cjs', 'web.mjs', 'node.mjs', 'node.cjs', 'workerd.mjs',
+    ].map((f) => `pkg/${m}/${f}`))]) {
     assert.ok(files.includes(f), `${f} missing from ${files}`);
   }
   assert.ok(!files.some((f) => f.startsWith('tests/') || f.startsWith('src/') || f.startsWith('node_modules/')), `${files}`);
@@ -101,7 +103,7 @@ const TYPES = {
 test('browser: an esbuild bundle of the installed package in headless Chromium', async () => {
   const path = await resetThenHappy('pack-browser');
   const site = join(app, 'site');
-  await mkdir(join(site, 'pkg'), { recursive: true });
+  await mkdir(site, { recursive: true });
   await writeFile(join(app, 'browser.mjs'), `import { createRecoveringFetch } from 'recovery-wasm';
 window.run = async (url) => {
   const events = [];
@@ -112,9 +114,9 @@ window.run = async (url) => {
 `);
   await run(bin('esbuild'), ['browser.mjs', '--bundle', '--format=esm', '--platform=browser', '--log-level=warning',
     '--outfile=site/dist/app.js'], { cwd: app });
-  // esbuild leaves `new URL('../pkg/recovery_wasm_bg.wasm', import.meta.url)`
-  // as it is: the module is served there, next to the bundle's folder.
-  await copyFile(join(app, 'node_modules', 'recovery-wasm', 'pkg', 'recovery_wasm_bg.wasm'), join(site, 'pkg', 'recovery_wasm_bg.wasm'));
+  // esbuild leaves `new URL('./recovery_wasm_bg.wasm', import.meta.url)`
+  // as it is: the module is served next to the bundle.
+  await copyFile(join(app, 'node_modules', 'recovery-wasm', 'pkg', 'all', 'recovery_wasm_bg.wasm'), join(site, 'dist', 'recovery_wasm_bg.wasm'));
   await writeFile(join(site, 'index.html'), '<!doctype html><script type="module" src="/dist/app.js"></script>');
   const server = createServer(async (req, res) => {
     try {
@@ -170,7 +172,7 @@ const config :Workerd.Config = (
 const w :Workerd.Worker = (
   modules = [
     (name = "bundle/worker.mjs", esModule = embed "bundle/worker.mjs"),
-    (name = "${wasmName}", wasm = embed "node_modules/recovery-wasm/pkg/recovery_wasm_bg.wasm"),
+    (name = "${wasmName}", wasm = embed "node_modules/recovery-wasm/pkg/all/recovery_wasm_bg.wasm"),
   ],
   compatibilityDate = "2025-09-01",
 );

@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
-import { createRecoveringFetch } from '../../js/node.mjs';
+import { createRecoveringFetch } from '../../pkg/all/node.mjs';
 import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
 
 const openaiFaults = (path) => ({

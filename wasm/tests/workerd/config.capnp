@@ -11,10 +11,10 @@ const config :Workerd.Config = (
 const testWorker :Workerd.Worker = (
   modules = [
     (name = "worker.mjs", esModule = embed "worker.mjs"),
-    (name = "js/workerd.mjs", esModule = embed "../../js/workerd.mjs"),
-    (name = "js/core.mjs", esModule = embed "../../js/core.mjs"),
-    (name = "pkg/web.js", esModule = embed "../../pkg/web.js"),
-    (name = "pkg/recovery_wasm_bg.wasm", wasm = embed "../../pkg/recovery_wasm_bg.wasm"),
+    (name = "js/shell.mjs", esModule = embed "../../js/shell.mjs"),
+    (name = "pkg/all/workerd.mjs", esModule = embed "../../pkg/all/workerd.mjs"),
+    (name = "pkg/all/glue.web.js", esModule = embed "../../pkg/all/glue.web.js"),
+    (name = "pkg/all/recovery_wasm_bg.wasm", wasm = embed "../../pkg/all/recovery_wasm_bg.wasm"),
   ],
   compatibilityDate = "2025-09-01",
 );

@@ -1,6 +1,6 @@
 // A module worker for the workerd test: runs a recovering fetch against the
 // provider URL given in the query and answers a JSON summary.
-import { createRecoveringFetch } from './js/workerd.mjs';
+import { createRecoveringFetch } from './pkg/all/workerd.mjs';
 
 export default {
   async fetch(request) {

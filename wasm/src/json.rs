@@ -1,24 +1,22 @@
-//! Events, reports and outcomes as plain JS values: their `Serialize`
-//! impls write JSON text (integers and strings only: none of these types
-//! holds a float) that `JSON.parse` turns into the same object
-//! `serde_json::to_string` would give, field names and order, tags, `null`
-//! for `None` and unit variants as strings included. No serde_json and no
-//! float formatting in the module.
+//! Events, reports and outcomes as JSON text, written by their `Serialize`
+//! impls: the text `serde_json::to_string` gives (field names and order,
+//! tags, `null` for `None`, unit variants as strings), which the JS shell
+//! reads with one `JSON.parse`. Integers and strings only (none of these
+//! types holds a float): no serde_json, no float or `core::fmt` number
+//! formatting in the module.
 
 use std::fmt;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 use serde::ser;
-use wasm_bindgen::JsValue;
 
-/// `value` as a plain JS object (or array, string, number…); `null` when it
-/// cannot be represented (never for the engine's types).
-pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> JsValue {
+/// `value` as JSON text; `null` when it cannot be represented (never for
+/// the engine's types).
+pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Json(String::new());
     match value.serialize(&mut out) {
-        Ok(()) => js_sys::JSON::parse(&out.0).unwrap_or(JsValue::NULL),
-        Err(Error) => JsValue::NULL,
+        Ok(()) => out.0,
+        Err(Error) => String::from("null"),
     }
 }
 
@@ -51,8 +49,17 @@ impl Json {
             match c {
                 '"' => self.0.push_str("\\\""),
                 '\\' => self.0.push_str("\\\\"),
+                '\n' => self.0.push_str("\\n"),
+                '\t' => self.0.push_str("\\t"),
+                '\r' => self.0.push_str("\\r"),
+                '\u{8}' => self.0.push_str("\\b"),
+                '\u{c}' => self.0.push_str("\\f"),
                 c if u32::from(c) < 0x20 => {
-                    let _ = write!(self.0, "\\u{:04x}", u32::from(c));
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    let n = u32::from(c) as usize;
+                    self.0.push_str("\\u00");
+                    self.0.push(char::from(HEX[n >> 4]));
+                    self.0.push(char::from(HEX[n & 15]));
                 }
                 c => self.0.push(c),
             }
@@ -60,8 +67,24 @@ impl Json {
         self.0.push('"');
     }
 
-    fn int(&mut self, v: impl fmt::Display) {
-        let _ = write!(self.0, "{v}");
+    /// A decimal integer, without `core::fmt`.
+    fn int(&mut self, negative: bool, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        if negative {
+            self.0.push('-');
+        }
+        for &d in &digits[at..] {
+            self.0.push(char::from(d));
+        }
     }
 
     /// Opens `{"variant":` for an externally tagged variant.
@@ -236,7 +259,7 @@ impl<'a> ser::Serializer for &'a mut Json {
         self.serialize_i64(v.into())
     }
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.int(v);
+        self.int(v < 0, v.unsigned_abs());
         Ok(())
     }
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
@@ -249,7 +272,7 @@ impl<'a> ser::Serializer for &'a mut Json {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.int(v);
+        self.int(false, v);
         Ok(())
     }
     fn serialize_f32(self, _v: f32) -> Result<(), Error> {
@@ -383,156 +406,19 @@ impl<'a> ser::Serializer for &'a mut Json {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-    use std::collections::VecDeque;
-    use std::time::Duration;
-
-    use recovery_core::budget::AttemptAllowance;
-    use recovery_core::exchange::{Exchange, Head, Io, RequestFacts};
-    use recovery_core::failure::{Failure, Phase, TransportKind};
-    use recovery_core::policy::RecoveryPolicy;
-    use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
-    use recovery_core::timing::{AlwaysOnline, ManualTiming, Timing};
-    use wasm_bindgen_test::wasm_bindgen_test;
-
     use super::*;
 
-    /// `to_js(v)` is the value `JSON.parse(serde_json::to_string(v))` gives
-    /// (compared as `JSON.stringify` text).
     fn same<T: Serialize>(v: &T) {
-        let text = |v: &JsValue| js_sys::JSON::stringify(v).map(String::from).unwrap();
-        let json = serde_json::to_string(v).unwrap();
-        assert_eq!(text(&to_js(v)), text(&js_sys::JSON::parse(&json).unwrap()));
+        assert_eq!(to_json(v), serde_json::to_string(v).unwrap());
     }
 
-    /// One attempt's answer: a status, a content type, the body's chunks
-    /// and whether the connection is reset after them.
-    struct Answer {
-        status: u16,
-        retry_after: Option<&'static str>,
-        chunks: VecDeque<&'static [u8]>,
-        reset: bool,
-    }
-
-    impl Head for Answer {
-        fn status(&self) -> u16 {
-            self.status
-        }
-        fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-            match name {
-                "content-type" if self.status == 200 => Some("text/event-stream".into()),
-                "content-type" => Some("application/json".into()),
-                "retry-after" => self.retry_after.map(Cow::Borrowed),
-                _ => None,
-            }
-        }
-    }
-
-    /// Plays `answers` through the machine on a virtual clock, as a driver
-    /// would, and returns it ended.
-    fn play(cancel_at_head: bool, answers: Vec<Answer>) -> Exchange<Vec<u8>> {
-        let env = (ManualTiming::new(7), AlwaysOnline);
-        let mut ex = Exchange::<Vec<u8>>::new(
-            RecoveryPolicy::default(),
-            &ProtocolChoice::Fixed(ProtocolKind::OpenAiChat),
-            RequestFacts::new("POST", "http://127.0.0.1/v1/chat/completions", b"{}"),
-            AttemptAllowance::new(3),
-            42,
-            env.0.now(),
-        );
-        let mut answers = answers.into_iter();
-        let mut answer = None;
-        for _ in 0..1000 {
-            match ex.poll(&env) {
-                Io::Send(_) => {
-                    ex.on_sent(&env);
-                    answer = answers.next();
-                }
-                Io::AwaitHead if cancel_at_head => ex.cancel(&env),
-                Io::AwaitHead => ex.on_head(&env, answer.as_ref().unwrap(), None),
-                Io::Read => {
-                    let a = answer.as_mut().unwrap();
-                    if let Some(chunk) = a.chunks.pop_front() {
-                        ex.on_chunk(&env, chunk.to_vec());
-                    } else if a.reset {
-                        let reset = Failure::transport(TransportKind::Reset, Phase::Streaming);
-                        ex.on_error(&env, reset);
-                    } else {
-                        ex.on_end(&env);
-                    }
-                }
-                Io::Sleep => {
-                    let due = ex.poll_timeout().unwrap();
-                    env.0.advance(due.saturating_since(env.0.now()));
-                    ex.handle_timeout(&env);
-                }
-                Io::End(_) => return ex,
-                _ => {}
-            }
-        }
-        panic!("the machine did not end");
-    }
-
-    #[wasm_bindgen_test]
-    fn strings_numbers_and_containers_read_back_as_serde_json_wrote_them() {
+    #[test]
+    fn strings_numbers_and_containers_are_written_as_serde_json_writes_them() {
         same(&"a\"b\\c\u{1}\u{1f}\n\t\r\u{8}\u{c} / é 😀 \u{7f} \u{2028}");
-        same(&(u64::MAX, i64::MIN, 0u8, true, 'x', ()));
+        same(&(u64::MAX, i64::MIN, 0u8, -7i32, true, 'x', ()));
         same(&vec![Some(1u64), None]);
         let map: std::collections::BTreeMap<String, Vec<u16>> =
             [("k".to_owned(), vec![1, 2]), ("\"q".to_owned(), vec![])].into();
         same(&map);
-    }
-
-    #[wasm_bindgen_test]
-    fn events_report_and_outcome_keep_the_serde_shape() {
-        // A 503 with Retry-After, a reset before any output, then a stream
-        // that completes: every kind of record a report holds.
-        let mut ex = play(
-            false,
-            vec![
-                Answer {
-                    status: 503,
-                    retry_after: Some("1"),
-                    chunks: [&br#"{"error":{"code":"server_error"}}"#[..]].into(),
-                    reset: false,
-                },
-                Answer {
-                    status: 200,
-                    retry_after: None,
-                    chunks: [&b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"[..]].into(),
-                    reset: true,
-                },
-                Answer {
-                    status: 200,
-                    retry_after: None,
-                    chunks: [
-                        &b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"[..],
-                        &b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"[..],
-                    ]
-                    .into(),
-                    reset: false,
-                },
-            ],
-        );
-        same(&Failure::status(
-            503,
-            recovery_core::failure::RetryAfter::Seconds(Duration::from_secs(1)),
-            None,
-        ));
-        same(ex.outcome().unwrap());
-        let events: Vec<_> = ex.drain_events().collect();
-        assert!(events.len() > 5, "{events:?}");
-        for e in &events {
-            same(e);
-        }
-        same(ex.report());
-        assert_eq!(ex.report().attempts.len(), 3);
-
-        let mut cancelled = play(true, Vec::new());
-        same(cancelled.outcome().unwrap());
-        for e in cancelled.drain_events() {
-            same(&e);
-        }
-        same(cancelled.report());
     }
 }

@@ -1,0 +1,884 @@
+// The JavaScript shell of recovery-wasm: everything that touches the
+// platform. The wasm module (a `Machine` per logical request) decides every
+// step from plain values; this shell does what it answers with `fetch`,
+// `ReadableStream`, `AbortController`, timers and `navigator.onLine`, checks
+// the options and writes the texts of errors. Each entry point instantiates
+// its wasm module its own way and calls `bind` with it.
+
+// Action codes and flags of the machine (wasm/src/machine.rs).
+const SEND = 1;
+const AWAIT_HEAD = 2;
+const READ = 3;
+const RELEASE = 4;
+const RESPOND = 5;
+const RESPOND_ERROR = 6;
+const DELIVER = 7;
+const SLEEP = 8;
+const WAIT_ONLINE = 9;
+const ASK_ADMISSION = 10;
+const AWAIT_ADMISSION = 11;
+const ASK_CONTINUATION = 12;
+const END_OK = 13;
+const END_ERR = 14;
+const DELIVER_THIS = 0x100;
+const EVENTS = 0x200;
+const DEADLINE = 0x400;
+
+// Headers that describe a request body, dropped with it on a resume.
+const BODY_HEADERS = ['content-type', 'content-length', 'transfer-encoding'];
+// Browsers store a timer's delay as a signed 32-bit integer.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+const reports = new WeakMap();
+
+/**
+ * A logical request that failed after its response was handed out: the
+ * stitched body errors with this. `outcome` and `report` have the Rust
+ * serde shapes.
+ */
+export class RecoveryError extends Error {
+  constructor(failure) {
+    super(failure.message, failure.cause === undefined ? undefined : { cause: failure.cause });
+    this.name = 'RecoveryError';
+    this.outcome = failure.outcome;
+    this.report = failure.report;
+  }
+}
+
+/**
+ * The recovery handle of a response returned by a recovering fetch
+ * (`{ report(), outcome(), protocol }`), or `undefined`.
+ */
+export function recoveryOf(response) {
+  return reports.get(response);
+}
+
+// ---------------------------------------------------------------- options
+
+const NUMBER_SLOTS = [
+  'maxAttempts', 'backoffBaseMs', 'backoffCeilingMs', 'budgetMs', 'deadlineMs', 'retryAfterCeilingMs',
+  'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
+  'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
+  'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent',
+];
+const slot = (name) => NUMBER_SLOTS.indexOf(name);
+const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
+const PROTOCOLS = ['auto', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'];
+const CATEGORIES = ['transport', 'http', 'provider_response', 'protocol', 'cancellation', 'client_timeout'];
+// About 285 years: the largest duration an option may name.
+const MAX_MS = 9e12;
+
+function optionError(Kind, message) {
+  const e = new Kind(message);
+  e.code = 'invalid_option';
+  return e;
+}
+const shape = (message) => optionError(TypeError, `invalid recovery options: ${message}`);
+const range = (field, reason) => optionError(RangeError, `invalid recovery option \`${field}\`: ${reason}`);
+
+function kindOf(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  switch (typeof v) {
+    case 'boolean': return 'a boolean';
+    case 'number': return 'a number';
+    case 'string': return 'a string';
+    case 'object': return 'an object';
+    default: return typeof v;
+  }
+}
+
+function expect(field, v, type, what) {
+  if (typeof v !== type || (type === 'object' && (v === null || Array.isArray(v)))) {
+    throw shape(`\`${field}\`: expected ${what}, got ${kindOf(v)}`);
+  }
+  return v;
+}
+
+function whole(field, v, max) {
+  expect(field, v, 'number', 'a number');
+  if (!Number.isInteger(v) || v < 0 || v > max) {
+    throw shape(`\`${field}\`: expected a whole number from 0 to ${max}`);
+  }
+  return v;
+}
+
+function millis(field, v, positive) {
+  expect(field, v, 'number', 'a number');
+  if (!Number.isFinite(v) || v < 0 || v > MAX_MS) {
+    throw range(field, `${v} is not a duration in milliseconds (0 to ${MAX_MS})`);
+  }
+  if (positive && v === 0) throw range(field, 'must be greater than zero');
+  return v;
+}
+
+function bytes(field, v) {
+  expect(field, v, 'number', 'a number');
+  if (!Number.isInteger(v) || v < 0 || v > 4294967295) {
+    throw range(field, `${v} is not a whole number of bytes (0 to 2^32-1)`);
+  }
+  return v;
+}
+
+function variant(field, v, names) {
+  expect(field, v, 'string', 'a string');
+  const i = names.indexOf(v);
+  if (i < 0) throw shape(`\`${field}\`: unknown variant \`${v}\``);
+  return i;
+}
+
+const POLICY_ERRORS = [
+  null,
+  (d) => `status ${d} cannot be made retryable`,
+  (d) => `failure category ${CATEGORIES[d]} is never retryable`,
+  () => 'backoff ceiling is below its base',
+  (_, field) => `${field} must be greater than zero`,
+];
+
+/**
+ * Checks `options` and builds the module's client; throws a TypeError (a
+ * wrong key or type) or RangeError (a value out of range, a policy the
+ * engine refuses) with `code: "invalid_option"`.
+ */
+function client(wasm, options, available) {
+  if (options === undefined || options === null) options = {};
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw optionError(TypeError, 'createRecoveringFetch: options must be an object');
+  }
+  for (const key of FUNCTIONS) {
+    if (options[key] !== undefined && typeof options[key] !== 'function') {
+      throw optionError(TypeError, `invalid recovery option \`${key}\`: expected a function`);
+    }
+  }
+  const signal = options.signal;
+  if (signal !== undefined && (signal === null || typeof signal.addEventListener !== 'function' || typeof signal.aborted !== 'boolean')) {
+    throw optionError(TypeError, 'invalid recovery option `signal`: expected an AbortSignal');
+  }
+  const n = new Float64Array(NUMBER_SLOTS.length).fill(NaN);
+  let statuses = new Uint16Array(0);
+  let statusesGiven = false;
+  let protocol = available.includes('auto') ? 'auto' : available[0];
+  let sseData = '';
+  let sseEvent = '';
+  let terminal = false;
+  const nullable = (field, v) => { n[slot(field)] = v === null ? -1 : millis(field, v, true); };
+  for (const [key, v] of Object.entries(options)) {
+    if (v === undefined || FUNCTIONS.includes(key) || key === 'signal') continue;
+    switch (key) {
+      case 'budgetMs': case 'deadlineMs': case 'idleTimeoutMs': case 'progressTimeoutMs': case 'headTimeoutMs':
+        nullable(key, v);
+        continue;
+      case 'retryBudget':
+        if (v === null) continue;
+        expect(key, v, 'object', 'an object');
+        n[slot('retryBudget.ttlMs')] = 10000;
+        for (const [k, x] of Object.entries(v)) {
+          if (x === undefined || x === null) continue;
+          if (k === 'ttlMs') {
+            const ttl = millis('retryBudget.ttlMs', x, false);
+            if (ttl < 1000 || ttl > 60000) throw range('retryBudget.ttlMs', 'must be between 1000 and 60000');
+            n[slot('retryBudget.ttlMs')] = ttl;
+          } else if (k === 'minRetriesPerSec') {
+            n[slot('retryBudget.minRetriesPerSec')] = whole(k, x, 4294967295);
+          } else if (k === 'percent') {
+            expect(k, x, 'number', 'a number');
+            if (!Number.isFinite(x) || x < 0 || x > 10) throw range('retryBudget.percent', `${x} is not a fraction between 0 and 10`);
+            n[slot('retryBudget.percent')] = x;
+          } else {
+            throw shape(`unknown field \`${k}\``);
+          }
+        }
+        continue;
+    }
+    if (v === null) {
+      if (NUMBER_SLOTS.includes(key) || ['retryableStatuses', 'sseTerminal'].includes(key)) continue;
+      throw shape(`unknown field \`${key}\``);
+    }
+    switch (key) {
+      case 'maxAttempts':
+        if (whole(key, v, 4294967295) === 0) throw range(key, 'must be at least 1 (the first send counts)');
+        n[slot(key)] = v;
+        break;
+      case 'backoffBaseMs': case 'backoffCeilingMs':
+        n[slot(key)] = millis(key, v, true);
+        break;
+      case 'retryAfterCeilingMs':
+        n[slot(key)] = millis(key, v, false);
+        break;
+      case 'replayBodyCap': case 'holdbackCap': case 'evidenceCap':
+        n[slot(key)] = bytes(key, v);
+        break;
+      case 'maxResumes':
+        n[slot(key)] = whole(key, v, 4294967295);
+        break;
+      case 'overCeiling':
+        n[slot(key)] = variant(key, v, ['refuse', 'backoff']);
+        break;
+      case 'endpoint':
+        n[slot(key)] = variant(key, v, ['remote', 'local']);
+        break;
+      case 'retryableStatuses':
+        if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
+        statuses = Uint16Array.from(v, (s) => whole(key, s, 65535));
+        statusesGiven = true;
+        break;
+      case 'retryableCategories': {
+        if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
+        let mask = 0;
+        for (const c of v) mask |= 1 << variant(key, c, CATEGORIES);
+        n[slot(key)] = mask;
+        break;
+      }
+      case 'protocol': {
+        expect(key, v, 'string', 'a string');
+        const name = v.trim().toLowerCase();
+        if (!PROTOCOLS.includes(name)) {
+          throw range(key, `unknown protocol ${JSON.stringify(v)} (${PROTOCOLS.join(', ')})`);
+        }
+        if (!available.includes(name)) {
+          throw range(key, `this entry decodes ${available.join(', ')}; import "recovery-wasm" for ${JSON.stringify(name)}`);
+        }
+        protocol = name;
+        break;
+      }
+      case 'sseTerminal':
+        expect(key, v, 'object', 'an object');
+        for (const [k, x] of Object.entries(v)) {
+          if (x === undefined || x === null) continue;
+          if (k !== 'data' && k !== 'event') throw shape(`unknown field \`${k}\``);
+          expect(k, x, 'string', 'a string');
+          if (k === 'data') sseData = x; else sseEvent = x;
+        }
+        if ((sseData === '') === (sseEvent === '')) throw range(key, 'give exactly one of `data` or `event`');
+        terminal = true;
+        break;
+      case 'resumableSse':
+        n[slot(key)] = expect(key, v, 'boolean', 'a boolean') ? 1 : 0;
+        break;
+      default:
+        throw shape(`unknown field \`${key}\``);
+    }
+  }
+  if (terminal && protocol !== 'sse') throw range('sseTerminal', 'only applies with protocol "sse"');
+  n[slot('protocol')] = PROTOCOLS.indexOf(protocol);
+  const c = new wasm.Client(n, statuses, statusesGiven, sseData, sseEvent);
+  const error = c.error();
+  if (error !== 0) {
+    const text = POLICY_ERRORS[error] ? POLICY_ERRORS[error](c.errorDetail(), c.errorField()) : 'refused';
+    c.free();
+    throw optionError(RangeError, `invalid recovery policy: ${text}`);
+  }
+  return c;
+}
+
+// --------------------------------------------------------------- platform
+
+/** The platform of the runtime the shell runs in. */
+export const defaultPlatform = {
+  now: () => performance.now(),
+  wall: () => Date.now(),
+  random: Math.random,
+  online: () => globalThis.navigator?.onLine ?? true,
+  /** Calls `fn` once after `ms`; returns a cancel function. */
+  timer(ms, fn) {
+    const t = setTimeout(fn, Math.min(Math.max(Math.ceil(ms), 0), MAX_TIMER_MS));
+    return () => clearTimeout(t);
+  },
+  /** Calls `fn` once when the platform comes online; returns a cancel function. */
+  whenOnline(fn) {
+    const target = globalThis;
+    if (typeof target.addEventListener !== 'function') return () => {};
+    const once = () => { target.removeEventListener('online', once); fn(); };
+    target.addEventListener('online', once);
+    return () => target.removeEventListener('online', once);
+  },
+  /** 64 random bits as two 32-bit halves. */
+  id() {
+    const c = globalThis.crypto;
+    if (c && typeof c.getRandomValues === 'function') return c.getRandomValues(new Uint32Array(2));
+    return [Math.floor(Math.random() * 2 ** 32), Math.floor(Math.random() * 2 ** 32)];
+  },
+};
+
+// ----------------------------------------------------------------- errors
+
+const snake = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
+const name = (v) => (typeof v === 'object' && v !== null ? Object.keys(v)[0] ?? snake(v) : snake(v));
+
+/** The text of an outcome (the Rust `Display` of `Outcome`). */
+function outcomeText(o) {
+  switch (o.outcome) {
+    case 'completed': return `completed (${o.proof} proof)`;
+    case 'unsuccessful': return `unsuccessful terminal (${name(o.reason)})`;
+    case 'permanent': return `permanent failure (${name(o.cause)})`;
+    case 'not_retryable': return o.status == null ? `${o.category} failure is not retryable` : `${o.category} failure with status ${o.status} is not retryable`;
+    case 'exhausted': return `exhausted after ${o.attempts} attempt(s)`;
+    case 'budget_exhausted': return `${snake(o.budget)} budget exhausted`;
+    case 'deadline_exceeded': return 'deadline exceeded';
+    case 'retry_after_refused': return `Retry-After of ${o.value_ms} ms refused (above the ${snake(o.limit)} limit)`;
+    case 'interrupted': return o.committed === false
+      ? `stopped before commit: the attempt may have shown output, so it was not replayed (${name(o.cause)})`
+      : `interrupted after commit (${name(o.cause)})`;
+    case 'protocol': return `protocol violation (${name(o.violation)})`;
+    case 'admission_required': return 'resend needs admission and no hook was set';
+    case 'admission_rejected': return 'admission hook rejected the resend';
+    case 'admission_unresolved': return 'admission hook could not decide';
+    case 'replay_disabled': return `replay disabled (${snake(o.reason)})`;
+    case 'cancelled': return `cancelled while ${snake(o.phase)}`;
+    default: return o.outcome;
+  }
+}
+
+function lastStatus(report) {
+  for (let i = report.attempts.length - 1; i >= 0; i--) {
+    if (report.attempts[i].status != null) return report.attempts[i].status;
+  }
+  return null;
+}
+
+function failureValue(outcome, report, cause) {
+  let message = `recovery failed: ${outcomeText(outcome)} (${report.attempts.length} attempt(s)`;
+  const status = lastStatus(report);
+  if (status !== null) message += `, last status ${status}`;
+  message += ')';
+  return { message, outcome, report, cause, committed: report.committed_attempt != null };
+}
+
+function abortReason(signals) {
+  for (const s of signals) {
+    if (s.aborted) {
+      return s.reason === undefined ? new DOMException('This operation was aborted', 'AbortError') : s.reason;
+    }
+  }
+  return undefined;
+}
+
+function toError(failure, signals) {
+  const reason = abortReason(signals);
+  if (reason !== undefined && failure.outcome && failure.outcome.outcome === 'cancelled') {
+    // Aborted like fetch: reject with the signal's reason.
+    return reason;
+  }
+  if (failure.committed) return new RecoveryError(failure);
+  // Before commit, no response: reject like fetch does, with a TypeError
+  // that carries the typed outcome and report.
+  const error = new TypeError(failure.message, failure.cause === undefined ? undefined : { cause: failure.cause });
+  error.outcome = failure.outcome;
+  error.report = failure.report;
+  return error;
+}
+
+// ----------------------------------------------------------------- driver
+
+/** How a wait ended. */
+const DEADLINE_PASSED = { deadline: true };
+const CANCELLED = { cancelled: true };
+
+/**
+ * Does the machine's I/O for one logical request: what `poll` answers, the
+ * shell does, and tells the machine what happened.
+ */
+class Driver {
+  constructor(m, spec, platform) {
+    this.m = m;
+    this.spec = spec;
+    this.p = platform;
+    this.action = 0;
+    this.fetching = null;
+    this.controller = null;
+    this.reader = null;
+    this.head = null;
+    this.kept = new Map();
+    this.nextId = 1;
+    this.continuation = null;
+    this.cause = undefined;
+    this.cancelled = false;
+    this.ended = false;
+    this.wake = null;
+    this.alarm = { at: -1, promise: null, cancel: null };
+    this.report = JSON.parse(m.reportJson());
+    this.outcome = null;
+  }
+
+  /** The platform's view, as every machine input takes it. */
+  env() {
+    const p = this.p;
+    return [p.now(), p.wall(), p.random(), p.online()];
+  }
+
+  /** Takes in the action code: events, deadline, the action. */
+  take(code) {
+    if (code & EVENTS) this.flush();
+    if (code & DEADLINE) this.arm();
+    this.action = code & 0xff;
+    return code;
+  }
+
+  flush() {
+    const pairs = JSON.parse(this.m.events());
+    if (pairs.length === 0) return;
+    // Published first: the callbacks may read the report.
+    this.publish();
+    const { onEvent, onStatus } = this.spec;
+    for (const [event, status] of pairs) {
+      if (onEvent) try { onEvent(event); } catch { /* a throwing callback changes nothing */ }
+      if (status !== null && onStatus) try { onStatus(status); } catch { /* ditto */ }
+    }
+  }
+
+  publish() {
+    this.report = JSON.parse(this.m.reportJson());
+    this.outcome = JSON.parse(this.m.outcomeJson());
+  }
+
+  /** Arms one timer for the machine's deadline. */
+  arm() {
+    const at = this.m.deadline();
+    if (at === this.alarm.at) return;
+    if (this.alarm.cancel) this.alarm.cancel();
+    this.alarm = { at, promise: null, cancel: null };
+    if (at < 0) return;
+    const alarm = this.alarm;
+    alarm.promise = new Promise((resolve) => {
+      const fire = () => {
+        const left = at - this.p.now();
+        // A timer may fire early (a clamped delay): wait the rest.
+        if (left > 0) alarm.cancel = this.p.timer(left, fire);
+        else resolve(DEADLINE_PASSED);
+      };
+      alarm.cancel = this.p.timer(at - this.p.now(), fire);
+    });
+  }
+
+  /** Waits for `promise`, the deadline or a cancel, whichever comes first. */
+  async wait(promise) {
+    if (this.cancelled) {
+      this.take(this.m.onCancel(...this.env()));
+      return CANCELLED;
+    }
+    const racers = [];
+    if (promise) racers.push(promise.then((value) => ({ value }), (error) => ({ error })));
+    if (this.alarm.promise) racers.push(this.alarm.promise);
+    racers.push(new Promise((resolve) => { this.wake = () => resolve(CANCELLED); }));
+    const won = await Promise.race(racers);
+    this.wake = null;
+    if (won === DEADLINE_PASSED) {
+      this.alarm = { at: -1, promise: null, cancel: null };
+      this.take(this.m.onTimeout(...this.env()));
+      return won;
+    }
+    // A rejection the caller's abort caused is the cancellation.
+    if (won === CANCELLED || (won.error !== undefined && this.cancelled)) {
+      this.take(this.m.onCancel(...this.env()));
+      return CANCELLED;
+    }
+    return won;
+  }
+
+  /** Cancels the request wherever it is. */
+  cancel() {
+    if (this.cancelled) return;
+    this.cancelled = true;
+    if (this.controller) this.controller.abort();
+    if (this.wake) this.wake();
+    else if (!this.busy && !this.ended) this.finishCancel();
+  }
+
+  /** A cancel while nothing runs: the machine decides at once. */
+  finishCancel() {
+    this.take(this.m.onCancel(...this.env()));
+    this.release();
+    this.ended = true;
+    this.publish();
+    this.stop();
+  }
+
+  release() {
+    if (this.controller) this.controller.abort();
+    this.controller = null;
+    if (this.reader) this.reader.cancel().catch(() => {});
+    this.reader = null;
+    this.fetching = null;
+  }
+
+  stop() {
+    if (this.alarm.cancel) this.alarm.cancel();
+    this.alarm = { at: -1, promise: null, cancel: null };
+  }
+
+  failure() {
+    this.publish();
+    const outcome = this.outcome ?? { outcome: 'exhausted', attempts: this.report.attempts.length };
+    return failureValue(outcome, this.report, this.cause);
+  }
+
+  /**
+   * Runs the machine until it has something for the consumer: `{ respond:
+   * Response }`, `{ error: Response }` (the final HTTP error), `{ chunk }`,
+   * `{ end: true }` or `{ failure }`.
+   */
+  async advance() {
+    if (this.ended) return { end: true };
+    this.busy = true;
+    try {
+      if (this.action === 0) this.take(this.m.poll(...this.env()));
+      for (;;) {
+        switch (this.action) {
+          case SEND: this.send(); break;
+          case AWAIT_HEAD: await this.awaitHead(); break;
+          case READ: {
+            const chunk = await this.read();
+            if (chunk) return { chunk };
+            break;
+          }
+          case RELEASE: this.release(); this.take(this.m.poll(...this.env())); break;
+          case RESPOND: {
+            const head = this.head;
+            this.head = null;
+            this.take(this.m.poll(...this.env()));
+            return head ? { respond: head } : this.end(this.failure());
+          }
+          case RESPOND_ERROR: {
+            const head = this.head;
+            this.head = null;
+            if (this.reader) this.reader.cancel().catch(() => {});
+            this.reader = null;
+            this.ended = true;
+            this.publish();
+            this.stop();
+            return head ? { error: head } : { failure: this.failure() };
+          }
+          case DELIVER: {
+            const id = this.m.deliverId();
+            let chunk;
+            if (id !== 0) {
+              chunk = this.kept.get(id);
+              this.kept.delete(id);
+            } else {
+              chunk = this.m.deliverBytes();
+            }
+            this.take(this.m.poll(...this.env()));
+            if (chunk) return { chunk };
+            break;
+          }
+          case SLEEP: case AWAIT_ADMISSION: {
+            const woke = await this.wait(null);
+            if (woke !== DEADLINE_PASSED && woke !== CANCELLED) this.take(this.m.poll(...this.env()));
+            break;
+          }
+          case WAIT_ONLINE: {
+            let stop;
+            const online = new Promise((resolve) => { stop = this.p.whenOnline(resolve); });
+            const woke = await this.wait(online);
+            stop();
+            if (woke !== DEADLINE_PASSED && woke !== CANCELLED) {
+              this.take(this.m.onOnline(this.p.now(), this.p.wall(), this.p.random()));
+            }
+            break;
+          }
+          case ASK_ADMISSION: await this.askAdmission(); break;
+          case ASK_CONTINUATION: await this.askContinuation(); break;
+          case END_OK: return this.end(null);
+          case END_ERR: return this.end(this.failure());
+          default: return this.end(this.failure());
+        }
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  end(failure) {
+    this.ended = true;
+    this.release();
+    this.stop();
+    // The final report, with what followed the last event.
+    this.publish();
+    return failure ? { failure } : { end: true };
+  }
+
+  /** Starts the send the machine asked for, with a fresh AbortController. */
+  send() {
+    const spec = this.spec;
+    const kind = this.m.sendKind();
+    let out;
+    if (kind === 1) {
+      const header = this.m.sendHeader();
+      const [hname, hvalue] = header ? header.split('\n') : [];
+      const withBody = this.m.sendWithBody();
+      const headers = spec.headers.filter(([n]) => {
+        const lower = n.toLowerCase();
+        return lower !== hname && (withBody || !BODY_HEADERS.includes(lower));
+      });
+      if (hname) headers.push([hname, hvalue]);
+      out = { url: this.m.sendUrl(), method: this.m.sendMethod(), headers, body: withBody ? spec.body : undefined };
+    } else if (kind === 2) {
+      out = this.continuation;
+      this.continuation = null;
+    } else {
+      out = spec;
+    }
+    // Chunks kept for a failed attempt are never delivered.
+    this.kept.clear();
+    this.head = null;
+    if (!out) {
+      this.take(this.m.onError(...this.env(), false));
+      return;
+    }
+    this.controller = typeof AbortController === 'function' ? new AbortController() : null;
+    if (this.cancelled && this.controller) this.controller.abort();
+    const init = { method: out.method, headers: out.headers, redirect: 'manual' };
+    if (out.body !== undefined) init.body = out.body;
+    if (this.controller) init.signal = this.controller.signal;
+    try {
+      this.fetching = Promise.resolve(spec.fetch.call(globalThis, out.url, init));
+    } catch (e) {
+      this.fetching = Promise.reject(e);
+    }
+    this.fetching.catch(() => {});
+    this.take(this.m.onSent(...this.env()));
+  }
+
+  async awaitHead() {
+    const fetching = this.fetching;
+    if (!fetching) {
+      this.take(this.m.onError(...this.env(), false));
+      return;
+    }
+    const woke = await this.wait(fetching);
+    if (woke === DEADLINE_PASSED || woke === CANCELLED) return;
+    this.fetching = null;
+    if (woke.error !== undefined) {
+      this.cause = woke.error;
+      this.take(this.m.onError(...this.env(), false));
+      return;
+    }
+    const response = woke.value;
+    let headers = '';
+    response.headers.forEach((value, key) => { headers += `${key.toLowerCase()}\n${value}\n`; });
+    const code = this.m.onHead(...this.env(), response.status, headers, response.type === 'opaqueredirect');
+    // A head that may be the final answer is kept untouched: its body is
+    // read from a copy.
+    let body = null;
+    try {
+      body = this.m.keepsResponse() ? response.clone().body : response.body;
+    } catch {
+      body = null;
+    }
+    this.reader = body ? body.getReader() : null;
+    this.head = response;
+    this.take(code);
+  }
+
+  /** One chunk of the attempt's body; returned when it goes out at once. */
+  async read() {
+    const reader = this.reader;
+    if (!reader) {
+      this.take(this.m.onEnd(...this.env()));
+      return null;
+    }
+    const woke = await this.wait(reader.read());
+    if (woke === DEADLINE_PASSED || woke === CANCELLED) return null;
+    if (woke.error !== undefined) {
+      this.cause = woke.error;
+      this.reader = null;
+      this.take(this.m.onError(...this.env(), true));
+      return null;
+    }
+    const { done, value } = woke.value;
+    if (done) {
+      this.reader = null;
+      this.take(this.m.onEnd(...this.env()));
+      return null;
+    }
+    const chunk = value instanceof Uint8Array ? value : new Uint8Array(value);
+    const id = this.nextId++;
+    const code = this.take(this.m.onChunk(...this.env(), chunk, id));
+    if (code & DELIVER_THIS) return chunk;
+    this.kept.set(id, chunk);
+    return null;
+  }
+
+  /**
+   * Calls the admission hook with `{ logicalId, nextAttempt, failure }`: it
+   * may answer `"allow"`, `"reject"`, `true`/`false` or a promise of those.
+   * Anything else (or a throw) is unresolved: pending is not approval, and
+   * the machine's deadline bounds the wait.
+   */
+  async askAdmission() {
+    const hook = this.spec.admission;
+    const context = JSON.parse(this.m.admissionJson());
+    let value;
+    try {
+      value = hook(context);
+    } catch {
+      value = undefined;
+    }
+    if (value && typeof value.then === 'function') {
+      const woke = await this.wait(Promise.resolve(value));
+      if (woke === DEADLINE_PASSED || woke === CANCELLED) return;
+      value = woke.value;
+    }
+    const answer = value === true || value === 'allow' ? 1 : value === false || value === 'reject' ? 2 : 0;
+    this.take(this.m.onAdmission(...this.env(), answer));
+  }
+
+  /** Calls the continuation hook with the delivered prefix. */
+  async askContinuation() {
+    const hook = this.spec.continuation;
+    let given = null;
+    if (hook) {
+      const prefix = JSON.parse(this.m.prefixJson());
+      const woke = await this.wait(Promise.resolve().then(() => hook(prefix)));
+      if (woke === DEADLINE_PASSED || woke === CANCELLED) return;
+      given = woke.value ?? null;
+    }
+    this.continuation = given;
+    this.take(this.m.onContinuation(...this.env(), given !== null));
+  }
+}
+
+// -------------------------------------------------------------------- API
+
+/**
+ * The continuation hook as the driver calls it: given the delivered prefix,
+ * the caller's hook gets `{ delivered, request }` (a copy of the original
+ * request) and returns a `Request` (or what `new Request()` takes), `null`
+ * to decline, or a promise of either; the driver gets `{ url, method,
+ * headers, body }` or `null`.
+ */
+function continuationOf(hook, original, body) {
+  return async (delivered) => {
+    const request = new Request(original.url, {
+      method: original.method,
+      headers: original.headers,
+      body: body === undefined ? undefined : body.slice(),
+    });
+    const answer = await hook({ delivered, request });
+    if (answer === null || answer === undefined) return null;
+    const next = answer instanceof Request ? answer : new Request(answer);
+    const nextBody = next.method === 'GET' || next.method === 'HEAD'
+      ? undefined
+      : new Uint8Array(await next.arrayBuffer());
+    return { url: next.url, method: next.method, headers: [...next.headers], body: nextBody };
+  };
+}
+
+function attach(response, handle) {
+  reports.set(response, handle);
+  try {
+    Object.defineProperty(response, 'recovery', { value: handle, enumerable: false, configurable: true });
+  } catch {
+    // A frozen response still has recoveryOf().
+  }
+  return response;
+}
+
+/**
+ * Binds the API to an initialized wasm module: returns
+ * `createRecoveringFetch`. `platform` replaces the runtime's clocks, timers
+ * and connectivity (tests run on a virtual clock).
+ */
+export function bind(wasm, platform = defaultPlatform) {
+  const available = wasm.protocols().split(',');
+
+  /**
+   * Returns a function with fetch's signature whose responses survive
+   * network failures: see index.d.ts for the options and the semantics.
+   */
+  return function createRecoveringFetch(options) {
+    const c = client(wasm, options, available);
+    const opts = options ?? {};
+
+    return async function recoveringFetch(input, init) {
+      const request = new Request(input, init);
+      const signals = [opts.signal, init && init.signal, input instanceof Request ? input.signal : undefined]
+        .filter((s) => s != null);
+      const early = abortReason(signals);
+      if (early !== undefined) throw early;
+      const method = request.method;
+      const body = method === 'GET' || method === 'HEAD'
+        ? undefined
+        : new Uint8Array(await request.arrayBuffer());
+      const [hi, lo] = platform.id();
+      const m = c.start(method, request.url, body ?? new Uint8Array(0), platform.now(), hi, lo,
+        typeof opts.admission === 'function', typeof opts.continuation === 'function');
+      const driver = new Driver(m, {
+        fetch: opts.fetch || platform.fetch || globalThis.fetch,
+        url: request.url,
+        method,
+        headers: [...request.headers],
+        body,
+        onEvent: opts.onEvent,
+        onStatus: opts.onStatus,
+        admission: opts.admission,
+        continuation: opts.continuation && continuationOf(opts.continuation, request, body),
+      }, platform);
+      const handle = Object.freeze({
+        report: () => driver.report,
+        outcome: () => driver.outcome,
+        protocol: m.protocol(),
+      });
+      const onAbort = () => driver.cancel();
+      for (const s of signals) s.addEventListener('abort', onAbort);
+      const cleanup = () => {
+        for (const s of signals) s.removeEventListener('abort', onAbort);
+      };
+      if (abortReason(signals) !== undefined) driver.cancel();
+
+      const started = await driver.advance();
+      if (started.failure) {
+        cleanup();
+        throw toError(started.failure, signals);
+      }
+      if (started.error) {
+        // The final HTTP error, returned as that response.
+        cleanup();
+        return attach(started.error, handle);
+      }
+      if (!started.respond) {
+        cleanup();
+        throw toError(driver.failure(), signals);
+      }
+      const head = started.respond;
+      const stream = new ReadableStream(
+        {
+          async pull(controller) {
+            const next = await driver.advance();
+            if (next.chunk) {
+              controller.enqueue(next.chunk);
+              return;
+            }
+            cleanup();
+            if (next.failure) {
+              controller.error(toError(next.failure, signals));
+              return;
+            }
+            const outcome = driver.outcome;
+            if (outcome && outcome.outcome === 'completed') {
+              controller.close();
+            } else {
+              controller.error(abortReason(signals) ?? new DOMException('The stream was cancelled', 'AbortError'));
+            }
+          },
+          cancel() {
+            cleanup();
+            driver.cancel();
+          },
+        },
+        { highWaterMark: 0 },
+      );
+      const response = new Response(stream, {
+        status: head.status,
+        statusText: head.statusText,
+        headers: head.headers,
+      });
+      try {
+        Object.defineProperty(response, 'url', { value: head.url, configurable: true });
+      } catch {
+        // keep the default
+      }
+      return attach(response, handle);
+    };
+  };
+}

@@ -1,0 +1,1094 @@
+//! The machine of one logical request, as the JS shell drives it: plain
+//! numbers, strings and bytes in, an action code out. Every decision is
+//! `recovery_core::exchange::Exchange`'s; this module only translates.
+//!
+//! Every input takes the platform's view at the moment of the call (`now`:
+//! `performance.now()` ms; `wall`: `Date.now()` ms; a fresh `Math.random()`;
+//! `navigator.onLine`) and answers the next action at once (the machine is
+//! polled inside), so a steady stream costs one call per chunk.
+//!
+//! The answer is an action code (low byte) with flags:
+//!
+//! | code | action | payload |
+//! |---:|---|---|
+//! | 1 | send | `sendUrl`, `sendMethod`, `sendHeader`, `sendWithBody`, `sendKind` |
+//! | 2 | await the head | |
+//! | 3 | read the body | |
+//! | 4 | release the attempt's response | |
+//! | 5 | respond (commit) with the head | |
+//! | 6 | respond with the final HTTP error | |
+//! | 7 | deliver | `deliverId` (a chunk handed in) or `deliverBytes` |
+//! | 8 | sleep until `deadline` | |
+//! | 9 | wait until online | |
+//! | 10 | ask the admission hook | `admissionJson` |
+//! | 11 | await the admission hook | |
+//! | 12 | ask the continuation hook | `prefixJson` |
+//! | 13 | end: completed | |
+//! | 14 | end: failed | `outcomeJson` |
+//!
+//! | flag | meaning |
+//! |---:|---|
+//! | `0x100` | (from `onChunk`) hand the chunk just given to the consumer first |
+//! | `0x200` | lifecycle events are waiting (`events`) |
+//! | `0x400` | the deadline moved (`deadline`) |
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
+
+use recovery_core::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
+use recovery_core::exchange::{
+    AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
+};
+use recovery_core::failure::{Category, Failure, Phase, TransportKind};
+use recovery_core::outcome::ReplayDisabled;
+use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
+use recovery_core::timing::{Fraction, Instant};
+use recovery_core::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy, RecoveryStatus};
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen::prelude::*;
+
+use crate::json::to_json;
+
+/// Action codes (see the module docs).
+pub mod action {
+    /// Send a request.
+    pub const SEND: u32 = 1;
+    /// Await the response head.
+    pub const AWAIT_HEAD: u32 = 2;
+    /// Read the next chunk.
+    pub const READ: u32 = 3;
+    /// Release the attempt's response.
+    pub const RELEASE: u32 = 4;
+    /// Respond with the committed head.
+    pub const RESPOND: u32 = 5;
+    /// Respond with the final HTTP error.
+    pub const RESPOND_ERROR: u32 = 6;
+    /// Deliver a chunk.
+    pub const DELIVER: u32 = 7;
+    /// Sleep until the deadline.
+    pub const SLEEP: u32 = 8;
+    /// Wait until online.
+    pub const WAIT_ONLINE: u32 = 9;
+    /// Ask the admission hook.
+    pub const ASK_ADMISSION: u32 = 10;
+    /// Await the admission hook's answer.
+    pub const AWAIT_ADMISSION: u32 = 11;
+    /// Ask the continuation hook.
+    pub const ASK_CONTINUATION: u32 = 12;
+    /// The request completed.
+    pub const END_OK: u32 = 13;
+    /// The request failed.
+    pub const END_ERR: u32 = 14;
+    /// Hand the chunk just given to the consumer first.
+    pub const DELIVER_THIS: u32 = 0x100;
+    /// Lifecycle events are waiting.
+    pub const EVENTS: u32 = 0x200;
+    /// The deadline moved.
+    pub const DEADLINE: u32 = 0x400;
+}
+
+/// The platform as the JS shell reports it at one call.
+struct JsEnv {
+    now: Instant,
+    wall: SystemTime,
+    jitter: Fraction,
+    online: bool,
+}
+
+impl JsEnv {
+    fn new(now_ms: f64, wall_ms: f64, random: f64, online: bool) -> Self {
+        JsEnv {
+            now: instant(now_ms),
+            wall: SystemTime::UNIX_EPOCH + Duration::from_millis(wall_ms.max(0.0) as u64),
+            jitter: Fraction::new(random),
+            online,
+        }
+    }
+}
+
+impl Env for JsEnv {
+    fn now(&self) -> Instant {
+        self.now
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.wall
+    }
+    fn jitter(&self) -> Fraction {
+        self.jitter
+    }
+    fn online(&self) -> bool {
+        self.online
+    }
+}
+
+/// `performance.now()` milliseconds as an [`Instant`] (microsecond grain).
+fn instant(ms: f64) -> Instant {
+    Instant::from_origin(Duration::from_micros((ms.max(0.0) * 1000.0) as u64))
+}
+
+/// An [`Instant`] as `performance.now()` milliseconds.
+fn millis(at: Instant) -> f64 {
+    at.saturating_since(Instant::from_origin(Duration::ZERO))
+        .as_micros() as f64
+        / 1000.0
+}
+
+/// A chunk the machine keeps: the shell's id for its `Uint8Array` (handed
+/// on as it is when the machine delivers it) and its bytes.
+struct Kept {
+    id: u32,
+    bytes: Vec<u8>,
+}
+
+impl AsRef<[u8]> for Kept {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// A response head as the shell passes it: the status and the headers as
+/// `name\nvalue\n` lines, names lowercase.
+struct JsHead<'a> {
+    status: u16,
+    headers: &'a str,
+    opaque_redirect: bool,
+}
+
+impl Head for JsHead<'_> {
+    fn status(&self) -> u16 {
+        self.status
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        let mut lines = self.headers.split('\n');
+        while let (Some(n), Some(v)) = (lines.next(), lines.next()) {
+            if n == name {
+                return Some(Cow::Borrowed(v));
+            }
+        }
+        None
+    }
+    fn opaque_redirect(&self) -> bool {
+        self.opaque_redirect
+    }
+}
+
+/// Indices of the numeric options in `Client::new`'s `numbers`. `NaN`
+/// keeps the policy default; `-1` turns an optional bound off.
+mod slot {
+    pub const MAX_ATTEMPTS: usize = 0;
+    pub const BACKOFF_BASE_MS: usize = 1;
+    pub const BACKOFF_CEILING_MS: usize = 2;
+    pub const BUDGET_MS: usize = 3;
+    pub const DEADLINE_MS: usize = 4;
+    pub const RETRY_AFTER_CEILING_MS: usize = 5;
+    pub const OVER_CEILING: usize = 6;
+    pub const REPLAY_BODY_CAP: usize = 7;
+    pub const HOLDBACK_CAP: usize = 8;
+    pub const EVIDENCE_CAP: usize = 9;
+    pub const MAX_RESUMES: usize = 10;
+    pub const ENDPOINT: usize = 11;
+    pub const IDLE_TIMEOUT_MS: usize = 12;
+    pub const PROGRESS_TIMEOUT_MS: usize = 13;
+    pub const HEAD_TIMEOUT_MS: usize = 14;
+    pub const CATEGORIES: usize = 15;
+    pub const PROTOCOL: usize = 16;
+    pub const RESUMABLE_SSE: usize = 17;
+    pub const BUDGET_TTL_MS: usize = 18;
+    pub const BUDGET_MIN_PER_SEC: usize = 19;
+    pub const BUDGET_PERCENT: usize = 20;
+    #[cfg(test)]
+    pub const COUNT: usize = 21;
+}
+
+/// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
+/// `auto`.
+const PROTOCOLS: [&str; 7] = [
+    "auto",
+    "openai-chat",
+    "openai-responses",
+    "anthropic",
+    "gemini",
+    "ollama",
+    "sse",
+];
+
+/// The categories of the `CATEGORIES` bit mask, bit by bit.
+const CATEGORIES: [Category; 6] = [
+    Category::Transport,
+    Category::Http,
+    Category::ProviderResponse,
+    Category::Protocol,
+    Category::Cancellation,
+    Category::ClientTimeout,
+];
+
+/// A flag or a two-way choice: 1 (the second way) or 0.
+fn set(n: f64) -> bool {
+    n > 0.5
+}
+
+fn given(n: f64) -> Option<f64> {
+    (!n.is_nan()).then_some(n)
+}
+
+fn ms(n: f64) -> Duration {
+    Duration::from_micros((n * 1000.0) as u64)
+}
+
+/// An optional bound: `None` keeps the default, `Some(None)` turns it off.
+#[allow(clippy::option_option)]
+fn bound(n: f64) -> Option<Option<Duration>> {
+    given(n).map(|n| (n >= 0.0).then(|| ms(n)))
+}
+
+/// The protocols this module decodes, comma-separated (`auto` when it has
+/// them all).
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = protocols))]
+pub fn protocols() -> String {
+    let all = cfg!(all(
+        feature = "openai-chat",
+        feature = "openai-responses",
+        feature = "anthropic",
+        feature = "gemini",
+        feature = "ollama"
+    ));
+    let mut out = String::new();
+    for (name, on) in [
+        ("auto", all),
+        ("openai-chat", cfg!(feature = "openai-chat")),
+        ("openai-responses", cfg!(feature = "openai-responses")),
+        ("anthropic", cfg!(feature = "anthropic")),
+        ("gemini", cfg!(feature = "gemini")),
+        ("ollama", cfg!(feature = "ollama")),
+        ("sse", true),
+    ] {
+        if on {
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out.push_str(name);
+        }
+    }
+    out
+}
+
+/// What a `createRecoveringFetch` instance shares between its requests:
+/// the policy, the protocol and the retry budget.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
+pub struct Client {
+    policy: Option<RecoveryPolicy>,
+    protocol: ProtocolChoice,
+    resumable_sse: bool,
+    budget: Option<RetryBudget>,
+    error: u32,
+    error_detail: u32,
+    error_field: String,
+}
+
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
+impl Client {
+    /// A client from options the shell already checked for types and
+    /// ranges: `numbers` by `slot`, the retryable statuses when given
+    /// (`statuses_given`), the generic SSE terminal (`sse_data` or
+    /// `sse_event`, empty for none). A combination the policy refuses sets
+    /// [`Client::error`].
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(constructor))]
+    pub fn new(
+        numbers: &[f64],
+        statuses: &[u16],
+        statuses_given: bool,
+        sse_data: &str,
+        sse_event: &str,
+    ) -> Client {
+        let n = |i: usize| numbers.get(i).copied().unwrap_or(f64::NAN);
+        let mut b = RecoveryPolicy::builder();
+        if let Some(v) =
+            given(n(slot::MAX_ATTEMPTS)).and_then(|v| std::num::NonZeroU32::new(v as u32))
+        {
+            b = b.max_attempts(v);
+        }
+        let defaults = RecoveryPolicy::default();
+        let (base, ceiling) = (
+            given(n(slot::BACKOFF_BASE_MS)),
+            given(n(slot::BACKOFF_CEILING_MS)),
+        );
+        if base.is_some() || ceiling.is_some() {
+            let base = base.map_or(defaults.backoff_base(), ms);
+            let ceiling = ceiling.map_or(defaults.backoff_ceiling().max(base), ms);
+            b = b.backoff(base, ceiling);
+        }
+        if let Some(v) = bound(n(slot::BUDGET_MS)) {
+            b = b.budget(v);
+        }
+        if let Some(v) = bound(n(slot::DEADLINE_MS)) {
+            b = b.deadline(v);
+        }
+        if statuses_given {
+            b = b.retryable_statuses(statuses.iter().copied());
+        }
+        if let Some(mask) = given(n(slot::CATEGORIES)) {
+            let mask = mask as u32;
+            b = b.retryable_categories(
+                CATEGORIES
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, c)| *c),
+            );
+        }
+        let (ceiling, over) = (
+            given(n(slot::RETRY_AFTER_CEILING_MS)),
+            given(n(slot::OVER_CEILING)),
+        );
+        if ceiling.is_some() || over.is_some() {
+            let over = if over.is_some_and(set) {
+                OverCeiling::Backoff
+            } else {
+                OverCeiling::Refuse
+            };
+            b = b.retry_after_ceiling(ceiling.map_or(defaults.retry_after_ceiling(), ms), over);
+        }
+        if let Some(v) = given(n(slot::REPLAY_BODY_CAP)) {
+            b = b.replay_body_cap(v as usize);
+        }
+        if let Some(v) = given(n(slot::HOLDBACK_CAP)) {
+            b = b.holdback_cap(v as usize);
+        }
+        if let Some(v) = given(n(slot::EVIDENCE_CAP)) {
+            b = b.evidence_cap(v as usize);
+        }
+        if let Some(v) = given(n(slot::MAX_RESUMES)) {
+            b = b.max_resumes(v as u32);
+        }
+        if let Some(v) = given(n(slot::ENDPOINT)) {
+            b = b.endpoint(if set(v) {
+                Endpoint::Local
+            } else {
+                Endpoint::Remote
+            });
+        }
+        if let Some(v) = bound(n(slot::IDLE_TIMEOUT_MS)) {
+            b = b.idle_timeout(v);
+        }
+        if let Some(v) = bound(n(slot::PROGRESS_TIMEOUT_MS)) {
+            b = b.progress_timeout(v);
+        }
+        if let Some(v) = bound(n(slot::HEAD_TIMEOUT_MS)) {
+            b = b.head_timeout(v);
+        }
+        let terminal = if !sse_data.is_empty() {
+            Some(SseTerminal::Data(sse_data.to_owned()))
+        } else if !sse_event.is_empty() {
+            Some(SseTerminal::Event(sse_event.to_owned()))
+        } else {
+            None
+        };
+        let code = given(n(slot::PROTOCOL)).map_or(0, |v| v as usize);
+        let protocol = match PROTOCOLS.get(code).copied().unwrap_or("auto") {
+            "sse" => ProtocolChoice::Fixed(ProtocolKind::Sse {
+                terminal_sentinel: terminal,
+            }),
+            "auto" => ProtocolChoice::Auto,
+            name => name
+                .parse()
+                .map_or(ProtocolChoice::Auto, ProtocolChoice::Fixed),
+        };
+        let budget = given(n(slot::BUDGET_TTL_MS)).map(|ttl| {
+            RetryBudget::new(RetryBudgetConfig::new(
+                ms(ttl),
+                given(n(slot::BUDGET_MIN_PER_SEC)).map_or(10, |v| v as u32),
+                given(n(slot::BUDGET_PERCENT)).unwrap_or(0.1),
+            ))
+        });
+        let mut client = Client {
+            policy: None,
+            protocol,
+            resumable_sse: set(n(slot::RESUMABLE_SSE)),
+            budget,
+            error: 0,
+            error_detail: 0,
+            error_field: String::new(),
+        };
+        match b.build() {
+            Ok(policy) => client.policy = Some(policy),
+            Err(e) => client.refuse(&e),
+        }
+        client
+    }
+
+    /// Why the policy was refused: 0 it was not; 1 a status that can never
+    /// be retried (`errorDetail`); 2 a category that can never be retried
+    /// (`errorDetail`: its bit); 3 the backoff ceiling is below its base;
+    /// 4 a duration or cap that must be positive (`errorField`).
+    pub fn error(&self) -> u32 {
+        self.error
+    }
+
+    /// The status or category bit of [`Client::error`].
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = errorDetail))]
+    pub fn error_detail(&self) -> u32 {
+        self.error_detail
+    }
+
+    /// The policy knob of error 4.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = errorField))]
+    pub fn error_field(&self) -> String {
+        self.error_field.clone()
+    }
+
+    /// Starts one logical request at `now_ms`: `body` is the buffered
+    /// request body; `id_hi`/`id_lo` its random logical id; `admission` and
+    /// `continuation` say which hooks the caller installed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &self,
+        method: &str,
+        url: &str,
+        body: &[u8],
+        now_ms: f64,
+        id_hi: u32,
+        id_lo: u32,
+        admission: bool,
+        continuation: bool,
+    ) -> Machine {
+        let policy = self.policy.clone().unwrap_or_default();
+        let too_large = body.len() > policy.replay_body_cap();
+        let allowance = AttemptAllowance::new(policy.max_attempts().get());
+        let id = u64::from(id_hi) << 32 | u64::from(id_lo);
+        let mut ex = Exchange::new(
+            policy,
+            &self.protocol,
+            RequestFacts::new(method, url, body),
+            allowance,
+            id,
+            instant(now_ms),
+        )
+        .with_admission_hook(admission)
+        .with_resumable_sse(self.resumable_sse)
+        .with_continuation_hook(continuation);
+        if let Some(budget) = &self.budget {
+            ex = ex.with_retry_budget(budget.clone());
+        }
+        if too_large {
+            ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
+        }
+        Machine {
+            ex,
+            io: None,
+            deadline: None,
+            status: RecoveryStatus::InProgress,
+            send: None,
+            deliver_id: 0,
+            deliver_bytes: Vec::new(),
+            admission: String::new(),
+        }
+    }
+}
+
+impl Client {
+    fn refuse(&mut self, e: &PolicyError) {
+        self.error = match e {
+            PolicyError::InvalidStatus(s) => {
+                self.error_detail = u32::from(*s);
+                1
+            }
+            PolicyError::UnsupportedCategory(c) => {
+                self.error_detail = CATEGORIES.iter().position(|x| x == c).unwrap_or(0) as u32;
+                2
+            }
+            PolicyError::CeilingBelowBase => 3,
+            PolicyError::ZeroDuration(what) | PolicyError::ZeroCap(what) => {
+                str::clone_into(what, &mut self.error_field);
+                4
+            }
+            _ => 5,
+        };
+    }
+}
+
+/// What a send asks for.
+struct Outgoing {
+    kind: u32,
+    url: String,
+    method: String,
+    header: Option<(&'static str, String)>,
+    with_body: bool,
+}
+
+/// One logical request.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
+pub struct Machine {
+    ex: Exchange<Kept>,
+    /// The action answered last (kept for its payload).
+    io: Option<Io<Kept>>,
+    /// The deadline the shell was last told.
+    deadline: Option<Instant>,
+    /// What `onStatus` was last told.
+    status: RecoveryStatus,
+    send: Option<Outgoing>,
+    deliver_id: u32,
+    deliver_bytes: Vec<u8>,
+    admission: String,
+}
+
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
+impl Machine {
+    /// What to do next.
+    pub fn poll(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
+        self.next(&JsEnv::new(now, wall, random, online))
+    }
+
+    /// The send of action 1 is on its way.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onSent))]
+    pub fn on_sent(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        self.ex.on_sent(&env);
+        self.next(&env)
+    }
+
+    /// The response head: `headers` as `name\nvalue\n` lines, names
+    /// lowercase; `opaque_redirect` for a browser's `opaqueredirect`.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onHead))]
+    pub fn on_head(
+        &mut self,
+        now: f64,
+        wall: f64,
+        random: f64,
+        online: bool,
+        status: u16,
+        headers: &str,
+        opaque_redirect: bool,
+    ) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        let head = JsHead {
+            status,
+            headers,
+            opaque_redirect,
+        };
+        self.ex.on_head(&env, &head, None);
+        self.next(&env)
+    }
+
+    /// A body chunk, which the shell knows as `id`. With flag `0x100` the
+    /// shell hands that chunk on as it is, before the action.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onChunk))]
+    pub fn on_chunk(
+        &mut self,
+        now: f64,
+        wall: f64,
+        random: f64,
+        online: bool,
+        bytes: &[u8],
+        id: u32,
+    ) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        let now_out = if self.ex.is_passing_through() {
+            self.ex.on_passing_chunk(&env, bytes)
+                || self
+                    .ex
+                    .on_kept_chunk(
+                        &env,
+                        Kept {
+                            id,
+                            bytes: bytes.to_vec(),
+                        },
+                    )
+                    .is_some()
+        } else {
+            self.ex
+                .on_chunk(
+                    &env,
+                    Kept {
+                        id,
+                        bytes: bytes.to_vec(),
+                    },
+                )
+                .is_some()
+        };
+        let next = self.next(&env);
+        if now_out {
+            next | action::DELIVER_THIS
+        } else {
+            next
+        }
+    }
+
+    /// The body ended cleanly.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onEnd))]
+    pub fn on_end(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        self.ex.on_end(&env);
+        self.next(&env)
+    }
+
+    /// The send or the read failed: `streaming` when a body read rejected,
+    /// else a rejected `fetch()` (phase unknown: fetch cannot tell
+    /// connecting from sending from awaiting the head).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onError))]
+    pub fn on_error(
+        &mut self,
+        now: f64,
+        wall: f64,
+        random: f64,
+        online: bool,
+        streaming: bool,
+    ) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        let phase = if streaming {
+            Phase::Streaming
+        } else {
+            Phase::Unknown
+        };
+        self.ex
+            .on_error(&env, Failure::transport(TransportKind::Other, phase));
+        self.next(&env)
+    }
+
+    /// The deadline passed.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onTimeout))]
+    pub fn on_timeout(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        self.ex.handle_timeout(&env);
+        self.next(&env)
+    }
+
+    /// The platform is online again.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onOnline))]
+    pub fn on_online(&mut self, now: f64, wall: f64, random: f64) -> u32 {
+        let env = JsEnv::new(now, wall, random, true);
+        self.ex.online(&env);
+        self.next(&env)
+    }
+
+    /// The admission hook answered: 1 allow, 2 reject, anything else
+    /// unresolved.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onAdmission))]
+    pub fn on_admission(
+        &mut self,
+        now: f64,
+        wall: f64,
+        random: f64,
+        online: bool,
+        answer: u32,
+    ) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        let answer = match answer {
+            1 => AdmissionAnswer::Allow,
+            2 => AdmissionAnswer::Reject,
+            _ => AdmissionAnswer::Unresolved,
+        };
+        self.ex.admission(&env, answer);
+        self.next(&env)
+    }
+
+    /// The continuation hook answered: `given` when it returned a request
+    /// (which the shell keeps and sends at the next send of kind 2).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onContinuation))]
+    pub fn on_continuation(
+        &mut self,
+        now: f64,
+        wall: f64,
+        random: f64,
+        online: bool,
+        given: bool,
+    ) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        self.ex.continuation(&env, given);
+        self.next(&env)
+    }
+
+    /// The caller cancelled, or dropped the body.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onCancel))]
+    pub fn on_cancel(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
+        let env = JsEnv::new(now, wall, random, online);
+        self.ex.cancel(&env);
+        self.next(&env)
+    }
+
+    /// The deadline in `performance.now()` milliseconds, or `-1`.
+    pub fn deadline(&self) -> f64 {
+        self.deadline.map_or(-1.0, millis)
+    }
+
+    /// The lifecycle events since the last call, as a JSON array of `[event,
+    /// status]` pairs: `status` is the `RecoveryStatus` (snake_case) when
+    /// that event changed it, else `null`.
+    pub fn events(&mut self) -> String {
+        let mut out = String::from("[");
+        for event in self.ex.drain_events() {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push('[');
+            out.push_str(&to_json(&event));
+            out.push(',');
+            let status = self.status.after(&event.kind);
+            if status == self.status {
+                out.push_str("null");
+            } else {
+                self.status = status;
+                out.push_str(&to_json(&status));
+            }
+            out.push(']');
+        }
+        out.push(']');
+        out
+    }
+
+    /// The report so far, as JSON.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = reportJson))]
+    pub fn report_json(&self) -> String {
+        to_json(self.ex.report())
+    }
+
+    /// The outcome once the request ended, as JSON (`null` before).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = outcomeJson))]
+    pub fn outcome_json(&self) -> String {
+        self.ex
+            .outcome()
+            .map_or_else(|| String::from("null"), to_json)
+    }
+
+    /// Whether the head just received may be the final answer as sent: the
+    /// shell then reads the body from a copy of the response.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = keepsResponse))]
+    pub fn keeps_response(&self) -> bool {
+        self.ex.keeps_response()
+    }
+
+    /// The protocol the body is decoded as.
+    pub fn protocol(&self) -> String {
+        self.ex.protocol().name().to_owned()
+    }
+
+    /// Action 1: 0 the original request, 1 a resume, 2 the continuation.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendKind))]
+    pub fn send_kind(&self) -> u32 {
+        self.send.as_ref().map_or(0, |s| s.kind)
+    }
+
+    /// Action 1 of a resume: the URL to send to.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendUrl))]
+    pub fn send_url(&self) -> String {
+        self.send
+            .as_ref()
+            .map(|s| s.url.clone())
+            .unwrap_or_default()
+    }
+
+    /// Action 1 of a resume: the method.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendMethod))]
+    pub fn send_method(&self) -> String {
+        self.send
+            .as_ref()
+            .map(|s| s.method.clone())
+            .unwrap_or_default()
+    }
+
+    /// Action 1 of a resume: a header to set, `name\nvalue`, or empty.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendHeader))]
+    pub fn send_header(&self) -> String {
+        match self.send.as_ref().and_then(|s| s.header.as_ref()) {
+            Some((name, value)) => {
+                let mut out = String::from(*name);
+                out.push('\n');
+                out.push_str(value);
+                out
+            }
+            None => String::new(),
+        }
+    }
+
+    /// Action 1 of a resume: whether the original body goes again (without
+    /// it, the shell drops the body's headers).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendWithBody))]
+    pub fn send_with_body(&self) -> bool {
+        self.send.as_ref().is_none_or(|s| s.with_body)
+    }
+
+    /// Action 7: the id of the chunk to hand on, or 0 for `deliverBytes`.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = deliverId))]
+    pub fn deliver_id(&self) -> u32 {
+        self.deliver_id
+    }
+
+    /// Action 7 with id 0: the bytes the machine cut out of the stream.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = deliverBytes))]
+    pub fn deliver_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.deliver_bytes)
+    }
+
+    /// Action 10: `{ logicalId, nextAttempt, failure }` as JSON.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = admissionJson))]
+    pub fn admission_json(&self) -> String {
+        self.admission.clone()
+    }
+
+    /// Action 12: what the consumer received, `{ text, reasoning,
+    /// toolFragments, truncated }` as JSON (response text: sensitive).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = prefixJson))]
+    pub fn prefix_json(&self) -> String {
+        let Some(p) = self.ex.delivered_prefix() else {
+            return String::from("null");
+        };
+        let mut out = String::from("{\"text\":");
+        out.push_str(&to_json(&p.text));
+        out.push_str(",\"reasoning\":");
+        out.push_str(&to_json(&p.reasoning));
+        out.push_str(",\"toolFragments\":");
+        out.push_str(&to_json(&p.tool_fragments));
+        out.push_str(",\"truncated\":");
+        out.push_str(if p.truncated { "true" } else { "false" });
+        out.push('}');
+        out
+    }
+}
+
+impl Machine {
+    /// Polls the machine and answers the action code with its flags.
+    fn next<E: Env>(&mut self, env: &E) -> u32 {
+        let io = self.ex.poll(env);
+        let code = match &io {
+            Io::Send(kind) => {
+                self.send = Some(match kind {
+                    SendKind::Original => Outgoing {
+                        kind: 0,
+                        url: String::new(),
+                        method: String::new(),
+                        header: None,
+                        with_body: true,
+                    },
+                    SendKind::Resume(r) => Outgoing {
+                        kind: 1,
+                        url: r.url.clone(),
+                        method: r.method.clone(),
+                        header: r.header.clone(),
+                        with_body: r.with_body,
+                    },
+                    SendKind::Continuation => Outgoing {
+                        kind: 2,
+                        url: String::new(),
+                        method: String::new(),
+                        header: None,
+                        with_body: true,
+                    },
+                });
+                action::SEND
+            }
+            Io::AwaitHead => action::AWAIT_HEAD,
+            Io::Read => action::READ,
+            Io::Release => action::RELEASE,
+            Io::Respond => action::RESPOND,
+            Io::RespondError => action::RESPOND_ERROR,
+            Io::Deliver(Chunk::Read(kept)) => {
+                self.deliver_id = kept.id;
+                action::DELIVER
+            }
+            Io::Deliver(Chunk::Made(bytes)) => {
+                self.deliver_id = 0;
+                self.deliver_bytes = bytes.to_vec();
+                action::DELIVER
+            }
+            Io::Sleep => action::SLEEP,
+            Io::WaitOnline => action::WAIT_ONLINE,
+            Io::AskAdmission(request) => {
+                let mut out = String::from("{\"logicalId\":");
+                out.push_str(&to_json(&request.logical_id));
+                out.push_str(",\"nextAttempt\":");
+                out.push_str(&to_json(&request.next_attempt));
+                out.push_str(",\"failure\":");
+                out.push_str(&to_json(&request.failure));
+                out.push('}');
+                self.admission = out;
+                action::ASK_ADMISSION
+            }
+            Io::AwaitAdmission => action::AWAIT_ADMISSION,
+            Io::AskContinuation => action::ASK_CONTINUATION,
+            Io::End(Ok(())) => action::END_OK,
+            Io::End(Err(_)) => action::END_ERR,
+        };
+        self.io = Some(io);
+        let mut flags = 0;
+        if self.ex.has_events() {
+            flags |= action::EVENTS;
+        }
+        let deadline = self.ex.poll_timeout();
+        if deadline != self.deadline {
+            self.deadline = deadline;
+            flags |= action::DEADLINE;
+        }
+        code | flags
+    }
+}
+
+/// Native tests of the translation: the machine driven through this
+/// interface ends as the engine says, and what crosses is `serde_json`'s
+/// text.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAN: f64 = f64::NAN;
+
+    fn client(numbers: &[f64]) -> Client {
+        let mut all = [NAN; slot::COUNT];
+        all[..numbers.len()].copy_from_slice(numbers);
+        Client::new(&all, &[], false, "", "")
+    }
+
+    fn start(c: &Client) -> Machine {
+        c.start(
+            "POST",
+            "http://h/v1/chat/completions",
+            b"{}",
+            0.0,
+            1,
+            2,
+            false,
+            false,
+        )
+    }
+
+    const CHAT: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+    #[test]
+    fn a_503_with_retry_after_then_a_stream_completes() {
+        let c = client(&[]);
+        let mut m = start(&c);
+        let t = |m: &mut Machine| m.poll(0.0, 0.0, 0.0, true) & 0xff;
+        assert_eq!(t(&mut m), action::SEND);
+        assert_eq!(m.on_sent(1.0, 0.0, 0.0, true) & 0xff, action::AWAIT_HEAD);
+        let a = m.on_head(
+            2.0,
+            0.0,
+            0.0,
+            true,
+            503,
+            "content-type\napplication/json\nretry-after\n2\n",
+            false,
+        );
+        assert_eq!(a & 0xff, action::READ);
+        assert_eq!(m.on_end(3.0, 0.0, 0.0, true) & 0xff, action::RELEASE);
+        let a = m.poll(3.0, 0.0, 0.0, true);
+        assert_eq!(a & 0xff, action::SLEEP);
+        assert!((m.deadline() - 2003.0).abs() < 1e-9, "{}", m.deadline());
+        assert_eq!(m.on_timeout(2003.0, 0.0, 0.0, true) & 0xff, action::SEND);
+        m.on_sent(2004.0, 0.0, 0.0, true);
+        let a = m.on_head(
+            2005.0,
+            0.0,
+            0.0,
+            true,
+            200,
+            "content-type\ntext/event-stream\n",
+            false,
+        );
+        assert_eq!(a & 0xff, action::READ);
+        let a = m.on_chunk(2006.0, 0.0, 0.0, true, CHAT, 7);
+        // The semantic delta commits: respond, then the kept chunk.
+        assert_eq!(a & 0xff, action::RESPOND);
+        assert_eq!(m.poll(2006.0, 0.0, 0.0, true) & 0xff, action::DELIVER);
+        assert_eq!(m.deliver_id(), 7);
+        let mut last = 0;
+        for _ in 0..10 {
+            last = m.poll(2007.0, 0.0, 0.0, true) & 0xff;
+            if last == action::END_OK || last == action::READ {
+                break;
+            }
+        }
+        if last == action::READ {
+            last = m.on_end(2008.0, 0.0, 0.0, true) & 0xff;
+        }
+        assert_eq!(last, action::END_OK);
+        let events: serde_json::Value = serde_json::from_str(&m.events()).unwrap();
+        let names: Vec<&str> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[0]["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.first(), Some(&"attempt_started"));
+        assert_eq!(names.last(), Some(&"completed"));
+        let statuses: Vec<&str> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p[1].as_str())
+            .collect();
+        assert_eq!(statuses, ["reconnecting", "in_progress", "completed"]);
+        assert_eq!(
+            m.report_json(),
+            serde_json::to_string(m.ex.report()).unwrap()
+        );
+        assert_eq!(
+            m.outcome_json(),
+            serde_json::to_string(m.ex.outcome().unwrap()).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_steady_stream_is_one_call_per_chunk() {
+        let c = client(&[]);
+        let mut m = start(&c);
+        m.poll(0.0, 0.0, 0.0, true);
+        m.on_sent(0.0, 0.0, 0.0, true);
+        m.on_head(
+            0.0,
+            0.0,
+            0.0,
+            true,
+            200,
+            "content-type\ntext/event-stream\n",
+            false,
+        );
+        let first = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let mut a = m.on_chunk(1.0, 0.0, 0.0, true, first, 1);
+        while a & 0xff != action::READ {
+            a = m.poll(1.0, 0.0, 0.0, true);
+        }
+        m.events();
+        // After commit, each delta passes through with the next read.
+        for i in 2..50 {
+            let a = m.on_chunk(f64::from(i), 0.0, 0.0, true, first, i);
+            assert_eq!(a & 0xff, action::READ, "chunk {i}");
+            assert!(a & action::DELIVER_THIS != 0, "chunk {i}");
+            assert!(a & action::EVENTS == 0, "chunk {i}");
+        }
+    }
+
+    #[test]
+    fn a_refused_policy_names_its_reason() {
+        let mut numbers = [NAN; slot::COUNT];
+        let c = Client::new(&numbers, &[401], true, "", "");
+        assert_eq!((c.error(), c.error_detail()), (1, 401));
+        numbers[slot::BACKOFF_BASE_MS] = 5000.0;
+        numbers[slot::BACKOFF_CEILING_MS] = 10.0;
+        assert_eq!(Client::new(&numbers, &[], false, "", "").error(), 3);
+        assert_eq!(client(&[]).error(), 0);
+    }
+
+    #[test]
+    fn options_map_onto_the_policy() {
+        let mut n = [NAN; slot::COUNT];
+        n[slot::MAX_ATTEMPTS] = 5.0;
+        n[slot::BUDGET_MS] = -1.0;
+        n[slot::IDLE_TIMEOUT_MS] = 1500.0;
+        n[slot::PROGRESS_TIMEOUT_MS] = -1.0;
+        n[slot::ENDPOINT] = 1.0;
+        n[slot::CATEGORIES] = 0b11.into();
+        n[slot::PROTOCOL] = 3.0;
+        let c = Client::new(&n, &[503, 429], true, "", "");
+        let p = c.policy.as_ref().unwrap();
+        assert_eq!(p.max_attempts().get(), 5);
+        assert_eq!(p.budget(), None);
+        assert_eq!(p.idle_timeout(), Some(Duration::from_millis(1500)));
+        assert_eq!(p.progress_timeout(), None);
+        assert_eq!(p.endpoint(), Endpoint::Local);
+        assert_eq!(p.retryable_statuses(), &[429, 503]);
+        assert!(p.categories().transport && p.categories().http);
+        assert!(!p.categories().provider_response);
+        assert_eq!(c.protocol, ProtocolChoice::Fixed(ProtocolKind::Anthropic));
+        assert!(protocols().contains("openai-chat"));
+    }
+}
