@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Builds the npm package (wasm/pkg) and runs every wasm test:
-#   1. wasm-bindgen-test in Node, headless Chromium (page) and a dedicated
-#      worker, against the loopback fault provider (CORS on) and a plain
-#      server without CORS;
-#   2. the JS-level tests of the npm package (node --test): the API in Node,
-#      the real openai / @anthropic-ai/sdk / ai SDKs, workerd, the
-#      examples/edge-worker proxy in workerd, Chromium (page + module
-#      worker) through Playwright;
-#   3. the TypeScript declarations (tsc --noEmit on a typed example).
+# Builds the npm package (wasm/pkg) and runs every wasm test
+# (node --test wasm/tests/node/), against the loopback fault provider
+# (CORS on) and a plain server without CORS:
+#   - the fetch cases and the conformance vectors in Node, and in headless
+#     Chromium (page and dedicated worker) through Playwright; the vectors
+#     are prepared and checked by the engine's own runner (conformance-js);
+#   - the API, the real openai / @anthropic-ai/sdk / ai SDKs, workerd, the
+#     examples/edge-worker proxy in workerd, the packed tarball;
+#   - the TypeScript declarations (tsc --noEmit on a typed example).
 # Run scripts/setup-wasm.sh once first. `--build-only` stops after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,7 +96,8 @@ cp wasm/index.d.ts wasm/pkg/index.d.cts
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 step "start the loopback servers"
-cargo build -q -p recovery-tests --bin fault-provider
+cargo build -q -p recovery-tests --bin fault-provider --bin conformance-js
+export RECOVERY_CONFORMANCE_JS="$TARGET_DIR/debug/conformance-js"
 PIDS=()
 LOGS=$(mktemp -d)
 cleanup() {
@@ -120,13 +121,6 @@ RECOVERY_PLAIN_URL=$(wait_line "$LOGS/plain")
 RECOVERY_REFUSED_URL=$(node wasm/tests/support/refused-url.mjs)
 export RECOVERY_FAULT_URL RECOVERY_PLAIN_URL RECOVERY_REFUSED_URL
 echo "provider $RECOVERY_FAULT_URL, plain $RECOVERY_PLAIN_URL, refused $RECOVERY_REFUSED_URL"
-
-step "wasm-bindgen-test in Node"
-cargo test -p recovery-wasm --target wasm32-unknown-unknown
-step "wasm-bindgen-test in headless Chromium (page)"
-WASM_BINDGEN_USE_BROWSER=1 cargo test -p recovery-wasm --target wasm32-unknown-unknown
-step "wasm-bindgen-test in headless Chromium (dedicated worker)"
-WASM_BINDGEN_USE_DEDICATED_WORKER=1 cargo test -p recovery-wasm --target wasm32-unknown-unknown
 
 step "npm package in Node, workerd and Chromium; real SDKs"
 node --test --test-concurrency=1 wasm/tests/node/

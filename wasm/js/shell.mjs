@@ -443,11 +443,33 @@ class Driver {
       const fire = () => {
         const left = at - this.p.now();
         // A timer may fire early (a clamped delay): wait the rest.
-        if (left > 0) alarm.cancel = this.p.timer(left, fire);
-        else resolve(DEADLINE_PASSED);
+        if (left > 0) {
+          alarm.cancel = this.p.timer(left, fire);
+          return;
+        }
+        resolve(DEADLINE_PASSED);
+        if (this.alarm === alarm) this.idleDeadline();
       };
       alarm.cancel = this.p.timer(at - this.p.now(), fire);
     });
+  }
+
+  /**
+   * The deadline passed while nothing awaits it. Only a completed request
+   * acts on it: its drain ends, which lets the connection go even when the
+   * consumer stopped reading at its own end marker and never pulls again
+   * (the Ollama and Mistral SDKs do). Before completion a deadline is judged
+   * when the consumer next reads, as a body it does not read is not stalled.
+   */
+  idleDeadline() {
+    if (this.busy || this.ended || !this.outcome || this.outcome.outcome !== 'completed') return;
+    this.alarm = { at: -1, promise: null, cancel: null };
+    this.take(this.m.onTimeout(...this.env()));
+    if (this.action === RELEASE) {
+      this.release();
+      this.take(this.m.poll(...this.env()));
+    }
+    if (this.action === END_OK) this.end(null);
   }
 
   /** Waits for `promise`, the deadline or a cancel, whichever comes first. */
@@ -756,7 +778,7 @@ function continuationOf(hook, original, body) {
     });
     const answer = await hook({ delivered, request });
     if (answer === null || answer === undefined) return null;
-    const next = answer instanceof Request ? answer : new Request(answer);
+    const next = answer instanceof Request ? answer : new Request(answer.url, answer);
     const nextBody = next.method === 'GET' || next.method === 'HEAD'
       ? undefined
       : new Uint8Array(await next.arrayBuffer());
@@ -819,6 +841,8 @@ export function bind(wasm, platform = defaultPlatform) {
         outcome: () => driver.outcome,
         protocol: m.protocol(),
       });
+      // A test platform watches every request from its start.
+      if (platform.started) platform.started(handle);
       const onAbort = () => driver.cancel();
       for (const s of signals) s.addEventListener('abort', onAbort);
       const cleanup = () => {

@@ -19,7 +19,7 @@ const USAGE: &str = "usage: fault-provider [--port N] [--script FILE] [--fixture
     \n  --fixtures DIR  where fixture writes are read (default: the crate's tests/fixtures)\
     \n\nControl: GET /__fault/count, GET /__fault/requests, POST /__fault/reset,\
     \n         POST /__fault/script (body: script JSON), POST /__fault/release[?n=N|?all],\
-    \n         GET /__fault/wait?requests=N&stalls=N (long-poll)";
+    \n         GET /__fault/wait?requests=N&stalls=N&waiting=N (long-poll)";
 
 struct Args {
     port: u16,

@@ -738,12 +738,18 @@ async fn control(shared: &Shared, stream: &mut TcpStream, request: &Parsed) -> N
                     .split('&')
                     .find_map(|p| p.strip_prefix(key)?.strip_prefix('='))
                     .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0)
             };
-            let (requests, stalls) = (want("requests"), want("stalls"));
+            let (requests, stalls) = (want("requests").unwrap_or(0), want("stalls").unwrap_or(0));
+            // `waiting=N`: until at most N stall points are waiting, e.g. 0
+            // once the client closed the connection a stall held open.
+            let waiting = want("waiting").unwrap_or(u64::MAX);
             let mut rx = shared.stats.subscribe();
             let _ = rx
-                .wait_for(|s| s.requests >= requests && s.stalls_entered >= stalls)
+                .wait_for(|s| {
+                    s.requests >= requests
+                        && s.stalls_entered >= stalls
+                        && s.stalls_waiting <= waiting
+                })
                 .await;
             (200, count_json(shared))
         }
