@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for the wasm package and its tests: the wasm32
 # target, wasm-bindgen-cli at exactly the version in Cargo.lock (only when
-# missing or different: building it takes ~7 minutes), Debian's chromium and
-# chromium-driver (only when missing), and the npm dev tools from the lockfile.
+# missing or different: building it takes ~7 minutes), Debian's chromium
+# (only when missing; Playwright drives it), and the npm dev tools from the
+# lockfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,9 +25,9 @@ if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WBG" ]; t
   cargo install wasm-bindgen-cli --version "$WBG"
 fi
 
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+if ! command -v chromium >/dev/null; then
   $SUDO apt-get update
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 fi
 
 if [ ! -d wasm/node_modules ] || [ wasm/package-lock.json -nt wasm/node_modules/.package-lock.json ]; then

@@ -14,12 +14,16 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 WASM_OPT="$ROOT/wasm/node_modules/.bin/wasm-opt" # never Debian's binaryen
+ESBUILD="$ROOT/wasm/node_modules/.bin/esbuild"
+minify() { "$ESBUILD" "$1" --minify --log-level=warning "${@:3}" --outfile="$2"; }
 step() { printf '\n== wasm: %s\n' "$*"; }
 
 step "build the package"
 # One module per protocol and one with all of them (`protocol: "auto"`),
 # each in pkg/<name>/ with its three glues (web, Node ESM, Node CommonJS)
-# and the entry points that bind it to js/shell.mjs.
+# and the entry points that bind it to the shell. What ships is minified
+# (pkg/shell.mjs and pkg/shell.cjs from js/shell.mjs, and the glues):
+# a browser downloads the shell and the web glue with every entry.
 MODULES="all openai-chat openai-responses anthropic gemini ollama sse"
 rm -rf wasm/pkg
 mkdir -p wasm/pkg
@@ -45,26 +49,26 @@ for m in $MODULES; do
   # nothing lives in its first KiB, so binaryen may assume both.
   "$WASM_OPT" -Oz --strip-debug --strip-producers --zero-filled-memory --low-memory-unused \
     "$GLUE/web/recovery_wasm_bg.wasm" -o "$out/recovery_wasm_bg.wasm"
-  cp "$GLUE/web/recovery_wasm.js" "$out/glue.web.js"
-  cp "$GLUE/node/recovery_wasm.js" "$out/glue.node.mjs"
-  cp "$GLUE/cjs/recovery_wasm.js" "$out/glue.node.cjs"
+  minify "$GLUE/web/recovery_wasm.js" "$out/glue.web.js" --format=esm
+  minify "$GLUE/node/recovery_wasm.js" "$out/glue.node.mjs" --format=esm
+  minify "$GLUE/cjs/recovery_wasm.js" "$out/glue.node.cjs" --format=cjs
   cat >"$out/web.mjs" <<'JS'
 // Browsers and web workers: fetches and instantiates the module next to
 // this file (top-level await), then binds the shell to it.
 import init, * as wasm from './glue.web.js';
-import { bind } from '../../js/shell.mjs';
+import { bind } from '../shell.mjs';
 
 await init({ module_or_path: new URL('./recovery_wasm_bg.wasm', import.meta.url) });
 export const createRecoveringFetch = bind(wasm);
-export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+export { recoveryOf, RecoveryError } from '../shell.mjs';
 JS
   cat >"$out/node.mjs" <<'JS'
 // Node, ESM: the glue reads and instantiates the module at import.
 import * as wasm from './glue.node.mjs';
-import { bind } from '../../js/shell.mjs';
+import { bind } from '../shell.mjs';
 
 export const createRecoveringFetch = bind(wasm);
-export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+export { recoveryOf, RecoveryError } from '../shell.mjs';
 JS
   cat >"$out/node.cjs" <<'JS'
 // Node, CommonJS: the glue reads and instantiates the module at require.
@@ -82,16 +86,17 @@ JS
 import { initSync } from './glue.web.js';
 import * as wasm from './glue.web.js';
 import wasmModule from './recovery_wasm_bg.wasm';
-import { bind } from '../../js/shell.mjs';
+import { bind } from '../shell.mjs';
 
 initSync({ module: wasmModule });
 export const createRecoveringFetch = bind(wasm);
-export { recoveryOf, RecoveryError } from '../../js/shell.mjs';
+export { recoveryOf, RecoveryError } from '../shell.mjs';
 JS
 done
 rm -rf "$GLUE"
-# The CommonJS copy of the shell (`require`), and its declarations.
-wasm/node_modules/.bin/esbuild wasm/js/shell.mjs --format=cjs --log-level=warning --outfile=wasm/pkg/shell.cjs
+# The shell, for `import` and for `require`, and the CommonJS declarations.
+minify wasm/js/shell.mjs wasm/pkg/shell.mjs --format=esm
+minify wasm/js/shell.mjs wasm/pkg/shell.cjs --format=cjs
 cp wasm/index.d.ts wasm/pkg/index.d.cts
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 

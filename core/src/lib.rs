@@ -232,6 +232,7 @@ pub mod conformance;
 mod backoff;
 mod decision;
 mod engine;
+mod http_date;
 mod retry_after;
 mod safe;
 

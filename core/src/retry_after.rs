@@ -140,9 +140,14 @@ pub fn parse_retry_after(value: &str, wall_now: SystemTime) -> RetryAfter {
             _ => RetryAfter::Invalid,
         };
     }
-    match httpdate::parse_http_date(value) {
-        Ok(at) => RetryAfter::Date(at.duration_since(wall_now).unwrap_or(Duration::ZERO)),
-        Err(_) => RetryAfter::Invalid,
+    match crate::http_date::parse(value) {
+        Some(at) => {
+            let now = wall_now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO);
+            RetryAfter::Date(Duration::from_secs(at).saturating_sub(now))
+        }
+        None => RetryAfter::Invalid,
     }
 }
 

@@ -24,7 +24,7 @@ const proxyWorker :Workerd.Worker = (
     # glue, and the .wasm as a compiled module (never compiled from bytes).
     (name = "recovery-wasm", esModule = "export * from './node_modules/recovery-wasm/pkg/all/workerd.mjs';"),
     (name = "node_modules/recovery-wasm/pkg/all/workerd.mjs", esModule = embed "../../wasm/pkg/all/workerd.mjs"),
-    (name = "node_modules/recovery-wasm/js/shell.mjs", esModule = embed "../../wasm/js/shell.mjs"),
+    (name = "node_modules/recovery-wasm/pkg/shell.mjs", esModule = embed "../../wasm/pkg/shell.mjs"),
     (name = "node_modules/recovery-wasm/pkg/all/glue.web.js", esModule = embed "../../wasm/pkg/all/glue.web.js"),
     (name = "node_modules/recovery-wasm/pkg/all/recovery_wasm_bg.wasm", wasm = embed "../../wasm/pkg/all/recovery_wasm_bg.wasm"),
   ],

@@ -373,6 +373,8 @@ function toError(failure, signals) {
 /** How a wait ended. */
 const DEADLINE_PASSED = { deadline: true };
 const CANCELLED = { cancelled: true };
+/** No deadline armed. */
+const NO_ALARM = Object.freeze({ at: -1, fired: false, cancel: null });
 
 /**
  * Does the machine's I/O for one logical request: what `poll` answers, the
@@ -395,7 +397,7 @@ class Driver {
     this.cancelled = false;
     this.ended = false;
     this.wake = null;
-    this.alarm = { at: -1, promise: null, cancel: null };
+    this.alarm = NO_ALARM;
     this.report = JSON.parse(m.reportJson());
     this.outcome = null;
   }
@@ -431,27 +433,32 @@ class Driver {
     this.outcome = JSON.parse(this.m.outcomeJson());
   }
 
-  /** Arms one timer for the machine's deadline. */
+  /**
+   * Arms one timer for the machine's deadline. When it fires it ends the
+   * wait in progress; with none in progress it stays fired, and the next
+   * wait ends at once.
+   */
   arm() {
     const at = this.m.deadline();
     if (at === this.alarm.at) return;
     if (this.alarm.cancel) this.alarm.cancel();
-    this.alarm = { at, promise: null, cancel: null };
+    const alarm = { at, fired: false, cancel: null };
+    this.alarm = alarm;
     if (at < 0) return;
-    const alarm = this.alarm;
-    alarm.promise = new Promise((resolve) => {
-      const fire = () => {
-        const left = at - this.p.now();
-        // A timer may fire early (a clamped delay): wait the rest.
-        if (left > 0) {
-          alarm.cancel = this.p.timer(left, fire);
-          return;
-        }
-        resolve(DEADLINE_PASSED);
-        if (this.alarm === alarm) this.idleDeadline();
-      };
-      alarm.cancel = this.p.timer(at - this.p.now(), fire);
-    });
+    const fire = () => {
+      const left = at - this.p.now();
+      // A timer may fire early (a clamped delay): wait the rest.
+      if (left > 0) {
+        alarm.cancel = this.p.timer(left, fire);
+        return;
+      }
+      alarm.fired = true;
+      alarm.cancel = null;
+      if (this.alarm !== alarm) return;
+      if (this.wake) this.wake(DEADLINE_PASSED);
+      else this.idleDeadline();
+    };
+    alarm.cancel = this.p.timer(at - this.p.now(), fire);
   }
 
   /**
@@ -463,7 +470,7 @@ class Driver {
    */
   idleDeadline() {
     if (this.busy || this.ended || !this.outcome || this.outcome.outcome !== 'completed') return;
-    this.alarm = { at: -1, promise: null, cancel: null };
+    this.alarm = NO_ALARM;
     this.take(this.m.onTimeout(...this.env()));
     if (this.action === RELEASE) {
       this.release();
@@ -472,20 +479,36 @@ class Driver {
     if (this.action === END_OK) this.end(null);
   }
 
-  /** Waits for `promise`, the deadline or a cancel, whichever comes first. */
-  async wait(promise) {
-    if (this.cancelled) {
-      this.take(this.m.onCancel(...this.env()));
-      return CANCELLED;
-    }
-    const racers = [];
-    if (promise) racers.push(promise.then((value) => ({ value }), (error) => ({ error })));
-    if (this.alarm.promise) racers.push(this.alarm.promise);
-    racers.push(new Promise((resolve) => { this.wake = () => resolve(CANCELLED); }));
-    const won = await Promise.race(racers);
-    this.wake = null;
+  /**
+   * Waits for `promise`, the deadline or a cancel, whichever comes first:
+   * `{ value }` or `{ error }` from `promise`, or `DEADLINE_PASSED` or
+   * `CANCELLED` once the machine was told. One promise per wait: this runs
+   * for every chunk.
+   */
+  wait(promise) {
+    if (this.cancelled) return Promise.resolve(this.settled(CANCELLED));
+    if (this.alarm.fired) return Promise.resolve(this.settled(DEADLINE_PASSED));
+    return new Promise((resolve, reject) => {
+      let done = false;
+      const settle = (won) => {
+        if (done) return;
+        done = true;
+        if (this.wake === settle) this.wake = null;
+        try {
+          resolve(this.settled(won));
+        } catch (e) {
+          reject(e);
+        }
+      };
+      this.wake = settle;
+      if (promise) promise.then((value) => settle({ value }), (error) => settle({ error }));
+    });
+  }
+
+  /** Tells the machine how a wait ended, when that is news to it. */
+  settled(won) {
     if (won === DEADLINE_PASSED) {
-      this.alarm = { at: -1, promise: null, cancel: null };
+      this.alarm = NO_ALARM;
       this.take(this.m.onTimeout(...this.env()));
       return won;
     }
@@ -502,7 +525,7 @@ class Driver {
     if (this.cancelled) return;
     this.cancelled = true;
     if (this.controller) this.controller.abort();
-    if (this.wake) this.wake();
+    if (this.wake) this.wake(CANCELLED);
     else if (!this.busy && !this.ended) this.finishCancel();
   }
 
@@ -525,7 +548,7 @@ class Driver {
 
   stop() {
     if (this.alarm.cancel) this.alarm.cancel();
-    this.alarm = { at: -1, promise: null, cancel: null };
+    this.alarm = NO_ALARM;
   }
 
   failure() {
@@ -536,8 +559,8 @@ class Driver {
 
   /**
    * Runs the machine until it has something for the consumer: `{ respond:
-   * Response }`, `{ error: Response }` (the final HTTP error), `{ chunk }`,
-   * `{ end: true }` or `{ failure }`.
+   * Response }`, `{ error: Response }` (the final HTTP error), a chunk
+   * (the `Uint8Array` itself), `{ end: true }` or `{ failure }`.
    */
   async advance() {
     if (this.ended) return { end: true };
@@ -550,7 +573,7 @@ class Driver {
           case AWAIT_HEAD: await this.awaitHead(); break;
           case READ: {
             const chunk = await this.read();
-            if (chunk) return { chunk };
+            if (chunk) return chunk;
             break;
           }
           case RELEASE: this.release(); this.take(this.m.poll(...this.env())); break;
@@ -580,7 +603,7 @@ class Driver {
               chunk = this.m.deliverBytes();
             }
             this.take(this.m.poll(...this.env()));
-            if (chunk) return { chunk };
+            if (chunk) return chunk;
             break;
           }
           case SLEEP: case AWAIT_ADMISSION: {
@@ -692,6 +715,26 @@ class Driver {
     this.take(code);
   }
 
+  /**
+   * The consumer's pull: a chunk, `{ end: true }` or `{ failure }`. Mid-
+   * stream the machine is waiting for a read and the chunk read goes out at
+   * once; that path, taken for every chunk, skips the general loop.
+   */
+  next() {
+    if (this.action !== READ || this.ended || !this.reader) return this.advance();
+    this.busy = true;
+    return this.wait(this.reader.read()).then(
+      (woke) => {
+        this.busy = false;
+        return this.afterRead(woke) ?? this.advance();
+      },
+      (e) => {
+        this.busy = false;
+        throw e;
+      },
+    );
+  }
+
   /** One chunk of the attempt's body; returned when it goes out at once. */
   async read() {
     const reader = this.reader;
@@ -699,7 +742,11 @@ class Driver {
       this.take(this.m.onEnd(...this.env()));
       return null;
     }
-    const woke = await this.wait(reader.read());
+    return this.afterRead(await this.wait(reader.read()));
+  }
+
+  /** What a read brought, told to the machine; the chunk if it goes out now. */
+  afterRead(woke) {
     if (woke === DEADLINE_PASSED || woke === CANCELLED) return null;
     if (woke.error !== undefined) {
       this.cause = woke.error;
@@ -715,7 +762,8 @@ class Driver {
     }
     const chunk = value instanceof Uint8Array ? value : new Uint8Array(value);
     const id = this.nextId++;
-    const code = this.take(this.m.onChunk(...this.env(), chunk, id));
+    const p = this.p;
+    const code = this.take(this.m.onChunk(p.now(), p.wall(), p.random(), p.online(), chunk, id));
     if (code & DELIVER_THIS) return chunk;
     this.kept.set(id, chunk);
     return null;
@@ -868,9 +916,9 @@ export function bind(wasm, platform = defaultPlatform) {
       const stream = new ReadableStream(
         {
           async pull(controller) {
-            const next = await driver.advance();
-            if (next.chunk) {
-              controller.enqueue(next.chunk);
+            const next = await driver.next();
+            if (next instanceof Uint8Array) {
+              controller.enqueue(next);
               return;
             }
             cleanup();

@@ -19,3 +19,8 @@ mod json;
 mod machine;
 
 pub use machine::{Client, Machine, action, protocols};
+
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
+    lol_alloc::LockedAllocator::new(lol_alloc::FreeListAllocator::new());

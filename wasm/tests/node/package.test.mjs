@@ -60,13 +60,13 @@ test('the tarball holds the built wasm, both entries, the types and the licenses
   const { stdout } = await run('tar', ['-tzf', tarball]);
   const files = stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, '')).sort();
   for (const f of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'index.d.ts', 'pkg/index.d.cts',
-    'js/shell.mjs', 'pkg/shell.cjs',
+    'pkg/shell.mjs', 'pkg/shell.cjs',
     ...['all', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'].flatMap((m) => [
       'recovery_wasm_bg.wasm', 'glue.web.js', 'glue.node.mjs', 'glue.node.cjs', 'web.mjs', 'node.mjs', 'node.cjs', 'workerd.mjs',
     ].map((f) => `pkg/${m}/${f}`))]) {
     assert.ok(files.includes(f), `${f} missing from ${files}`);
   }
-  assert.ok(!files.some((f) => f.startsWith('tests/') || f.startsWith('src/') || f.startsWith('node_modules/')), `${files}`);
+  assert.ok(!files.some((f) => f.startsWith('tests/') || f.startsWith('js/') || f.startsWith('src/') || f.startsWith('node_modules/')), `${files}`);
   const manifest = JSON.parse(await readFile(join(app, 'node_modules', 'recovery-wasm', 'package.json'), 'utf8'));
   assert.equal(manifest.private, undefined, 'publishable');
 });

@@ -11,7 +11,7 @@ const config :Workerd.Config = (
 const testWorker :Workerd.Worker = (
   modules = [
     (name = "worker.mjs", esModule = embed "worker.mjs"),
-    (name = "js/shell.mjs", esModule = embed "../../js/shell.mjs"),
+    (name = "pkg/shell.mjs", esModule = embed "../../pkg/shell.mjs"),
     (name = "pkg/all/workerd.mjs", esModule = embed "../../pkg/all/workerd.mjs"),
     (name = "pkg/all/glue.web.js", esModule = embed "../../pkg/all/glue.web.js"),
     (name = "pkg/all/recovery_wasm_bg.wasm", wasm = embed "../../pkg/all/recovery_wasm_bg.wasm"),
