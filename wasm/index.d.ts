@@ -59,7 +59,7 @@ export interface RecoveryReport {
   logical_id: string;
   outcome: Outcome | null;
   attempts: AttemptRecord[];
-  delays: Array<{ after_attempt: number; delay_ms: number; cause: 'backoff' | 'retry_after' }>;
+  delays: Array<{ after_attempt: number; delay_ms: number; cause: 'backoff' | 'retry_after' | 'cooldown' }>;
   resend_count: number;
   resumes: number;
   committed_attempt: number | null;
@@ -110,7 +110,11 @@ export interface RecoveringFetchOptions {
   headTimeoutMs?: number | null;
   /** The endpoint is an SSE server that honours `Last-Event-ID`: a broken stream is resumed from the last delivered id. */
   resumableSse?: boolean;
-  /** Cross-request retry budget shared by every request of this function. */
+  /**
+   * Cross-request retry budget shared by every request of this function.
+   * On by default (20 % of requests plus 1 retry/s over 10 s); `null`
+   * turns it off, an object changes its numbers.
+   */
   retryBudget?: { ttlMs?: number; minRetriesPerSec?: number; percent?: number } | null;
   /** The body's protocol; `auto` (default) guesses from the URL path. */
   protocol?: ProtocolName;
@@ -157,7 +161,23 @@ export interface RecoveryHandle {
 }
 
 /** A recovering fetch: `fetch`'s signature; responses carry `recovery`. */
-export type RecoveringFetch = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response & { readonly recovery: RecoveryHandle }>;
+/**
+ * The endpoint cooldowns a recovering fetch's requests share: when one
+ * learns a `Retry-After` (or `retry-after-ms`), the others bound for the
+ * same origin and model (the body's top-level `"model"`, or the URL path
+ * when there is none) hold their next send until the same instant, or
+ * fail at once refused when they may not wait that long.
+ */
+export interface Cooldowns {
+  /** Notes that the endpoint of a request to `url` with `body` asked for no sends during `ms`. */
+  note(url: string, body: string | Uint8Array | undefined, ms: number): void;
+  /** Milliseconds sends of a request to `url` with `body` must still wait (0: none). */
+  remaining(url: string, body?: string | Uint8Array): number;
+}
+
+export type RecoveringFetch = ((input: RequestInfo | URL, init?: RequestInit) => Promise<Response & { readonly recovery: RecoveryHandle }>) & {
+  readonly cooldowns: Cooldowns;
+};
 
 /** Thrown (rejected) before any response when attempts run out without an HTTP answer. */
 export interface RecoveryTypeError extends TypeError {

@@ -59,6 +59,12 @@ pub struct Vector {
     /// The success terminal of a generic `sse` stream.
     #[serde(default)]
     pub sse_terminal: Option<SseTerminal>,
+    /// A cooldown another request learned for this request's endpoint, in
+    /// force for this long when the request starts (the runner notes it in
+    /// the store its driver shares, under [`crate::cooldown::key_for`] of
+    /// the request).
+    #[serde(default)]
+    pub cooldown_ms: Option<u64>,
 }
 
 /// A request of a vector: method, path (with its query) and body text.
@@ -470,6 +476,10 @@ pub struct Expected {
     /// A transport error arrived after terminal proof.
     #[serde(default)]
     pub late_error: Option<bool>,
+    /// What the shared cooldown store holds for the request's key when it
+    /// ended, in ms (0: nothing in force).
+    #[serde(default)]
+    pub cooldown_left_ms: Option<u64>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -496,6 +506,8 @@ pub struct Observed {
     pub requests: Vec<String>,
     /// The report's late-error flag.
     pub late_error: bool,
+    /// What the cooldown store held for the request's key at its end, in ms.
+    pub cooldown_left_ms: u64,
 }
 
 impl Observed {
@@ -565,6 +577,11 @@ impl Expected {
             && o.late_error != l
         {
             return differ("late_error", &l, &o.late_error);
+        }
+        if let Some(c) = self.cooldown_left_ms
+            && o.cooldown_left_ms != c
+        {
+            return differ("cooldown_left_ms", &c, &o.cooldown_left_ms);
         }
         Ok(())
     }

@@ -39,6 +39,9 @@ pub enum DelayCause {
     Backoff,
     /// The server's `Retry-After` (it was longer than the backoff draw).
     RetryAfter,
+    /// A wait another request to the same endpoint learned from its
+    /// `Retry-After` ([`crate::cooldown`]).
+    Cooldown,
 }
 
 /// What the driver does next.
@@ -200,6 +203,64 @@ fn interrupted(state: &AttemptState, failure: &Failure, cause: Option<InterruptC
     }
 }
 
+/// Whether a send may wait out `wait`, a cooldown another request learned
+/// for the same endpoint, under the limits the request's own `Retry-After`
+/// meets: the policy's ceiling, the recovery budget, the deadline.
+/// `Ok(Some(wait))` waits, `Ok(None)` sends now (a policy that ignores hints
+/// above its ceiling), `Err` refuses the send.
+pub(crate) fn cooldown_wait(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    now: Instant,
+    wait: Duration,
+) -> Result<Option<Duration>, Outcome> {
+    if wait > policy.retry_after_ceiling() {
+        return match policy.over_ceiling() {
+            OverCeiling::Refuse => Err(Outcome::RetryAfterRefused {
+                value: wait,
+                limit: RefusalLimit::Ceiling,
+            }),
+            OverCeiling::Backoff => Ok(None),
+        };
+    }
+    let (budget_end, deadline) = limits(policy, state, now);
+    let at = now.saturating_add(wait);
+    if budget_end.is_some_and(|b| at > b) {
+        return Err(Outcome::RetryAfterRefused {
+            value: wait,
+            limit: RefusalLimit::Budget,
+        });
+    }
+    if deadline.is_some_and(|d| at > d) {
+        return Err(Outcome::RetryAfterRefused {
+            value: wait,
+            limit: RefusalLimit::Deadline,
+        });
+    }
+    Ok(Some(wait))
+}
+
+/// When the recovery budget ends (counted from the first failure, or from
+/// `now` before any) and the earliest deadline, each if set.
+fn limits(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    now: Instant,
+) -> (Option<Instant>, Option<Instant>) {
+    let first_failure = state.first_failure_at.unwrap_or(now);
+    let budget_end = policy.budget().map(|b| first_failure.saturating_add(b));
+    let deadline = [
+        state.deadline,
+        policy
+            .deadline()
+            .map(|d| state.started_at.saturating_add(d)),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    (budget_end, deadline)
+}
+
 /// Decides what happens after `input.failure`.
 ///
 /// The checks run in a fixed order, each one final:
@@ -254,17 +315,7 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
         });
     }
 
-    let first_failure = state.first_failure_at.unwrap_or(now);
-    let budget_end = policy.budget().map(|b| first_failure.saturating_add(b));
-    let deadline = [
-        state.deadline,
-        policy
-            .deadline()
-            .map(|d| state.started_at.saturating_add(d)),
-    ]
-    .into_iter()
-    .flatten()
-    .min();
+    let (budget_end, deadline) = limits(policy, state, now);
     if deadline.is_some_and(|d| now >= d) {
         return Action::Fail(Outcome::DeadlineExceeded);
     }

@@ -371,6 +371,37 @@ impl Recovery {
         )
     }
 
+    /// Before a send, a cooldown of `wait` is in force for the request's
+    /// endpoint (another request learned it): waits it out (`Some`: the
+    /// wait is recorded and announced), sends now (`None`: the policy
+    /// ignores hints above its ceiling), or ends the request refused.
+    pub fn hold_for_cooldown(
+        &mut self,
+        now: Instant,
+        wait: Duration,
+    ) -> Result<Option<Duration>, Outcome> {
+        match crate::decision::cooldown_wait(&self.policy, &self.state, now, wait) {
+            Ok(Some(wait)) => {
+                let cause = crate::decision::DelayCause::Cooldown;
+                self.report.delays.push(DelayRecord {
+                    after_attempt: self.state.attempts_made,
+                    delay_ms: wait,
+                    cause,
+                });
+                self.emit(
+                    now,
+                    EventKind::DelayScheduled {
+                        delay_ms: wait,
+                        cause,
+                    },
+                );
+                Ok(Some(wait))
+            }
+            Ok(None) => Ok(None),
+            Err(outcome) => Err(self.finish(now, outcome)),
+        }
+    }
+
     /// Records the seam of the resume attempt now in flight.
     pub fn record_seam(&mut self, strategy: crate::report::SeamStrategy, delivered_bytes: u64) {
         let attempt = self.state.attempts_made;

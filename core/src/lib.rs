@@ -17,7 +17,7 @@
 //! | [`policy`], [`lifecycle`], [`report`], [`outcome`], [`error`] | configuring, watching and reading the result |
 //! | [`failure`], [`progress`] | the evidence a report and an error carry |
 //! | [`protocol`], [`resume`], [`continuation`] | which protocol an answer speaks, what it can resume, the continuation hook's input |
-//! | [`exchange`], [`observer`], [`timing`], [`budget`], [`call`], [`wire`] | writing a driver: the machine, the decoder, clocks, shared budgets, cancellation, decoder limits |
+//! | [`exchange`], [`observer`], [`timing`], [`budget`], [`cooldown`], [`call`], [`wire`] | writing a driver: the machine, the decoder, clocks, shared budgets and cooldowns, cancellation, decoder limits |
 //!
 //! # Features
 //!
@@ -45,6 +45,12 @@
 //! | resumes | 1 | `max_resumes` |
 //! | endpoint | remote (ambiguous resends allowed) | `endpoint` |
 //! | head / idle / progress timeouts | 300 s / 300 s / 600 s | `head_timeout`, `idle_timeout`, `progress_timeout` |
+//!
+//! Each driver also shares, between the requests of one client (a layer and
+//! its clones, one recovering fetch), a [`RetryBudget`] (20 % of requests
+//! plus 1 retry/s over 10 s: [`RetryBudgetConfig::default`]) and a
+//! [`cooldown`] store (a `Retry-After` one request learns holds the others
+//! bound for the same origin and model).
 //!
 //! ```
 //! use std::num::NonZeroU32;
@@ -211,6 +217,7 @@ pub use timing::{Connectivity, Timing};
 pub mod budget;
 pub mod call;
 pub mod continuation;
+pub mod cooldown;
 pub mod error;
 pub mod exchange;
 pub mod failure;

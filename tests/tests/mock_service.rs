@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
 use recovery_core::call::{Cancellation, RecoveryCall};
 use recovery_core::lifecycle::{CommitTrigger, EventKind, LifecycleEvent};
 use recovery_core::outcome::{CancelPhase, Outcome, ReplayDisabled};
@@ -368,9 +367,9 @@ async fn storm_with_and_without_the_retry_budget() {
     let mut ratios = Vec::new();
     for with_budget in [false, true] {
         let inner = Scripted::new(vec![status(503)]);
-        let mut l = RecoveryLayer::new(policy().build().unwrap());
-        if with_budget {
-            l = l.with_retry_budget(RetryBudget::new(RetryBudgetConfig::default()));
+        let mut l = RecoveryLayer::new(RecoveryPolicy::default());
+        if !with_budget {
+            l = l.without_retry_budget();
         }
         let svc = l.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(inner.clone()));
         let mut tasks = Vec::new();

@@ -24,6 +24,7 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use recovery_core::call::{Cancellation, RecoveryCall};
 use recovery_core::conformance::{Observed, Played, PlayedHead, Vector, WALL_CLOCK, WireEnd};
+use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::TransportKind;
 use recovery_core::lifecycle::LifecycleEvent;
@@ -239,7 +240,17 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     let waits = Arc::new(AtomicUsize::new(0));
     let cancel_wait = v.cancel_during_wait;
     let on_cancel = cancel.clone();
+    let request = v.request();
+    let url = format!("{ORIGIN}{}", request.path);
+    // The layer's cooldown store, seeded as the vector says.
+    let cooldowns = Arc::new(Cooldowns::new());
+    let key = cooldown::key_for(&url, request.body.as_bytes());
+    if let Some(wait) = v.cooldown_ms {
+        cooldowns.note(&key, timing.now(), Duration::from_millis(wait));
+    }
+    let clock = timing.clone();
     let mut layer = RecoveryLayer::with_timing(v.policy.policy().expect("valid policy"), timing)
+        .with_cooldowns(cooldowns.clone())
         .with_connectivity(net.clone())
         .with_resumable_sse(v.resumable_sse)
         .on_event(move |e| {
@@ -282,10 +293,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         stop: Arc::clone(&stop),
         cancel: cancel.clone(),
     };
-    let request = v.request();
     let mut req = Request::builder()
         .method(request.method.as_str())
-        .uri(format!("{ORIGIN}{}", request.path))
+        .uri(url)
         .body(Full::new(Bytes::from(request.body)))
         .unwrap();
     req.extensions_mut()
@@ -309,6 +319,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         sends: player.sends.load(Ordering::SeqCst),
         delivered,
         requests: player.requests.lock().unwrap().clone(),
+        cooldown_left_ms: cooldowns
+            .remaining(&key, clock.now())
+            .map_or(0, |d| d.as_millis() as u64),
         ..Observed::default()
     };
     observed.from_report(&report);

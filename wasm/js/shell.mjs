@@ -169,9 +169,12 @@ function client(wasm, options, available) {
         nullable(key, v);
         continue;
       case 'retryBudget':
-        if (v === null) continue;
+        // Absent: the engine's default budget; null: none.
+        if (v === null) {
+          n[slot('retryBudget.ttlMs')] = -1;
+          continue;
+        }
         expect(key, v, 'object', 'an object');
-        n[slot('retryBudget.ttlMs')] = 10000;
         for (const [k, x] of Object.entries(v)) {
           if (x === undefined || x === null) continue;
           if (k === 'ttlMs') {
@@ -860,7 +863,7 @@ export function bind(wasm, platform = defaultPlatform) {
     const c = client(wasm, options, available);
     const opts = options ?? {};
 
-    return async function recoveringFetch(input, init) {
+    const recoveringFetch = async function recoveringFetch(input, init) {
       const request = new Request(input, init);
       const signals = [opts.signal, init && init.signal, input instanceof Request ? input.signal : undefined]
         .filter((s) => s != null);
@@ -952,5 +955,19 @@ export function bind(wasm, platform = defaultPlatform) {
       }
       return attach(response, handle);
     };
+    // The endpoint cooldowns this function's requests share.
+    const key = (url, body) => [new Request(url).url, typeof body === 'string' ? new TextEncoder().encode(body) : body ?? new Uint8Array(0)];
+    recoveringFetch.cooldowns = Object.freeze({
+      note(url, body, ms) {
+        if (typeof ms !== 'number' || !(ms >= 0)) throw optionError(RangeError, 'cooldowns.note: ms must be a number >= 0');
+        const [u, b] = key(url, body);
+        c.cooldown(u, b, platform.now(), ms);
+      },
+      remaining(url, body) {
+        const [u, b] = key(url, body);
+        return c.cooldown(u, b, platform.now(), 0);
+      },
+    });
+    return recoveringFetch;
   };
 }

@@ -33,9 +33,11 @@
 //! | `0x400` | the deadline moved (`deadline`) |
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use recovery_core::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
+use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
     AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
@@ -273,13 +275,14 @@ pub fn protocols() -> String {
 }
 
 /// What a `createRecoveringFetch` instance shares between its requests:
-/// the policy, the protocol and the retry budget.
+/// the policy, the protocol, the retry budget and the endpoint cooldowns.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 pub struct Client {
     policy: Option<RecoveryPolicy>,
     protocol: ProtocolChoice,
     resumable_sse: bool,
     budget: Option<RetryBudget>,
+    cooldowns: Arc<Cooldowns>,
     error: u32,
     error_detail: u32,
     error_field: String,
@@ -393,11 +396,14 @@ impl Client {
                 .parse()
                 .map_or(ProtocolChoice::Auto, ProtocolChoice::Fixed),
         };
-        let budget = given(n(slot::BUDGET_TTL_MS)).map(|ttl| {
+        // The budget's ttl slot: absent = the default budget, negative = none.
+        let ttl = given(n(slot::BUDGET_TTL_MS));
+        let budget = (ttl.is_none_or(|t| t >= 0.0)).then(|| {
+            let d = RetryBudgetConfig::default();
             RetryBudget::new(RetryBudgetConfig::new(
-                ms(ttl),
-                given(n(slot::BUDGET_MIN_PER_SEC)).map_or(10, |v| v as u32),
-                given(n(slot::BUDGET_PERCENT)).unwrap_or(0.1),
+                ttl.map_or(d.ttl, ms),
+                given(n(slot::BUDGET_MIN_PER_SEC)).map_or(d.min_retries_per_sec, |v| v as u32),
+                given(n(slot::BUDGET_PERCENT)).unwrap_or(d.percent),
             ))
         });
         let mut client = Client {
@@ -405,6 +411,7 @@ impl Client {
             protocol,
             resumable_sse: set(n(slot::RESUMABLE_SSE)),
             budget,
+            cooldowns: Arc::new(Cooldowns::new()),
             error: 0,
             error_detail: 0,
             error_field: String::new(),
@@ -469,6 +476,8 @@ impl Client {
         if let Some(budget) = &self.budget {
             ex = ex.with_retry_budget(budget.clone());
         }
+        let store: Arc<dyn CooldownStore> = self.cooldowns.clone();
+        ex = ex.with_cooldown(store, cooldown::key_for(url, body));
         if too_large {
             ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
         }
@@ -482,6 +491,24 @@ impl Client {
             deliver_bytes: Vec::new(),
             admission: String::new(),
         }
+    }
+}
+
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
+impl Client {
+    /// The shared cooldown of a request to `url` with `body`: notes at
+    /// `now_ms` that its endpoint asked for no sends during `wait_ms` (when
+    /// positive, as if a request had learned it from a `Retry-After`), then
+    /// answers how long its sends must still wait (0 when they may go).
+    pub fn cooldown(&self, url: &str, body: &[u8], now_ms: f64, wait_ms: f64) -> f64 {
+        let key = cooldown::key_for(url, body);
+        let now = instant(now_ms);
+        if wait_ms > 0.0 {
+            self.cooldowns.note(&key, now, ms(wait_ms));
+        }
+        self.cooldowns
+            .remaining(&key, now)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     }
 }
 

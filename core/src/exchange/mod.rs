@@ -73,6 +73,8 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 pub use crate::decision::AdmissionAnswer;
@@ -80,6 +82,7 @@ pub use decoded::{Decoded, SelfDecoded};
 
 use crate::budget::{AttemptAllowance, RetryBudget};
 use crate::continuation::DeliveredPrefix;
+use crate::cooldown::CooldownStore;
 use crate::decision::Action;
 use crate::engine::Recovery;
 use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
@@ -427,6 +430,22 @@ pub struct Exchange<C, D = SelfDecoded> {
     background: bool,
     /// The endpoint was declared an SSE server that honours `Last-Event-ID`.
     sse_resumable: bool,
+    /// The cooldown store shared with other requests, and this one's key.
+    cooldown: Option<Shared>,
+}
+
+/// A cooldown store and the key of this request in it.
+struct Shared {
+    store: Arc<dyn CooldownStore>,
+    key: String,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cooldown")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
@@ -494,7 +513,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             prepaid: false,
             background,
             sse_resumable: false,
+            cooldown: None,
         }
+    }
+
+    /// Shares waits with the other requests that use `store`: a wait this
+    /// request learns from its endpoint (`Retry-After`, `retry-after-ms`)
+    /// is noted under `key`, and before each send that is not a resume the
+    /// request waits out one in force for `key`, or fails refused when it
+    /// may not wait that long ([`crate::cooldown`]). `key` is usually
+    /// [`crate::cooldown::key_for`] of the request.
+    pub fn with_cooldown(mut self, store: Arc<dyn CooldownStore>, key: String) -> Self {
+        self.cooldown = Some(Shared { store, key });
+        self
     }
 
     /// Uses a cross-request retry budget; this request deposits into it.
@@ -794,6 +825,25 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// says which request to send, or ends the request.
     fn begin_send<E: Env + ?Sized>(&mut self, env: &E) -> Option<Io<C>> {
         let now = env.now();
+        if !self.engine.is_committed()
+            && let Some(c) = &self.cooldown
+            && let Some(wait) = c.store.remaining(&c.key, now)
+        {
+            match self.engine.hold_for_cooldown(now, wait) {
+                Ok(Some(wait)) => {
+                    self.stage = Stage::Waiting {
+                        until: now + wait,
+                        resume: false,
+                    };
+                    return None;
+                }
+                Ok(None) => {}
+                Err(outcome) => {
+                    self.end(Err(outcome));
+                    return None;
+                }
+            }
+        }
         let prepaid = std::mem::take(&mut self.prepaid);
         if let Err(outcome) = self.engine.begin_attempt(now, false, prepaid) {
             self.end(Err(outcome));
@@ -1537,6 +1587,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     fn fail_attempt<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         let now = env.now();
+        if let (Some(c), Some(wait)) = (&self.cooldown, failure.retry_after.delay()) {
+            c.store.note(&c.key, now, wait);
+        }
         if self.engine.is_committed() {
             let cursor = match (&self.gate, &self.source) {
                 (Some(g), _) => Some(g.cursor().clone()),

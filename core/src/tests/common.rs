@@ -15,11 +15,13 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::budget::{AttemptAllowance, RetryBudget};
 use crate::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
+use crate::cooldown::{self, CooldownStore, Cooldowns};
 use crate::decision::{AdmissionAnswer, DelayCause};
 use crate::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send};
 use crate::failure::{Failure, Phase, Stall, TransportKind};
@@ -242,6 +244,8 @@ pub struct VectorSetup {
     pub request: RequestSpec,
     pub resumable_sse: bool,
     pub continuation: Option<RequestSpec>,
+    /// A cooldown in force for the request's key when it starts.
+    pub cooldown_ms: Option<u64>,
 }
 
 impl Script {
@@ -310,6 +314,9 @@ pub struct Run {
     pub delivered: Vec<u8>,
     /// Each send as `METHOD path[ last-event-id=<id>]`.
     pub requests: Vec<String>,
+    /// What a vector run's cooldown store held for the request's key at
+    /// its end.
+    pub cooldown_left: Duration,
 }
 
 impl Run {
@@ -911,6 +918,18 @@ pub fn run(script: Script) -> Run {
     if let Some(r) = script.replay_disabled {
         ex = ex.without_replay(r);
     }
+    // A vector run shares a cooldown store, as every driver does.
+    let cooldown = script.vector.as_ref().map(|v| {
+        let store = Arc::new(Cooldowns::new());
+        let key = cooldown::key_for(&url, body.as_bytes());
+        if let Some(wait) = v.cooldown_ms {
+            store.note(&key, timing.now(), Duration::from_millis(wait));
+        }
+        (store, key)
+    });
+    if let Some((store, key)) = &cooldown {
+        ex = ex.with_cooldown(store.clone(), key.clone());
+    }
     let mut d = Driver {
         ex,
         chunks,
@@ -987,6 +1006,9 @@ pub fn run(script: Script) -> Run {
         timing: d.env.0.clone(),
         delivered: d.delivered,
         requests: d.requests,
+        cooldown_left: cooldown
+            .and_then(|(store, key)| store.remaining(&key, d.env.0.now()))
+            .unwrap_or_default(),
     };
     check_invariants(&run, &d.script.policy);
     run

@@ -53,6 +53,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         request: v.request(),
         resumable_sse: v.resumable_sse,
         continuation: v.continuation.clone(),
+        cooldown_ms: v.cooldown_ms,
     });
     let run = script.run();
     let mut observed = Observed {
@@ -60,6 +61,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         sends: run.send_count(),
         delivered: run.delivered.clone(),
         requests: run.requests.clone(),
+        cooldown_left_ms: run.cooldown_left.as_millis() as u64,
         ..Observed::default()
     };
     observed.from_report(&run.report);

@@ -189,6 +189,8 @@ proptest! {
                     prop_assert!(*delay <= secs(k.ra_ceiling_s));
                     prop_assert_eq!(Some(*delay), failures[i].retry_after.delay());
                 }
+                // No cooldown store in these runs.
+                DelayCause::Cooldown => prop_assert!(false, "a cooldown wait without a store"),
             }
             prop_assert!(*delay <= ms(k.ceiling_ms).max(secs(k.ra_ceiling_s)));
         }

@@ -125,6 +125,7 @@ fn prepare() -> Result<Value, String> {
             "admission": v.admission,
             "continuation": v.continuation,
             "cancelDuringWait": v.cancel_during_wait,
+            "cooldownMs": v.cooldown_ms,
             "skip": not_for_fetch(&v),
         }));
     }
@@ -174,6 +175,7 @@ fn check(file: &str) -> Result<usize, Vec<String>> {
                 })
                 .unwrap_or_default(),
             requests: strings("requests"),
+            cooldown_left_ms: run["cooldownLeftMs"].as_f64().unwrap_or(0.0) as u64,
             ..Observed::default()
         };
         observed.from_report(&report);

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use recovery_core::budget::RetryBudget;
+use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
+use recovery_core::cooldown::{CooldownStore, Cooldowns};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::Failure;
 use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
@@ -47,6 +48,7 @@ pub(crate) struct Hooks {
     pub(crate) observer: Arc<dyn LifecycleObserver + Send + Sync>,
     pub(crate) admission: Option<AdmissionHook>,
     pub(crate) retry_budget: Option<RetryBudget>,
+    pub(crate) cooldowns: Option<Arc<dyn CooldownStore>>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
     pub(crate) continuation: Option<ContinuationHook>,
@@ -150,6 +152,7 @@ impl<T, C> fmt::Debug for RecoveryLayer<T, C> {
             .field("policy", &self.config.hooks.policy)
             .field("admission", &self.config.hooks.admission.is_some())
             .field("retry_budget", &self.config.hooks.retry_budget.is_some())
+            .field("cooldowns", &self.config.hooks.cooldowns.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -173,7 +176,8 @@ impl<T: DriverTiming> RecoveryLayer<T> {
             surroundings: surroundings(&timing, &AlwaysOnline),
             observer: Arc::new(()),
             admission: None,
-            retry_budget: None,
+            retry_budget: Some(RetryBudget::new(RetryBudgetConfig::default())),
+            cooldowns: Some(Arc::new(Cooldowns::new())),
             wire: None,
             sse_resumable: false,
             continuation: None,
@@ -243,9 +247,36 @@ where
     }
 
     /// Shares `budget` between every request through this layer and its
-    /// clones, so an outage cannot become a retry storm.
+    /// clones, so an outage cannot become a retry storm. A layer has one by
+    /// default, [`RetryBudgetConfig::default`] (20 % of requests plus 1
+    /// retry/s over 10 s), shared by its clones; this replaces it, for
+    /// example with one budget shared by several layers.
     pub fn with_retry_budget(self, budget: RetryBudget) -> Self {
         self.hooks(|h| h.retry_budget = Some(budget))
+    }
+
+    /// Shares endpoint cooldowns through `store` instead of the layer's own:
+    /// when a request learns a `Retry-After` (or `retry-after-ms`), the
+    /// others bound for the same origin and model hold their next send
+    /// until the same instant, or fail at once refused when they may not
+    /// wait that long ([`recovery_core::cooldown`]). A layer has an
+    /// in-memory store by default, shared by its clones; pass one store to
+    /// several layers to share it between them.
+    pub fn with_cooldowns(self, store: Arc<dyn CooldownStore>) -> Self {
+        self.hooks(|h| h.cooldowns = Some(store))
+    }
+
+    /// Each request learns its endpoint's waits on its own: the default
+    /// cooldown store is removed.
+    pub fn without_cooldowns(self) -> Self {
+        self.hooks(|h| h.cooldowns = None)
+    }
+
+    /// Retries bounded only per request (the policy's attempts, budget and
+    /// deadline), not across requests: the default cross-request
+    /// [`RetryBudget`] is removed.
+    pub fn without_retry_budget(self) -> Self {
+        self.hooks(|h| h.retry_budget = None)
     }
 
     /// Shows every attempt's raw request, response head and body chunks to

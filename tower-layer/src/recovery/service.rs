@@ -8,6 +8,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::call::{RecoveryCall, SendCredit};
+use recovery_core::cooldown;
 use recovery_core::error::RecoveryError;
 use recovery_core::exchange::{Exchange, RequestFacts};
 use recovery_core::outcome::ReplayDisabled;
@@ -156,6 +157,9 @@ where
         .with_prepaid_first_send(prepaid);
     if let Some(budget) = &hooks.retry_budget {
         ex = ex.with_retry_budget(budget.clone());
+    }
+    if let Some(store) = &hooks.cooldowns {
+        ex = ex.with_cooldown(Arc::clone(store), cooldown::key_for(&url, &bytes));
     }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);

@@ -113,7 +113,8 @@ function stubFetch(played, hooks) {
 
 /**
  * Runs one prepared vector through `bind(wasm, platform)`; resolves what it
- * observed: `{ name, events, sends, delivered, requests, report }`.
+ * observed: `{ name, events, sends, delivered, requests, cooldownLeftMs,
+ * report }`.
  */
 export async function runVector(bind, wasm, v) {
   const clock = new Clock();
@@ -176,6 +177,12 @@ export async function runVector(bind, wasm, v) {
     options.continuation = () => ({ url: `${ORIGIN}${c.path}`, method: c.method, body: c.body });
   }
   const rfetch = bind(wasm, platform)(options);
+  const request = v.request;
+  const url = `${ORIGIN}${request.path}`;
+  const init = { method: request.method };
+  if (request.body !== '' && request.method !== 'GET') init.body = request.body;
+  // A cooldown another request learned, in force as this one starts.
+  if (v.cooldownMs != null) rfetch.cooldowns.note(url, init.body, v.cooldownMs);
 
   // The consumer: reads a committed body to its end, or stops (cancels its
   // read) once the played body has nothing more for it.
@@ -184,10 +191,7 @@ export async function runVector(bind, wasm, v) {
   const delivered = [];
   (async () => {
     try {
-      const request = v.request;
-      const init = { method: request.method };
-      if (request.body !== '' && request.method !== 'GET') init.body = request.body;
-      const res = await rfetch(`${ORIGIN}${request.path}`, init);
+      const res = await rfetch(url, init);
       if (res.recovery.report().committed_attempt != null) {
         reader = res.body.getReader();
         for (;;) {
@@ -234,6 +238,7 @@ export async function runVector(bind, wasm, v) {
     sends: stub.sends,
     delivered,
     requests: stub.requests,
+    cooldownLeftMs: rfetch.cooldowns.remaining(url, init.body),
     report: handle ? handle.report() : null,
   };
 }

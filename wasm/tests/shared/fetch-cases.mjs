@@ -206,6 +206,27 @@ export const cases = {
     equal(await count(t, p), 2, 'sends');
   },
 
+  async a_storm_is_bounded_by_the_default_retry_budget(t) {
+    // 50 concurrent requests through one function, every answer 503: the
+    // default budget allows 20 % of the requests plus its reserve of 10
+    // retries; without it every request sends three times.
+    const N = 50;
+    const busy = { status: 503, headers: { 'content-type': 'application/json' }, transfer: 'content_length',
+      body: ['{"error":{"type":"server_error","message":"busy"}}'] };
+    for (const [budget, want] of [[undefined, N + N / 5 + 10], [null, 3 * N]]) {
+      const p = path(`storm-${budget === null ? 'off' : 'on'}`);
+      await load(t, { [p]: [busy] });
+      const rfetch = t.create({ ...fast, retryBudget: budget });
+      const ends = await Promise.all(Array.from({ length: N }, () =>
+        rfetch(`${t.FAULT}${p}`, post).then(
+          async (res) => { await res.arrayBuffer(); return res.recovery.outcome().outcome; },
+          (e) => e.outcome?.outcome ?? String(e))));
+      equal(await count(t, p), want, `sends with retryBudget ${budget}`);
+      check(ends.every((o) => o === 'exhausted' || o === 'budget_exhausted'), `outcomes ${[...new Set(ends)]}`);
+      if (budget === undefined) check(ends.includes('budget_exhausted'), 'some requests hit the budget');
+    }
+  },
+
   async permanent_status_is_never_retried(t) {
     const p = path('permanent-400');
     const bad = { status: 400, headers: { 'content-type': 'application/json', 'retry-after': '1' }, transfer: 'content_length',
