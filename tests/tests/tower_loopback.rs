@@ -21,11 +21,12 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use recovery_core::lifecycle::LifecycleEvent;
+use recovery_core::lifecycle::{DelayCause, EventKind, LifecycleEvent};
 use recovery_core::outcome::Outcome;
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
 use tower_service::Service;
@@ -764,6 +765,83 @@ async fn tb9_storm_over_sockets_with_the_default_policy() {
     assert!((ratios[0] - 3.0).abs() < f64::EPSILON);
     assert!(ratios[1] <= 1.0 + 0.2 + 10.0 / N as f64, "{}", ratios[1]);
     assert!(ratios[1] <= 1.3, "{}", ratios[1]);
+}
+
+/// One request learns `retry-after-ms: 1500` from a 429; the 40 requests
+/// that start while it is in force, through clones of the same layer,
+/// send nothing until it ends (the server counts no send in the window),
+/// then all complete, each after one send and one `cooldown` wait.
+#[tokio::test]
+async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
+    const N: usize = 40;
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::status(429)
+                .header("retry-after-ms", "1500")
+                .write(Write::text("{}")),
+            sse(Write::fixture("openai-chat/happy-usage.sse")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let svc = RecoveryLayer::new(RecoveryPolicy::default())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let request = || {
+        Request::post(provider.url(PATH))
+            .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+            .unwrap()
+    };
+    // The first request learns the wait, and waits it out itself.
+    let first = tokio::spawn(svc.clone().oneshot(request()));
+    while provider.count_path(PATH) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let learned = std::time::Instant::now();
+    let others: Vec<_> = (0..N)
+        .map(|_| tokio::spawn(svc.clone().oneshot(request())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        learned.elapsed() < Duration::from_millis(1350),
+        "the window is still open"
+    );
+    assert_eq!(
+        provider.count_path(PATH),
+        1,
+        "no send while the cooldown is in force"
+    );
+    for task in std::iter::once(first).chain(others) {
+        let resp = tokio::time::timeout(LIMIT, task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let _ = resp.into_body().collect().await.unwrap();
+    }
+    assert_eq!(provider.count_path(PATH), 1 + 1 + N as u64);
+    let cooldown_waits = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::DelayScheduled {
+                    cause: DelayCause::Cooldown,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(cooldown_waits, N, "each other request waited once");
 }
 
 /// One call through a fresh `RecoveryLayer` + `ObserveLayer` over `client`

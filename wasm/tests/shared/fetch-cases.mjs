@@ -227,6 +227,30 @@ export const cases = {
     }
   },
 
+  async a_learned_retry_after_holds_the_other_requests(t) {
+    // One request learns `retry-after-ms: 1500` from a 429; ten more
+    // through the same function start while it is in force: the server
+    // sees none of them until it ends, then every request completes.
+    const p = path('cooldown');
+    const limited = { status: 429, headers: { 'content-type': 'application/json', 'retry-after-ms': '1500' },
+      transfer: 'content_length', body: ['{}'] };
+    await load(t, { [p]: [limited, happy()] });
+    const causes = [];
+    const rfetch = t.create({ onEvent: (e) => { if (e.event === 'delay_scheduled') causes.push(e.cause); } });
+    const one = () => rfetch(`${t.FAULT}${p}`, post).then((res) => text(res));
+    const first = one();
+    while ((await count(t, p)) === 0) await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 100));
+    const learned = Date.now();
+    const others = Array.from({ length: 10 }, one);
+    await new Promise((r) => setTimeout(r, 800));
+    check(Date.now() - learned < 1300, 'the window is still open');
+    equal(await count(t, p), 1, 'sends while the cooldown is in force');
+    for (const body of await Promise.all([first, ...others])) check(body === t.HAPPY, 'every answer whole');
+    equal(await count(t, p), 12, 'sends in all');
+    equal(causes.filter((c) => c === 'cooldown').length, 10, `waits ${causes}`);
+  },
+
   async permanent_status_is_never_retried(t) {
     const p = path('permanent-400');
     const bad = { status: 400, headers: { 'content-type': 'application/json', 'retry-after': '1' }, transfer: 'content_length',
