@@ -807,7 +807,7 @@ async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
     let others: Vec<_> = (0..N)
         .map(|_| tokio::spawn(svc.clone().oneshot(request())))
         .collect();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         learned.elapsed() < Duration::from_millis(1350),
         "the window is still open"
