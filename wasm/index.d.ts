@@ -51,6 +51,15 @@ export interface AttemptRecord {
   retry_after: RetryAfterHint;
   progress: Record<string, number | boolean>;
   request_id: string | null;
+  /** The answer's rate-limit headers (`x-ratelimit-*`, `anthropic-ratelimit-*`): numbers and reset tokens only. */
+  rate_limits?: {
+    requests_limit?: number;
+    requests_remaining?: number;
+    requests_reset?: string;
+    tokens_limit?: number;
+    tokens_remaining?: number;
+    tokens_reset?: string;
+  };
   [field: string]: unknown;
 }
 

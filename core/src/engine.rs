@@ -20,7 +20,7 @@ use crate::outcome::{
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof, Transience};
 use crate::report::{AttemptRecord, AttemptResult, DelayRecord, RecoveryReport};
-use crate::safe::SafeToken;
+use crate::safe::{RateLimits, SafeToken};
 use crate::timing::{Fraction, Instant};
 
 /// What kind of send comes next.
@@ -311,6 +311,7 @@ impl Recovery {
             retry_after: crate::retry_after::RetryAfter::Absent,
             progress: Progress::default(),
             request_id: None,
+            rate_limits: None,
         });
         self.in_flight = true;
         let max_attempts = self.allowance.total();
@@ -419,11 +420,18 @@ impl Recovery {
     }
 
     /// Records the response head of the attempt in flight.
-    pub fn head_received(&mut self, now: Instant, status: u16, request_id: Option<SafeToken>) {
+    pub fn head_received(
+        &mut self,
+        now: Instant,
+        status: u16,
+        request_id: Option<SafeToken>,
+        rate_limits: Option<RateLimits>,
+    ) {
         let at = self.elapsed(now).as_millis() as u64;
         if let Some(rec) = self.current() {
             rec.status = Some(status);
             rec.request_id = request_id;
+            rec.rate_limits = rate_limits;
             rec.progress.headers_received = true;
             self.report.metrics.time_to_headers_ms = Some(at);
         }

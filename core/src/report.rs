@@ -10,7 +10,7 @@ use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
 use crate::progress::{Progress, Proof};
 use crate::retry_after::RetryAfter;
-pub use crate::safe::SafeToken;
+pub use crate::safe::{RateLimits, SafeToken};
 
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +66,9 @@ pub struct AttemptRecord {
     pub progress: Progress,
     /// The provider's request id, when it has a safe shape.
     pub request_id: Option<SafeToken>,
+    /// What the response's rate-limit headers said, when it sent any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limits: Option<RateLimits>,
 }
 
 /// One wait between sends.

@@ -767,6 +767,42 @@ async fn tb9_storm_over_sockets_with_the_default_policy() {
     assert!(ratios[1] <= 1.3, "{}", ratios[1]);
 }
 
+/// The rate-limit headers of each answer stay in its attempt's record:
+/// numbers and reset tokens, nothing else.
+#[tokio::test]
+async fn rl1_rate_limit_headers_are_kept_as_safe_evidence() {
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::status(429)
+                .header("retry-after-ms", "10")
+                .header("x-ratelimit-limit-requests", "500")
+                .header("x-ratelimit-remaining-requests", "0")
+                .header("x-ratelimit-reset-requests", "6m0s")
+                .header("x-ratelimit-reset-tokens", "not a reset")
+                .write(Write::text("{}")),
+            sse(Write::fixture("openai-chat/happy-usage.sse"))
+                .header("x-ratelimit-remaining-requests", "499"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::OpenAiChat, policy()).await;
+    let report = run.report.expect("report");
+    let limits: Vec<_> = report
+        .attempts
+        .iter()
+        .map(|a| serde_json::to_value(&a.rate_limits).unwrap())
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            serde_json::json!({"requests_limit": 500, "requests_remaining": 0, "requests_reset": "6m0s"}),
+            serde_json::json!({"requests_remaining": 499}),
+        ]
+    );
+}
+
 /// One request learns `retry-after-ms: 1500` from a 429; the 40 requests
 /// that start while it is in force, through clones of the same layer,
 /// send nothing until it ends (the server counts no send in the window),

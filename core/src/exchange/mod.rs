@@ -95,7 +95,7 @@ use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind, classify_error_bod
 use crate::report::{RecoveryReport, SeamStrategy};
 use crate::resume::{ResumePlan, ResumeRequest, native_resume, plan_at};
 use crate::retry_after::{RetryAfter, parse_should_retry};
-use crate::safe::request_id_with;
+use crate::safe::{rate_limits_with, request_id_with};
 use crate::timing::{Connectivity, Fraction, Instant, Timing};
 use crate::wire::Limits;
 use decoded::Source;
@@ -955,8 +955,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
         let now = env.now();
         let status = head.status();
-        let request_id = request_id_with(|name| head.header(name).map(Cow::into_owned));
-        self.engine.head_received(now, status, request_id);
+        let header = |name: &str| head.header(name).map(Cow::into_owned);
+        let request_id = request_id_with(header);
+        let rate_limits = rate_limits_with(header);
+        self.engine
+            .head_received(now, status, request_id, rate_limits);
         self.status = Some(status);
         if head.opaque_redirect() {
             let mut failure =

@@ -641,7 +641,7 @@ fn bd5_holdback_overflow_commits_then_a_failure_interrupts() {
     let t = ManualTiming::new(0).with_pinned_jitter(Fraction::HALF);
     let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 5, t.now());
     assert_eq!(rec.begin_attempt(t.now(), false, false), Ok(1));
-    rec.head_received(t.now(), 200, None);
+    rec.head_received(t.now(), 200, None, None);
     rec.commit(t.now(), CommitTrigger::HoldbackCap);
     let f = Failure::transport(TransportKind::Reset, Phase::Streaming)
         .with_progress(keepalives_only(3000));
@@ -1649,7 +1649,7 @@ fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
     let t = ManualTiming::new(0);
     let mut rec = Recovery::new(policy.clone(), AttemptAllowance::new(3), 9, t.now());
     rec.begin_attempt(t.now(), false, false).unwrap();
-    rec.head_received(t.now(), 400, request_id);
+    rec.head_received(t.now(), 400, request_id, None);
     let Action::Fail(outcome) = rec.fail(t.now(), f, true, Fraction::HALF) else {
         panic!("permanent")
     };

@@ -22,8 +22,10 @@ pub const CONTROL_PREFIX: &str = "/__fault/";
 /// Headers a browser may read cross-origin: the hint headers the driver needs
 /// (`Access-Control-Expose-Headers`). Without this list a cross-origin
 /// `fetch` reports them absent.
-const EXPOSE_HEADERS: &str =
-    "retry-after, retry-after-ms, x-should-retry, x-request-id, request-id, location";
+const EXPOSE_HEADERS: &str = "retry-after, retry-after-ms, x-should-retry, x-request-id, request-id, \
+     location, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, \
+     x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, \
+     x-ratelimit-reset-tokens";
 
 /// The fixtures directory of this crate, used unless [`Options::fixtures_dir`] says otherwise.
 pub fn default_fixtures_dir() -> PathBuf {

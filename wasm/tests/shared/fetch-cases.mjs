@@ -178,7 +178,8 @@ export const cases = {
 
   async retryable_status_then_happy_waits_at_least_the_hint(t) {
     const p = path('status-then-happy');
-    const busy = { status: 503, headers: { 'content-type': 'application/json', 'retry-after-ms': '15' }, transfer: 'content_length',
+    const busy = { status: 503, headers: { 'content-type': 'application/json', 'retry-after-ms': '15',
+      'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '6m0s' }, transfer: 'content_length',
       body: ['{"error":{"type":"server_error","message":"busy"}}'] };
     await load(t, { [p]: [busy, happy()] });
     const r = run(t, {}, `${t.FAULT}${p}`);
@@ -188,6 +189,7 @@ export const cases = {
     equal(r.event('delay_scheduled').cause, 'retry_after', 'cause');
     equal(r.event('attempt_failed').status, 503, 'status');
     equal(res.recovery.report().attempts[0].retry_after.state, 'millis', 'hint');
+    equal(res.recovery.report().attempts[0].rate_limits, { requests_remaining: 0, requests_reset: '6m0s' }, 'rate limits');
     r.oneTerminal();
     equal(await count(t, p), 2, 'sends');
   },
