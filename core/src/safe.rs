@@ -168,16 +168,23 @@ const RATE_LIMIT_HEADERS: [[&str; 2]; 6] = [
 /// The rate-limit evidence of a response whose headers `get` looks up by
 /// lowercase name; `None` when it sent none of a safe shape.
 pub fn rate_limits_with(get: impl Fn(&str) -> Option<String>) -> Option<RateLimits> {
-    let [a, b, c, d, e, f] = RATE_LIMIT_HEADERS.map(|names| names.iter().find_map(|n| get(n)));
+    let [
+        req_limit,
+        req_left,
+        req_reset,
+        tok_limit,
+        tok_left,
+        tok_reset,
+    ] = RATE_LIMIT_HEADERS.map(|names| names.iter().find_map(|n| get(n)));
     let number = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok());
     let token = |v: Option<String>| v.and_then(|v| SafeToken::new(v.trim()));
     let limits = RateLimits {
-        requests_limit: number(a),
-        requests_remaining: number(b),
-        requests_reset: token(c),
-        tokens_limit: number(d),
-        tokens_remaining: number(e),
-        tokens_reset: token(f),
+        requests_limit: number(req_limit),
+        requests_remaining: number(req_left),
+        requests_reset: token(req_reset),
+        tokens_limit: number(tok_limit),
+        tokens_remaining: number(tok_left),
+        tokens_reset: token(tok_reset),
     };
     (limits != RateLimits::default()).then_some(limits)
 }
