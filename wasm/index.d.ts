@@ -120,6 +120,12 @@ export interface RecoveringFetchOptions {
   /** The endpoint is an SSE server that honours `Last-Event-ID`: a broken stream is resumed from the last delivered id. */
   resumableSse?: boolean;
   /**
+   * Replays a stream that breaks its protocol (malformed or spliced SSE,
+   * invalid JSON) before any output, as a reset would be. Default false;
+   * after output a violation still fails the request.
+   */
+  retryProtocolViolations?: boolean;
+  /**
    * Cross-request retry budget shared by every request of this function.
    * On by default (20 % of requests plus 1 retry/s over 10 s); `null`
    * turns it off, an object changes its numbers.

@@ -139,6 +139,8 @@ pub struct PolicySpec {
     pub idle_timeout_ms: Option<u64>,
     /// Progress timeout (`null`: none).
     pub progress_timeout_ms: Option<u64>,
+    /// A protocol violation before any output is replayed.
+    pub retry_protocol_violations: bool,
 }
 
 impl Default for PolicySpec {
@@ -158,6 +160,7 @@ impl Default for PolicySpec {
             head_timeout_ms: p.head_timeout().map(ms),
             idle_timeout_ms: p.idle_timeout().map(ms),
             progress_timeout_ms: p.progress_timeout().map(ms),
+            retry_protocol_violations: p.retry_protocol_violations(),
         }
     }
 }
@@ -178,6 +181,7 @@ impl PolicySpec {
             .head_timeout(self.head_timeout_ms.map(ms))
             .idle_timeout(self.idle_timeout_ms.map(ms))
             .progress_timeout(self.progress_timeout_ms.map(ms))
+            .retry_protocol_violations(self.retry_protocol_violations)
             .build()
     }
 }

@@ -287,7 +287,12 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     }
 
     let semantic = semantic_seen(state, failure);
-    if let Err(outcome) = eligibility(policy, failure) {
+    // A protocol violation before any output is replayed like a reset when
+    // the policy opts in; with output it ends the request as ever.
+    let replayable_violation = policy.retry_protocol_violations()
+        && !semantic
+        && matches!(failure.kind, FailureKind::Protocol { .. });
+    if !replayable_violation && let Err(outcome) = eligibility(policy, failure) {
         // A failure that ends a committed stream is reported as an
         // interruption when it is a transport-level or not-selected one; the
         // typed terminal (unsuccessful, permanent, protocol) stands as it is.

@@ -169,6 +169,7 @@ pub struct RecoveryPolicy {
     pub(crate) holdback_cap: usize,
     pub(crate) evidence_cap: usize,
     pub(crate) max_resumes: u32,
+    pub(crate) retry_protocol_violations: bool,
     pub(crate) endpoint: Endpoint,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) progress_timeout: Option<Duration>,
@@ -199,6 +200,7 @@ impl Default for RecoveryPolicy {
             holdback_cap: 64 << 10,
             evidence_cap: 16 << 10,
             max_resumes: 1,
+            retry_protocol_violations: false,
             endpoint: Endpoint::Remote,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             progress_timeout: Some(DEFAULT_PROGRESS_TIMEOUT),
@@ -275,6 +277,11 @@ impl RecoveryPolicy {
     /// Resumes allowed (each is also a physical send).
     pub fn max_resumes(&self) -> u32 {
         self.max_resumes
+    }
+    /// Whether a stream that breaks its protocol before any output is
+    /// replayed like a reset.
+    pub fn retry_protocol_violations(&self) -> bool {
+        self.retry_protocol_violations
     }
     /// Where the endpoint runs.
     pub fn endpoint(&self) -> Endpoint {
@@ -420,6 +427,16 @@ impl PolicyBuilder {
     /// Largest sensitive evidence kept for `inspect_*`.
     pub fn evidence_cap(mut self, bytes: usize) -> Self {
         self.policy.evidence_cap = bytes;
+        self
+    }
+
+    /// Replays a stream that breaks its protocol (malformed or spliced
+    /// SSE, invalid JSON, a bad sequence) before any output, as a reset
+    /// would be: a proxy or a load balancer that garbles the first bytes is
+    /// then no reason to fail the turn. Off by default; after output a
+    /// violation still ends the request as `Protocol`.
+    pub fn retry_protocol_violations(mut self, retry: bool) -> Self {
+        self.policy.retry_protocol_violations = retry;
         self
     }
 

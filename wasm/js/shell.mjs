@@ -59,7 +59,7 @@ const NUMBER_SLOTS = [
   'maxAttempts', 'backoffBaseMs', 'backoffCeilingMs', 'budgetMs', 'deadlineMs', 'retryAfterCeilingMs',
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
-  'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent',
+  'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
@@ -255,7 +255,7 @@ function client(wasm, options, available) {
         if ((sseData === '') === (sseEvent === '')) throw range(key, 'give exactly one of `data` or `event`');
         terminal = true;
         break;
-      case 'resumableSse':
+      case 'resumableSse': case 'retryProtocolViolations':
         n[slot(key)] = expect(key, v, 'boolean', 'a boolean') ? 1 : 0;
         break;
       default:

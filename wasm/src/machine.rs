@@ -198,8 +198,9 @@ mod slot {
     pub const BUDGET_TTL_MS: usize = 18;
     pub const BUDGET_MIN_PER_SEC: usize = 19;
     pub const BUDGET_PERCENT: usize = 20;
+    pub const RETRY_PROTOCOL_VIOLATIONS: usize = 21;
     #[cfg(test)]
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -362,6 +363,9 @@ impl Client {
         }
         if let Some(v) = given(n(slot::MAX_RESUMES)) {
             b = b.max_resumes(v as u32);
+        }
+        if let Some(v) = given(n(slot::RETRY_PROTOCOL_VIOLATIONS)) {
+            b = b.retry_protocol_violations(set(v));
         }
         if let Some(v) = given(n(slot::ENDPOINT)) {
             b = b.endpoint(if set(v) {

@@ -99,6 +99,7 @@ fn options(v: &Vector) -> Value {
         "progressTimeoutMs": p.progress_timeout_ms,
         "protocol": v.protocol_name(),
         "resumableSse": v.resumable_sse,
+        "retryProtocolViolations": p.retry_protocol_violations,
     });
     if let Some(t) = &v.sse_terminal {
         o["sseTerminal"] = serde_json::to_value(t).unwrap_or_default();
