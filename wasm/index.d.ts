@@ -126,6 +126,12 @@ export interface RecoveringFetchOptions {
    */
   retryProtocolViolations?: boolean;
   /**
+   * Sends an `Idempotency-Key` on every send: one key per logical request
+   * (`recovery-` and its logical id), the same on every replay and resume.
+   * A key the caller set is kept instead. Default false.
+   */
+  idempotencyKey?: boolean;
+  /**
    * Cross-request retry budget shared by every request of this function.
    * On by default (20 % of requests plus 1 retry/s over 10 s); `null`
    * turns it off, an object changes its numbers.

@@ -141,6 +141,8 @@ pub struct PolicySpec {
     pub progress_timeout_ms: Option<u64>,
     /// A protocol violation before any output is replayed.
     pub retry_protocol_violations: bool,
+    /// Every send carries an `Idempotency-Key`.
+    pub idempotency_key: bool,
 }
 
 impl Default for PolicySpec {
@@ -161,6 +163,7 @@ impl Default for PolicySpec {
             idle_timeout_ms: p.idle_timeout().map(ms),
             progress_timeout_ms: p.progress_timeout().map(ms),
             retry_protocol_violations: p.retry_protocol_violations(),
+            idempotency_key: p.idempotency_key(),
         }
     }
 }
@@ -182,6 +185,7 @@ impl PolicySpec {
             .idle_timeout(self.idle_timeout_ms.map(ms))
             .progress_timeout(self.progress_timeout_ms.map(ms))
             .retry_protocol_violations(self.retry_protocol_violations)
+            .idempotency_key(self.idempotency_key)
             .build()
     }
 }
@@ -474,7 +478,9 @@ pub struct Expected {
     /// Virtual time of the terminal event, in ms from the start.
     #[serde(default)]
     pub end_ms: Option<u64>,
-    /// Each send as `METHOD path` (plus ` last-event-id=<id>` when set).
+    /// Each send as `METHOD path`, plus ` last-event-id=<id>` and
+    /// ` idempotency-key=<key>` (the logical id in it written `{id}`) when
+    /// set.
     #[serde(default)]
     pub requests: Option<Vec<String>>,
     /// A transport error arrived after terminal proof.

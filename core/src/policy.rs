@@ -170,6 +170,7 @@ pub struct RecoveryPolicy {
     pub(crate) evidence_cap: usize,
     pub(crate) max_resumes: u32,
     pub(crate) retry_protocol_violations: bool,
+    pub(crate) idempotency_key: bool,
     pub(crate) endpoint: Endpoint,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) progress_timeout: Option<Duration>,
@@ -201,6 +202,7 @@ impl Default for RecoveryPolicy {
             evidence_cap: 16 << 10,
             max_resumes: 1,
             retry_protocol_violations: false,
+            idempotency_key: false,
             endpoint: Endpoint::Remote,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             progress_timeout: Some(DEFAULT_PROGRESS_TIMEOUT),
@@ -282,6 +284,11 @@ impl RecoveryPolicy {
     /// replayed like a reset.
     pub fn retry_protocol_violations(&self) -> bool {
         self.retry_protocol_violations
+    }
+    /// Whether every send carries an `Idempotency-Key`, the same for every
+    /// send of one logical request.
+    pub fn idempotency_key(&self) -> bool {
+        self.idempotency_key
     }
     /// Where the endpoint runs.
     pub fn endpoint(&self) -> Endpoint {
@@ -437,6 +444,16 @@ impl PolicyBuilder {
     /// violation still ends the request as `Protocol`.
     pub fn retry_protocol_violations(mut self, retry: bool) -> Self {
         self.policy.retry_protocol_violations = retry;
+        self
+    }
+
+    /// Sends an `Idempotency-Key` header on every send: one key per
+    /// logical request (`recovery-` and its logical id), the same on every
+    /// replay and resume, so a server that deduplicates on it runs the work
+    /// once. A key the caller set on the request is kept instead. Off by
+    /// default.
+    pub fn idempotency_key(mut self, send: bool) -> Self {
+        self.policy.idempotency_key = send;
         self
     }
 

@@ -148,6 +148,9 @@ impl Service<Request<ReplayBody>> for Player {
         if let Some(id) = req.headers().get("last-event-id") {
             line = format!("{line} last-event-id={}", id.to_str().unwrap());
         }
+        if let Some(key) = req.headers().get("idempotency-key") {
+            line = format!("{line} idempotency-key={}", key.to_str().unwrap());
+        }
         self.requests.lock().unwrap().push(line);
         let p = self.played[n.min(self.played.len() - 1)].clone();
         let (net, stop, cancel) = (
@@ -318,7 +321,14 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
             .collect(),
         sends: player.sends.load(Ordering::SeqCst),
         delivered,
-        requests: player.requests.lock().unwrap().clone(),
+        // The logical id written `{id}`: each runner draws its own.
+        requests: player
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.replace(&report.logical_id, "{id}"))
+            .collect(),
         cooldown_left_ms: cooldowns
             .remaining(&key, clock.now())
             .map_or(0, |d| d.as_millis() as u64),

@@ -60,6 +60,7 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
+  'idempotencyKey',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
@@ -255,7 +256,7 @@ function client(wasm, options, available) {
         if ((sseData === '') === (sseEvent === '')) throw range(key, 'give exactly one of `data` or `event`');
         terminal = true;
         break;
-      case 'resumableSse': case 'retryProtocolViolations':
+      case 'resumableSse': case 'retryProtocolViolations': case 'idempotencyKey':
         n[slot(key)] = expect(key, v, 'boolean', 'a boolean') ? 1 : 0;
         break;
       default:
@@ -397,6 +398,7 @@ class Driver {
     this.nextId = 1;
     this.continuation = null;
     this.cause = undefined;
+    this.key = undefined;
     this.cancelled = false;
     this.ended = false;
     this.wake = null;
@@ -675,7 +677,13 @@ class Driver {
     }
     this.controller = typeof AbortController === 'function' ? new AbortController() : null;
     if (this.cancelled && this.controller) this.controller.abort();
-    const init = { method: out.method, headers: out.headers, redirect: 'manual' };
+    // One key for every send of the request; a key the caller set stays.
+    if (this.key === undefined) this.key = this.m.idempotencyKey();
+    let headers = out.headers;
+    if (this.key && !headers.some(([n]) => n.toLowerCase() === 'idempotency-key')) {
+      headers = [...headers, ['idempotency-key', this.key]];
+    }
+    const init = { method: out.method, headers, redirect: 'manual' };
     if (out.body !== undefined) init.body = out.body;
     if (this.controller) init.signal = this.controller.signal;
     try {

@@ -199,8 +199,9 @@ mod slot {
     pub const BUDGET_MIN_PER_SEC: usize = 19;
     pub const BUDGET_PERCENT: usize = 20;
     pub const RETRY_PROTOCOL_VIOLATIONS: usize = 21;
+    pub const IDEMPOTENCY_KEY: usize = 22;
     #[cfg(test)]
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -366,6 +367,9 @@ impl Client {
         }
         if let Some(v) = given(n(slot::RETRY_PROTOCOL_VIOLATIONS)) {
             b = b.retry_protocol_violations(set(v));
+        }
+        if let Some(v) = given(n(slot::IDEMPOTENCY_KEY)) {
+            b = b.idempotency_key(set(v));
         }
         if let Some(v) = given(n(slot::ENDPOINT)) {
             b = b.endpoint(if set(v) {
@@ -786,6 +790,13 @@ impl Machine {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = keepsResponse))]
     pub fn keeps_response(&self) -> bool {
         self.ex.keeps_response()
+    }
+
+    /// The `Idempotency-Key` of every send when the policy asks for one
+    /// (empty otherwise); a key the caller set is kept instead.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = idempotencyKey))]
+    pub fn idempotency_key(&self) -> String {
+        self.ex.idempotency_key().unwrap_or_default()
     }
 
     /// The protocol the body is decoded as.

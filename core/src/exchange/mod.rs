@@ -620,6 +620,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.engine.logical_id()
     }
 
+    /// The `Idempotency-Key` every send of this request carries, when the
+    /// policy asks for one: the driver sets it on each send (the original,
+    /// a replay, a resume, a continuation) unless the caller's request has
+    /// one of its own.
+    pub fn idempotency_key(&self) -> Option<String> {
+        self.engine.policy().idempotency_key().then(|| {
+            let mut key = String::from("recovery-");
+            key.push_str(self.engine.logical_id());
+            key
+        })
+    }
+
     /// The current physical send number (0 before the first).
     pub fn wire_attempt(&self) -> u32 {
         self.engine.wire_attempt()

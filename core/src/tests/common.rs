@@ -752,6 +752,12 @@ impl Driver {
                 c.map_or_else(String::new, |c| format!("{} {}", c.method, c.path))
             }
         });
+        // The key the driver would set, with the logical id written `{id}`
+        // (each runner draws its own).
+        if let (Some(key), Some(line)) = (self.ex.idempotency_key(), self.requests.last_mut()) {
+            let key = key.replace(self.ex.logical_id(), "{id}");
+            line.push_str(&format!(" idempotency-key={key}"));
+        }
         let step = self
             .steps
             .next()

@@ -100,6 +100,7 @@ fn options(v: &Vector) -> Value {
         "protocol": v.protocol_name(),
         "resumableSse": v.resumable_sse,
         "retryProtocolViolations": p.retry_protocol_violations,
+        "idempotencyKey": p.idempotency_key,
     });
     if let Some(t) = &v.sse_terminal {
         o["sseTerminal"] = serde_json::to_value(t).unwrap_or_default();
@@ -175,7 +176,11 @@ fn check(file: &str) -> Result<usize, Vec<String>> {
                         .collect()
                 })
                 .unwrap_or_default(),
-            requests: strings("requests"),
+            // The logical id written `{id}`: each runner draws its own.
+            requests: strings("requests")
+                .into_iter()
+                .map(|r| r.replace(&report.logical_id, "{id}"))
+                .collect(),
             cooldown_left_ms: run["cooldownLeftMs"].as_f64().unwrap_or(0.0) as u64,
             ..Observed::default()
         };

@@ -31,6 +31,9 @@ use crate::BoxError;
 use crate::observe::{ObserveError, ObserveHandle};
 use crate::request_body::ReplayBody;
 
+/// The header that carries the machine's idempotency key.
+const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
+
 /// A connectivity wait (or any one-shot wait), boxed so the driver is
 /// generic over the response body only.
 pub(crate) type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -436,6 +439,12 @@ where
                 None => return self.fail_send(FailureKind::ObserverRejected),
             },
         };
+        if let Some(key) = self.ex.idempotency_key()
+            && !req.headers().contains_key(IDEMPOTENCY_KEY)
+            && let Ok(value) = http::HeaderValue::from_str(&key)
+        {
+            req.headers_mut().insert(IDEMPOTENCY_KEY, value);
+        }
         #[cfg(feature = "tracing")]
         {
             let attempt = self.ex.wire_attempt();

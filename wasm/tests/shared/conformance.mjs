@@ -67,7 +67,9 @@ function stubFetch(played, hooks) {
     const u = new URL(url);
     const headers = new Headers(init && init.headers);
     const id = headers.get('last-event-id');
-    stub.requests.push(`${(init && init.method) || 'GET'} ${u.pathname}${u.search}` + (id === null ? '' : ` last-event-id=${id}`));
+    const key = headers.get('idempotency-key');
+    stub.requests.push(`${(init && init.method) || 'GET'} ${u.pathname}${u.search}` + (id === null ? '' : ` last-event-id=${id}`)
+      + (key === null ? '' : ` idempotency-key=${key}`));
     const signal = init && init.signal;
     if (p.head.kind === 'fails') {
       if (p.offline) hooks.offline();
