@@ -756,7 +756,8 @@ impl Driver {
         // (each runner draws its own).
         if let (Some(key), Some(line)) = (self.ex.idempotency_key(), self.requests.last_mut()) {
             let key = key.replace(self.ex.logical_id(), "{id}");
-            line.push_str(&format!(" idempotency-key={key}"));
+            line.push_str(" idempotency-key=");
+            line.push_str(&key);
         }
         let step = self
             .steps
