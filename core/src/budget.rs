@@ -192,17 +192,7 @@ impl RetryBudget {
     /// Takes one retry, or `None` when the budget is empty (and then nothing
     /// changes). Dropping the permit unspent returns it.
     pub fn try_withdraw(&self, now: Instant) -> Option<RetryPermit> {
-        let mut s = self.state.lock().expect("retry budget");
-        let idx = Self::rotate(&mut s, now);
-        if self.balance_units(&s) < UNIT {
-            return None;
-        }
-        s.withdrawals[idx] += UNIT;
-        Some(RetryPermit {
-            budget: self.clone(),
-            slot: s.current,
-            spent: false,
-        })
+        RetryPermit::take(Arc::new(self.clone()), now)
     }
 
     /// Retries available now (whole retries).
@@ -210,6 +200,43 @@ impl RetryBudget {
         let mut s = self.state.lock().expect("retry budget");
         Self::rotate(&mut s, now);
         self.balance_units(&s) / UNIT
+    }
+}
+
+/// Where a retry budget keeps its deposits and withdrawals: the seam for a
+/// budget shared beyond one process (a fleet of agents on one provider
+/// key). [`RetryBudget`] is the in-memory one, shared by its clones.
+pub trait BudgetStore: Send + Sync {
+    /// Records one logical request at `now`.
+    fn deposit(&self, now: Instant);
+    /// Takes one retry at `now`: a token for [`BudgetStore::refund`], or
+    /// `None` when the budget is empty (and then nothing changes).
+    fn withdraw(&self, now: Instant) -> Option<u64>;
+    /// Gives back a retry taken with `token` and never sent.
+    fn refund(&self, token: u64);
+}
+
+/// Named only: a store's state may live elsewhere.
+impl std::fmt::Debug for dyn BudgetStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetStore")
+    }
+}
+
+impl BudgetStore for RetryBudget {
+    fn deposit(&self, now: Instant) {
+        RetryBudget::deposit(self, now);
+    }
+
+    /// The token is the window slot the withdrawal was counted in.
+    fn withdraw(&self, now: Instant) -> Option<u64> {
+        let mut s = self.state.lock().expect("retry budget");
+        let idx = Self::rotate(&mut s, now);
+        if self.balance_units(&s) < UNIT {
+            return None;
+        }
+        s.withdrawals[idx] += UNIT;
+        Some(s.current)
     }
 
     fn refund(&self, slot: u64) {
@@ -225,15 +252,32 @@ impl RetryBudget {
 /// One retry taken from a [`RetryBudget`]. Call [`RetryPermit::spend`] when the
 /// retry is actually sent; dropped unspent (cancelled during backoff, refused
 /// at the last check) it is returned to the budget.
-#[derive(Debug)]
 #[must_use = "an unspent permit is refunded when dropped"]
 pub struct RetryPermit {
-    budget: RetryBudget,
-    slot: u64,
+    store: Arc<dyn BudgetStore>,
+    token: u64,
     spent: bool,
 }
 
+impl std::fmt::Debug for RetryPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryPermit")
+            .field("spent", &self.spent)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RetryPermit {
+    /// Takes one retry from `store` at `now`, or `None` when it is empty.
+    pub fn take(store: Arc<dyn BudgetStore>, now: Instant) -> Option<Self> {
+        let token = store.withdraw(now)?;
+        Some(RetryPermit {
+            store,
+            token,
+            spent: false,
+        })
+    }
+
     /// Marks the retry as sent: the withdrawal stands.
     pub fn spend(mut self) {
         self.spent = true;
@@ -243,7 +287,7 @@ impl RetryPermit {
 impl Drop for RetryPermit {
     fn drop(&mut self) {
         if !self.spent {
-            self.budget.refund(self.slot);
+            self.store.refund(self.token);
         }
     }
 }
@@ -339,6 +383,52 @@ mod tests {
         b.try_withdraw(at(0)).expect("again").spend();
         assert_eq!(b.balance(at(0)), 0);
         assert!(b.try_withdraw(at(0)).is_none());
+    }
+
+    /// A store kept elsewhere: the permit asks it, and gives back what it
+    /// did not spend.
+    #[test]
+    fn a_permit_works_with_any_store() {
+        #[derive(Default)]
+        struct Counted {
+            left: Mutex<i64>,
+            refunded: Mutex<Vec<u64>>,
+        }
+        impl BudgetStore for Counted {
+            fn deposit(&self, _: Instant) {
+                *self.left.lock().unwrap() += 1;
+            }
+            fn withdraw(&self, now: Instant) -> Option<u64> {
+                let mut left = self.left.lock().unwrap();
+                (*left > 0).then(|| {
+                    *left -= 1;
+                    now.since_origin().as_secs()
+                })
+            }
+            fn refund(&self, token: u64) {
+                self.refunded.lock().unwrap().push(token);
+                *self.left.lock().unwrap() += 1;
+            }
+        }
+        let store = Arc::new(Counted::default());
+        let shared: Arc<dyn BudgetStore> = store.clone();
+        assert!(
+            RetryPermit::take(Arc::clone(&shared), at(0)).is_none(),
+            "empty"
+        );
+        shared.deposit(at(0));
+        RetryPermit::take(Arc::clone(&shared), at(7_000))
+            .expect("one")
+            .spend();
+        assert!(store.refunded.lock().unwrap().is_empty());
+        shared.deposit(at(0));
+        drop(RetryPermit::take(Arc::clone(&shared), at(9_000)).expect("one"));
+        assert_eq!(
+            *store.refunded.lock().unwrap(),
+            [9],
+            "unspent: refunded with its token"
+        );
+        assert_eq!(*store.left.lock().unwrap(), 1);
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! and the report. It is sans-IO: drivers tell it what happened and when, it
 //! tells them what to do next, and they drain its events.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::budget::{AttemptAllowance, RetryBudget, RetryPermit};
+use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
 use crate::decision::{Action, AdmissionAnswer, AttemptState, DecisionInput, decide};
 use crate::failure::{Category, Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
@@ -37,7 +38,7 @@ pub struct Recovery {
     policy: RecoveryPolicy,
     logical_id: String,
     allowance: AttemptAllowance,
-    retry_budget: Option<RetryBudget>,
+    retry_budget: Option<Arc<dyn BudgetStore>>,
     permit: Option<RetryPermit>,
     state: AttemptState,
     next: NextSend,
@@ -87,7 +88,7 @@ impl Recovery {
 
     /// Uses a cross-request retry budget; this request deposits into it.
     #[must_use]
-    pub fn with_retry_budget(mut self, budget: RetryBudget) -> Self {
+    pub fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
         budget.deposit(self.state.started_at);
         self.retry_budget = Some(budget);
         self
@@ -680,7 +681,7 @@ impl Recovery {
             }
             Action::RetryAfter { delay, cause } | Action::Resume { delay, cause } => {
                 if let Some(budget) = &self.retry_budget {
-                    match budget.try_withdraw(now) {
+                    match RetryPermit::take(Arc::clone(budget), now) {
                         Some(permit) => self.permit = Some(permit),
                         None => {
                             return Action::Fail(self.finish(

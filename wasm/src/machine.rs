@@ -36,7 +36,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use recovery_core::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
+use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
     AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
@@ -283,7 +283,7 @@ pub struct Client {
     policy: Option<RecoveryPolicy>,
     protocol: ProtocolChoice,
     resumable_sse: bool,
-    budget: Option<RetryBudget>,
+    budget: Option<Arc<dyn BudgetStore>>,
     cooldowns: Arc<Cooldowns>,
     error: u32,
     error_detail: u32,
@@ -406,13 +406,13 @@ impl Client {
         };
         // The budget's ttl slot: absent = the default budget, negative = none.
         let ttl = given(n(slot::BUDGET_TTL_MS));
-        let budget = (ttl.is_none_or(|t| t >= 0.0)).then(|| {
+        let budget = (ttl.is_none_or(|t| t >= 0.0)).then(|| -> Arc<dyn BudgetStore> {
             let d = RetryBudgetConfig::default();
-            RetryBudget::new(RetryBudgetConfig::new(
+            Arc::new(RetryBudget::new(RetryBudgetConfig::new(
                 ttl.map_or(d.ttl, ms),
                 given(n(slot::BUDGET_MIN_PER_SEC)).map_or(d.min_retries_per_sec, |v| v as u32),
                 given(n(slot::BUDGET_PERCENT)).unwrap_or(d.percent),
-            ))
+            )))
         });
         let mut client = Client {
             policy: None,
@@ -482,7 +482,7 @@ impl Client {
         .with_resumable_sse(self.resumable_sse)
         .with_continuation_hook(continuation);
         if let Some(budget) = &self.budget {
-            ex = ex.with_retry_budget(budget.clone());
+            ex = ex.with_retry_budget(Arc::clone(budget));
         }
         let store: Arc<dyn CooldownStore> = self.cooldowns.clone();
         ex = ex.with_cooldown(store, cooldown::key_for(url, body));

@@ -80,7 +80,9 @@ use bytes::Bytes;
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
 
-use crate::budget::{AttemptAllowance, RetryBudget};
+#[cfg(doc)]
+use crate::budget::RetryBudget;
+use crate::budget::{AttemptAllowance, BudgetStore};
 use crate::continuation::DeliveredPrefix;
 use crate::cooldown::CooldownStore;
 use crate::decision::Action;
@@ -528,9 +530,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self
     }
 
-    /// Uses a cross-request retry budget; this request deposits into it.
+    /// Uses a cross-request retry budget (a [`RetryBudget`], or any
+    /// [`BudgetStore`]); this request deposits into it.
     #[must_use]
-    pub fn with_retry_budget(mut self, budget: RetryBudget) -> Self {
+    pub fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
         self.engine = self.engine.with_retry_budget(budget);
         self
     }

@@ -917,7 +917,7 @@ pub fn run(script: Script) -> Run {
     .with_resumable_sse(resumable_sse)
     .with_continuation_hook(continuation);
     if let Some(b) = &script.retry_budget {
-        ex = ex.with_retry_budget(b.clone());
+        ex = ex.with_retry_budget(Arc::new(b.clone()));
     }
     if let Some(d) = script.deadline {
         ex = ex.with_deadline(timing.now().saturating_add(d));

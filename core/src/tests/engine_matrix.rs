@@ -1213,7 +1213,7 @@ fn tb7_tb8_token_accounting_table() {
     for (i, (start, steps, want, balance)) in rows.into_iter().enumerate() {
         t.advance(secs(start).saturating_sub(t.now().since_origin()));
         let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), i as u64, t.now())
-            .with_retry_budget(budget.clone());
+            .with_retry_budget(std::sync::Arc::new(budget.clone()));
         let mut steps = steps.into_iter();
         let outcome = loop {
             rec.begin_attempt(t.now(), false, false).unwrap();
@@ -1256,7 +1256,7 @@ fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
             let mut rec =
                 Recovery::new(test_policy(), AttemptAllowance::new(3), idx as u64, t.now());
             if let Some(b) = budget {
-                rec = rec.with_retry_budget(b.clone());
+                rec = rec.with_retry_budget(std::sync::Arc::new(b.clone()));
             }
             recs.push(rec);
         } else {

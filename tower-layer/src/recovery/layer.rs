@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
+use recovery_core::budget::{BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::Failure;
@@ -47,7 +47,7 @@ pub(crate) struct Hooks {
     pub(crate) surroundings: Arc<dyn Surroundings>,
     pub(crate) observer: Arc<dyn LifecycleObserver + Send + Sync>,
     pub(crate) admission: Option<AdmissionHook>,
-    pub(crate) retry_budget: Option<RetryBudget>,
+    pub(crate) retry_budget: Option<Arc<dyn BudgetStore>>,
     pub(crate) cooldowns: Option<Arc<dyn CooldownStore>>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
@@ -176,7 +176,7 @@ impl<T: DriverTiming> RecoveryLayer<T> {
             surroundings: surroundings(&timing, &AlwaysOnline),
             observer: Arc::new(()),
             admission: None,
-            retry_budget: Some(RetryBudget::new(RetryBudgetConfig::default())),
+            retry_budget: Some(Arc::new(RetryBudget::new(RetryBudgetConfig::default()))),
             cooldowns: Some(Arc::new(Cooldowns::new())),
             wire: None,
             sse_resumable: false,
@@ -250,9 +250,10 @@ where
     /// clones, so an outage cannot become a retry storm. A layer has one by
     /// default, [`RetryBudgetConfig::default`] (20 % of requests plus 1
     /// retry/s over 10 s), shared by its clones; this replaces it, for
-    /// example with one budget shared by several layers.
-    pub fn with_retry_budget(self, budget: RetryBudget) -> Self {
-        self.hooks(|h| h.retry_budget = Some(budget))
+    /// example with one [`RetryBudget`] shared by several layers (its
+    /// clones share their state), or a [`BudgetStore`] kept elsewhere.
+    pub fn with_retry_budget(self, budget: impl BudgetStore + 'static) -> Self {
+        self.hooks(|h| h.retry_budget = Some(Arc::new(budget)))
     }
 
     /// Shares endpoint cooldowns through `store` instead of the layer's own:

@@ -156,7 +156,7 @@ where
         .with_continuation_hook(hooks.continuation.is_some())
         .with_prepaid_first_send(prepaid);
     if let Some(budget) = &hooks.retry_budget {
-        ex = ex.with_retry_budget(budget.clone());
+        ex = ex.with_retry_budget(Arc::clone(budget));
     }
     if let Some(store) = &hooks.cooldowns {
         ex = ex.with_cooldown(Arc::clone(store), cooldown::key_for(&url, &bytes));
