@@ -15,7 +15,8 @@ pub const USAGE: &str = "\
 usage: recover --protocol {openai-chat|openai-responses|anthropic|gemini|ollama|sse}
                [--max-attempts N] [--budget-ms N] [--retry-after-ceiling-ms N]
                [--head-timeout-ms N] [--idle-timeout-ms N] [--progress-timeout-ms N]
-               [--resumable-sse] [--header 'K: V']... [--events FILE] [--report FILE] URL
+               [--resumable-sse] [--idempotency-key] [--retry-protocol-violations]
+               [--header 'K: V']... [--events FILE] [--report FILE] URL
        recover --help | --version
 Reads the JSON request body from stdin, POSTs it to URL and writes the delivered
 body to stdout. Exit status: 0 completed with terminal proof, 1 recovery failed,
@@ -34,6 +35,9 @@ Options:
   --progress-timeout-ms N      no output, keepalives aside, this long has stalled (default 600000)
   --resumable-sse              the endpoint resumes an SSE stream from Last-Event-ID
                                (OpenAI Responses background streams need nothing)
+  --idempotency-key            one Idempotency-Key on every send, replay and resume
+  --retry-protocol-violations  replay a stream that breaks its protocol before any
+                               output, as a reset
   --header 'Name: value'       a request header (repeatable); values are never logged
   --events FILE                lifecycle events as JSON lines
   --report FILE                the final report as JSON (also after a failure or Ctrl-C)
@@ -112,6 +116,10 @@ pub struct RecoverArgs {
     pub progress_timeout: Option<Duration>,
     /// `--resumable-sse`: the endpoint resumes from `Last-Event-ID`.
     pub resumable_sse: bool,
+    /// `--idempotency-key`: one `Idempotency-Key` on every send.
+    pub idempotency_key: bool,
+    /// `--retry-protocol-violations`: a violation before output is replayed.
+    pub retry_protocol_violations: bool,
     /// `--header`, in order.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `--events`: where lifecycle events go, one JSON object per line.
@@ -144,6 +152,9 @@ impl RecoverArgs {
         if let Some(progress) = self.progress_timeout {
             b = b.progress_timeout(Some(progress));
         }
+        b = b
+            .idempotency_key(self.idempotency_key)
+            .retry_protocol_violations(self.retry_protocol_violations);
         b.build().map_err(|e| usage(format!("invalid policy: {e}")))
     }
 }
@@ -200,6 +211,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut idle_timeout = None;
     let mut progress_timeout = None;
     let mut resumable_sse = false;
+    let mut idempotency_key = false;
+    let mut retry_protocol_violations = false;
     let mut headers = Vec::new();
     let mut events = None;
     let mut report = None;
@@ -225,8 +238,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         if arg == "-V" || arg == "--version" {
             return Ok(Command::Version);
         }
-        if arg == "--resumable-sse" {
-            resumable_sse = true;
+        let switch = match arg.as_str() {
+            "--resumable-sse" => Some(&mut resumable_sse),
+            "--idempotency-key" => Some(&mut idempotency_key),
+            "--retry-protocol-violations" => Some(&mut retry_protocol_violations),
+            _ => None,
+        };
+        if let Some(on) = switch {
+            *on = true;
             continue;
         }
         let (flag, inline) = match arg.split_once('=') {
@@ -245,8 +264,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--events",
             "--report",
         ];
-        if flag == "--resumable-sse" {
-            return Err(usage("--resumable-sse takes no value"));
+        if [
+            "--resumable-sse",
+            "--idempotency-key",
+            "--retry-protocol-violations",
+        ]
+        .contains(&flag.as_str())
+        {
+            return Err(usage(format!("{flag} takes no value")));
         }
         if !known.contains(&flag.as_str()) {
             return Err(usage(format!("unknown option {flag}")));
@@ -311,6 +336,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         idle_timeout,
         progress_timeout,
         resumable_sse,
+        idempotency_key,
+        retry_protocol_violations,
         headers,
         events,
         report,
@@ -460,6 +487,21 @@ mod tests {
         assert_eq!(run(&["-V"]), Ok(Command::Version));
         assert!(ok(&["--protocol", "sse", "--resumable-sse", "http://h/"]).resumable_sse);
         assert!(!ok(&["--protocol", "sse", "http://h/"]).resumable_sse);
+        let both = ok(&[
+            "--protocol",
+            "sse",
+            "--idempotency-key",
+            "--retry-protocol-violations",
+            "http://h/",
+        ]);
+        let policy = both.policy().unwrap();
+        assert!(policy.idempotency_key() && policy.retry_protocol_violations());
+        let none = ok(&["--protocol", "sse", "http://h/"]).policy().unwrap();
+        assert!(!none.idempotency_key() && !none.retry_protocol_violations());
+        assert!(
+            err(&["--protocol", "sse", "--idempotency-key=1", "http://h/"])
+                .contains("takes no value")
+        );
         assert!(
             err(&["--protocol", "sse", "--resumable-sse=yes", "http://h/"])
                 .contains("takes no value")
