@@ -767,6 +767,83 @@ async fn tb9_storm_over_sockets_with_the_default_policy() {
     assert!(ratios[1] <= 1.3, "{}", ratios[1]);
 }
 
+/// A caller's cooldown key: a wait learned for one model holds a request
+/// for another model when both map to one key (one account's limit), and
+/// does not when each keeps its default key (origin and model).
+#[tokio::test]
+async fn cd5_a_callers_key_shares_a_cooldown_across_models() {
+    for shared in [false, true] {
+        let provider = FaultProvider::start(
+            ScriptSet::new(vec![])
+                .path(
+                    "/a/v1/chat/completions",
+                    vec![
+                        Script::status(429)
+                            .header("retry-after-ms", "300")
+                            .write(Write::text("{}")),
+                    ],
+                )
+                .path(
+                    "/b/v1/chat/completions",
+                    vec![sse(Write::fixture("openai-chat/happy-usage.sse"))],
+                ),
+        )
+        .await
+        .unwrap();
+        let client: Client<HttpConnector, ReplayBody> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let events: Events = Arc::default();
+        let sink = Arc::clone(&events);
+        let one_send = RecoveryPolicy::builder()
+            .max_attempts(NonZeroU32::new(1).unwrap())
+            .build()
+            .unwrap();
+        let mut layer =
+            RecoveryLayer::new(one_send).on_event(move |e| sink.lock().unwrap().push(e.clone()));
+        if shared {
+            layer = layer.with_cooldown_key(|_, _| "account-1".to_owned());
+        }
+        let svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+        let call = |path: &str, model: &str| {
+            Request::post(provider.url(path))
+                .body(Full::new(Bytes::from(format!(
+                    r#"{{"model":"{model}","stream":true}}"#
+                ))))
+                .unwrap()
+        };
+        let limited = svc
+            .clone()
+            .oneshot(call("/a/v1/chat/completions", "a"))
+            .await
+            .unwrap();
+        assert_eq!(limited.status(), 429);
+        let resp = tokio::time::timeout(
+            LIMIT,
+            svc.clone().oneshot(call("/b/v1/chat/completions", "b")),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(resp.status(), 200);
+        let _ = resp.into_body().collect().await.unwrap();
+        let waits = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::DelayScheduled {
+                        cause: DelayCause::Cooldown,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(waits, usize::from(shared), "shared key: {shared}");
+    }
+}
+
 /// The rate-limit headers of each answer stay in its attempt's record:
 /// numbers and reset tokens, nothing else.
 #[tokio::test]

@@ -38,6 +38,9 @@ pub type AdmissionHook = Arc<
     dyn Fn(AdmissionContext) -> Pin<Box<dyn Future<Output = AdmissionAnswer> + Send>> + Send + Sync,
 >;
 
+/// A caller's cooldown key: from a request's head and buffered body.
+pub(crate) type CooldownKey = Arc<dyn Fn(&http::request::Parts, &[u8]) -> String + Send + Sync>;
+
 /// What every request through a layer shares, whatever the layer's timing
 /// and connectivity types: the driver is generic over the response body only.
 #[derive(Clone)]
@@ -49,6 +52,7 @@ pub(crate) struct Hooks {
     pub(crate) admission: Option<AdmissionHook>,
     pub(crate) retry_budget: Option<Arc<dyn BudgetStore>>,
     pub(crate) cooldowns: Option<Arc<dyn CooldownStore>>,
+    pub(crate) cooldown_key: Option<CooldownKey>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
     pub(crate) continuation: Option<ContinuationHook>,
@@ -178,6 +182,7 @@ impl<T: DriverTiming> RecoveryLayer<T> {
             admission: None,
             retry_budget: Some(Arc::new(RetryBudget::new(RetryBudgetConfig::default()))),
             cooldowns: Some(Arc::new(Cooldowns::new())),
+            cooldown_key: None,
             wire: None,
             sse_resumable: false,
             continuation: None,
@@ -265,6 +270,16 @@ where
     /// several layers to share it between them.
     pub fn with_cooldowns(self, store: Arc<dyn CooldownStore>) -> Self {
         self.hooks(|h| h.cooldowns = Some(store))
+    }
+
+    /// Keys cooldowns by what `key` returns for a request's head and body,
+    /// instead of its origin and model: for example one key per provider
+    /// account, when several origins share one organisation's limit.
+    pub fn with_cooldown_key(
+        self,
+        key: impl Fn(&http::request::Parts, &[u8]) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.hooks(|h| h.cooldown_key = Some(Arc::new(key)))
     }
 
     /// Each request learns its endpoint's waits on its own: the default

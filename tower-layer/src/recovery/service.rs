@@ -159,7 +159,11 @@ where
         ex = ex.with_retry_budget(Arc::clone(budget));
     }
     if let Some(store) = &hooks.cooldowns {
-        ex = ex.with_cooldown(Arc::clone(store), cooldown::key_for(&url, &bytes));
+        let key = match &hooks.cooldown_key {
+            Some(key) => key(&head, &bytes),
+            None => cooldown::key_for(&url, &bytes),
+        };
+        ex = ex.with_cooldown(Arc::clone(store), key);
     }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
