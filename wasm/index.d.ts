@@ -132,6 +132,11 @@ export interface RecoveringFetchOptions {
    */
   idempotencyKey?: boolean;
   /**
+   * Whether the requests of this function share what endpoints ask
+   * (`Retry-After`) through `rfetch.cooldowns` (default true).
+   */
+  cooldowns?: boolean;
+  /**
    * Cross-request retry budget shared by every request of this function.
    * On by default (20 % of requests plus 1 retry/s over 10 s); `null`
    * turns it off, an object changes its numbers.

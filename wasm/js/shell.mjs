@@ -60,7 +60,7 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey',
+  'idempotencyKey', 'noCooldowns',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
@@ -258,6 +258,9 @@ function client(wasm, options, available) {
         break;
       case 'resumableSse': case 'retryProtocolViolations': case 'idempotencyKey':
         n[slot(key)] = expect(key, v, 'boolean', 'a boolean') ? 1 : 0;
+        break;
+      case 'cooldowns':
+        n[slot('noCooldowns')] = expect(key, v, 'boolean', 'a boolean') ? 0 : 1;
         break;
       default:
         throw shape(`unknown field \`${key}\``);

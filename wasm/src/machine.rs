@@ -200,8 +200,9 @@ mod slot {
     pub const BUDGET_PERCENT: usize = 20;
     pub const RETRY_PROTOCOL_VIOLATIONS: usize = 21;
     pub const IDEMPOTENCY_KEY: usize = 22;
+    pub const NO_COOLDOWNS: usize = 23;
     #[cfg(test)]
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 24;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -284,7 +285,8 @@ pub struct Client {
     protocol: ProtocolChoice,
     resumable_sse: bool,
     budget: Option<Arc<dyn BudgetStore>>,
-    cooldowns: Arc<Cooldowns>,
+    /// `None` with `cooldowns: false`.
+    cooldowns: Option<Arc<Cooldowns>>,
     error: u32,
     error_detail: u32,
     error_field: String,
@@ -419,7 +421,8 @@ impl Client {
             protocol,
             resumable_sse: set(n(slot::RESUMABLE_SSE)),
             budget,
-            cooldowns: Arc::new(Cooldowns::new()),
+            cooldowns: (!given(n(slot::NO_COOLDOWNS)).is_some_and(set))
+                .then(|| Arc::new(Cooldowns::new())),
             error: 0,
             error_detail: 0,
             error_field: String::new(),
@@ -484,8 +487,10 @@ impl Client {
         if let Some(budget) = &self.budget {
             ex = ex.with_retry_budget(Arc::clone(budget));
         }
-        let store: Arc<dyn CooldownStore> = self.cooldowns.clone();
-        ex = ex.with_cooldown(store, cooldown::key_for(url, body));
+        if let Some(cooldowns) = &self.cooldowns {
+            let store: Arc<dyn CooldownStore> = cooldowns.clone();
+            ex = ex.with_cooldown(store, cooldown::key_for(url, body));
+        }
         if too_large {
             ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
         }
@@ -507,14 +512,18 @@ impl Client {
     /// The shared cooldown of a request to `url` with `body`: notes at
     /// `now_ms` that its endpoint asked for no sends during `wait_ms` (when
     /// positive, as if a request had learned it from a `Retry-After`), then
-    /// answers how long its sends must still wait (0 when they may go).
+    /// answers how long its sends must still wait (0 when they may go, or
+    /// when the client shares no cooldowns).
     pub fn cooldown(&self, url: &str, body: &[u8], now_ms: f64, wait_ms: f64) -> f64 {
+        let Some(cooldowns) = &self.cooldowns else {
+            return 0.0;
+        };
         let key = cooldown::key_for(url, body);
         let now = instant(now_ms);
         if wait_ms > 0.0 {
-            self.cooldowns.note(&key, now, ms(wait_ms));
+            cooldowns.note(&key, now, ms(wait_ms));
         }
-        self.cooldowns
+        cooldowns
             .remaining(&key, now)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     }

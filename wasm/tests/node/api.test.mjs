@@ -152,3 +152,18 @@ test('onStatus tells a UI what to show: reconnecting, then in progress, then com
   assert.deepEqual(seen, ['reconnecting', 'failed']);
   assert.throws(() => createRecoveringFetch({ onStatus: 'yes' }), { code: 'invalid_option' });
 });
+
+test('the cooldown store is shared by the requests of one function, keyed by origin and model, and can be turned off', () => {
+  const url = 'https://api.example/v1/chat/completions';
+  const rfetch = createRecoveringFetch();
+  rfetch.cooldowns.note(url, '{"model":"a"}', 5000);
+  const left = rfetch.cooldowns.remaining(url, '{"model":"a","stream":true}');
+  assert.ok(left > 4000 && left <= 5000, `${left}`);
+  assert.equal(rfetch.cooldowns.remaining(url, '{"model":"b"}'), 0, 'another model');
+  assert.equal(createRecoveringFetch().cooldowns.remaining(url, '{"model":"a"}'), 0, 'another function');
+  const off = createRecoveringFetch({ cooldowns: false });
+  off.cooldowns.note(url, '{"model":"a"}', 5000);
+  assert.equal(off.cooldowns.remaining(url, '{"model":"a"}'), 0);
+  assert.throws(() => createRecoveringFetch({ cooldowns: 'no' }), (e) => e instanceof TypeError && e.code === 'invalid_option');
+  assert.throws(() => rfetch.cooldowns.note(url, '', -1), RangeError);
+});
