@@ -826,21 +826,11 @@ async fn cd5_a_callers_key_shares_a_cooldown_across_models() {
         .unwrap();
         assert_eq!(resp.status(), 200);
         let _ = resp.into_body().collect().await.unwrap();
-        let waits = events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.kind,
-                    EventKind::DelayScheduled {
-                        cause: DelayCause::Cooldown,
-                        ..
-                    }
-                )
-            })
-            .count();
-        assert_eq!(waits, usize::from(shared), "shared key: {shared}");
+        assert_eq!(
+            cooldown_waits(&events),
+            usize::from(shared),
+            "shared key: {shared}"
+        );
     }
 }
 
@@ -940,7 +930,12 @@ async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
         let _ = resp.into_body().collect().await.unwrap();
     }
     assert_eq!(provider.count_path(PATH), 1 + 1 + N as u64);
-    let cooldown_waits = events
+    assert_eq!(cooldown_waits(&events), N, "each other request waited once");
+}
+
+/// How many waits the recorded events scheduled for a cooldown.
+fn cooldown_waits(events: &Events) -> usize {
+    events
         .lock()
         .unwrap()
         .iter()
@@ -953,8 +948,7 @@ async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
                 }
             )
         })
-        .count();
-    assert_eq!(cooldown_waits, N, "each other request waited once");
+        .count()
 }
 
 /// One call through a fresh `RecoveryLayer` + `ObserveLayer` over `client`
