@@ -490,6 +490,9 @@ pub struct Expected {
     /// ended, in ms (0: nothing in force).
     #[serde(default)]
     pub cooldown_left_ms: Option<u64>,
+    /// Each attempt's rate-limit evidence, in order (`null`: none).
+    #[serde(default)]
+    pub rate_limits: Option<Vec<Option<crate::report::RateLimits>>>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -518,6 +521,8 @@ pub struct Observed {
     pub late_error: bool,
     /// What the cooldown store held for the request's key at its end, in ms.
     pub cooldown_left_ms: u64,
+    /// Each attempt's rate-limit evidence.
+    pub rate_limits: Vec<Option<crate::report::RateLimits>>,
 }
 
 impl Observed {
@@ -538,6 +543,11 @@ impl Observed {
             .collect();
         self.end_ms = report.metrics.total_ms.unwrap_or_default();
         self.late_error = report.late_error;
+        self.rate_limits = report
+            .attempts
+            .iter()
+            .map(|a| a.rate_limits.clone())
+            .collect();
     }
 }
 
@@ -592,6 +602,11 @@ impl Expected {
             && o.cooldown_left_ms != c
         {
             return differ("cooldown_left_ms", &c, &o.cooldown_left_ms);
+        }
+        if let Some(r) = &self.rate_limits
+            && &o.rate_limits != r
+        {
+            return differ("rate_limits", r, &o.rate_limits);
         }
         Ok(())
     }

@@ -790,20 +790,15 @@ async fn cd5_a_callers_key_shares_a_cooldown_across_models() {
         )
         .await
         .unwrap();
-        let client: Client<HttpConnector, ReplayBody> =
-            Client::builder(TokioExecutor::new()).build_http();
-        let events: Events = Arc::default();
-        let sink = Arc::clone(&events);
         let one_send = RecoveryPolicy::builder()
             .max_attempts(NonZeroU32::new(1).unwrap())
             .build()
             .unwrap();
-        let mut layer =
-            RecoveryLayer::new(one_send).on_event(move |e| sink.lock().unwrap().push(e.clone()));
+        let (mut layer, events) = recorded(RecoveryLayer::new(one_send));
         if shared {
             layer = layer.with_cooldown_key(|_, _| "account-1".to_owned());
         }
-        let svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+        let svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(http_client()));
         let call = |path: &str, model: &str| {
             Request::post(provider.url(path))
                 .body(Full::new(Bytes::from(format!(
@@ -888,13 +883,8 @@ async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
     ))
     .await
     .unwrap();
-    let client: Client<HttpConnector, ReplayBody> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let events: Events = Arc::default();
-    let sink = Arc::clone(&events);
-    let svc = RecoveryLayer::new(RecoveryPolicy::default())
-        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
-        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let (layer, events) = recorded(RecoveryLayer::new(RecoveryPolicy::default()));
+    let svc = layer.layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(http_client()));
     let request = || {
         Request::post(provider.url(PATH))
             .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
@@ -931,6 +921,19 @@ async fn cd4_a_learned_retry_after_holds_every_other_request_over_sockets() {
     }
     assert_eq!(provider.count_path(PATH), 1 + 1 + N as u64);
     assert_eq!(cooldown_waits(&events), N, "each other request waited once");
+}
+
+/// `layer` with every lifecycle event recorded.
+fn recorded(layer: RecoveryLayer) -> (RecoveryLayer, Events) {
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let layer = layer.on_event(move |e| sink.lock().unwrap().push(e.clone()));
+    (layer, events)
+}
+
+/// A plain hyper-util client over loopback.
+fn http_client() -> Client<HttpConnector, ReplayBody> {
+    Client::builder(TokioExecutor::new()).build_http()
 }
 
 /// How many waits the recorded events scheduled for a cooldown.

@@ -50,6 +50,15 @@ async function drain(res, t0) {
   return [n, performance.now() - t0];
 }
 
+/** One request through `fetcher`, read to its end and checked; its milliseconds. */
+async function timed(fetcher, url, init) {
+  const t0 = performance.now();
+  const res = await fetcher(url, init);
+  const [n, ms] = await drain(res, t0);
+  check(n, res);
+  return ms;
+}
+
 /** Times `runA` and `runB` in alternating rounds; returns both medians. */
 async function alternate(runA, runB) {
   for (let i = 0; i < WARMUP; i++) {
@@ -90,21 +99,10 @@ const memoryFetch = async () =>
     { headers: { 'content-type': 'text/event-stream' } },
   );
 const inMemory = createRecoveringFetch({ protocol: 'openai-chat', fetch: memoryFetch });
+const memoryInit = () => ({ method: 'POST', body: '{}' });
 const [plainMs, recoveringMs] = await alternate(
-  async () => {
-    const t0 = performance.now();
-    const res = await memoryFetch();
-    const [n, ms] = await drain(res, t0);
-    check(n, res);
-    return ms;
-  },
-  async () => {
-    const t0 = performance.now();
-    const res = await inMemory('http://bench.invalid/v1/chat/completions', { method: 'POST', body: '{}' });
-    const [n, ms] = await drain(res, t0);
-    check(n, res);
-    return ms;
-  },
+  () => timed(memoryFetch, 'http://bench.invalid/v1/chat/completions', memoryInit()),
+  () => timed(inMemory, 'http://bench.invalid/v1/chat/completions', memoryInit()),
 );
 const perChunkUs = ((recoveringMs - plainMs) * 1000) / CHUNKS;
 console.log(
@@ -138,20 +136,8 @@ try {
   const overHttp = createRecoveringFetch({ protocol: 'openai-chat' });
   const init = () => ({ method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
   const [plainHttp, recoveringHttp] = await alternate(
-    async () => {
-      const t0 = performance.now();
-      const res = await fetch(url, init());
-      const [n, ms] = await drain(res, t0);
-      check(n, res);
-      return ms;
-    },
-    async () => {
-      const t0 = performance.now();
-      const res = await overHttp(url, init());
-      const [n, ms] = await drain(res, t0);
-      check(n, res);
-      return ms;
-    },
+    () => timed(fetch, url, init()),
+    () => timed(overHttp, url, init()),
   );
   console.log(
     `loopback HTTP, ${CHUNKS} events (${(total / 1048576).toFixed(2)} MiB): plain ${plainHttp.toFixed(2)} ms, ` +
