@@ -401,7 +401,6 @@ class Driver {
     this.nextId = 1;
     this.continuation = null;
     this.cause = undefined;
-    this.key = undefined;
     this.cancelled = false;
     this.ended = false;
     this.wake = null;
@@ -680,12 +679,10 @@ class Driver {
     }
     this.controller = typeof AbortController === 'function' ? new AbortController() : null;
     if (this.cancelled && this.controller) this.controller.abort();
-    // One key for every send of the request; a key the caller set stays.
-    if (this.key === undefined) this.key = this.m.idempotencyKey();
+    // The machine names the key when the send has none of its own.
     let headers = out.headers;
-    if (this.key && !headers.some(([n]) => n.toLowerCase() === 'idempotency-key')) {
-      headers = [...headers, ['idempotency-key', this.key]];
-    }
+    const key = this.m.idempotencyKey(headers.some(([n]) => n.toLowerCase() === 'idempotency-key'));
+    if (key) headers = [...headers, ['idempotency-key', key]];
     const init = { method: out.method, headers, redirect: 'manual' };
     if (out.body !== undefined) init.body = out.body;
     if (this.controller) init.signal = this.controller.signal;

@@ -801,11 +801,11 @@ impl Machine {
         self.ex.keeps_response()
     }
 
-    /// The `Idempotency-Key` of every send when the policy asks for one
-    /// (empty otherwise); a key the caller set is kept instead.
+    /// The `Idempotency-Key` to set on the send about to go out (empty for
+    /// none): `has_one` when its headers already carry one.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = idempotencyKey))]
-    pub fn idempotency_key(&self) -> String {
-        self.ex.idempotency_key().unwrap_or_default()
+    pub fn idempotency_key(&self, has_one: bool) -> String {
+        self.ex.idempotency_key(has_one).unwrap_or_default()
     }
 
     /// The protocol the body is decoded as.

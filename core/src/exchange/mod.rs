@@ -623,12 +623,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.engine.logical_id()
     }
 
-    /// The `Idempotency-Key` every send of this request carries, when the
-    /// policy asks for one: the driver sets it on each send (the original,
-    /// a replay, a resume, a continuation) unless the caller's request has
-    /// one of its own.
-    pub fn idempotency_key(&self) -> Option<String> {
-        self.engine.policy().idempotency_key().then(|| {
+    /// The `Idempotency-Key` the send about to go out carries, when the
+    /// policy asks for one and the request (`has_one`: it already has the
+    /// header) does not bring its own: the driver sets it on each send (the
+    /// original, a replay, a resume, a continuation). One key per logical
+    /// request, so every send of it carries the same.
+    pub fn idempotency_key(&self, has_one: bool) -> Option<String> {
+        (!has_one && self.engine.policy().idempotency_key()).then(|| {
             let mut key = String::from("recovery-");
             key.push_str(self.engine.logical_id());
             key

@@ -754,7 +754,8 @@ impl Driver {
         });
         // The key the driver would set, with the logical id written `{id}`
         // (each runner draws its own).
-        if let (Some(key), Some(line)) = (self.ex.idempotency_key(), self.requests.last_mut()) {
+        if let (Some(key), Some(line)) = (self.ex.idempotency_key(false), self.requests.last_mut())
+        {
             let key = key.replace(self.ex.logical_id(), "{id}");
             line.push_str(" idempotency-key=");
             line.push_str(&key);

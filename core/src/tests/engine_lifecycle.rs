@@ -418,3 +418,41 @@ fn events_serialize_with_stable_names() {
     assert_eq!(v["delay_ms"], 250);
     assert_eq!(v["cause"], "backoff");
 }
+
+/// The machine names one idempotency key per logical request, only when
+/// the policy asks for it and the send does not bring its own.
+#[test]
+fn the_idempotency_key_is_the_requests_and_a_callers_own_key_wins() {
+    use crate::budget::AttemptAllowance;
+    use crate::exchange::{Exchange, RequestFacts};
+    use crate::policy::RecoveryPolicy;
+    use crate::protocol::ProtocolChoice;
+    let machine = |policy: RecoveryPolicy| -> Exchange<Vec<u8>> {
+        Exchange::new(
+            policy,
+            &ProtocolChoice::Auto,
+            RequestFacts::new("POST", "/v1/chat/completions", b"{}"),
+            AttemptAllowance::new(3),
+            0x2a,
+            Instant::from_origin(Duration::ZERO),
+        )
+    };
+    let on = machine(
+        RecoveryPolicy::builder()
+            .idempotency_key(true)
+            .build()
+            .unwrap(),
+    );
+    let key = on.idempotency_key(false).expect("asked for");
+    assert_eq!(key, format!("recovery-{}", on.logical_id()));
+    assert_eq!(
+        on.idempotency_key(false),
+        Some(key),
+        "the same on every send"
+    );
+    assert_eq!(on.idempotency_key(true), None, "the caller's own key stays");
+    assert_eq!(
+        machine(RecoveryPolicy::default()).idempotency_key(false),
+        None
+    );
+}

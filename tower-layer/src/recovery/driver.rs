@@ -439,8 +439,9 @@ where
                 None => return self.fail_send(FailureKind::ObserverRejected),
             },
         };
-        if let Some(key) = self.ex.idempotency_key()
-            && !req.headers().contains_key(IDEMPOTENCY_KEY)
+        if let Some(key) = self
+            .ex
+            .idempotency_key(req.headers().contains_key(IDEMPOTENCY_KEY))
             && let Ok(value) = http::HeaderValue::from_str(&key)
         {
             req.headers_mut().insert(IDEMPOTENCY_KEY, value);
