@@ -84,13 +84,23 @@ pub fn describe(event: &LifecycleEvent, style: Style) -> String {
         EventKind::AttemptStarted {
             max_attempts,
             resume,
+            target,
         } => (
             BLUE,
             "→",
             format!(
-                "attempt {n}/{max_attempts} sent{}",
+                "attempt {n}/{max_attempts} sent{}{}",
+                target
+                    .as_ref()
+                    .map(|t| format!(" to {t}"))
+                    .unwrap_or_default(),
                 if *resume { " (resume)" } else { "" }
             ),
+        ),
+        EventKind::Failover { from, to } => (
+            YELLOW,
+            "⇄",
+            format!("failing over from {from} to {to} (no output yet)"),
         ),
         EventKind::AttemptFailed {
             category,

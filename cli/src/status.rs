@@ -49,6 +49,7 @@ impl StatusLine {
             EventKind::AttemptStarted {
                 max_attempts,
                 resume,
+                ..
             } => {
                 self.attempt = event.identity.wire_attempt;
                 self.max_attempts = *max_attempts;

@@ -65,6 +65,44 @@ pub struct Vector {
     /// the request).
     #[serde(default)]
     pub cooldown_ms: Option<u64>,
+    /// The request's alternates, in order ([`crate::failover`]).
+    #[serde(default)]
+    pub alternates: Vec<AlternateSpec>,
+}
+
+/// An alternate of a vector's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlternateSpec {
+    /// Its label.
+    pub label: String,
+    /// Its URL: a path on the runner's origin (or absolute).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The model it asks for.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The protocol its answers speak (default: the request's).
+    #[serde(default)]
+    pub protocol: Option<String>,
+}
+
+impl AlternateSpec {
+    /// The target it describes.
+    pub fn target(&self) -> Result<crate::failover::Target, String> {
+        let mut t = crate::failover::Target::new(&self.label).map_err(|e| e.to_string())?;
+        if let Some(url) = &self.url {
+            t = t.with_url(url).map_err(|e| e.to_string())?;
+        }
+        if let Some(model) = &self.model {
+            t = t.with_model(model).map_err(|e| e.to_string())?;
+        }
+        if let Some(p) = &self.protocol {
+            let kind: ProtocolKind = p.parse().map_err(|_| format!("unknown protocol {p:?}"))?;
+            t = t.with_protocol(kind.into());
+        }
+        Ok(t)
+    }
 }
 
 /// A request of a vector: method, path (with its query) and body text.
@@ -98,6 +136,11 @@ impl Vector {
             },
             other => other,
         })
+    }
+
+    /// The request's alternates.
+    pub fn targets(&self) -> Result<Vec<crate::failover::Target>, String> {
+        self.alternates.iter().map(AlternateSpec::target).collect()
     }
 
     /// The logical request.
@@ -143,6 +186,8 @@ pub struct PolicySpec {
     pub retry_protocol_violations: bool,
     /// Every send carries an `Idempotency-Key`.
     pub idempotency_key: bool,
+    /// Sends each target gets before the next alternate.
+    pub attempts_per_target: u32,
 }
 
 impl Default for PolicySpec {
@@ -164,6 +209,7 @@ impl Default for PolicySpec {
             progress_timeout_ms: p.progress_timeout().map(ms),
             retry_protocol_violations: p.retry_protocol_violations(),
             idempotency_key: p.idempotency_key(),
+            attempts_per_target: p.attempts_per_target().get(),
         }
     }
 }
@@ -186,6 +232,9 @@ impl PolicySpec {
             .progress_timeout(self.progress_timeout_ms.map(ms))
             .retry_protocol_violations(self.retry_protocol_violations)
             .idempotency_key(self.idempotency_key)
+            .attempts_per_target(
+                NonZeroU32::new(self.attempts_per_target).unwrap_or(NonZeroU32::MIN),
+            )
             .build()
     }
 }
@@ -493,6 +542,12 @@ pub struct Expected {
     /// Each attempt's rate-limit evidence, in order (`null`: none).
     #[serde(default)]
     pub rate_limits: Option<Vec<Option<crate::report::RateLimits>>>,
+    /// Each attempt's target label, in order (`null`: none named).
+    #[serde(default)]
+    pub targets: Option<Vec<Option<String>>>,
+    /// The target whose answer reached the caller.
+    #[serde(default)]
+    pub served_by: Option<String>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -523,6 +578,10 @@ pub struct Observed {
     pub cooldown_left_ms: u64,
     /// Each attempt's rate-limit evidence.
     pub rate_limits: Vec<Option<crate::report::RateLimits>>,
+    /// Each attempt's target label.
+    pub targets: Vec<Option<String>>,
+    /// The report's serving target.
+    pub served_by: Option<String>,
 }
 
 impl Observed {
@@ -548,6 +607,8 @@ impl Observed {
             .iter()
             .map(|a| a.rate_limits.clone())
             .collect();
+        self.targets = report.attempts.iter().map(|a| a.target.clone()).collect();
+        self.served_by.clone_from(&report.served_by);
     }
 }
 
@@ -607,6 +668,14 @@ impl Expected {
             && &o.rate_limits != r
         {
             return differ("rate_limits", r, &o.rate_limits);
+        }
+        if let Some(t) = &self.targets
+            && &o.targets != t
+        {
+            return differ("targets", t, &o.targets);
+        }
+        if self.served_by.is_some() && o.served_by != self.served_by {
+            return differ("served_by", &self.served_by, &o.served_by);
         }
         Ok(())
     }

@@ -65,6 +65,8 @@ pub enum Action {
     ParkUntilOnline,
     /// Ask the admission hook, then decide again with its answer.
     AskAdmission,
+    /// Send to the next target at once, before commit ([`crate::failover`]).
+    Failover,
     /// Stop with this outcome.
     Fail(Outcome),
 }
@@ -96,6 +98,11 @@ pub struct AttemptState {
     pub admission: Option<AdmissionAnswer>,
     /// Whether the caller cancelled.
     pub cancelled: bool,
+    /// Sends made to the current target, the failed one included.
+    pub target_sends: u32,
+    /// Alternates not tried yet; `None` when the request has none
+    /// ([`crate::failover`]).
+    pub alternates_left: Option<u32>,
 }
 
 impl AttemptState {
@@ -114,6 +121,8 @@ impl AttemptState {
             admission_hook: false,
             admission: None,
             cancelled: false,
+            target_sends: 1,
+            alternates_left: None,
         }
     }
 }
@@ -203,41 +212,75 @@ fn interrupted(state: &AttemptState, failure: &Failure, cause: Option<InterruptC
     }
 }
 
-/// Whether a send may wait out `wait`, a cooldown another request learned
-/// for the same endpoint, under the limits the request's own `Retry-After`
-/// meets: the policy's ceiling, the recovery budget, the deadline.
-/// `Ok(Some(wait))` waits, `Ok(None)` sends now (a policy that ignores hints
-/// above its ceiling), `Err` refuses the send.
-pub(crate) fn cooldown_wait(
+/// What a send does about a cooldown in force for its target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CooldownHold {
+    /// Wait it out.
+    Wait(Duration),
+    /// Send now (a policy that ignores hints above its ceiling).
+    Send,
+    /// Go to the next target instead ([`crate::failover`]).
+    Switch,
+    /// End the request: it may not wait that long.
+    Refuse(Outcome),
+}
+
+/// What a send does about `wait`, a cooldown another request learned for
+/// its target: before commit with an alternate left it switches; otherwise
+/// it waits under the limits the request's own `Retry-After` meets (the
+/// policy's ceiling, the recovery budget, the deadline) or is refused.
+pub(crate) fn cooldown_hold(
     policy: &RecoveryPolicy,
     state: &AttemptState,
     now: Instant,
     wait: Duration,
-) -> Result<Option<Duration>, Outcome> {
-    if wait > policy.retry_after_ceiling() {
-        return match policy.over_ceiling() {
-            OverCeiling::Refuse => Err(Outcome::RetryAfterRefused {
-                value: wait,
-                limit: RefusalLimit::Ceiling,
-            }),
-            OverCeiling::Backoff => Ok(None),
-        };
+) -> CooldownHold {
+    if !state.committed && state.alternates_left.is_some_and(|left| left > 0) {
+        return CooldownHold::Switch;
     }
     let (budget_end, deadline) = limits(policy, state, now);
-    let at = now.saturating_add(wait);
+    match refusal(policy, wait, now, budget_end, deadline) {
+        Some(Refusal::Refused(outcome)) => CooldownHold::Refuse(outcome),
+        Some(Refusal::Ignored) => CooldownHold::Send,
+        None => CooldownHold::Wait(wait),
+    }
+}
+
+/// What the limits say of a server's wait `hint` from `now`.
+enum Refusal {
+    /// The request may not wait that long.
+    Refused(Outcome),
+    /// Above the ceiling, and the policy backs off as if there were none.
+    Ignored,
+}
+
+fn refusal(
+    policy: &RecoveryPolicy,
+    hint: Duration,
+    now: Instant,
+    budget_end: Option<Instant>,
+    deadline: Option<Instant>,
+) -> Option<Refusal> {
+    let refused = |limit| {
+        Some(Refusal::Refused(Outcome::RetryAfterRefused {
+            value: hint,
+            limit,
+        }))
+    };
+    if hint > policy.retry_after_ceiling() {
+        return match policy.over_ceiling() {
+            OverCeiling::Refuse => refused(RefusalLimit::Ceiling),
+            OverCeiling::Backoff => Some(Refusal::Ignored),
+        };
+    }
+    let at = now.saturating_add(hint);
     if budget_end.is_some_and(|b| at > b) {
-        return Err(Outcome::RetryAfterRefused {
-            value: wait,
-            limit: RefusalLimit::Budget,
-        });
+        return refused(RefusalLimit::Budget);
     }
     if deadline.is_some_and(|d| at > d) {
-        return Err(Outcome::RetryAfterRefused {
-            value: wait,
-            limit: RefusalLimit::Deadline,
-        });
+        return refused(RefusalLimit::Deadline);
     }
-    Ok(Some(wait))
+    None
 }
 
 /// When the recovery budget ends (counted from the first failure, or from
@@ -266,10 +309,14 @@ fn limits(
 /// The checks run in a fixed order, each one final:
 /// cancellation; unsuccessful terminal, permanent and vetoed failures;
 /// policy selection; the semantic gate (resume or interrupt); replay
-/// disabled; attempts left; recovery budget and deadline; `Retry-After`
-/// against its ceiling, the budget and the deadline; the backoff against
-/// the deadline; admission; connectivity (for a replay; a resume checks it
-/// after its backoff). Only then a wait is scheduled.
+/// disabled; every target's share used (with alternates); attempts left;
+/// recovery budget and deadline; `Retry-After`
+/// against its ceiling, the budget and the deadline; failover to the next
+/// target (before commit, when the current one used its share of sends or
+/// asks for a wait the request may not give; with every target's share used,
+/// the request fails naming them); the backoff against the deadline;
+/// admission; connectivity (for a replay; a resume checks it after its
+/// backoff). Only then a wait is scheduled, or the switch made.
 pub fn decide(input: DecisionInput<'_>) -> Action {
     let DecisionInput {
         policy,
@@ -310,6 +357,16 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
         return Action::Fail(Outcome::ReplayDisabled { reason });
     }
 
+    // Every target used its share: the request fails naming them (the
+    // engine fills in their labels).
+    let share_spent = state.target_sends >= policy.attempts_per_target().get();
+    if !resume && share_spent && state.alternates_left == Some(0) {
+        return Action::Fail(Outcome::AlternatesExhausted {
+            attempts: state.attempts_made,
+            targets: Vec::new(),
+        });
+    }
+
     if state.attempts_left == 0 {
         return Action::Fail(if semantic {
             interrupted(state, failure, Some(InterruptCause::AttemptsExhausted))
@@ -331,45 +388,40 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     }
 
     let mut hint = failure.retry_after.delay();
-    if let Some(h) = hint
-        && h > policy.retry_after_ceiling()
-    {
-        match policy.over_ceiling() {
-            OverCeiling::Refuse => {
-                return Action::Fail(Outcome::RetryAfterRefused {
-                    value: h,
-                    limit: RefusalLimit::Ceiling,
-                });
-            }
-            OverCeiling::Backoff => hint = None,
+    let refused = match hint.and_then(|h| refusal(policy, h, now, budget_end, deadline)) {
+        Some(Refusal::Refused(outcome)) => Some(outcome),
+        Some(Refusal::Ignored) => {
+            hint = None;
+            None
         }
-    }
-    if let Some(h) = hint {
-        let at = now.saturating_add(h);
-        if budget_end.is_some_and(|b| at > b) {
-            return Action::Fail(Outcome::RetryAfterRefused {
-                value: h,
-                limit: RefusalLimit::Budget,
-            });
-        }
-        if deadline.is_some_and(|d| at > d) {
-            return Action::Fail(Outcome::RetryAfterRefused {
-                value: h,
-                limit: RefusalLimit::Deadline,
-            });
-        }
+        None => None,
+    };
+
+    // Before commit, a target that used its share of sends, or that asks
+    // for a wait the request may not give, hands over to the next one at
+    // once; its hint is about itself, not the next target.
+    let switch = match state.alternates_left {
+        Some(left) if !resume && left > 0 => share_spent || refused.is_some(),
+        _ => false,
+    };
+    if !switch && let Some(outcome) = refused {
+        return Action::Fail(outcome);
     }
 
-    let retry_index = state.attempts_made.max(1);
-    let drawn = backoff::delay(
-        policy.backoff_base(),
-        policy.backoff_ceiling(),
-        retry_index,
-        jitter,
-    );
-    let (delay, cause) = match hint {
-        Some(h) if h > drawn => (h, DelayCause::RetryAfter),
-        _ => (drawn, DelayCause::Backoff),
+    let (delay, cause) = if switch {
+        (Duration::ZERO, DelayCause::Backoff)
+    } else {
+        let retry_index = state.attempts_made.max(1);
+        let drawn = backoff::delay(
+            policy.backoff_base(),
+            policy.backoff_ceiling(),
+            retry_index,
+            jitter,
+        );
+        match hint {
+            Some(h) if h > drawn => (h, DelayCause::RetryAfter),
+            _ => (drawn, DelayCause::Backoff),
+        }
     };
     let at = now.saturating_add(delay);
     if deadline.is_some_and(|d| at > d) {
@@ -401,6 +453,8 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
 
     if resume {
         Action::Resume { delay, cause }
+    } else if switch {
+        Action::Failover
     } else {
         Action::RetryAfter { delay, cause }
     }

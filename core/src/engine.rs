@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
-use crate::decision::{Action, AdmissionAnswer, AttemptState, DecisionInput, decide};
+use crate::decision::{Action, AdmissionAnswer, AttemptState, CooldownHold, DecisionInput, decide};
 use crate::failure::{Category, Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
 use crate::outcome::{
@@ -32,6 +32,17 @@ enum NextSend {
     Resume,
 }
 
+/// What a send does about a cooldown in force for its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CooldownStep {
+    /// Wait this long, then send.
+    Wait(Duration),
+    /// Send now (the policy ignores hints above its ceiling).
+    Send,
+    /// The send goes to the next target instead; decide it again there.
+    Switched,
+}
+
 /// The attempt state machine of one logical request. See the module docs.
 #[derive(Debug)]
 pub struct Recovery {
@@ -49,6 +60,11 @@ pub struct Recovery {
     events: Vec<LifecycleEvent>,
     report: RecoveryReport,
     outcome: Option<Outcome>,
+    /// The labels of the request's own target and its alternates; empty
+    /// when it has none ([`crate::failover`]).
+    targets: Vec<String>,
+    /// The target the next (or current) send goes to.
+    target: usize,
 }
 
 /// Formats a logical id the way events and reports show it.
@@ -67,6 +83,7 @@ impl Recovery {
     ) -> Self {
         let mut state = AttemptState::first(now, policy.max_attempts().get());
         state.attempts_made = 0;
+        state.target_sends = 0;
         state.attempts_left = allowance.remaining();
         let logical_id = format_logical_id(logical_id);
         Recovery {
@@ -83,7 +100,42 @@ impl Recovery {
             output_observed: false,
             events: Vec::new(),
             outcome: None,
+            targets: Vec::new(),
+            target: 0,
         }
+    }
+
+    /// Names the targets the request may be served from, its own first
+    /// (`labels[0]`), then its alternates in order ([`crate::failover`]).
+    #[must_use]
+    pub fn with_targets(mut self, labels: Vec<String>) -> Self {
+        if labels.len() > 1 {
+            self.state.alternates_left = Some(labels.len() as u32 - 1);
+            self.targets = labels;
+        }
+        self
+    }
+
+    /// The index of the target the next (or current) send goes to: 0 for
+    /// the request's own, `i` for its alternate `i`.
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
+    fn target_label(&self) -> Option<String> {
+        self.targets.get(self.target).cloned()
+    }
+
+    /// Moves the next send to the next target.
+    fn switch_target(&mut self, now: Instant) {
+        let from = self.target_label().unwrap_or_default();
+        self.target += 1;
+        self.state.target_sends = 0;
+        if let Some(left) = self.state.alternates_left.as_mut() {
+            *left = left.saturating_sub(1);
+        }
+        let to = self.target_label().unwrap_or_default();
+        self.emit(now, EventKind::Failover { from, to });
     }
 
     /// Uses a cross-request retry budget; this request deposits into it.
@@ -291,6 +343,7 @@ impl Recovery {
         }
         let resume = self.next == NextSend::Resume;
         self.state.attempts_made += 1;
+        self.state.target_sends += 1;
         self.state.attempts_left = self.allowance.remaining();
         self.state.admission = None;
         if resume {
@@ -313,14 +366,17 @@ impl Recovery {
             progress: Progress::default(),
             request_id: None,
             rate_limits: None,
+            target: self.target_label(),
         });
         self.in_flight = true;
         let max_attempts = self.allowance.total();
+        let target = self.target_label();
         self.emit(
             now,
             EventKind::AttemptStarted {
                 max_attempts,
                 resume,
+                target,
             },
         );
         Ok(n)
@@ -374,16 +430,15 @@ impl Recovery {
     }
 
     /// Before a send, a cooldown of `wait` is in force for the request's
-    /// endpoint (another request learned it): waits it out (`Some`: the
-    /// wait is recorded and announced), sends now (`None`: the policy
-    /// ignores hints above its ceiling), or ends the request refused.
+    /// target (another request learned it): what the send does about it.
+    /// A wait and a switch are announced; a refusal ends the request.
     pub fn hold_for_cooldown(
         &mut self,
         now: Instant,
         wait: Duration,
-    ) -> Result<Option<Duration>, Outcome> {
-        match crate::decision::cooldown_wait(&self.policy, &self.state, now, wait) {
-            Ok(Some(wait)) => {
+    ) -> Result<CooldownStep, Outcome> {
+        match crate::decision::cooldown_hold(&self.policy, &self.state, now, wait) {
+            CooldownHold::Wait(wait) => {
                 let cause = crate::decision::DelayCause::Cooldown;
                 self.report.delays.push(DelayRecord {
                     after_attempt: self.state.attempts_made,
@@ -397,10 +452,14 @@ impl Recovery {
                         cause,
                     },
                 );
-                Ok(Some(wait))
+                Ok(CooldownStep::Wait(wait))
             }
-            Ok(None) => Ok(None),
-            Err(outcome) => Err(self.finish(now, outcome)),
+            CooldownHold::Switch => {
+                self.switch_target(now);
+                Ok(CooldownStep::Switched)
+            }
+            CooldownHold::Send => Ok(CooldownStep::Send),
+            CooldownHold::Refuse(outcome) => Err(self.finish(now, outcome)),
         }
     }
 
@@ -454,6 +513,7 @@ impl Recovery {
         }
         self.state.committed = true;
         self.report.committed_attempt = Some(self.state.attempts_made);
+        self.report.served_by = self.target_label();
         if trigger == CommitTrigger::Semantic {
             self.first_semantic(now);
         }
@@ -485,6 +545,7 @@ impl Recovery {
             rec.result = AttemptResult::Succeeded { proof };
         }
         self.in_flight = false;
+        self.report.served_by = self.target_label();
         self.emit(now, EventKind::AttemptSucceeded { proof });
         self.finish(now, Outcome::Completed { proof })
     }
@@ -651,6 +712,11 @@ impl Recovery {
             jitter,
         });
         match action {
+            Action::Fail(Outcome::AlternatesExhausted { attempts, .. }) => {
+                let targets = self.targets[..=self.target].to_vec();
+                let outcome = Outcome::AlternatesExhausted { attempts, targets };
+                Action::Fail(self.finish(now, outcome))
+            }
             Action::Fail(outcome) => {
                 // A resume that fails for good ends the committed stream as a
                 // failed resume, whatever the resume request's own failure.
@@ -679,7 +745,7 @@ impl Recovery {
                 self.emit(now, EventKind::ParkedOffline);
                 Action::ParkUntilOnline
             }
-            Action::RetryAfter { delay, cause } | Action::Resume { delay, cause } => {
+            Action::RetryAfter { .. } | Action::Resume { .. } | Action::Failover => {
                 if let Some(budget) = &self.retry_budget {
                     match RetryPermit::take(Arc::clone(budget), now) {
                         Some(permit) => self.permit = Some(permit),
@@ -693,23 +759,31 @@ impl Recovery {
                         }
                     }
                 }
-                self.next = if matches!(action, Action::Resume { .. }) {
-                    NextSend::Resume
-                } else {
-                    NextSend::Retry
-                };
-                self.report.delays.push(DelayRecord {
-                    after_attempt: self.state.attempts_made,
-                    delay_ms: delay,
-                    cause,
-                });
-                self.emit(
-                    now,
-                    EventKind::DelayScheduled {
-                        delay_ms: delay,
-                        cause,
-                    },
-                );
+                match action {
+                    Action::RetryAfter { delay, cause } | Action::Resume { delay, cause } => {
+                        self.next = if matches!(action, Action::Resume { .. }) {
+                            NextSend::Resume
+                        } else {
+                            NextSend::Retry
+                        };
+                        self.report.delays.push(DelayRecord {
+                            after_attempt: self.state.attempts_made,
+                            delay_ms: delay,
+                            cause,
+                        });
+                        self.emit(
+                            now,
+                            EventKind::DelayScheduled {
+                                delay_ms: delay,
+                                cause,
+                            },
+                        );
+                    }
+                    _ => {
+                        self.next = NextSend::Retry;
+                        self.switch_target(now);
+                    }
+                }
                 action
             }
         }

@@ -220,6 +220,7 @@ pub mod continuation;
 pub mod cooldown;
 pub mod error;
 pub mod exchange;
+pub mod failover;
 pub mod failure;
 pub mod lifecycle;
 pub mod observer;

@@ -52,6 +52,9 @@ pub enum EventKind {
         max_attempts: u32,
         /// Whether this send is a resume of a committed stream.
         resume: bool,
+        /// The target's label, when the request has alternates.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
     },
     /// The attempt ended with terminal success proof.
     AttemptSucceeded {
@@ -86,6 +89,14 @@ pub enum EventKind {
         delay_ms: Duration,
         /// Why that long.
         cause: DelayCause,
+    },
+    /// Before commit, the next send goes to another target
+    /// ([`crate::failover`]).
+    Failover {
+        /// The target left.
+        from: String,
+        /// The target the next send goes to.
+        to: String,
     },
     /// The wait is over; the next send follows.
     RetryStarted,
@@ -141,6 +152,7 @@ impl EventKind {
             EventKind::AdmissionUnresolved => "admission_unresolved",
             EventKind::AdmissionRequired => "admission_required",
             EventKind::DelayScheduled { .. } => "delay_scheduled",
+            EventKind::Failover { .. } => "failover",
             EventKind::RetryStarted => "retry_started",
             EventKind::ResumeStarted => "resume_started",
             EventKind::ParkedOffline => "parked_offline",
@@ -253,7 +265,8 @@ impl RecoveryStatus {
             }
             EventKind::AdmissionRejected
             | EventKind::AdmissionUnresolved
-            | EventKind::AdmissionRequired => self,
+            | EventKind::AdmissionRequired
+            | EventKind::Failover { .. } => self,
         }
     }
 

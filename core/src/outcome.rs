@@ -132,6 +132,14 @@ pub enum Outcome {
         /// Sends made.
         attempts: u32,
     },
+    /// Every target (the request's own and its alternates) used its share
+    /// of sends before commit ([`crate::failover`]).
+    AlternatesExhausted {
+        /// Sends made.
+        attempts: u32,
+        /// The targets tried, in order, by label.
+        targets: Vec<String>,
+    },
     /// A budget ran out before the next send could start.
     BudgetExhausted {
         /// Which.
@@ -198,6 +206,7 @@ impl Outcome {
             Outcome::Permanent { .. } => "permanent",
             Outcome::NotRetryable { .. } => "not_retryable",
             Outcome::Exhausted { .. } => "exhausted",
+            Outcome::AlternatesExhausted { .. } => "alternates_exhausted",
             Outcome::BudgetExhausted { .. } => "budget_exhausted",
             Outcome::DeadlineExceeded => "deadline_exceeded",
             Outcome::RetryAfterRefused { .. } => "retry_after_refused",
@@ -223,6 +232,11 @@ impl fmt::Display for Outcome {
                 None => write!(f, "{category} failure is not retryable"),
             },
             Outcome::Exhausted { attempts } => write!(f, "exhausted after {attempts} attempt(s)"),
+            Outcome::AlternatesExhausted { attempts, targets } => write!(
+                f,
+                "every target failed before output ({}) after {attempts} attempt(s)",
+                targets.join(", ")
+            ),
             Outcome::BudgetExhausted { budget } => write!(f, "{budget:?} budget exhausted"),
             Outcome::DeadlineExceeded => f.write_str("deadline exceeded"),
             Outcome::RetryAfterRefused { value, limit } => write!(

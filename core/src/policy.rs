@@ -169,6 +169,7 @@ pub struct RecoveryPolicy {
     pub(crate) holdback_cap: usize,
     pub(crate) evidence_cap: usize,
     pub(crate) max_resumes: u32,
+    pub(crate) attempts_per_target: NonZeroU32,
     pub(crate) retry_protocol_violations: bool,
     pub(crate) idempotency_key: bool,
     pub(crate) endpoint: Endpoint,
@@ -201,6 +202,7 @@ impl Default for RecoveryPolicy {
             holdback_cap: 64 << 10,
             evidence_cap: 16 << 10,
             max_resumes: 1,
+            attempts_per_target: NonZeroU32::MIN,
             retry_protocol_violations: false,
             idempotency_key: false,
             endpoint: Endpoint::Remote,
@@ -279,6 +281,12 @@ impl RecoveryPolicy {
     /// Resumes allowed (each is also a physical send).
     pub fn max_resumes(&self) -> u32 {
         self.max_resumes
+    }
+    /// Sends a target gets before a request with alternates moves on to
+    /// the next one ([`crate::failover`]); 1 by default: an overloaded
+    /// provider is left at its first failure.
+    pub fn attempts_per_target(&self) -> NonZeroU32 {
+        self.attempts_per_target
     }
     /// Whether a stream that breaks its protocol before any output is
     /// replayed like a reset.
@@ -460,6 +468,14 @@ impl PolicyBuilder {
     /// Resumes allowed per logical request.
     pub fn max_resumes(mut self, n: u32) -> Self {
         self.policy.max_resumes = n;
+        self
+    }
+
+    /// Sends each target gets, before commit, before a request with
+    /// alternates moves on ([`crate::failover`]). Every send still counts
+    /// against `max_attempts`.
+    pub fn attempts_per_target(mut self, n: NonZeroU32) -> Self {
+        self.policy.attempts_per_target = n;
         self
     }
 

@@ -69,6 +69,10 @@ pub struct AttemptRecord {
     /// What the response's rate-limit headers said, when it sent any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limits: Option<RateLimits>,
+    /// The target it went to, when the request has alternates
+    /// ([`crate::failover`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// One wait between sends.
@@ -148,6 +152,10 @@ pub struct RecoveryReport {
     pub late_error: bool,
     /// Every seam where a resume joined the delivered prefix.
     pub seams: Vec<Seam>,
+    /// The target whose answer reached the caller, when the request has
+    /// alternates ([`crate::failover`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
 }
 
 impl RecoveryReport {
@@ -165,6 +173,7 @@ impl RecoveryReport {
             metrics: StreamMetrics::default(),
             late_error: false,
             seams: Vec::new(),
+            served_by: None,
         }
     }
 

@@ -86,7 +86,7 @@ use crate::budget::{AttemptAllowance, BudgetStore};
 use crate::continuation::DeliveredPrefix;
 use crate::cooldown::CooldownStore;
 use crate::decision::Action;
-use crate::engine::Recovery;
+use crate::engine::{CooldownStep, Recovery};
 use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
 use crate::observer::{EndOfStream, StreamObserver};
@@ -434,6 +434,21 @@ pub struct Exchange<C, D = SelfDecoded> {
     sse_resumable: bool,
     /// The cooldown store shared with other requests, and this one's key.
     cooldown: Option<Shared>,
+    /// Where each target sends (the request's own first); empty when the
+    /// request has no alternates.
+    targets: Vec<TargetFacts>,
+    /// The target `url`, `protocol`, `background` and the cooldown key are
+    /// those of.
+    at_target: usize,
+}
+
+/// What the machine needs of one target.
+#[derive(Debug)]
+struct TargetFacts {
+    url: String,
+    protocol: ProtocolKind,
+    background: bool,
+    cooldown_key: String,
 }
 
 /// A cooldown store and the key of this request in it.
@@ -516,7 +531,73 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             background,
             sse_resumable: false,
             cooldown: None,
+            targets: Vec::new(),
+            at_target: 0,
         }
+    }
+
+    /// Lets the request be served by `alternates`, in order, before commit
+    /// ([`crate::failover`]). `request` and `protocol` are what
+    /// [`Exchange::new`] was given: each alternate's URL, body and protocol
+    /// are derived from them, and its cooldown key from its URL and body.
+    /// Drivers send [`Exchange::target`]'s rewrite of the request.
+    #[must_use]
+    pub fn with_alternates(
+        mut self,
+        request: RequestFacts<'_>,
+        protocol: &ProtocolChoice,
+        alternates: &[crate::failover::Target],
+    ) -> Self {
+        if alternates.is_empty() {
+            return self;
+        }
+        let primary = TargetFacts {
+            url: self.url.clone(),
+            protocol: self.protocol.clone(),
+            background: self.background,
+            cooldown_key: self.cooldown.as_ref().map_or_else(
+                || crate::cooldown::key_for(request.url, request.body),
+                |c| c.key.clone(),
+            ),
+        };
+        let mut labels = vec![crate::failover::PRIMARY.to_owned()];
+        self.targets.push(primary);
+        for t in alternates {
+            let url = t.rewrite_url(request.url).into_owned();
+            let body = t.rewrite_body(request.body);
+            self.targets.push(TargetFacts {
+                protocol: t.protocol().unwrap_or(protocol).resolve(&url),
+                background: crate::resume::is_background_stream(&body),
+                cooldown_key: crate::cooldown::key_for(&url, &body),
+                url,
+            });
+            labels.push(t.label().to_owned());
+        }
+        self.engine = self.engine.with_targets(labels);
+        self
+    }
+
+    /// The target the current (or next) send goes to: 0 for the request as
+    /// it was given, `i` for alternate `i` ([`Exchange::with_alternates`]).
+    pub fn target(&self) -> usize {
+        self.engine.target()
+    }
+
+    /// Takes up the facts of the target the engine moved to.
+    #[cold]
+    fn adopt_target(&mut self) {
+        let i = self.engine.target();
+        let Some(facts) = self.targets.get(i) else {
+            return;
+        };
+        self.at_target = i;
+        self.url.clone_from(&facts.url);
+        self.background = facts.background;
+        let protocol = facts.protocol.clone();
+        if let Some(c) = self.cooldown.as_mut() {
+            c.key.clone_from(&facts.cooldown_key);
+        }
+        self.adopt(protocol);
     }
 
     /// Shares waits with the other requests that use `store`: a wait this
@@ -526,6 +607,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// may not wait that long ([`crate::cooldown`]). `key` is usually
     /// [`crate::cooldown::key_for`] of the request.
     pub fn with_cooldown(mut self, store: Arc<dyn CooldownStore>, key: String) -> Self {
+        if let Some(own) = self.targets.first_mut() {
+            own.cooldown_key.clone_from(&key);
+        }
         self.cooldown = Some(Shared { store, key });
         self
     }
@@ -841,19 +925,24 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// says which request to send, or ends the request.
     fn begin_send<E: Env + ?Sized>(&mut self, env: &E) -> Option<Io<C>> {
         let now = env.now();
+        if self.engine.target() != self.at_target {
+            self.adopt_target();
+        }
         if !self.engine.is_committed()
             && let Some(c) = &self.cooldown
             && let Some(wait) = c.store.remaining(&c.key, now)
         {
             match self.engine.hold_for_cooldown(now, wait) {
-                Ok(Some(wait)) => {
+                Ok(CooldownStep::Wait(wait)) => {
                     self.stage = Stage::Waiting {
                         until: now + wait,
                         resume: false,
                     };
                     return None;
                 }
-                Ok(None) => {}
+                // Decided again for the next target, on the next turn.
+                Ok(CooldownStep::Switched) => return None,
+                Ok(CooldownStep::Send) => {}
                 Err(outcome) => {
                     self.end(Err(outcome));
                     return None;
@@ -1657,6 +1746,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     until: now + delay,
                     resume: matches!(action, Action::Resume { .. }),
                 };
+                self.error_response = false;
+                self.release = true;
+                self.out.clear();
+            }
+            Action::Failover => {
+                self.stage = Stage::ToSend;
                 self.error_response = false;
                 self.release = true;
                 self.out.clear();

@@ -246,6 +246,8 @@ pub struct VectorSetup {
     pub continuation: Option<RequestSpec>,
     /// A cooldown in force for the request's key when it starts.
     pub cooldown_ms: Option<u64>,
+    /// The request's alternates.
+    pub alternates: Vec<crate::failover::Target>,
 }
 
 impl Script {
@@ -734,7 +736,13 @@ impl Driver {
                 .unwrap_or_else(|| url.to_owned())
         };
         let (method, url) = match &self.script.vector {
-            Some(v) => (v.request.method.clone(), v.request.path.clone()),
+            Some(v) => match self.ex.target().checked_sub(1) {
+                Some(i) => (
+                    v.request.method.clone(),
+                    v.alternates[i].rewrite_url(&v.request.path).into_owned(),
+                ),
+                None => (v.request.method.clone(), v.request.path.clone()),
+            },
             None => ("POST".to_owned(), "/v1/chat/completions".to_owned()),
         };
         self.requests.push(match kind {
@@ -938,6 +946,13 @@ pub fn run(script: Script) -> Run {
     if let Some((store, key)) = &cooldown {
         ex = ex.with_cooldown(store.clone(), key.clone());
     }
+    if let Some(v) = &script.vector {
+        ex = ex.with_alternates(
+            request,
+            &ProtocolChoice::Fixed(v.protocol.clone()),
+            &v.alternates,
+        );
+    }
     let mut d = Driver {
         ex,
         chunks,
@@ -1069,7 +1084,8 @@ pub fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
         );
     }
     // G9 ordering: attempt_failed(n) < delay_scheduled < retry_started <
-    // attempt_started(n+1), and no retry without a scheduled delay.
+    // attempt_started(n+1), and no retry without a scheduled delay (or a
+    // failover, which sends at once).
     for n in 2..=run.sends.len() as u32 {
         let pos = |pred: &dyn Fn(&LifecycleEvent) -> bool| run.events.iter().position(pred);
         let failed = pos(&|e| {
@@ -1077,9 +1093,13 @@ pub fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
         })
         .expect("G9: attempt_failed before the next send");
         let delay = pos(&|e| {
-            e.identity.wire_attempt == n - 1 && matches!(e.kind, EventKind::DelayScheduled { .. })
+            e.identity.wire_attempt == n - 1
+                && matches!(
+                    e.kind,
+                    EventKind::DelayScheduled { .. } | EventKind::Failover { .. }
+                )
         })
-        .expect("G9: delay_scheduled before the next send");
+        .expect("G9: delay_scheduled (or failover) before the next send");
         let retry = pos(&|e| {
             e.identity.wire_attempt == n - 1
                 && matches!(e.kind, EventKind::RetryStarted | EventKind::ResumeStarted)

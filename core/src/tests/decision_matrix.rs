@@ -252,6 +252,7 @@ fn action_name(a: &Action) -> String {
         Action::Resume { .. } => "resume".into(),
         Action::ParkUntilOnline => "park".into(),
         Action::AskAdmission => "ask".into(),
+        Action::Failover => "failover".into(),
         Action::Fail(o) => format!("fail:{}", o.name()),
     }
 }

@@ -54,6 +54,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         resumable_sse: v.resumable_sse,
         continuation: v.continuation.clone(),
         cooldown_ms: v.cooldown_ms,
+        alternates: v.targets().map_err(|e| format!("{}: {e}", v.name))?,
     });
     let run = script.run();
     let mut observed = Observed {

@@ -19,4 +19,5 @@ mod engine_lifecycle;
 mod engine_matrix;
 mod engine_proptest;
 mod engine_resume;
+mod failover;
 mod unescape;

@@ -1,0 +1,339 @@
+//! Failover before the first token: the places a request may be served
+//! from besides the one it names.
+//!
+//! A provider that answers `529 overloaded` (or resets, or asks for a wait
+//! longer than the request may give) says nothing about another provider or
+//! model. While no semantic output was observed, the request can go there
+//! instead, and the consumer never sees the difference; once output began,
+//! a switch would splice two different answers, so it never happens.
+//!
+//! A [`Target`] says how a request is rewritten for one alternate: its URL
+//! (absolute, or a path on the request's own origin), the `"model"` of its
+//! JSON body, and the protocol its answers speak. Headers (an alternate's
+//! own API key) are the driver's business: they are secrets, and nothing in
+//! core holds them. The label is the safe name reports and events carry.
+//!
+//! What the machine decides ([`crate::decision::decide`]): a pre-commit
+//! failure the policy retries moves to the next target once the current one
+//! has used its share of sends ([`RecoveryPolicy::attempts_per_target`]), or
+//! at once when its `Retry-After` is beyond what the request may wait; a
+//! cooldown in force for the current target switches instead of waiting.
+//! The switch is immediate (the old target's hint is not the new one's) and
+//! bounded like any resend: the attempt allowance, the retry budget, the
+//! recovery budget and the deadline. When every target used its share, the
+//! request fails [`Outcome::AlternatesExhausted`] naming each one.
+//!
+//! [`RecoveryPolicy::attempts_per_target`]: crate::policy::RecoveryPolicy::attempts_per_target
+//! [`Outcome::AlternatesExhausted`]: crate::outcome::Outcome::AlternatesExhausted
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::protocol::ProtocolChoice;
+use crate::protocol::json::{JsonKind, JsonView, Lazy};
+
+/// The label of the target a request names itself, when alternates are set.
+pub const PRIMARY: &str = "primary";
+
+/// Longest label, in bytes.
+pub const MAX_LABEL: usize = 64;
+
+/// Why a target cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// A label must be 1 to 64 of `A-Z a-z 0-9 . _ -`: it is written into
+    /// reports and events, which carry safe evidence only.
+    Label,
+    /// A URL must be absolute `http(s)://...` or a path starting with `/`,
+    /// without whitespace or control characters.
+    Url,
+    /// A model name must be 1 to 256 characters, none of them a control
+    /// character.
+    Model,
+}
+
+impl fmt::Display for TargetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TargetError::Label => "an alternate's label must be 1 to 64 of A-Z a-z 0-9 . _ -",
+            TargetError::Url => {
+                "an alternate's url must be absolute http(s)://... or a path starting with /"
+            }
+            TargetError::Model => "an alternate's model must be 1 to 256 non-control characters",
+        })
+    }
+}
+
+impl std::error::Error for TargetError {}
+
+/// One alternate: how the request is rewritten to be served elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    label: String,
+    url: Option<String>,
+    model: Option<String>,
+    protocol: Option<ProtocolChoice>,
+}
+
+impl Target {
+    /// An alternate named `label` that, until told otherwise, sends the
+    /// request unchanged (to the same URL, with the same body).
+    pub fn new(label: impl Into<String>) -> Result<Self, TargetError> {
+        let label = label.into();
+        let safe = (1..=MAX_LABEL).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !safe {
+            return Err(TargetError::Label);
+        }
+        Ok(Target {
+            label,
+            url: None,
+            model: None,
+            protocol: None,
+        })
+    }
+
+    /// Sends to `url` instead: absolute (`https://host/v1/chat/completions`)
+    /// or a path on the request's own origin (`/v2/chat`).
+    pub fn with_url(mut self, url: impl Into<String>) -> Result<Self, TargetError> {
+        let url = url.into();
+        let shaped = url.starts_with('/')
+            || ["http://", "https://"]
+                .iter()
+                .any(|s| url.len() > s.len() && url[..s.len()].eq_ignore_ascii_case(s));
+        if !shaped || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(TargetError::Url);
+        }
+        self.url = Some(url);
+        Ok(self)
+    }
+
+    /// Asks for `model` instead: the top-level `"model"` of a JSON object
+    /// body is replaced (or added when the body names none). A body that is
+    /// not a JSON object is sent as it is.
+    pub fn with_model(mut self, model: impl Into<String>) -> Result<Self, TargetError> {
+        let model = model.into();
+        if model.is_empty() || model.chars().count() > 256 || model.chars().any(char::is_control) {
+            return Err(TargetError::Model);
+        }
+        self.model = Some(model);
+        Ok(self)
+    }
+
+    /// The protocol this target's answers speak (by default the request's
+    /// own).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: ProtocolChoice) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+
+    /// The safe name reports and events carry.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The URL this target was given, if any.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// The model this target asks for, if any.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// The protocol this target's answers speak, if it differs.
+    pub fn protocol(&self) -> Option<&ProtocolChoice> {
+        self.protocol.as_ref()
+    }
+
+    /// Where a request for `url` (absolute, or a path with its query) goes
+    /// on this target.
+    pub fn rewrite_url<'a>(&'a self, url: &'a str) -> Cow<'a, str> {
+        match self.url.as_deref() {
+            None => Cow::Borrowed(url),
+            Some(path) if path.starts_with('/') => {
+                let origin = origin_end(url);
+                Cow::Owned(format!("{}{path}", &url[..origin]))
+            }
+            Some(absolute) => Cow::Borrowed(absolute),
+        }
+    }
+
+    /// The body a request with `body` carries on this target.
+    pub fn rewrite_body<'a>(&self, body: &'a [u8]) -> Cow<'a, [u8]> {
+        match &self.model {
+            Some(model) => with_model(body, model),
+            None => Cow::Borrowed(body),
+        }
+    }
+}
+
+/// Where the origin (`scheme://authority`) of `url` ends; 0 for a path.
+pub(crate) fn origin_end(url: &str) -> usize {
+    let u = url.as_bytes();
+    let Some(scheme) = u.windows(3).position(|w| w == b"://") else {
+        return 0;
+    };
+    let from = scheme + 3;
+    u[from..]
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .map_or(u.len(), |i| from + i)
+}
+
+/// `body` with its top-level `"model"` set to `model`.
+fn with_model<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
+    let Ok(root) = Lazy::parse(body) else {
+        return Cow::Borrowed(body);
+    };
+    if root.kind() != JsonKind::Object {
+        return Cow::Borrowed(body);
+    }
+    let mut literal = Vec::with_capacity(model.len() + 2);
+    write_json_string(&mut literal, model);
+    // A value's bytes are a slice of `body`: its offset is where it starts.
+    let offset = |part: &[u8]| part.as_ptr() as usize - body.as_ptr() as usize;
+    let (at, len, insert) = match root.get("model") {
+        Some(old) => (offset(old.as_bytes()), old.as_bytes().len(), false),
+        None => (offset(root.as_bytes()) + 1, 0, true),
+    };
+    let mut out = Vec::with_capacity(body.len() + literal.len() + 10);
+    out.extend_from_slice(&body[..at]);
+    if insert {
+        out.extend_from_slice(b"\"model\":");
+        out.extend_from_slice(&literal);
+        let empty = root.as_bytes()[1..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_none_or(|b| *b == b'}');
+        if !empty {
+            out.push(b',');
+        }
+    } else {
+        out.extend_from_slice(&literal);
+    }
+    out.extend_from_slice(&body[at + len..]);
+    Cow::Owned(out)
+}
+
+/// Writes `s` as a JSON string literal.
+fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let n = c as usize;
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[n >> 4]);
+                out.push(HEX[n & 15]);
+            }
+            c => {
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target::new("alt-1").unwrap()
+    }
+
+    #[test]
+    fn labels_are_safe_names() {
+        assert!(Target::new("anthropic.claude_fallback-2").is_ok());
+        for bad in ["", "a b", "key=sk-123/x", "é", &"x".repeat(65)] {
+            assert_eq!(Target::new(bad).unwrap_err(), TargetError::Label, "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls_are_absolute_or_paths() {
+        for bad in [
+            "",
+            "ftp://x",
+            "http://",
+            "api.example.com/v1",
+            "/a b",
+            "/a\nb",
+        ] {
+            assert_eq!(
+                target().with_url(bad).unwrap_err(),
+                TargetError::Url,
+                "{bad}"
+            );
+        }
+        let t = target().with_url("HTTPS://alt.example/v1/chat").unwrap();
+        assert_eq!(
+            t.rewrite_url("http://p.example/v1/x?y=1"),
+            "HTTPS://alt.example/v1/chat"
+        );
+    }
+
+    #[test]
+    fn a_path_keeps_the_request_origin() {
+        let t = target().with_url("/alt/v1/chat/completions").unwrap();
+        assert_eq!(
+            t.rewrite_url("http://127.0.0.1:8080/v1/chat/completions?x=1"),
+            "http://127.0.0.1:8080/alt/v1/chat/completions"
+        );
+        assert_eq!(
+            t.rewrite_url("/v1/chat/completions"),
+            "/alt/v1/chat/completions"
+        );
+        assert_eq!(target().rewrite_url("/v1/x"), "/v1/x");
+    }
+
+    #[test]
+    fn the_model_is_replaced_in_place() {
+        let t = target().with_model("claude-\"3\"").unwrap();
+        let body = br#"{"messages":[{"model":"inner"}], "model" : "gpt-4o","stream":true}"#;
+        let out = t.rewrite_body(body);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"messages":[{"model":"inner"}], "model" : "claude-\"3\"","stream":true}"#
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model"], "claude-\"3\"");
+    }
+
+    #[test]
+    fn a_missing_model_is_added() {
+        let t = target().with_model("m").unwrap();
+        assert_eq!(&*t.rewrite_body(br#" {"a":1}"#), br#" {"model":"m","a":1}"#);
+        assert_eq!(&*t.rewrite_body(b"{ }"), br#"{"model":"m" }"#);
+        assert_eq!(&*t.rewrite_body(b"{}"), br#"{"model":"m"}"#);
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_kept() {
+        let t = target().with_model("m").unwrap();
+        for body in [&b"[1]"[..], b"not json", b"", b"\"s\""] {
+            assert!(matches!(t.rewrite_body(body), Cow::Borrowed(b) if b == body));
+        }
+        assert_eq!(
+            Target::new("x").unwrap().with_model("\u{7}").unwrap_err(),
+            TargetError::Model
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let mut out = Vec::new();
+        write_json_string(&mut out, "a\u{1}\\");
+        assert_eq!(out, br#""a\u0001\\""#);
+    }
+}
