@@ -32,7 +32,7 @@ use recovery_core::timing::{Fraction, Instant, ScriptedConnectivity, Timing};
 use tokio::sync::Notify;
 use tower_layer::Layer;
 use tower_recovery::recovery::{AdmissionHook, ContinuationHook};
-use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
+use tower_recovery::{Alternate, ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
 use tower_service::Service;
 
 const ORIGIN: &str = "http://vector.invalid";
@@ -274,6 +274,19 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     }
     if let Some(answers) = &v.admission {
         layer = layer.with_admission(hook(answers.clone(), cancel.clone()));
+    }
+    for a in &v.alternates {
+        let mut alt = Alternate::new(&a.label).map_err(|e| e.to_string())?;
+        if let Some(url) = &a.url {
+            alt = alt.url(url).map_err(|e| e.to_string())?;
+        }
+        if let Some(model) = &a.model {
+            alt = alt.model(model).map_err(|e| e.to_string())?;
+        }
+        if let Some(p) = &a.protocol {
+            alt = alt.protocol(p.parse().map_err(|_| format!("unknown protocol {p}"))?);
+        }
+        layer = layer.with_alternate(alt);
     }
     if let Some(c) = v.continuation.clone() {
         let continuation: ContinuationHook = Arc::new(move |_ctx| {

@@ -174,7 +174,7 @@ mod request_body;
 mod timing;
 
 pub use observe::{ObserveHandle, ObserveLayer};
-pub use recovery::{RecoveryBody, RecoveryLayer, ReportHandle};
+pub use recovery::{Alternate, RecoveryBody, RecoveryLayer, ReportHandle};
 pub use request_body::ReplayBody;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

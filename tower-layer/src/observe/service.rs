@@ -36,9 +36,14 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // A send to an alternate that speaks another protocol says so.
+        let protocol = match req.extensions().get::<crate::recovery::SendProtocol>() {
+            Some(p) => p.0.clone(),
+            None => self.protocol.clone(),
+        };
         ObserveFuture {
             inner: self.inner.call(req),
-            protocol: Some(self.protocol.clone()),
+            protocol: Some(protocol),
             limits: self.limits,
         }
     }

@@ -64,6 +64,8 @@ pub(crate) trait Sender<B>: Send {
 /// The logical request as the caller sent it.
 pub(crate) struct Origin {
     pub(crate) head: http::request::Parts,
+    /// The request's URL, as the machine was given it.
+    pub(crate) url: String,
     pub(crate) body: Bytes,
     /// The body when it could not be buffered: sent once.
     pub(crate) once: Option<ReplayBody>,
@@ -397,24 +399,45 @@ where
     /// Builds the request of this send and starts it on a fresh clone of
     /// the inner service.
     fn send(&mut self, kind: SendKind) {
+        // The alternate the machine sends to, if it is not the request's own
+        // endpoint.
+        let alternate = self
+            .ex
+            .target()
+            .checked_sub(1)
+            .and_then(|i| self.hooks.alternates.get(i));
         let mut req = match kind {
-            SendKind::Original => {
-                let body = self
-                    .origin
-                    .once
-                    .take()
-                    .unwrap_or_else(|| ReplayBody::full(self.origin.body.clone()));
-                Request::from_parts(self.origin.head.clone(), body)
-            }
+            SendKind::Original => match alternate {
+                None => {
+                    let body = self
+                        .origin
+                        .once
+                        .take()
+                        .unwrap_or_else(|| ReplayBody::full(self.origin.body.clone()));
+                    Request::from_parts(self.origin.head.clone(), body)
+                }
+                Some(alt) => {
+                    let mut head = self.origin.head.clone();
+                    let url = alt.target.rewrite_url(&self.origin.url);
+                    if alt.head(&mut head, &url).is_err() {
+                        return self.fail_send(FailureKind::ObserverRejected);
+                    }
+                    let body = alt.body(&mut head, &self.origin.body);
+                    Request::from_parts(head, ReplayBody::full(body))
+                }
+            },
             SendKind::Resume(resume) => {
                 let origin = &self.origin;
                 let mut head = origin.head.clone();
                 if let Ok(method) = http::Method::from_bytes(resume.method.as_bytes()) {
                     head.method = method;
                 }
-                match resume.url.parse() {
-                    Ok(uri) => head.uri = uri,
-                    Err(_) => return self.fail_send(FailureKind::ObserverRejected),
+                let uri = match alternate {
+                    Some(alt) => alt.head(&mut head, &resume.url),
+                    None => resume.url.parse().map(|uri| head.uri = uri).map_err(drop),
+                };
+                if uri.is_err() {
+                    return self.fail_send(FailureKind::ObserverRejected);
                 }
                 if let Some((name, value)) = &resume.header {
                     match http::HeaderValue::from_str(value) {
@@ -425,7 +448,10 @@ where
                     }
                 }
                 let body = if resume.with_body {
-                    origin.body.clone()
+                    match alternate {
+                        Some(alt) => alt.body(&mut head, &origin.body),
+                        None => origin.body.clone(),
+                    }
                 } else {
                     for name in BODY_HEADERS {
                         head.headers.remove(name);
@@ -472,6 +498,10 @@ where
         }
         req.extensions_mut().insert(self.origin.call.clone());
         req.extensions_mut().insert(SendCredit);
+        if alternate.is_some_and(|alt| alt.target.protocol().is_some()) {
+            req.extensions_mut()
+                .insert(super::SendProtocol(self.ex.protocol().clone()));
+        }
         self.head = None;
         self.inner = None;
         self.activity = Activity::Readying(self.sender.fresh(), Some(Box::new(req)));

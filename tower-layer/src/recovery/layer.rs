@@ -8,6 +8,7 @@ use std::time::Duration;
 use recovery_core::budget::{BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
 use recovery_core::exchange::AdmissionAnswer;
+use recovery_core::failover::Target;
 use recovery_core::failure::Failure;
 use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
 use recovery_core::policy::RecoveryPolicy;
@@ -15,6 +16,7 @@ use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
 use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
 use tower_layer::Layer;
 
+use super::alternate::Alternate;
 use super::bounds::{DriverConnectivity, DriverTiming};
 use super::continuation::ContinuationHook;
 use super::driver::{Alarm, Surroundings, Timer};
@@ -53,6 +55,10 @@ pub(crate) struct Hooks {
     pub(crate) retry_budget: Option<Arc<dyn BudgetStore>>,
     pub(crate) cooldowns: Option<Arc<dyn CooldownStore>>,
     pub(crate) cooldown_key: Option<CooldownKey>,
+    /// Where a request may go instead before commit, in order.
+    pub(crate) alternates: Vec<Alternate>,
+    /// Their targets, as the machine takes them.
+    pub(crate) targets: Vec<Target>,
     pub(crate) wire: Option<Arc<dyn WireObserver>>,
     pub(crate) sse_resumable: bool,
     pub(crate) continuation: Option<ContinuationHook>,
@@ -157,6 +163,7 @@ impl<T, C> fmt::Debug for RecoveryLayer<T, C> {
             .field("admission", &self.config.hooks.admission.is_some())
             .field("retry_budget", &self.config.hooks.retry_budget.is_some())
             .field("cooldowns", &self.config.hooks.cooldowns.is_some())
+            .field("alternates", &self.config.hooks.alternates)
             .finish_non_exhaustive()
     }
 }
@@ -183,6 +190,8 @@ impl<T: DriverTiming> RecoveryLayer<T> {
             retry_budget: Some(Arc::new(RetryBudget::new(RetryBudgetConfig::default()))),
             cooldowns: Some(Arc::new(Cooldowns::new())),
             cooldown_key: None,
+            alternates: Vec::new(),
+            targets: Vec::new(),
             wire: None,
             sse_resumable: false,
             continuation: None,
@@ -280,6 +289,23 @@ where
         key: impl Fn(&http::request::Parts, &[u8]) -> String + Send + Sync + 'static,
     ) -> Self {
         self.hooks(|h| h.cooldown_key = Some(Arc::new(key)))
+    }
+
+    /// Lets requests be served by `alternate` (after the alternates added
+    /// before it) when their own endpoint fails before any output
+    /// ([`recovery_core::failover`]): a failure the policy retries moves
+    /// the request on once its target used its share of sends
+    /// ([`RecoveryPolicy::attempts_per_target`], 1 by default) or asks for a
+    /// wait the request may not give, and a cooldown in force moves it on
+    /// before it sends. After the first token a failure never switches.
+    /// Each switch is a send: `max_attempts` bounds them all.
+    ///
+    /// [`RecoveryPolicy::attempts_per_target`]: recovery_core::policy::RecoveryPolicy::attempts_per_target
+    pub fn with_alternate(self, alternate: Alternate) -> Self {
+        self.hooks(|h| {
+            h.targets.push(alternate.target.clone());
+            h.alternates.push(alternate);
+        })
     }
 
     /// Each request learns its endpoint's waits on its own: the default

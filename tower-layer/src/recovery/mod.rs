@@ -7,6 +7,7 @@
 //!
 //! [`RecoveryError`]: recovery_core::error::RecoveryError
 
+mod alternate;
 mod body;
 mod bounds;
 mod classify;
@@ -18,6 +19,8 @@ mod report;
 mod service;
 mod wire;
 
+pub use alternate::Alternate;
+pub(crate) use alternate::SendProtocol;
 pub use body::RecoveryBody;
 pub use continuation::{ContinuationContext, ContinuationHook};
 pub use future::ResponseFuture;

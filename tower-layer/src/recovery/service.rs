@@ -165,6 +165,9 @@ where
         };
         ex = ex.with_cooldown(Arc::clone(store), key);
     }
+    if !hooks.targets.is_empty() {
+        ex = ex.with_alternates(request, &hooks.protocol, &hooks.targets);
+    }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
     }
@@ -172,6 +175,7 @@ where
     span.record("recovery.logical_id", ex.logical_id());
     let origin = Origin {
         head,
+        url,
         body: bytes,
         once,
         call,

@@ -1,0 +1,146 @@
+//! Alternates: where a request may be served from before its first token
+//! when its own endpoint is overloaded ([`recovery_core::failover`]).
+//!
+//! The machine decides when to switch and to which target; this module
+//! only rewrites the request for the target it names: the URL, the body's
+//! model and the headers (an alternate's own credentials, kept here and
+//! never shown by `Debug`, reports or events).
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HOST};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use recovery_core::failover::{Target, TargetError};
+use recovery_core::protocol::ProtocolKind;
+
+/// One place a request may be sent instead of its own, before commit:
+/// another provider, region or model. Build it, then hand it to
+/// [`RecoveryLayer::with_alternate`](crate::RecoveryLayer::with_alternate).
+///
+/// ```
+/// use http::{HeaderValue, header::AUTHORIZATION};
+/// use tower_recovery::Alternate;
+/// use tower_recovery::core::protocol::ProtocolKind;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let claude = Alternate::new("anthropic")?
+///     .url("https://api.anthropic.com/v1/messages")?
+///     .model("claude-sonnet-4-5")?
+///     .protocol(ProtocolKind::Anthropic)
+///     .header("x-api-key".parse()?, HeaderValue::from_static("sk-ant-..."))
+///     .without_header(AUTHORIZATION);
+/// # let _ = claude; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Alternate {
+    pub(crate) target: Target,
+    headers: HeaderMap,
+    removed: Vec<HeaderName>,
+}
+
+impl Alternate {
+    /// An alternate named `label` (1 to 64 of `A-Z a-z 0-9 . _ -`: reports
+    /// and events carry it). Until told otherwise it sends the request
+    /// unchanged.
+    pub fn new(label: impl Into<String>) -> Result<Self, TargetError> {
+        Ok(Alternate {
+            target: Target::new(label)?,
+            headers: HeaderMap::new(),
+            removed: Vec::new(),
+        })
+    }
+
+    /// Sends to `url` instead: absolute, or a path on the request's own
+    /// origin.
+    pub fn url(mut self, url: impl Into<String>) -> Result<Self, TargetError> {
+        self.target = self.target.with_url(url)?;
+        Ok(self)
+    }
+
+    /// Asks for `model` instead (the top-level `"model"` of a JSON body).
+    pub fn model(mut self, model: impl Into<String>) -> Result<Self, TargetError> {
+        self.target = self.target.with_model(model)?;
+        Ok(self)
+    }
+
+    /// The protocol this alternate's answers speak, when it is not the
+    /// request's own.
+    #[must_use]
+    pub fn protocol(mut self, protocol: ProtocolKind) -> Self {
+        self.target = self.target.with_protocol(protocol.into());
+        self
+    }
+
+    /// Sets `name` to `value` on every send to this alternate (its API key,
+    /// say). The value is marked sensitive.
+    #[must_use]
+    pub fn header(mut self, name: HeaderName, mut value: HeaderValue) -> Self {
+        value.set_sensitive(true);
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// Removes `name` from every send to this alternate (the primary's
+    /// credentials, say).
+    #[must_use]
+    pub fn without_header(mut self, name: HeaderName) -> Self {
+        self.removed.push(name);
+        self
+    }
+
+    /// The label reports and events carry.
+    pub fn label(&self) -> &str {
+        self.target.label()
+    }
+
+    /// Rewrites a send's head for this alternate: its URL (`url` is what
+    /// the machine names, the resume URL included) and headers.
+    pub(crate) fn head(&self, head: &mut http::request::Parts, url: &str) -> Result<(), ()> {
+        head.uri = url.parse().map_err(|_| ())?;
+        if self.target.url().is_some_and(|u| !u.starts_with('/')) {
+            head.headers.remove(HOST);
+        }
+        for name in &self.removed {
+            head.headers.remove(name);
+        }
+        for (name, value) in &self.headers {
+            head.headers.insert(name, value.clone());
+        }
+        Ok(())
+    }
+
+    /// The body of a send to this alternate; `head`'s length follows it.
+    pub(crate) fn body(&self, head: &mut http::request::Parts, body: &Bytes) -> Bytes {
+        match self.target.rewrite_body(body) {
+            std::borrow::Cow::Borrowed(_) => body.clone(),
+            std::borrow::Cow::Owned(rewritten) => {
+                if head.headers.contains_key(CONTENT_LENGTH) {
+                    head.headers
+                        .insert(CONTENT_LENGTH, HeaderValue::from(rewritten.len()));
+                }
+                Bytes::from(rewritten)
+            }
+        }
+    }
+}
+
+/// Marks a send to an alternate that names its own protocol: an
+/// [`ObserveLayer`](crate::ObserveLayer) inside decodes that send's answer
+/// as this protocol rather than its own.
+#[derive(Debug, Clone)]
+pub(crate) struct SendProtocol(pub(crate) ProtocolKind);
+
+/// Names only: header values are credentials.
+impl fmt::Debug for Alternate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Alternate")
+            .field("label", &self.target.label())
+            .field("url", &self.target.url())
+            .field("model", &self.target.model())
+            .field("protocol", &self.target.protocol())
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("removed", &self.removed)
+            .finish()
+    }
+}
