@@ -29,6 +29,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::Bytes;
+
 use crate::protocol::ProtocolChoice;
 use crate::protocol::json::{JsonKind, JsonView, Lazy};
 
@@ -37,6 +39,19 @@ pub const PRIMARY: &str = "primary";
 
 /// Longest label, in bytes.
 pub const MAX_LABEL: usize = 64;
+
+/// Request headers that carry credentials. A send to an alternate on
+/// another origin goes without the request's own (a key for one provider
+/// is never shown to another, as fetch drops `Authorization` on a
+/// cross-origin redirect); the alternate's own headers are set after.
+pub const CREDENTIAL_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+];
 
 /// Why a target cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +89,7 @@ pub struct Target {
     url: Option<String>,
     model: Option<String>,
     protocol: Option<ProtocolChoice>,
+    body: Option<Bytes>,
 }
 
 impl Target {
@@ -93,6 +109,7 @@ impl Target {
             url: None,
             model: None,
             protocol: None,
+            body: None,
         })
     }
 
@@ -121,6 +138,15 @@ impl Target {
         }
         self.model = Some(model);
         Ok(self)
+    }
+
+    /// Sends `body` instead of the request's (its `"model"` still set by
+    /// [`Target::with_model`]): an alternate that speaks another protocol
+    /// needs the request in its own shape, which the caller writes.
+    #[must_use]
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = Some(body.into());
+        self
     }
 
     /// The protocol this target's answers speak (by default the request's
@@ -165,10 +191,24 @@ impl Target {
     }
 
     /// The body a request with `body` carries on this target.
-    pub fn rewrite_body<'a>(&self, body: &'a [u8]) -> Cow<'a, [u8]> {
+    pub fn rewrite_body<'a>(&'a self, body: &'a [u8]) -> Cow<'a, [u8]> {
+        let body = self.body.as_deref().unwrap_or(body);
         match &self.model {
             Some(model) => with_model(body, model),
             None => Cow::Borrowed(body),
+        }
+    }
+
+    /// Whether a send of a request to `url` goes to another origin on this
+    /// target: then it goes without the [`CREDENTIAL_HEADERS`] (and the
+    /// `Host`) of the request.
+    pub fn crosses_origin(&self, url: &str) -> bool {
+        match self.url.as_deref() {
+            Some(target) if !target.starts_with('/') => {
+                let (a, b) = (&target[..origin_end(target)], &url[..origin_end(url)]);
+                !a.eq_ignore_ascii_case(b)
+            }
+            _ => false,
         }
     }
 }
@@ -328,6 +368,37 @@ mod tests {
             Target::new("x").unwrap().with_model("\u{7}").unwrap_err(),
             TargetError::Model
         );
+    }
+
+    #[test]
+    fn a_given_body_replaces_the_request_and_takes_the_model() {
+        let t = target()
+            .with_body(&br#"{"max_tokens":9}"#[..])
+            .with_model("c")
+            .unwrap();
+        assert_eq!(
+            &*t.rewrite_body(br#"{"model":"a"}"#),
+            br#"{"model":"c","max_tokens":9}"#
+        );
+    }
+
+    #[test]
+    fn only_another_origin_is_crossed() {
+        let url = "https://api.openai.com/v1/chat/completions";
+        assert!(!target().crosses_origin(url));
+        assert!(!target().with_url("/v2/x").unwrap().crosses_origin(url));
+        let same = target()
+            .with_url("HTTPS://API.openai.com/v1/other")
+            .unwrap();
+        assert!(!same.crosses_origin(url));
+        let other = target()
+            .with_url("https://api.anthropic.com/v1/messages")
+            .unwrap();
+        assert!(other.crosses_origin(url));
+        let port = target()
+            .with_url("https://api.openai.com:8443/v1/x")
+            .unwrap();
+        assert!(port.crosses_origin(url));
     }
 
     #[test]

@@ -75,8 +75,9 @@ fn header<'a>(r: &'a recovery_tests::fault::ReceivedRequest, name: &str) -> Opti
 }
 
 /// The primary answers 529; the alternate on another origin, with its own
-/// model, key and protocol (Anthropic Messages), serves the whole answer,
-/// byte for byte, once; the report and the events name each target.
+/// model, key, body shape and protocol (Anthropic Messages), serves the
+/// whole answer, byte for byte, once, and never sees the primary's key;
+/// the report and the events name each target.
 #[tokio::test]
 async fn fo_primary_overloaded_another_provider_serves() {
     let primary = FaultProvider::start(ScriptSet::new(vec![]).path(CHAT, vec![overloaded()]))
@@ -95,7 +96,12 @@ async fn fo_primary_overloaded_another_provider_serves() {
         .unwrap()
         .protocol(ProtocolKind::Anthropic)
         .header("x-api-key".parse().unwrap(), "sk-ant-alt".parse().unwrap())
-        .without_header(AUTHORIZATION);
+        // Anthropic wants `max_tokens`: the caller writes its shape.
+        .map_body(|body| {
+            let mut v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            v["max_tokens"] = 1024.into();
+            serde_json::to_vec(&v).unwrap()
+        });
     let layer = RecoveryLayer::new(RecoveryPolicy::default()).with_alternate(alternate);
     assert!(
         !format!("{layer:?}").contains("sk-ant-alt"),
@@ -111,9 +117,18 @@ async fn fo_primary_overloaded_another_provider_serves() {
     assert_eq!(sent.len(), 1);
     let body: serde_json::Value = serde_json::from_slice(&sent[0].body).unwrap();
     assert_eq!(body["model"], "claude-sonnet");
+    assert_eq!(body["max_tokens"], 1024);
     assert_eq!(body["messages"][0]["content"], "hi");
     assert_eq!(header(&sent[0], "x-api-key"), Some(&b"sk-ant-alt"[..]));
-    assert_eq!(header(&sent[0], "authorization"), None);
+    assert_eq!(
+        header(&sent[0], "authorization"),
+        None,
+        "the primary's key never goes to another origin"
+    );
+    assert_eq!(
+        header(&sent[0], "content-type"),
+        Some(&b"application/json"[..])
+    );
     let host = claude.addr().to_string();
     assert_eq!(header(&sent[0], "host"), Some(host.as_bytes()));
 

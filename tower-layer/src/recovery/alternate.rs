@@ -7,6 +7,7 @@
 //! never shown by `Debug`, reports or events).
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, HOST};
@@ -37,7 +38,11 @@ pub struct Alternate {
     pub(crate) target: Target,
     headers: HeaderMap,
     removed: Vec<HeaderName>,
+    pub(crate) map_body: Option<MapBody>,
 }
+
+/// A caller's rewrite of a request body for one alternate.
+pub(crate) type MapBody = Arc<dyn Fn(&[u8]) -> Vec<u8> + Send + Sync>;
 
 impl Alternate {
     /// An alternate named `label` (1 to 64 of `A-Z a-z 0-9 . _ -`: reports
@@ -48,6 +53,7 @@ impl Alternate {
             target: Target::new(label)?,
             headers: HeaderMap::new(),
             removed: Vec::new(),
+            map_body: None,
         })
     }
 
@@ -64,6 +70,16 @@ impl Alternate {
         Ok(self)
     }
 
+    /// Sends the request's body as `map` rewrites it (an alternate that
+    /// speaks another protocol takes the request in its own shape); the
+    /// model of [`Alternate::model`] is set after. Called once per request
+    /// that has this alternate, before its first send.
+    #[must_use]
+    pub fn map_body(mut self, map: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static) -> Self {
+        self.map_body = Some(Arc::new(map));
+        self
+    }
+
     /// The protocol this alternate's answers speak, when it is not the
     /// request's own.
     #[must_use]
@@ -73,7 +89,10 @@ impl Alternate {
     }
 
     /// Sets `name` to `value` on every send to this alternate (its API key,
-    /// say). The value is marked sensitive.
+    /// say). The value is marked sensitive. A send to another origin goes
+    /// without the request's own credentials
+    /// ([`CREDENTIAL_HEADERS`](recovery_core::failover::CREDENTIAL_HEADERS))
+    /// whatever is set here.
     #[must_use]
     pub fn header(mut self, name: HeaderName, mut value: HeaderValue) -> Self {
         value.set_sensitive(true);
@@ -95,11 +114,20 @@ impl Alternate {
     }
 
     /// Rewrites a send's head for this alternate: its URL (`url` is what
-    /// the machine names, the resume URL included) and headers.
-    pub(crate) fn head(&self, head: &mut http::request::Parts, url: &str) -> Result<(), ()> {
+    /// the machine names, the resume URL included; `original` the
+    /// request's own) and headers.
+    pub(crate) fn head(
+        &self,
+        head: &mut http::request::Parts,
+        url: &str,
+        original: &str,
+    ) -> Result<(), ()> {
         head.uri = url.parse().map_err(|_| ())?;
-        if self.target.url().is_some_and(|u| !u.starts_with('/')) {
+        if self.target.crosses_origin(original) {
             head.headers.remove(HOST);
+            for name in recovery_core::failover::CREDENTIAL_HEADERS {
+                head.headers.remove(*name);
+            }
         }
         for name in &self.removed {
             head.headers.remove(name);
@@ -110,9 +138,10 @@ impl Alternate {
         Ok(())
     }
 
-    /// The body of a send to this alternate; `head`'s length follows it.
-    pub(crate) fn body(&self, head: &mut http::request::Parts, body: &Bytes) -> Bytes {
-        match self.target.rewrite_body(body) {
+    /// The body of a send to `target` (this alternate's, with the request's
+    /// own body mapped); `head`'s length follows it.
+    pub(crate) fn body(target: &Target, head: &mut http::request::Parts, body: &Bytes) -> Bytes {
+        match target.rewrite_body(body) {
             std::borrow::Cow::Borrowed(_) => body.clone(),
             std::borrow::Cow::Owned(rewritten) => {
                 if head.headers.contains_key(CONTENT_LENGTH) {
@@ -141,6 +170,7 @@ impl fmt::Debug for Alternate {
             .field("protocol", &self.target.protocol())
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("removed", &self.removed)
+            .field("map_body", &self.map_body.is_some())
             .finish()
     }
 }

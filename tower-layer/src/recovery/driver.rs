@@ -18,11 +18,13 @@ use http_body::{Body, Frame};
 use recovery_core::call::{Cancelled, RecoveryCall, SendCredit};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{Chunk, Env, Exchange, Io, Send as SendKind};
+use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
 use recovery_core::resume::BODY_HEADERS;
 use recovery_core::timing::Instant;
 
+use super::Alternate;
 use super::classify;
 use super::continuation::ContinuationContext;
 use super::layer::Hooks;
@@ -66,10 +68,20 @@ pub(crate) struct Origin {
     pub(crate) head: http::request::Parts,
     /// The request's URL, as the machine was given it.
     pub(crate) url: String,
+    /// This request's own targets, when an alternate maps its body.
+    pub(crate) targets: Option<Vec<Target>>,
     pub(crate) body: Bytes,
     /// The body when it could not be buffered: sent once.
     pub(crate) once: Option<ReplayBody>,
     pub(crate) call: RecoveryCall,
+}
+
+impl Origin {
+    /// The request's own target `i` (1 for the first alternate), when
+    /// alternates map its body.
+    fn target(&self, i: usize) -> Option<&Target> {
+        self.targets.as_ref()?.get(i.checked_sub(1)?)
+    }
 }
 
 /// What the driver is waiting on besides its timer.
@@ -417,12 +429,14 @@ where
                     Request::from_parts(self.origin.head.clone(), body)
                 }
                 Some(alt) => {
-                    let mut head = self.origin.head.clone();
-                    let url = alt.target.rewrite_url(&self.origin.url);
-                    if alt.head(&mut head, &url).is_err() {
+                    let origin = &self.origin;
+                    let mut head = origin.head.clone();
+                    let url = alt.target.rewrite_url(&origin.url);
+                    if alt.head(&mut head, &url, &origin.url).is_err() {
                         return self.fail_send(FailureKind::ObserverRejected);
                     }
-                    let body = alt.body(&mut head, &self.origin.body);
+                    let target = origin.target(self.ex.target()).unwrap_or(&alt.target);
+                    let body = Alternate::body(target, &mut head, &origin.body);
                     Request::from_parts(head, ReplayBody::full(body))
                 }
             },
@@ -433,7 +447,7 @@ where
                     head.method = method;
                 }
                 let uri = match alternate {
-                    Some(alt) => alt.head(&mut head, &resume.url),
+                    Some(alt) => alt.head(&mut head, &resume.url, &origin.url),
                     None => resume.url.parse().map(|uri| head.uri = uri).map_err(drop),
                 };
                 if uri.is_err() {
@@ -449,7 +463,10 @@ where
                 }
                 let body = if resume.with_body {
                     match alternate {
-                        Some(alt) => alt.body(&mut head, &origin.body),
+                        Some(alt) => {
+                            let target = origin.target(self.ex.target()).unwrap_or(&alt.target);
+                            Alternate::body(target, &mut head, &origin.body)
+                        }
                         None => origin.body.clone(),
                     }
                 } else {

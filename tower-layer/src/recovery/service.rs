@@ -165,8 +165,25 @@ where
         };
         ex = ex.with_cooldown(Arc::clone(store), key);
     }
+    // Alternates that map the body get this request's body now, so the
+    // machine judges each target by what it will be sent.
+    let targets = hooks
+        .alternates
+        .iter()
+        .any(|a| a.map_body.is_some())
+        .then(|| {
+            hooks
+                .alternates
+                .iter()
+                .map(|a| match &a.map_body {
+                    Some(map) => a.target.clone().with_body(map(&bytes)),
+                    None => a.target.clone(),
+                })
+                .collect::<Vec<_>>()
+        });
     if !hooks.targets.is_empty() {
-        ex = ex.with_alternates(request, &hooks.protocol, &hooks.targets);
+        let own = targets.as_deref().unwrap_or(&hooks.targets);
+        ex = ex.with_alternates(request, &hooks.protocol, own);
     }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
@@ -176,6 +193,7 @@ where
     let origin = Origin {
         head,
         url,
+        targets,
         body: bytes,
         once,
         call,
