@@ -13,20 +13,25 @@ export interface LifecycleEvent {
   event:
     | 'attempt_started' | 'attempt_succeeded' | 'attempt_failed'
     | 'admission_pending' | 'admission_allowed' | 'admission_rejected' | 'admission_unresolved' | 'admission_required'
-    | 'delay_scheduled' | 'retry_started' | 'resume_started' | 'parked_offline' | 'committed'
+    | 'delay_scheduled' | 'failover' | 'retry_started' | 'resume_started' | 'parked_offline' | 'committed'
     | 'completed' | 'exhausted' | 'interrupted' | 'cancelled';
-  /** Event-specific fields (`category`, `phase`, `reason`, `status`, `delay_ms`, `cause`, `trigger`, `outcome`, `attempts`, ...). */
+  /**
+   * Event-specific fields (`category`, `phase`, `reason`, `status`, `delay_ms`, `cause`, `trigger`, `outcome`,
+   * `attempts`, ...; `target` on `attempt_started` and `from` / `to` on `failover` when the request has alternates).
+   */
   [field: string]: unknown;
 }
 
 /** How a logical request ended (Rust `Outcome`, tagged by `outcome`). */
 export interface Outcome {
   outcome:
-    | 'completed' | 'unsuccessful' | 'permanent' | 'not_retryable' | 'exhausted' | 'budget_exhausted'
+    | 'completed' | 'unsuccessful' | 'permanent' | 'not_retryable' | 'exhausted' | 'alternates_exhausted' | 'budget_exhausted'
     | 'deadline_exceeded' | 'retry_after_refused' | 'interrupted' | 'protocol' | 'admission_required'
     | 'admission_rejected' | 'admission_unresolved' | 'replay_disabled' | 'cancelled';
   /** Present on `completed`. */
   proof?: Proof;
+  /** Present on `alternates_exhausted`: the label of every target tried, in order. */
+  targets?: string[];
   [field: string]: unknown;
 }
 
@@ -60,6 +65,8 @@ export interface AttemptRecord {
     tokens_remaining?: number;
     tokens_reset?: string;
   };
+  /** The label of the target it went to, when the request has alternates (`primary` for its own). */
+  target?: string;
   [field: string]: unknown;
 }
 
@@ -74,7 +81,35 @@ export interface RecoveryReport {
   committed_attempt: number | null;
   replay_disabled: 'body_too_large' | 'not_replayable' | null;
   metrics: { time_to_headers_ms: number | null; time_to_first_semantic_ms: number | null; total_ms: number | null };
+  /** The label of the target whose answer reached the caller, when the request has alternates. */
+  served_by?: string;
   [field: string]: unknown;
+}
+
+/**
+ * Where a request may go instead of its own endpoint, before its first
+ * token: tried in order when the current target fails with something the
+ * policy retries (after `attemptsPerTarget` sends), asks for a wait the
+ * request may not give, or has a cooldown in force. After output began a
+ * failure never switches target.
+ */
+export interface Alternate {
+  /** 1 to 64 of `A-Z a-z 0-9 . _ -`: events and reports carry it. */
+  label: string;
+  /** Where to send instead: absolute, or a path on the request's origin (default: the request's URL). */
+  url?: string;
+  /** The top-level `"model"` of the JSON body, replaced (or added). */
+  model?: string;
+  /** The protocol its answers speak (default: the request's). */
+  protocol?: ProtocolName;
+  /**
+   * Headers set on every send to it (its API key). A send to another origin
+   * goes without the request's own credentials (`authorization`,
+   * `x-api-key`, `api-key`, `x-goog-api-key`, `proxy-authorization`, `cookie`).
+   */
+  headers?: HeadersInit;
+  /** The body to send instead: a string, or a function of the request's body text (called once per request). */
+  body?: string | ((body: string) => string | Uint8Array);
 }
 
 /** What the admission hook is asked before an ambiguous resend. */
@@ -131,6 +166,10 @@ export interface RecoveringFetchOptions {
    * A key the caller set is kept instead. Default false.
    */
   idempotencyKey?: boolean;
+  /** Where a request may go instead, before its first token, in order (see `Alternate`). */
+  alternates?: Alternate[];
+  /** Sends each target gets before the next alternate (default 1). */
+  attemptsPerTarget?: number;
   /**
    * Whether the requests of this function share what endpoints ask
    * (`Retry-After`) through `rfetch.cooldowns` (default true).

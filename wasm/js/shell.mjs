@@ -26,6 +26,7 @@ const DEADLINE = 0x400;
 
 // Headers that describe a request body, dropped with it on a resume.
 const BODY_HEADERS = ['content-type', 'content-length', 'transfer-encoding'];
+const NO_BODIES = [new Uint8Array(0), new Int32Array(0)];
 // Browsers store a timer's delay as a signed 32-bit integer.
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -60,7 +61,7 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey', 'noCooldowns',
+  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
@@ -162,6 +163,7 @@ function client(wasm, options, available) {
   let sseData = '';
   let sseEvent = '';
   let terminal = false;
+  let alternates = [];
   const nullable = (field, v) => { n[slot(field)] = v === null ? -1 : millis(field, v, true); };
   for (const [key, v] of Object.entries(options)) {
     if (v === undefined || FUNCTIONS.includes(key) || key === 'signal') continue;
@@ -215,6 +217,10 @@ function client(wasm, options, available) {
       case 'maxResumes':
         n[slot(key)] = whole(key, v, 4294967295);
         break;
+      case 'attemptsPerTarget':
+        if (whole(key, v, 4294967295) === 0) throw range(key, 'must be at least 1');
+        n[slot(key)] = v;
+        break;
       case 'overCeiling':
         n[slot(key)] = variant(key, v, ['refuse', 'backoff']);
         break;
@@ -262,6 +268,10 @@ function client(wasm, options, available) {
       case 'cooldowns':
         n[slot('noCooldowns')] = expect(key, v, 'boolean', 'a boolean') ? 0 : 1;
         break;
+      case 'alternates':
+        if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
+        alternates = v.map((a, i) => alternate(a, i, available));
+        break;
       default:
         throw shape(`unknown field \`${key}\``);
     }
@@ -275,7 +285,94 @@ function client(wasm, options, available) {
     c.free();
     throw optionError(RangeError, `invalid recovery policy: ${text}`);
   }
-  return c;
+  for (const [i, a] of alternates.entries()) {
+    const refused = c.alternate(a.label, a.url, a.model, a.protocol);
+    if (refused !== 0) {
+      c.free();
+      throw range(`alternates[${i}].${ALTERNATE_ERRORS[refused]}`, ALTERNATE_TEXTS[refused]);
+    }
+  }
+  return [c, alternates];
+}
+
+const ALTERNATE_ERRORS = ['', 'label', 'url', 'model'];
+const ALTERNATE_TEXTS = [
+  '',
+  'must be 1 to 64 of A-Z a-z 0-9 . _ - (reports and events carry it)',
+  'must be absolute http(s)://... or a path starting with /',
+  'must be 1 to 256 characters, none of them a control character',
+];
+
+/** Checks one entry of `alternates`: `{ label, url, model, protocol, headers, body }`. */
+function alternate(a, i, available) {
+  const at = `alternates[${i}]`;
+  if (a === null || typeof a !== 'object' || Array.isArray(a)) {
+    throw shape(`\`${at}\`: expected an object, got ${kindOf(a)}`);
+  }
+  const out = { label: '', url: '', model: '', protocol: -1, headers: [], body: undefined };
+  for (const [k, x] of Object.entries(a)) {
+    if (x === undefined || x === null) continue;
+    switch (k) {
+      case 'label': case 'url': case 'model':
+        out[k] = expect(`${at}.${k}`, x, 'string', 'a string');
+        break;
+      case 'protocol': {
+        expect(`${at}.protocol`, x, 'string', 'a string');
+        const p = x.trim().toLowerCase();
+        if (!PROTOCOLS.includes(p)) throw range(`${at}.protocol`, `unknown protocol ${JSON.stringify(x)} (${PROTOCOLS.join(', ')})`);
+        if (!available.includes(p)) throw range(`${at}.protocol`, `this entry decodes ${available.join(', ')}; import "recovery-wasm" for ${JSON.stringify(p)}`);
+        out.protocol = PROTOCOLS.indexOf(p);
+        break;
+      }
+      case 'headers':
+        try {
+          out.headers = [...new Headers(x)];
+        } catch (e) {
+          throw shape(`\`${at}.headers\`: ${e.message}`);
+        }
+        break;
+      case 'body':
+        if (typeof x !== 'string' && typeof x !== 'function') {
+          throw shape(`\`${at}.body\`: expected a string or a function, got ${kindOf(x)}`);
+        }
+        out.body = x;
+        break;
+      default:
+        throw shape(`unknown field \`${at}.${k}\``);
+    }
+  }
+  return out;
+}
+
+/**
+ * The bodies a request's caller wrote for its alternates, one after the
+ * other, and each one's length (-1: the request's own body).
+ */
+function alternateBodies(alternates, body) {
+  const lengths = new Int32Array(alternates.length).fill(-1);
+  const parts = [];
+  let text;
+  for (const [i, a] of alternates.entries()) {
+    if (a.body === undefined) continue;
+    let own = a.body;
+    if (typeof own === 'function') {
+      text ??= body ? new TextDecoder().decode(body) : '';
+      own = own(text);
+    }
+    if (typeof own === 'string') own = new TextEncoder().encode(own);
+    if (!(own instanceof Uint8Array)) {
+      throw optionError(TypeError, `alternates[${i}].body returned ${kindOf(own)}; expected a string or a Uint8Array`);
+    }
+    lengths[i] = own.length;
+    parts.push(own);
+  }
+  const bytes = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    bytes.set(p, at);
+    at += p.length;
+  }
+  return [bytes, lengths];
 }
 
 // --------------------------------------------------------------- platform
@@ -320,6 +417,7 @@ function outcomeText(o) {
     case 'permanent': return `permanent failure (${name(o.cause)})`;
     case 'not_retryable': return o.status == null ? `${o.category} failure is not retryable` : `${o.category} failure with status ${o.status} is not retryable`;
     case 'exhausted': return `exhausted after ${o.attempts} attempt(s)`;
+    case 'alternates_exhausted': return `every target failed before output (${o.targets.join(', ')}) after ${o.attempts} attempt(s)`;
     case 'budget_exhausted': return `${snake(o.budget)} budget exhausted`;
     case 'deadline_exceeded': return 'deadline exceeded';
     case 'retry_after_refused': return `Retry-After of ${o.value_ms} ms refused (above the ${snake(o.limit)} limit)`;
@@ -649,10 +747,28 @@ class Driver {
     return failure ? { failure } : { end: true };
   }
 
+  /**
+   * The request as alternate `target - 1` takes it: its URL, the body the
+   * machine rewrote, its headers over the request's (without the
+   * request's credentials when it leaves the origin).
+   */
+  retarget(target) {
+    const spec = this.spec;
+    const m = this.m;
+    const alt = spec.alternates[target - 1];
+    const own = new Set(alt.headers.map(([n]) => n));
+    const drop = m.targetCrosses(spec.url) ? spec.credentials : [];
+    const headers = spec.headers.filter(([n]) => !own.has(n.toLowerCase()) && !drop.includes(n.toLowerCase()));
+    headers.push(...alt.headers);
+    const body = spec.body === undefined ? undefined : m.targetBody(spec.body);
+    return { url: m.targetUrl(spec.url), method: spec.method, headers, body };
+  }
+
   /** Starts the send the machine asked for, with a fresh AbortController. */
   send() {
-    const spec = this.spec;
     const kind = this.m.sendKind();
+    const target = this.m.target();
+    const spec = target === 0 ? this.spec : this.retarget(target);
     let out;
     if (kind === 1) {
       const header = this.m.sendHeader();
@@ -687,7 +803,7 @@ class Driver {
     if (out.body !== undefined) init.body = out.body;
     if (this.controller) init.signal = this.controller.signal;
     try {
-      this.fetching = Promise.resolve(spec.fetch.call(globalThis, out.url, init));
+      this.fetching = Promise.resolve(this.spec.fetch.call(globalThis, out.url, init));
     } catch (e) {
       this.fetching = Promise.reject(e);
     }
@@ -862,13 +978,14 @@ function attach(response, handle) {
  */
 export function bind(wasm, platform = defaultPlatform) {
   const available = wasm.protocols().split(',');
+  const credentials = wasm.credentialHeaders().split('\n');
 
   /**
    * Returns a function with fetch's signature whose responses survive
    * network failures: see index.d.ts for the options and the semantics.
    */
   return function createRecoveringFetch(options) {
-    const c = client(wasm, options, available);
+    const [c, alternates] = client(wasm, options, available);
     const opts = options ?? {};
 
     const recoveringFetch = async function recoveringFetch(input, init) {
@@ -882,8 +999,9 @@ export function bind(wasm, platform = defaultPlatform) {
         ? undefined
         : new Uint8Array(await request.arrayBuffer());
       const [hi, lo] = platform.id();
+      const [bodies, lengths] = alternates.length ? alternateBodies(alternates, body) : NO_BODIES;
       const m = c.start(method, request.url, body ?? new Uint8Array(0), platform.now(), hi, lo,
-        typeof opts.admission === 'function', typeof opts.continuation === 'function');
+        typeof opts.admission === 'function', typeof opts.continuation === 'function', bodies, lengths);
       const driver = new Driver(m, {
         fetch: opts.fetch || platform.fetch || globalThis.fetch,
         url: request.url,
@@ -892,6 +1010,8 @@ export function bind(wasm, platform = defaultPlatform) {
         body,
         onEvent: opts.onEvent,
         onStatus: opts.onStatus,
+        alternates,
+        credentials,
         admission: opts.admission,
         continuation: opts.continuation && continuationOf(opts.continuation, request, body),
       }, platform);

@@ -41,6 +41,7 @@ use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
     AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
+use recovery_core::failover::Target;
 use recovery_core::failure::{Category, Failure, Phase, TransportKind};
 use recovery_core::outcome::ReplayDisabled;
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
@@ -201,8 +202,9 @@ mod slot {
     pub const RETRY_PROTOCOL_VIOLATIONS: usize = 21;
     pub const IDEMPOTENCY_KEY: usize = 22;
     pub const NO_COOLDOWNS: usize = 23;
+    pub const ATTEMPTS_PER_TARGET: usize = 24;
     #[cfg(test)]
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -277,6 +279,13 @@ pub fn protocols() -> String {
     out
 }
 
+/// The request headers that carry credentials, newline-separated: a send to
+/// an alternate on another origin goes without them.
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = credentialHeaders))]
+pub fn credential_headers() -> String {
+    recovery_core::failover::CREDENTIAL_HEADERS.join("\n")
+}
+
 /// What a `createRecoveringFetch` instance shares between its requests:
 /// the policy, the protocol, the retry budget and the endpoint cooldowns.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
@@ -287,6 +296,8 @@ pub struct Client {
     budget: Option<Arc<dyn BudgetStore>>,
     /// `None` with `cooldowns: false`.
     cooldowns: Option<Arc<Cooldowns>>,
+    /// Where a request may go instead before commit, in order.
+    alternates: Vec<Target>,
     error: u32,
     error_detail: u32,
     error_field: String,
@@ -367,6 +378,11 @@ impl Client {
         if let Some(v) = given(n(slot::MAX_RESUMES)) {
             b = b.max_resumes(v as u32);
         }
+        if let Some(v) =
+            given(n(slot::ATTEMPTS_PER_TARGET)).and_then(|v| std::num::NonZeroU32::new(v as u32))
+        {
+            b = b.attempts_per_target(v);
+        }
         if let Some(v) = given(n(slot::RETRY_PROTOCOL_VIOLATIONS)) {
             b = b.retry_protocol_violations(set(v));
         }
@@ -423,6 +439,7 @@ impl Client {
             budget,
             cooldowns: (!given(n(slot::NO_COOLDOWNS)).is_some_and(set))
                 .then(|| Arc::new(Cooldowns::new())),
+            alternates: Vec::new(),
             error: 0,
             error_detail: 0,
             error_field: String::new(),
@@ -454,9 +471,47 @@ impl Client {
         self.error_field.clone()
     }
 
+    /// Adds an alternate, after those added before ([`recovery_core::failover`]):
+    /// `url` and `model` empty when not given, `protocol` an index of the
+    /// protocol names or -1 for the request's own. Answers 0, or why it is
+    /// refused: 1 the label, 2 the URL, 3 the model.
+    pub fn alternate(&mut self, label: &str, url: &str, model: &str, protocol: i32) -> u32 {
+        let target = Target::new(label)
+            .map_err(|_| 1)
+            .and_then(|t| match url {
+                "" => Ok(t),
+                url => t.with_url(url).map_err(|_| 2),
+            })
+            .and_then(|t| match model {
+                "" => Ok(t),
+                model => t.with_model(model).map_err(|_| 3),
+            });
+        match target {
+            Ok(mut t) => {
+                let name = usize::try_from(protocol)
+                    .ok()
+                    .and_then(|i| PROTOCOLS.get(i));
+                if let Some(name) = name {
+                    t = t.with_protocol(match *name {
+                        "auto" => ProtocolChoice::Auto,
+                        name => name
+                            .parse()
+                            .map_or(ProtocolChoice::Auto, ProtocolChoice::Fixed),
+                    });
+                }
+                self.alternates.push(t);
+                0
+            }
+            Err(code) => code,
+        }
+    }
+
     /// Starts one logical request at `now_ms`: `body` is the buffered
     /// request body; `id_hi`/`id_lo` its random logical id; `admission` and
-    /// `continuation` say which hooks the caller installed.
+    /// `continuation` say which hooks the caller installed. `bodies` holds,
+    /// one after the other, the request bodies the caller wrote for its
+    /// alternates, `lengths[i]` bytes for alternate `i` (-1: the request's
+    /// own body).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
@@ -468,6 +523,8 @@ impl Client {
         id_lo: u32,
         admission: bool,
         continuation: bool,
+        bodies: &[u8],
+        lengths: &[i32],
     ) -> Machine {
         let policy = self.policy.clone().unwrap_or_default();
         let too_large = body.len() > policy.replay_body_cap();
@@ -494,8 +551,27 @@ impl Client {
         if too_large {
             ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
         }
+        let mut targets = self.alternates.clone();
+        let mut at = 0;
+        for (t, len) in targets.iter_mut().zip(lengths) {
+            if let Some(own) = usize::try_from(*len)
+                .ok()
+                .and_then(|n| bodies.get(at..at + n))
+            {
+                at += own.len();
+                *t = t.clone().with_body(own.to_vec());
+            }
+        }
+        if !targets.is_empty() {
+            ex = ex.with_alternates(
+                RequestFacts::new(method, url, body),
+                &self.protocol,
+                &targets,
+            );
+        }
         Machine {
             ex,
+            targets,
             io: None,
             deadline: None,
             status: RecoveryStatus::InProgress,
@@ -563,6 +639,8 @@ struct Outgoing {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 pub struct Machine {
     ex: Exchange<Kept>,
+    /// The request's alternates, with the bodies its caller wrote.
+    targets: Vec<Target>,
     /// The action answered last (kept for its payload).
     io: Option<Io<Kept>>,
     /// The deadline the shell was last told.
@@ -808,6 +886,37 @@ impl Machine {
         self.ex.idempotency_key(has_one).unwrap_or_default()
     }
 
+    /// Action 1: the target of the send, 0 for the request's own endpoint,
+    /// `i` for alternate `i - 1` of the options.
+    pub fn target(&self) -> u32 {
+        self.ex.target() as u32
+    }
+
+    /// Action 1 to an alternate: where the request to `url` goes.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetUrl))]
+    pub fn target_url(&self, url: &str) -> String {
+        match self.current_target() {
+            Some(t) => t.rewrite_url(url).into_owned(),
+            None => url.to_owned(),
+        }
+    }
+
+    /// Action 1 to an alternate: the body the request with `body` carries.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetBody))]
+    pub fn target_body(&self, body: &[u8]) -> Vec<u8> {
+        match self.current_target() {
+            Some(t) => t.rewrite_body(body).into_owned(),
+            None => body.to_vec(),
+        }
+    }
+
+    /// Action 1 to an alternate: whether the send leaves the origin of
+    /// `url`, so goes without the request's credentials.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetCrosses))]
+    pub fn target_crosses(&self, url: &str) -> bool {
+        self.current_target().is_some_and(|t| t.crosses_origin(url))
+    }
+
     /// The protocol the body is decoded as.
     pub fn protocol(&self) -> String {
         self.ex.protocol().name().to_owned()
@@ -897,6 +1006,10 @@ impl Machine {
 }
 
 impl Machine {
+    fn current_target(&self) -> Option<&Target> {
+        self.targets.get(self.ex.target().checked_sub(1)?)
+    }
+
     /// Polls the machine and answers the action code with its flags.
     fn next<E: Env>(&mut self, env: &E) -> u32 {
         let io = self.ex.poll(env);
@@ -998,6 +1111,8 @@ mod tests {
             2,
             false,
             false,
+            &[],
+            &[],
         )
     }
 
@@ -1076,6 +1191,59 @@ mod tests {
             m.outcome_json(),
             serde_json::to_string(m.ex.outcome().unwrap()).unwrap()
         );
+    }
+
+    #[test]
+    fn an_alternate_is_sent_its_own_url_and_body_after_a_529() {
+        let mut c = client(&[]);
+        assert_eq!(c.alternate("bad label", "", "", -1), 1);
+        assert_eq!(c.alternate("b", "ftp://x", "", -1), 2);
+        assert_eq!(c.alternate("b", "", "\u{1}", -1), 3);
+        assert_eq!(
+            c.alternate("claude", "https://api.anthropic.com/v1/messages", "c-3", 3),
+            0
+        );
+        assert_eq!(c.alternate("local", "/alt", "", -1), 0);
+        let body = br#"{"model":"gpt","messages":[]}"#;
+        let own = br#"{"max_tokens":5}"#;
+        let mut m = c.start(
+            "POST",
+            "https://api.openai.com/v1/chat/completions",
+            body,
+            0.0,
+            1,
+            2,
+            false,
+            false,
+            own,
+            &[own.len() as i32, -1],
+        );
+        assert_eq!(m.poll(0.0, 0.0, 0.0, true) & 0xff, action::SEND);
+        assert_eq!(m.target(), 0);
+        m.on_sent(1.0, 0.0, 0.0, true);
+        m.on_head(
+            2.0,
+            0.0,
+            0.0,
+            true,
+            529,
+            "content-type\napplication/json\n",
+            false,
+        );
+        assert_eq!(m.on_end(3.0, 0.0, 0.0, true) & 0xff, action::RELEASE);
+        assert_eq!(m.poll(3.0, 0.0, 0.0, true) & 0xff, action::SEND, "at once");
+        assert_eq!(m.target(), 1);
+        let url = "https://api.openai.com/v1/chat/completions";
+        assert_eq!(m.target_url(url), "https://api.anthropic.com/v1/messages");
+        assert_eq!(m.target_body(body), br#"{"model":"c-3","max_tokens":5}"#);
+        assert!(m.target_crosses(url));
+        assert_eq!(m.protocol(), "anthropic");
+        let events = m.events();
+        assert!(
+            events.contains(r#""event":"failover","from":"primary","to":"claude""#),
+            "{events}"
+        );
+        assert!(events.contains(r#""target":"claude""#), "{events}");
     }
 
     #[test]

@@ -101,7 +101,11 @@ fn options(v: &Vector) -> Value {
         "resumableSse": v.resumable_sse,
         "retryProtocolViolations": p.retry_protocol_violations,
         "idempotencyKey": p.idempotency_key,
+        "attemptsPerTarget": p.attempts_per_target,
     });
+    if !v.alternates.is_empty() {
+        o["alternates"] = serde_json::to_value(&v.alternates).unwrap_or_default();
+    }
     if let Some(t) = &v.sse_terminal {
         o["sseTerminal"] = serde_json::to_value(t).unwrap_or_default();
     }

@@ -44,3 +44,17 @@ createRecoveringFetch({ protocol: 'smtp' });
 
 // @ts-expect-error: the hint carries delay_ms, never the old `delay`.
 export const oldHint = (h: RetryAfterHint) => h.delay;
+
+// Failover before the first token: alternates are typed, and so is what the
+// report says of them.
+export const failover = createRecoveringFetch({
+  attemptsPerTarget: 1,
+  alternates: [
+    { label: 'backup', url: 'https://backup.example/v1/chat/completions', model: 'm2', headers: { authorization: 'Bearer k' } },
+    { label: 'claude', url: 'https://api.anthropic.com/v1/messages', protocol: 'anthropic', body: (text) => text.replace('"gpt"', '"claude"') },
+  ],
+});
+export const servedBy = async (url: string): Promise<string | undefined> => (await failover(url)).recovery.report().served_by;
+
+// @ts-expect-error: an alternate needs a label.
+createRecoveringFetch({ alternates: [{ url: '/x' }] });
