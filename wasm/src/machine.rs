@@ -1216,7 +1216,7 @@ mod tests {
             false,
             false,
             own,
-            &[own.len() as i32, -1],
+            &[i32::try_from(own.len()).unwrap(), -1],
         );
         assert_eq!(m.poll(0.0, 0.0, 0.0, true) & 0xff, action::SEND);
         assert_eq!(m.target(), 0);
