@@ -205,13 +205,21 @@ pub fn summary(report: &RecoveryReport, style: Style) -> String {
             } => format!("{category} failure while {phase} ({})", snake(reason)),
             other => snake(other),
         };
+        let target = a
+            .target
+            .as_ref()
+            .map(|t| format!("  to {t}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}#{} at {} ms  status {status}  {result}",
+            "{}#{} at {} ms{target}  status {status}  {result}",
             label(""),
             a.wire_attempt,
             a.started_ms.as_millis()
         );
+    }
+    if let Some(served) = &report.served_by {
+        let _ = writeln!(out, "{}{served}", label("served by"));
     }
     let delays = if report.delays.is_empty() {
         String::from("none")

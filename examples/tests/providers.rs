@@ -44,6 +44,27 @@ async fn quickstart_recovers_and_exits_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_serves_from_the_backup_and_exits_0() {
+    let out = run(&example("failover"), &[], &[], b"").await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.code(), Some(0), "{stdout}\n{}", out.stderr);
+    no_escapes(&stdout);
+    for want in [
+        "attempt 1 failed: provider_response 529",
+        "failing over from primary to backup (no output yet)",
+        "attempt 2/3 sent to backup",
+        "served by           backup",
+        "primary 1 request(s), backup 2 request(s), backup model small-model: true",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+    // The second request goes to the backup first: the primary's
+    // Retry-After is a cooldown the layer's requests share.
+    let second = stdout.split("request 2").nth(1).unwrap_or_default();
+    assert!(second.contains("attempt 1/3 sent to backup"), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_chat_needs_a_key_and_says_so() {
     let out = run(&example("openai_chat"), &[], &[], b"").await;
     assert_eq!(out.code(), Some(2));
