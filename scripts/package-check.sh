@@ -8,14 +8,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-cargo package -p recovery-core -p tower-recovery --allow-dirty --no-verify
+# recovery-redis too: tower-recovery's optional `redis` feature names it, so
+# its lockfile must resolve it (to the unpacked one, as recovery-core).
+cargo package -p recovery-core -p tower-recovery -p recovery-redis --allow-dirty --no-verify
 
 # A fixed directory outside the workspace: the test binaries, cached in
 # CARGO_TARGET_DIR, keep the path the fixtures were found at.
 work="${TMPDIR:-/tmp}/recovery-package-check"
 rm -rf "$work"
 mkdir -p "$work"
-for c in recovery-core tower-recovery; do
+for c in recovery-core tower-recovery recovery-redis; do
   tar -xzf "target/package/$c-0.1.0.crate" -C "$work"
 done
 export CARGO_TARGET_DIR="$root/target/package-check"
@@ -27,4 +29,5 @@ echo "== cargo test inside the unpacked recovery-core"
 (cd "$work/recovery-core-0.1.0" && cargo test --all-features)
 echo "== cargo test inside the unpacked tower-recovery"
 (cd "$work/tower-recovery-0.1.0" && cargo test \
-  --config "patch.crates-io.recovery-core.path=\"$work/recovery-core-0.1.0\"")
+  --config "patch.crates-io.recovery-core.path=\"$work/recovery-core-0.1.0\"" \
+  --config "patch.crates-io.recovery-redis.path=\"$work/recovery-redis-0.1.0\"")

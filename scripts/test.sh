@@ -11,6 +11,15 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
 
+step "redis-server (the recovery-redis tests start their own, on a unix socket)"
+command -v redis-server >/dev/null || {
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
+  fi
+}
+
 step "format"
 cargo fmt --all --check
 

@@ -159,6 +159,8 @@
 //!   resent even where an ambiguous failure needs admission, and it counts
 //!   as an attempt. Without the feature it is a transport failure of unknown
 //!   acceptance. Enable it when the inner client speaks HTTP/2.
+//! - `redis`: `tower_recovery::redis`, cooldowns and a retry budget shared
+//!   by a fleet of processes through Redis.
 //!
 //! What is guaranteed and what is not (no exactly-once tool journal; closing
 //! a socket does not prove remote termination; headers can differ between
@@ -181,6 +183,13 @@ pub use request_body::ReplayBody;
 pub use timing::TokioTiming;
 
 pub use recovery_core as core;
+
+/// Cooldown and retry-budget stores that a fleet of processes shares
+/// through Redis (the `recovery-redis` crate):
+/// `RecoveryLayer::new(policy).with_cooldowns(Arc::new(redis::RedisCooldowns::connect(url, options)?))`.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use recovery_redis as redis;
 
 /// A type-erased error, as tower and hyper use.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

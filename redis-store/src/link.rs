@@ -1,0 +1,262 @@
+//! The connection side of a store: connecting with timeouts, reconnecting
+//! with a bounded backoff, and ending with the store.
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
+use tokio::sync::watch;
+
+use crate::RedisOptions;
+
+/// Why a session with Redis ended.
+#[derive(Debug)]
+pub(crate) enum LinkError {
+    /// Redis answered with an error, or the connection failed.
+    Redis,
+    /// A connect or a command took longer than its timeout.
+    Timeout,
+}
+
+impl From<RedisError> for LinkError {
+    fn from(_: RedisError) -> Self {
+        LinkError::Redis
+    }
+}
+
+/// What a store can say about its link to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LinkStatus {
+    /// Connected, subscribed and caught up (a cooldown store has read the
+    /// cooldowns in force; a budget has read the fleet's counts once).
+    pub connected: bool,
+    /// Sessions established so far.
+    pub connects: u64,
+    /// Connect attempts that failed and sessions that broke, so far.
+    pub failures: u64,
+}
+
+/// The link's state, shared by a store and its task.
+#[derive(Debug)]
+pub(crate) struct Health {
+    connected: watch::Sender<bool>,
+    connects: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Health {
+    pub(crate) fn new() -> Self {
+        Health {
+            connected: watch::Sender::new(false),
+            connects: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn up(&self) {
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        self.connected.send_replace(true);
+    }
+
+    pub(crate) fn down(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.connected.send_replace(false);
+    }
+
+    pub(crate) fn status(&self) -> LinkStatus {
+        LinkStatus {
+            connected: *self.connected.borrow(),
+            connects: self.connects.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until connected, at most `timeout`; whether it is.
+    pub(crate) async fn wait_connected(&self, timeout: Duration) -> bool {
+        let mut rx = self.connected.subscribe();
+        let wait = rx.wait_for(|up| *up);
+        matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)))
+    }
+}
+
+/// Ends a store's task when the last handle on the store is dropped.
+#[derive(Debug)]
+pub(crate) struct Guard(#[allow(dead_code)] watch::Sender<()>);
+
+/// The task's side of the [`Guard`].
+pub(crate) struct Stop(watch::Receiver<()>);
+
+pub(crate) fn guard() -> (Guard, Stop) {
+    let (tx, rx) = watch::channel(());
+    (Guard(tx), Stop(rx))
+}
+
+impl Stop {
+    /// Runs `f` until it ends or the store is gone (`None`).
+    pub(crate) async fn or_stop<F: Future>(&mut self, f: F) -> Option<F::Output> {
+        tokio::select! {
+            out = f => Some(out),
+            _ = self.0.changed() => None,
+        }
+    }
+}
+
+/// Pauses between reconnect attempts: from 100 ms doubling up to the
+/// options' `max_backoff`, each drawn between half and all of it so a
+/// fleet that lost Redis together does not come back in lockstep.
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+    random: RandomState,
+    draws: u64,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+
+    pub(crate) fn new(max: Duration) -> Self {
+        Backoff {
+            next: Self::FIRST.min(max),
+            max,
+            random: RandomState::new(),
+            draws: 0,
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = Self::FIRST.min(self.max);
+    }
+
+    pub(crate) fn next_pause(&mut self) -> Duration {
+        let full = self.next;
+        self.next = (self.next * 2).min(self.max);
+        self.draws += 1;
+        let mut h = self.random.build_hasher();
+        h.write_u64(self.draws);
+        let fraction = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+        full / 2 + (full / 2).mul_f64(fraction)
+    }
+}
+
+/// A Redis client with the options' timeouts.
+#[derive(Clone)]
+pub(crate) struct Link {
+    client: redis::Client,
+    pub(crate) options: Arc<RedisOptions>,
+}
+
+impl Link {
+    pub(crate) fn new(client: redis::Client, options: Arc<RedisOptions>) -> Self {
+        Link { client, options }
+    }
+
+    /// A multiplexed connection for commands.
+    pub(crate) async fn commands(&self) -> Result<MultiplexedConnection, LinkError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.options.connect_timeout))
+            .set_response_timeout(Some(self.options.command_timeout));
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        let limit = self.options.connect_timeout + self.options.command_timeout;
+        Ok(tokio::time::timeout(limit, connect)
+            .await
+            .map_err(|_| LinkError::Timeout)??)
+    }
+
+    /// A connection subscribed to `channel`.
+    pub(crate) async fn subscribed(&self, channel: &str) -> Result<PubSub, LinkError> {
+        let limit = self.options.connect_timeout + self.options.command_timeout;
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        Ok(tokio::time::timeout(limit, subscribe)
+            .await
+            .map_err(|_| LinkError::Timeout)??)
+    }
+
+    /// Runs a command or pipeline within the command timeout.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+        query: &QueryKind<'_>,
+    ) -> Result<T, LinkError> {
+        let work = async {
+            match query {
+                QueryKind::Cmd(cmd) => cmd.query_async::<T>(conn).await,
+                QueryKind::Pipe(pipe) => pipe.query_async::<T>(conn).await,
+            }
+        };
+        Ok(tokio::time::timeout(self.options.command_timeout, work)
+            .await
+            .map_err(|_| LinkError::Timeout)??)
+    }
+
+    /// Loads `script` and returns its SHA1 for `EVALSHA`.
+    pub(crate) async fn load(
+        &self,
+        conn: &mut MultiplexedConnection,
+        script: &str,
+    ) -> Result<String, LinkError> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(script);
+        self.run(conn, &QueryKind::Cmd(&cmd)).await
+    }
+}
+
+/// One command or one pipeline: either is one round trip.
+pub(crate) enum QueryKind<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
+
+/// Escapes the glob characters of `text` for a `SCAN MATCH` pattern.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A random identity for one store, so it can tell its own messages.
+pub(crate) fn instance_id() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_grows() {
+        let mut b = Backoff::new(Duration::from_secs(1));
+        let pauses: Vec<Duration> = (0..8).map(|_| b.next_pause()).collect();
+        assert!(pauses[0] >= Duration::from_millis(50) && pauses[0] <= Duration::from_millis(100));
+        assert!(pauses.iter().all(|p| *p <= Duration::from_secs(1)));
+        assert!(pauses[7] >= Duration::from_millis(500), "{pauses:?}");
+        b.reset();
+        assert!(b.next_pause() <= Duration::from_millis(100));
+        let mut tiny = Backoff::new(Duration::from_millis(20));
+        assert!(tiny.next_pause() <= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn globs_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("recovery:"), "recovery:");
+    }
+}
