@@ -40,6 +40,9 @@ pub const PRIMARY: &str = "primary";
 /// Longest label, in bytes.
 pub const MAX_LABEL: usize = 64;
 
+/// Longest model name, in bytes.
+pub const MAX_MODEL: usize = 256;
+
 /// Request headers that carry credentials. A send to an alternate on
 /// another origin goes without the request's own (a key for one provider
 /// is never shown to another, as fetch drops `Authorization` on a
@@ -63,7 +66,7 @@ pub enum TargetError {
     /// A URL must be absolute `http(s)://...` or a path starting with `/`,
     /// without whitespace or control characters.
     Url,
-    /// A model name must be 1 to 256 characters, none of them a control
+    /// A model name must be 1 to 256 bytes, none of them a control
     /// character.
     Model,
 }
@@ -75,7 +78,9 @@ impl fmt::Display for TargetError {
             TargetError::Url => {
                 "an alternate's url must be absolute http(s)://... or a path starting with /"
             }
-            TargetError::Model => "an alternate's model must be 1 to 256 non-control characters",
+            TargetError::Model => {
+                "an alternate's model must be 1 to 256 bytes without control characters"
+            }
         })
     }
 }
@@ -121,7 +126,9 @@ impl Target {
             || ["http://", "https://"]
                 .iter()
                 .any(|s| url.len() > s.len() && url[..s.len()].eq_ignore_ascii_case(s));
-        if !shaped || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        // Spaces and control bytes never belong in a URL (a non-ASCII one is
+        // refused by the HTTP stack when the request is built).
+        if !shaped || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(TargetError::Url);
         }
         self.url = Some(url);
@@ -133,7 +140,10 @@ impl Target {
     /// not a JSON object is sent as it is.
     pub fn with_model(mut self, model: impl Into<String>) -> Result<Self, TargetError> {
         let model = model.into();
-        if model.is_empty() || model.chars().count() > 256 || model.chars().any(char::is_control) {
+        if model.is_empty()
+            || model.len() > MAX_MODEL
+            || model.bytes().any(|b| b < b' ' || b == 0x7f)
+        {
             return Err(TargetError::Model);
         }
         self.model = Some(model);
@@ -197,6 +207,13 @@ impl Target {
             Some(model) => with_model(body, model),
             None => Cow::Borrowed(body),
         }
+    }
+
+    /// Whether a request header named `name` (lowercase) goes with a send of
+    /// a request to `url` on this target: the [`CREDENTIAL_HEADERS`] and the
+    /// `Host` stay behind when the target is on another origin.
+    pub fn keeps_header(&self, url: &str, name: &str) -> bool {
+        !(self.crosses_origin(url) && (name == "host" || CREDENTIAL_HEADERS.contains(&name)))
     }
 
     /// Whether a send of a request to `url` goes to another origin on this
@@ -399,6 +416,10 @@ mod tests {
             .with_url("https://api.openai.com:8443/v1/x")
             .unwrap();
         assert!(port.crosses_origin(url));
+        assert!(!other.keeps_header(url, "authorization"));
+        assert!(!other.keeps_header(url, "host"));
+        assert!(other.keeps_header(url, "content-type"));
+        assert!(same.keeps_header(url, "authorization"));
     }
 
     #[test]

@@ -232,11 +232,16 @@ impl fmt::Display for Outcome {
                 None => write!(f, "{category} failure is not retryable"),
             },
             Outcome::Exhausted { attempts } => write!(f, "exhausted after {attempts} attempt(s)"),
-            Outcome::AlternatesExhausted { attempts, targets } => write!(
-                f,
-                "every target failed before output ({}) after {attempts} attempt(s)",
-                targets.join(", ")
-            ),
+            Outcome::AlternatesExhausted { attempts, targets } => {
+                f.write_str("every target failed before output (")?;
+                for (i, t) in targets.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(t)?;
+                }
+                write!(f, ") after {attempts} attempt(s)")
+            }
             Outcome::BudgetExhausted { budget } => write!(f, "{budget:?} budget exhausted"),
             Outcome::DeadlineExceeded => f.write_str("deadline exceeded"),
             Outcome::RetryAfterRefused { value, limit } => write!(

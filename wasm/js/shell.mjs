@@ -748,27 +748,34 @@ class Driver {
   }
 
   /**
-   * The request as alternate `target - 1` takes it: its URL, the body the
-   * machine rewrote, its headers over the request's (without the
-   * request's credentials when it leaves the origin).
+   * The request as alternate `target - 1` takes it: the machine rewrites
+   * its URL and body and names the headers that stay behind (the
+   * request's credentials, when it leaves the origin); the alternate's
+   * own headers go over the rest.
    */
   retarget(target) {
     const spec = this.spec;
-    const m = this.m;
     const alt = spec.alternates[target - 1];
+    const out = this.m.retarget(spec.url, spec.body ?? new Uint8Array(0), spec.headers.map(([n]) => n.toLowerCase()).join('\n'));
+    const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+    const text = new TextDecoder();
+    const urlLength = view.getUint32(0, true);
+    const url = text.decode(out.subarray(4, 4 + urlLength));
+    const at = 4 + urlLength;
+    const leftLength = view.getUint32(at, true);
+    const left = new Set(text.decode(out.subarray(at + 4, at + 4 + leftLength)).split('\n'));
     const own = new Set(alt.headers.map(([n]) => n));
-    const drop = m.targetCrosses(spec.url) ? spec.credentials : [];
-    const headers = spec.headers.filter(([n]) => !own.has(n.toLowerCase()) && !drop.includes(n.toLowerCase()));
+    const headers = spec.headers.filter(([n]) => !own.has(n.toLowerCase()) && !left.has(n.toLowerCase()));
     headers.push(...alt.headers);
-    const body = spec.body === undefined ? undefined : m.targetBody(spec.body);
-    return { url: m.targetUrl(spec.url), method: spec.method, headers, body };
+    const body = spec.body === undefined ? undefined : out.subarray(at + 4 + leftLength);
+    return { url, method: spec.method, headers, body };
   }
 
   /** Starts the send the machine asked for, with a fresh AbortController. */
   send() {
-    const kind = this.m.sendKind();
-    const target = this.m.target();
-    const spec = target === 0 ? this.spec : this.retarget(target);
+    const code = this.m.sendKind();
+    const kind = code & 0xff;
+    const spec = code >> 8 === 0 ? this.spec : this.retarget(code >> 8);
     let out;
     if (kind === 1) {
       const header = this.m.sendHeader();
@@ -978,7 +985,6 @@ function attach(response, handle) {
  */
 export function bind(wasm, platform = defaultPlatform) {
   const available = wasm.protocols().split(',');
-  const credentials = wasm.credentialHeaders().split('\n');
 
   /**
    * Returns a function with fetch's signature whose responses survive
@@ -1011,7 +1017,6 @@ export function bind(wasm, platform = defaultPlatform) {
         onEvent: opts.onEvent,
         onStatus: opts.onStatus,
         alternates,
-        credentials,
         admission: opts.admission,
         continuation: opts.continuation && continuationOf(opts.continuation, request, body),
       }, platform);

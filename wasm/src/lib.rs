@@ -18,7 +18,7 @@
 mod json;
 mod machine;
 
-pub use machine::{Client, Machine, action, credential_headers, protocols};
+pub use machine::{Client, Machine, action, protocols};
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]

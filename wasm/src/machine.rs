@@ -279,13 +279,6 @@ pub fn protocols() -> String {
     out
 }
 
-/// The request headers that carry credentials, newline-separated: a send to
-/// an alternate on another origin goes without them.
-#[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = credentialHeaders))]
-pub fn credential_headers() -> String {
-    recovery_core::failover::CREDENTIAL_HEADERS.join("\n")
-}
-
 /// What a `createRecoveringFetch` instance shares between its requests:
 /// the policy, the protocol, the retry budget and the endpoint cooldowns.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
@@ -886,35 +879,32 @@ impl Machine {
         self.ex.idempotency_key(has_one).unwrap_or_default()
     }
 
-    /// Action 1: the target of the send, 0 for the request's own endpoint,
-    /// `i` for alternate `i - 1` of the options.
-    pub fn target(&self) -> u32 {
-        self.ex.target() as u32
-    }
-
-    /// Action 1 to an alternate: where the request to `url` goes.
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetUrl))]
-    pub fn target_url(&self, url: &str) -> String {
-        match self.current_target() {
-            Some(t) => t.rewrite_url(url).into_owned(),
-            None => url.to_owned(),
+    /// Action 1 to an alternate (`sendKind() >> 8` is its number, from 1):
+    /// the request to `url` with `body` and headers named `headers`
+    /// (lowercase, newline-separated) as that alternate takes it. Answered
+    /// as one buffer: the URL's length (u32, little-endian) and the URL, the
+    /// length and the newline-separated names of the headers that stay
+    /// behind, then the body.
+    pub fn retarget(&self, url: &str, body: &[u8], headers: &str) -> Vec<u8> {
+        let Some(t) = self.current_target() else {
+            return Vec::new();
+        };
+        let url_out = t.rewrite_url(url);
+        let mut left = String::new();
+        for name in headers.split('\n').filter(|n| !t.keeps_header(url, n)) {
+            if !left.is_empty() {
+                left.push('\n');
+            }
+            left.push_str(name);
         }
-    }
-
-    /// Action 1 to an alternate: the body the request with `body` carries.
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetBody))]
-    pub fn target_body(&self, body: &[u8]) -> Vec<u8> {
-        match self.current_target() {
-            Some(t) => t.rewrite_body(body).into_owned(),
-            None => body.to_vec(),
+        let body = t.rewrite_body(body);
+        let mut out = Vec::with_capacity(8 + url_out.len() + left.len() + body.len());
+        for part in [url_out.as_bytes(), left.as_bytes()] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
         }
-    }
-
-    /// Action 1 to an alternate: whether the send leaves the origin of
-    /// `url`, so goes without the request's credentials.
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = targetCrosses))]
-    pub fn target_crosses(&self, url: &str) -> bool {
-        self.current_target().is_some_and(|t| t.crosses_origin(url))
+        out.extend_from_slice(&body);
+        out
     }
 
     /// The protocol the body is decoded as.
@@ -922,10 +912,12 @@ impl Machine {
         self.ex.protocol().name().to_owned()
     }
 
-    /// Action 1: 0 the original request, 1 a resume, 2 the continuation.
+    /// Action 1: 0 the original request, 1 a resume, 2 the continuation;
+    /// above the low byte, the alternate it goes to (0: the request's own
+    /// endpoint; see [`Machine::retarget`]).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendKind))]
     pub fn send_kind(&self) -> u32 {
-        self.send.as_ref().map_or(0, |s| s.kind)
+        self.send.as_ref().map_or(0, |s| s.kind) | (self.ex.target() as u32) << 8
     }
 
     /// Action 1 of a resume: the URL to send to.
@@ -1219,7 +1211,7 @@ mod tests {
             &[i32::try_from(own.len()).unwrap(), -1],
         );
         assert_eq!(m.poll(0.0, 0.0, 0.0, true) & 0xff, action::SEND);
-        assert_eq!(m.target(), 0);
+        assert_eq!(m.send_kind(), 0);
         m.on_sent(1.0, 0.0, 0.0, true);
         m.on_head(
             2.0,
@@ -1232,11 +1224,25 @@ mod tests {
         );
         assert_eq!(m.on_end(3.0, 0.0, 0.0, true) & 0xff, action::RELEASE);
         assert_eq!(m.poll(3.0, 0.0, 0.0, true) & 0xff, action::SEND, "at once");
-        assert_eq!(m.target(), 1);
+        assert_eq!(
+            m.send_kind(),
+            1 << 8,
+            "the original request, to alternate 1"
+        );
         let url = "https://api.openai.com/v1/chat/completions";
-        assert_eq!(m.target_url(url), "https://api.anthropic.com/v1/messages");
-        assert_eq!(m.target_body(body), br#"{"model":"c-3","max_tokens":5}"#);
-        assert!(m.target_crosses(url));
+        let out = m.retarget(url, body, "authorization\ncontent-type\nhost");
+        let part = |at: usize| {
+            let n = u32::from_le_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+            (&out[at + 4..at + 4 + n], at + 4 + n)
+        };
+        let (new_url, at) = part(0);
+        let (left, at) = part(at);
+        assert_eq!(new_url, b"https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            left, b"authorization\nhost",
+            "credentials stay on their origin"
+        );
+        assert_eq!(&out[at..], br#"{"model":"c-3","max_tokens":5}"#);
         assert_eq!(m.protocol(), "anthropic");
         let events = m.events();
         assert!(

@@ -12,6 +12,7 @@
 #[cfg(feature = "anthropic")]
 mod anthropic;
 mod body;
+pub mod error_event;
 mod errors;
 #[cfg(feature = "gemini")]
 mod gemini;

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HOST};
+use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use recovery_core::failover::{Target, TargetError};
 use recovery_core::protocol::ProtocolKind;
@@ -123,11 +123,14 @@ impl Alternate {
         original: &str,
     ) -> Result<(), ()> {
         head.uri = url.parse().map_err(|_| ())?;
-        if self.target.crosses_origin(original) {
-            head.headers.remove(HOST);
-            for name in recovery_core::failover::CREDENTIAL_HEADERS {
-                head.headers.remove(*name);
-            }
+        let left: Vec<HeaderName> = head
+            .headers
+            .keys()
+            .filter(|name| !self.target.keeps_header(original, name.as_str()))
+            .cloned()
+            .collect();
+        for name in left {
+            head.headers.remove(name);
         }
         for name in &self.removed {
             head.headers.remove(name);
