@@ -166,6 +166,13 @@ export interface RecoveringFetchOptions {
    * A key the caller set is kept instead. Default false.
    */
   idempotencyKey?: boolean;
+  /**
+   * The key a request's cooldown is shared under (default: its origin and
+   * model): for example one key per provider account, when several models
+   * share one organisation's limit. Called with the request's URL and body
+   * text; returns a non-empty string.
+   */
+  cooldownKey?: (url: string, body: string) => string;
   /** Where a request may go instead, before its first token, in order (see `Alternate`). */
   alternates?: Alternate[];
   /** Sends each target gets before the next alternate (default 1). */

@@ -64,7 +64,7 @@ const NUMBER_SLOTS = [
   'idempotencyKey', 'noCooldowns', 'attemptsPerTarget',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
-const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation'];
+const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation', 'cooldownKey'];
 const PROTOCOLS = ['auto', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'];
 const CATEGORIES = ['transport', 'http', 'provider_response', 'protocol', 'cancellation', 'client_timeout'];
 // About 285 years: the largest duration an option may name.
@@ -993,6 +993,14 @@ export function bind(wasm, platform = defaultPlatform) {
   return function createRecoveringFetch(options) {
     const [c, alternates] = client(wasm, options, available);
     const opts = options ?? {};
+    // The caller's cooldown key of a request (its URL, its body bytes), or
+    // '' for its origin and model.
+    const cooldownKey = (url, body) => {
+      if (typeof opts.cooldownKey !== 'function') return '';
+      const k = opts.cooldownKey(url, body ? new TextDecoder().decode(body) : '');
+      if (typeof k !== 'string' || k === '') throw optionError(TypeError, `cooldownKey returned ${kindOf(k)}; expected a non-empty string`);
+      return k;
+    };
 
     const recoveringFetch = async function recoveringFetch(input, init) {
       const request = new Request(input, init);
@@ -1007,7 +1015,8 @@ export function bind(wasm, platform = defaultPlatform) {
       const [hi, lo] = platform.id();
       const [bodies, lengths] = alternates.length ? alternateBodies(alternates, body) : NO_BODIES;
       const m = c.start(method, request.url, body ?? new Uint8Array(0), platform.now(), hi, lo,
-        typeof opts.admission === 'function', typeof opts.continuation === 'function', bodies, lengths);
+        typeof opts.admission === 'function', typeof opts.continuation === 'function', bodies, lengths,
+        cooldownKey(request.url, body));
       const driver = new Driver(m, {
         fetch: opts.fetch || platform.fetch || globalThis.fetch,
         url: request.url,
@@ -1089,16 +1098,20 @@ export function bind(wasm, platform = defaultPlatform) {
       return attach(response, handle);
     };
     // The endpoint cooldowns this function's requests share.
-    const key = (url, body) => [new Request(url).url, typeof body === 'string' ? new TextEncoder().encode(body) : body ?? new Uint8Array(0)];
+    const key = (url, body) => {
+      const u = new Request(url).url;
+      const b = typeof body === 'string' ? new TextEncoder().encode(body) : body ?? new Uint8Array(0);
+      return [u, b, cooldownKey(u, b)];
+    };
     recoveringFetch.cooldowns = Object.freeze({
       note(url, body, ms) {
         if (typeof ms !== 'number' || !(ms >= 0)) throw optionError(RangeError, 'cooldowns.note: ms must be a number >= 0');
-        const [u, b] = key(url, body);
-        c.cooldown(u, b, platform.now(), ms);
+        const [u, b, k] = key(url, body);
+        c.cooldown(u, b, k, platform.now(), ms);
       },
       remaining(url, body) {
-        const [u, b] = key(url, body);
-        return c.cooldown(u, b, platform.now(), 0);
+        const [u, b, k] = key(url, body);
+        return c.cooldown(u, b, k, platform.now(), 0);
       },
     });
     return recoveringFetch;

@@ -279,6 +279,15 @@ pub fn protocols() -> String {
     out
 }
 
+/// The cooldown key of a request: the caller's, or its origin and model.
+fn key_of(key: &str, url: &str, body: &[u8]) -> String {
+    if key.is_empty() {
+        cooldown::key_for(url, body)
+    } else {
+        key.to_owned()
+    }
+}
+
 /// What a `createRecoveringFetch` instance shares between its requests:
 /// the policy, the protocol, the retry budget and the endpoint cooldowns.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
@@ -504,7 +513,8 @@ impl Client {
     /// `continuation` say which hooks the caller installed. `bodies` holds,
     /// one after the other, the request bodies the caller wrote for its
     /// alternates, `lengths[i]` bytes for alternate `i` (-1: the request's
-    /// own body).
+    /// own body). `key` is the caller's cooldown key for the request (empty:
+    /// its origin and model).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
@@ -518,6 +528,7 @@ impl Client {
         continuation: bool,
         bodies: &[u8],
         lengths: &[i32],
+        key: &str,
     ) -> Machine {
         let policy = self.policy.clone().unwrap_or_default();
         let too_large = body.len() > policy.replay_body_cap();
@@ -539,7 +550,7 @@ impl Client {
         }
         if let Some(cooldowns) = &self.cooldowns {
             let store: Arc<dyn CooldownStore> = cooldowns.clone();
-            ex = ex.with_cooldown(store, cooldown::key_for(url, body));
+            ex = ex.with_cooldown(store, key_of(key, url, body));
         }
         if too_large {
             ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
@@ -582,12 +593,13 @@ impl Client {
     /// `now_ms` that its endpoint asked for no sends during `wait_ms` (when
     /// positive, as if a request had learned it from a `Retry-After`), then
     /// answers how long its sends must still wait (0 when they may go, or
-    /// when the client shares no cooldowns).
-    pub fn cooldown(&self, url: &str, body: &[u8], now_ms: f64, wait_ms: f64) -> f64 {
+    /// when the client shares no cooldowns). `key` is the caller's key for
+    /// the request (empty: its origin and model).
+    pub fn cooldown(&self, url: &str, body: &[u8], key: &str, now_ms: f64, wait_ms: f64) -> f64 {
         let Some(cooldowns) = &self.cooldowns else {
             return 0.0;
         };
-        let key = cooldown::key_for(url, body);
+        let key = key_of(key, url, body);
         let now = instant(now_ms);
         if wait_ms > 0.0 {
             cooldowns.note(&key, now, ms(wait_ms));
@@ -1105,6 +1117,7 @@ mod tests {
             false,
             &[],
             &[],
+            "",
         )
     }
 
@@ -1209,6 +1222,7 @@ mod tests {
             false,
             own,
             &[i32::try_from(own.len()).unwrap(), -1],
+            "",
         );
         assert_eq!(m.poll(0.0, 0.0, 0.0, true) & 0xff, action::SEND);
         assert_eq!(m.send_kind(), 0);

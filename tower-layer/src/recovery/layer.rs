@@ -283,7 +283,9 @@ where
 
     /// Keys cooldowns by what `key` returns for a request's head and body,
     /// instead of its origin and model: for example one key per provider
-    /// account, when several origins share one organisation's limit.
+    /// account, when several origins share one organisation's limit. An
+    /// alternate ([`RecoveryLayer::with_alternate`]) keeps the origin and
+    /// model of what it is sent.
     pub fn with_cooldown_key(
         self,
         key: impl Fn(&http::request::Parts, &[u8]) -> String + Send + Sync + 'static,

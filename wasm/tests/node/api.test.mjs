@@ -167,3 +167,25 @@ test('the cooldown store is shared by the requests of one function, keyed by ori
   assert.throws(() => createRecoveringFetch({ cooldowns: 'no' }), (e) => e instanceof TypeError && e.code === 'invalid_option');
   assert.throws(() => rfetch.cooldowns.note(url, '', -1), RangeError);
 });
+
+test("a caller's cooldown key shares one limit across models, for notes and for requests", async () => {
+  const path = `${prefix('account')}/v1/chat/completions`;
+  await load({ [path]: [fixture('openai-chat/happy-usage.sse')] });
+  const url = `${FAULT}${path}`;
+  const seen = [];
+  const rfetch = createRecoveringFetch({
+    ...fast,
+    maxAttempts: 1,
+    cooldownKey: (u, body) => { seen.push([u, body]); return 'account-1'; },
+  });
+  rfetch.cooldowns.note(url, '{"model":"a"}', 120000);
+  assert.ok(rfetch.cooldowns.remaining(url, '{"model":"b"}') > 100000, 'one key for every model');
+  // A request for model b is held by the account's cooldown: beyond the
+  // Retry-After ceiling, it is refused without a send.
+  await assert.rejects(rfetch(url, { method: 'POST', body: '{"model":"b","stream":true}' }), (e) => e.outcome?.outcome === 'retry_after_refused');
+  assert.equal(await count(path), 0);
+  assert.deepEqual(seen.at(-1), [url, '{"model":"b","stream":true}']);
+  const bad = createRecoveringFetch({ cooldownKey: () => 42 });
+  await assert.rejects(bad(url, { method: 'POST', body: '{}' }), (e) => e instanceof TypeError && e.code === 'invalid_option');
+  assert.throws(() => createRecoveringFetch({ cooldownKey: 'x' }), (e) => e.code === 'invalid_option');
+});
