@@ -44,6 +44,9 @@ step "native tests"
 cargo test --workspace
 cargo test -p recovery-tests --features tracing --test tracing_spans
 
+step "gateway under the OpenAI Python SDK (pinned openai, fault provider upstream)"
+bash scripts/setup-python.sh && bash scripts/test-gateway-python.sh
+
 step "without a runtime feature, a layer needs an explicit timing"
 # RecoveryLayer::new does not exist without `tokio` (a doctest that must
 # fail to compile with E0599); the crate itself builds.

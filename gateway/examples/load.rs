@@ -1,0 +1,448 @@
+//! Load figures for the gateway: what it adds to a stream's latency, how
+//! many slow streams it holds at once, and the memory each one costs.
+//!
+//! ```sh
+//! bash scripts/gateway-load.sh            # release build, default sizes
+//! # or, by hand:
+//! cargo build --release -p recovery-gateway --bin recovery-gateway --example load
+//! target/release/examples/load [--streams 500] [--concurrency 32] [--held 1000]
+//! ```
+//!
+//! The loopback fault provider runs in this process on a runtime of its own
+//! thread; the gateway is the release binary next to this example
+//! (`--gateway PATH` to point elsewhere), started on `127.0.0.1:0` with the
+//! in-memory stream log. Every request is a fresh HTTP/1.1 connection from a
+//! raw client, to the provider directly or through the gateway, so the
+//! difference between the two is the gateway's share.
+//!
+//! 1. Latency: `--streams` sequential chat streams of a fixed fixture
+//!    (`openai-chat/happy-usage.sse`, 6 events, no delays): time to the
+//!    first event and to `data: [DONE]`, direct and through the gateway.
+//! 2. Throughput: the same streams from `--concurrency` clients at once.
+//! 3. Held streams: `--held` streams that send their first token and then
+//!    stall upstream, all open at once through the gateway; the gateway's
+//!    resident memory (`VmRSS` of `/proc/<pid>/status`) before and while
+//!    they are held gives the memory per stream. Then the provider releases
+//!    them and every one must finish.
+//!
+//! Everything is bounded: every wait has a deadline, the run stops by
+//! itself, and only loopback addresses are used.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use recovery_tests::fault::{FaultProvider, Options, Script, ScriptSet, Write};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::Command;
+
+const FIXTURE: &str = "openai-chat/happy-usage.sse";
+const FAST: &str = "/fast/v1/chat/completions";
+const HELD: &str = "/held/v1/chat/completions";
+const BODY: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+/// One stream may take this long at most.
+const STREAM_LIMIT: Duration = Duration::from_secs(30);
+
+struct Args {
+    streams: usize,
+    concurrency: usize,
+    held: usize,
+    gateway: PathBuf,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/examples/load -> target/<profile>/recovery-gateway
+    let default_gateway = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .map(|dir| dir.join("recovery-gateway"))
+        .ok_or("cannot locate the gateway binary; pass --gateway PATH")?;
+    let mut args = Args {
+        streams: 500,
+        concurrency: 32,
+        held: 1000,
+        gateway: default_gateway,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let number = |text: String| -> Result<usize, String> {
+            text.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=20_000).contains(n))
+                .ok_or_else(|| format!("{text:?} is not a number in 1..=20000"))
+        };
+        match flag.as_str() {
+            "--streams" => args.streams = number(value()?)?,
+            "--concurrency" => args.concurrency = number(value()?)?,
+            "--held" => args.held = number(value()?)?,
+            "--gateway" => args.gateway = PathBuf::from(value()?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+/// Byte offsets just past each event of the fixture.
+fn event_ends(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| *w == b"\n\n")
+        .map(|(i, _)| i + 2)
+        .collect()
+}
+
+fn scripts() -> ScriptSet {
+    let full = std::fs::read(recovery_tests::fault::default_fixtures_dir().join(FIXTURE))
+        .expect("the fixture");
+    // Role chunk and first token, then a stall until released, then the rest.
+    let first_token = event_ends(&full)[1];
+    let held = Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(Write::fixture(FIXTURE).range(0, first_token))
+        .write(Write {
+            stall: true,
+            ..Write::fixture(FIXTURE).range(first_token, full.len())
+        });
+    ScriptSet::new(vec![])
+        .path(
+            FAST,
+            vec![
+                Script::ok()
+                    .header("content-type", "text/event-stream")
+                    .write(Write::fixture(FIXTURE)),
+            ],
+        )
+        .path(HELD, vec![held])
+}
+
+/// How one stream went, from the client's side.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    first_event: Duration,
+    total: Duration,
+}
+
+/// Sends one streamed chat request to `addr` and reads until `[DONE]`.
+/// `on_token` is called once the first token ("Hello") has arrived.
+async fn stream(addr: &str, path: &str, on_token: impl FnOnce()) -> Result<Timing, String> {
+    let started = Instant::now();
+    let mut socket = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\naccept: text/event-stream\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    socket
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut reader = BufReader::new(socket);
+    let mut status = String::new();
+    reader
+        .read_line(&mut status)
+        .await
+        .map_err(|e| format!("head: {e}"))?;
+    if !status.starts_with("HTTP/1.1 200") {
+        return Err(format!("status line {:?}", status.trim_end()));
+    }
+    let mut seen = Vec::with_capacity(4096);
+    let mut first_event = None;
+    let mut on_token = Some(on_token);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = reader
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("body: {e}"))?;
+        if n == 0 {
+            return Err("the stream ended before [DONE]".to_owned());
+        }
+        seen.extend_from_slice(&buf[..n]);
+        if first_event.is_none() && contains(&seen, b"data: ") {
+            first_event = Some(started.elapsed());
+        }
+        if on_token.is_some()
+            && contains(&seen, b"\"Hello\"")
+            && let Some(f) = on_token.take()
+        {
+            f();
+        }
+        if contains(&seen, b"data: [DONE]") {
+            return Ok(Timing {
+                first_event: first_event.unwrap_or_default(),
+                total: started.elapsed(),
+            });
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Percentiles of a set of durations, in ms.
+struct Summary {
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    mean: f64,
+}
+
+fn summary(mut samples: Vec<Duration>) -> Summary {
+    samples.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let at = |q: f64| ms(samples[((samples.len() - 1) as f64 * q).round() as usize]);
+    Summary {
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        mean: samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64,
+    }
+}
+
+fn print_row(label: &str, s: &Summary) {
+    println!(
+        "  {label:<28} p50 {:>7.3} ms  p90 {:>7.3} ms  p99 {:>7.3} ms  mean {:>7.3} ms",
+        s.p50, s.p90, s.p99, s.mean
+    );
+}
+
+/// `n` sequential streams to `addr`.
+async fn sequential(addr: &str, n: usize) -> Vec<Timing> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let timing = tokio::time::timeout(STREAM_LIMIT, stream(addr, FAST, || {}))
+            .await
+            .expect("a stream within its limit")
+            .expect("a whole stream");
+        out.push(timing);
+    }
+    out
+}
+
+/// `n` streams to `addr` from `clients` clients at once; streams per second.
+async fn concurrent(addr: &str, n: usize, clients: usize) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let next = Arc::clone(&next);
+            let addr = addr.to_owned();
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    tokio::time::timeout(STREAM_LIMIT, stream(&addr, FAST, || {}))
+                        .await
+                        .expect("a stream within its limit")
+                        .expect("a whole stream");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() -> std::process::ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!(
+                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH]"
+            );
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let provider = FaultProvider::start_dedicated(Options::new(scripts())).expect("fault provider");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(&args, &provider));
+    std::process::ExitCode::SUCCESS
+}
+
+async fn run(args: &Args, provider: &FaultProvider) {
+    let mut gateway = Command::new(&args.gateway)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &provider.base_url(),
+        ])
+        .args(["--stream-log", "memory"])
+        .args(["--max-streams", &(args.held * 2 + 100).to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", args.gateway.display()));
+    let pid = gateway.id().expect("gateway pid");
+    let mut lines = BufReader::new(gateway.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the gateway starts")
+        .expect("stdout")
+        .unwrap_or_default();
+    let gateway_addr = first
+        .strip_prefix("listening http://")
+        .unwrap_or_else(|| panic!("first line {first:?}"))
+        .trim()
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let direct_addr = provider.addr().to_string();
+
+    println!(
+        "recovery-gateway load (pid {pid}, {})",
+        args.gateway.display()
+    );
+    println!(
+        "fixture {FIXTURE}; {} sequential streams, {} at {} concurrency, {} held",
+        args.streams, args.streams, args.concurrency, args.held
+    );
+    let idle_rss = rss_kib(pid);
+
+    // Warm up both paths (connection pools, allocator).
+    sequential(&direct_addr, 20).await;
+    sequential(&gateway_addr, 20).await;
+
+    println!("\n1. latency per stream, sequential, fresh connection each");
+    let direct = sequential(&direct_addr, args.streams).await;
+    let through = sequential(&gateway_addr, args.streams).await;
+    let d_first = summary(direct.iter().map(|t| t.first_event).collect());
+    let g_first = summary(through.iter().map(|t| t.first_event).collect());
+    let d_total = summary(direct.iter().map(|t| t.total).collect());
+    let g_total = summary(through.iter().map(|t| t.total).collect());
+    print_row("direct: first event", &d_first);
+    print_row("gateway: first event", &g_first);
+    print_row("direct: whole stream", &d_total);
+    print_row("gateway: whole stream", &g_total);
+    println!(
+        "  added by the gateway: first event +{:.3} ms p50 (x{:.2}), whole stream +{:.3} ms p50 (x{:.2}), +{:.3} ms p99",
+        g_first.p50 - d_first.p50,
+        g_first.p50 / d_first.p50,
+        g_total.p50 - d_total.p50,
+        g_total.p50 / d_total.p50,
+        g_total.p99 - d_total.p99,
+    );
+
+    println!("\n2. throughput, {} clients at once", args.concurrency);
+    let direct_rate = concurrent(&direct_addr, args.streams, args.concurrency).await;
+    let gateway_rate = concurrent(&gateway_addr, args.streams, args.concurrency).await;
+    println!(
+        "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2})",
+        gateway_rate / direct_rate
+    );
+
+    println!(
+        "\n3. {} slow streams held open at once through the gateway",
+        args.held
+    );
+    // Let the gateway settle and forget the finished streams of the runs above.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_kib(pid);
+    let ready = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(args.held);
+    for i in 0..args.held {
+        let ready = Arc::clone(&ready);
+        let addr = gateway_addr.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::timeout(
+                Duration::from_mins(2),
+                stream(&addr, HELD, move || {
+                    ready.fetch_add(1, Ordering::Relaxed);
+                }),
+            )
+            .await
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|r| r)
+        }));
+        if i % 100 == 99 {
+            // Let the accept queues drain between batches.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while ready.load(Ordering::Relaxed) < args.held && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let opened_in = started.elapsed();
+    let held_now = ready.load(Ordering::Relaxed);
+    // Let allocations settle before sampling.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = rss_kib(pid);
+    let upstream_open = provider.open_connections();
+    provider.release_all();
+    let mut finished = 0usize;
+    let mut failures = Vec::new();
+    for task in tasks {
+        match task.await.expect("client task") {
+            Ok(_) => finished += 1,
+            Err(e) => failures.push(e),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib(pid);
+    println!(
+        "  held at once: {held_now} of {} (first token on every one within {:.2} s); upstream connections open then: {upstream_open}",
+        args.held,
+        opened_in.as_secs_f64()
+    );
+    println!(
+        "  gateway VmRSS: idle at start {idle_rss} KiB, before {before} KiB, while held {during} KiB, after release {after} KiB"
+    );
+    let per_stream = during.saturating_sub(before) as f64 / held_now.max(1) as f64;
+    println!(
+        "  memory per held stream: {per_stream:.1} KiB ({:.1} MiB for {held_now})",
+        during.saturating_sub(before) as f64 / 1024.0
+    );
+    println!(
+        "  finished after release: {finished} of {}{}",
+        args.held,
+        if failures.is_empty() {
+            String::new()
+        } else {
+            format!(" (first failure: {})", failures[0])
+        }
+    );
+
+    let pid_text = pid.to_string();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid_text])
+        .status()
+        .await;
+    let status = tokio::time::timeout(Duration::from_secs(20), gateway.wait()).await;
+    println!(
+        "\ngateway exit after SIGTERM: {}",
+        match status {
+            Ok(Ok(s)) => s.to_string(),
+            _ => "did not exit in 20 s".to_owned(),
+        }
+    );
+    assert!(
+        held_now == args.held && finished == args.held,
+        "every held stream must be held and then finish"
+    );
+}

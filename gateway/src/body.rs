@@ -1,0 +1,79 @@
+//! Response bodies and the gateway's own JSON errors.
+//!
+//! Every error the gateway answers itself is `{"error":{"type","message"}}`
+//! with a status that says who should act (4xx the client, 5xx the gateway
+//! or the upstream); the message never repeats request content.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+
+/// A type-erased error, as hyper takes.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every response body the gateway writes.
+pub type GatewayBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A whole body.
+pub(crate) fn full(bytes: impl Into<Bytes>) -> GatewayBody {
+    Full::new(bytes.into())
+        .map_err(|e: Infallible| match e {})
+        .boxed_unsync()
+}
+
+/// A body from a stream of chunks; an `Err` aborts the response (the
+/// client sees a broken body, never a clean end).
+pub(crate) fn streaming<S>(stream: S) -> GatewayBody
+where
+    S: Stream<Item = Result<Bytes, BoxError>> + Send + 'static,
+{
+    StreamBody {
+        inner: Box::pin(stream),
+    }
+    .boxed_unsync()
+}
+
+struct StreamBody<S> {
+    inner: Pin<Box<S>>,
+}
+
+impl<S> Body for StreamBody<S>
+where
+    S: Stream<Item = Result<Bytes, BoxError>>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.inner
+            .as_mut()
+            .poll_next(cx)
+            .map(|o| o.map(|r| r.map(Frame::data)))
+    }
+}
+
+/// The gateway's JSON error: `{"error":{"type":kind,"message":message}}`.
+pub(crate) fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<GatewayBody> {
+    let body = serde_json::json!({ "error": { "type": kind, "message": message } });
+    json(status, body.to_string())
+}
+
+/// A JSON response.
+pub(crate) fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}

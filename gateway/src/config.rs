@@ -1,0 +1,644 @@
+//! Configuration: flags, then environment, then a TOML file, then defaults.
+//!
+//! One [`Config`] value describes a gateway; the binary builds it from its
+//! command line ([`parse`]), a program or a test builds it directly. Every
+//! error is a one-line [`ConfigError`]: the binary prints it and exits 2.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Uri;
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use serde::Deserialize;
+
+use crate::log::{Limits, StreamLog};
+use crate::logs::Logger;
+
+/// The address the gateway listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// A bad flag, variable or file: the text is one line, safe to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(text: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(text.into()))
+}
+
+/// Which protocol a route's answers speak.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RouteProtocol {
+    /// Guessed from each request's path
+    /// ([`ProtocolChoice::Auto`](recovery_core::protocol::ProtocolChoice::Auto)).
+    #[default]
+    Auto,
+    /// Always this one.
+    Fixed(ProtocolKind),
+}
+
+impl RouteProtocol {
+    /// Parses `openai-chat`, `openai-responses`, `anthropic`, `gemini`,
+    /// `ollama` or `auto`.
+    pub fn parse(name: &str) -> Result<Self, ConfigError> {
+        match name {
+            "auto" => Ok(RouteProtocol::Auto),
+            "openai-chat" => Ok(RouteProtocol::Fixed(ProtocolKind::OpenAiChat)),
+            "openai-responses" => Ok(RouteProtocol::Fixed(ProtocolKind::OpenAiResponses)),
+            "anthropic" => Ok(RouteProtocol::Fixed(ProtocolKind::Anthropic)),
+            "gemini" => Ok(RouteProtocol::Fixed(ProtocolKind::Gemini)),
+            "ollama" => Ok(RouteProtocol::Fixed(ProtocolKind::Ollama)),
+            other => err(format!(
+                "unknown protocol {other:?} (openai-chat, openai-responses, anthropic, gemini, ollama, auto)"
+            )),
+        }
+    }
+}
+
+/// A path prefix served by its own upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The path prefix (`/anthropic`); matches the prefix itself and paths
+    /// under it. The longest matching prefix wins.
+    pub prefix: String,
+    /// The upstream origin, possibly with a base path.
+    pub upstream: Uri,
+    /// Whether the prefix is removed before the path is appended.
+    pub strip_prefix: bool,
+    /// The protocol of its answers.
+    pub protocol: RouteProtocol,
+}
+
+/// Where stream logs are kept.
+#[derive(Clone, Default)]
+pub enum StreamLogChoice {
+    /// In this process ([`MemoryLog`](crate::log::MemoryLog)).
+    #[default]
+    Memory,
+    /// On Redis Streams at this URL (`redis://…`, `redis+unix://…`;
+    /// feature `redis`).
+    Redis(String),
+    /// A log the caller built (shared between gateways in one process, or
+    /// a store of its own).
+    Custom(Arc<dyn StreamLog>),
+}
+
+impl fmt::Debug for StreamLogChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamLogChoice::Memory => f.write_str("memory"),
+            // The URL may carry a password.
+            StreamLogChoice::Redis(_) => f.write_str("redis"),
+            StreamLogChoice::Custom(_) => f.write_str("custom"),
+        }
+    }
+}
+
+impl StreamLogChoice {
+    /// Parses `memory` or a Redis URL.
+    pub fn parse(value: &str) -> Result<Self, ConfigError> {
+        if value == "memory" {
+            Ok(StreamLogChoice::Memory)
+        } else if value.starts_with("redis://")
+            || value.starts_with("rediss://")
+            || value.starts_with("redis+unix://")
+            || value.starts_with("unix://")
+        {
+            Ok(StreamLogChoice::Redis(value.to_owned()))
+        } else {
+            err("--stream-log takes `memory` or a redis://… / redis+unix://… URL")
+        }
+    }
+}
+
+/// Everything a gateway needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The listening address (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Where requests that match no route go; without it they get a 404.
+    pub upstream: Option<Uri>,
+    /// Prefix routes, each to its own upstream.
+    pub routes: Vec<Route>,
+    /// Where stream logs are kept.
+    pub stream_log: StreamLogChoice,
+    /// Bounds of the stream log.
+    pub log_limits: Limits,
+    /// How long a generation goes on after its last reader left.
+    pub keep_generating: Duration,
+    /// Requests forwarded at once (streams included until they end); past
+    /// it a request gets a 503 with `retry-after`.
+    pub max_streams: usize,
+    /// The largest request body forwarded; past it, a 413.
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request head.
+    pub header_read_timeout: Duration,
+    /// How long a graceful shutdown waits for streams in flight.
+    pub shutdown_grace: Duration,
+    /// The recovery policy of the upstream leg.
+    pub policy: RecoveryPolicy,
+    /// Where structured log lines go.
+    pub logger: Logger,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            upstream: None,
+            routes: Vec::new(),
+            stream_log: StreamLogChoice::Memory,
+            log_limits: Limits::default(),
+            keep_generating: Duration::from_mins(1),
+            max_streams: 1024,
+            max_body_bytes: 8 << 20,
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
+            policy: RecoveryPolicy::default(),
+            logger: Logger::Stderr,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Run with this configuration.
+    Run(Box<Config>),
+    /// Print the help.
+    Help,
+    /// Print the version.
+    Version,
+}
+
+/// The usage line.
+pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
+[--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
+[--max-body-bytes N] [--help] [--version]";
+
+/// The help text after the usage line.
+pub const HELP: &str = "
+A recovering gateway in front of LLM providers. Point an SDK's base URL at it:
+upstream faults before the first token are replayed, Responses background
+streams are resumed, failures after are the provider's own error event, and a
+client that disconnects resumes its SSE stream with Last-Event-ID.
+
+Options (each also from an environment variable; flags win over the
+environment, the environment over the file):
+  --listen ADDR            listen address (RECOVERY_GATEWAY_LISTEN; default 127.0.0.1:8787)
+  --upstream URL           default upstream, e.g. https://api.openai.com (RECOVERY_GATEWAY_UPSTREAM)
+  --config FILE            TOML file: these keys, [policy], [log], [[routes]] (RECOVERY_GATEWAY_CONFIG)
+  --stream-log LOG         memory, or redis://HOST/ or redis+unix:///path (RECOVERY_GATEWAY_STREAM_LOG)
+  --keep-generating-ms N   generation kept after the client left, ms (RECOVERY_GATEWAY_KEEP_GENERATING_MS; 60000)
+  --max-streams N          concurrent forwarded requests (RECOVERY_GATEWAY_MAX_STREAMS; 1024)
+  --max-body-bytes N       largest request body (RECOVERY_GATEWAY_MAX_BODY_BYTES; 8388608)
+  --help, --version
+
+Reserved paths: GET /healthz, GET /metrics, GET /streams/<id>?after=<seq>.
+Exit status: 0 after a graceful shutdown (SIGTERM, SIGINT), 2 on bad usage or configuration.
+
+Example:
+  recovery-gateway --upstream https://api.openai.com
+  # then: OpenAI(base_url=\"http://127.0.0.1:8787/v1\")
+";
+
+/// The keys the flags, the environment and the file share.
+#[derive(Debug, Default, Clone)]
+struct Layer {
+    listen: Option<String>,
+    upstream: Option<String>,
+    config: Option<String>,
+    stream_log: Option<String>,
+    keep_generating_ms: Option<String>,
+    max_streams: Option<String>,
+    max_body_bytes: Option<String>,
+}
+
+const FLAGS: [(&str, &str); 7] = [
+    ("--listen", "RECOVERY_GATEWAY_LISTEN"),
+    ("--upstream", "RECOVERY_GATEWAY_UPSTREAM"),
+    ("--config", "RECOVERY_GATEWAY_CONFIG"),
+    ("--stream-log", "RECOVERY_GATEWAY_STREAM_LOG"),
+    (
+        "--keep-generating-ms",
+        "RECOVERY_GATEWAY_KEEP_GENERATING_MS",
+    ),
+    ("--max-streams", "RECOVERY_GATEWAY_MAX_STREAMS"),
+    ("--max-body-bytes", "RECOVERY_GATEWAY_MAX_BODY_BYTES"),
+];
+
+impl Layer {
+    fn slot(&mut self, i: usize) -> &mut Option<String> {
+        match i {
+            0 => &mut self.listen,
+            1 => &mut self.upstream,
+            2 => &mut self.config,
+            3 => &mut self.stream_log,
+            4 => &mut self.keep_generating_ms,
+            5 => &mut self.max_streams,
+            _ => &mut self.max_body_bytes,
+        }
+    }
+}
+
+/// The file's shape; unknown keys are errors, so a typo is not ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    listen: Option<String>,
+    upstream: Option<String>,
+    stream_log: Option<String>,
+    keep_generating_ms: Option<u64>,
+    max_streams: Option<usize>,
+    max_body_bytes: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+    #[serde(default)]
+    policy: PolicyFile,
+    #[serde(default)]
+    log: LogFile,
+    #[serde(default)]
+    routes: Vec<RouteFile>,
+}
+
+/// `[policy]`: the main knobs of [`RecoveryPolicy`]; a missing key keeps
+/// its default. A timeout of 0 turns that watchdog off.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    max_attempts: Option<u32>,
+    max_resumes: Option<u32>,
+    budget_ms: Option<u64>,
+    deadline_ms: Option<u64>,
+    backoff_base_ms: Option<u64>,
+    backoff_ceiling_ms: Option<u64>,
+    retry_after_ceiling_ms: Option<u64>,
+    head_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    progress_timeout_ms: Option<u64>,
+    retryable_statuses: Option<Vec<u16>>,
+    idempotency_key: Option<bool>,
+    retry_protocol_violations: Option<bool>,
+}
+
+/// `[log]`: the stream log's bounds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogFile {
+    max_entries: Option<u64>,
+    max_bytes: Option<u64>,
+    max_streams: Option<usize>,
+    ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    prefix: String,
+    upstream: String,
+    #[serde(default)]
+    strip_prefix: bool,
+    #[serde(default)]
+    protocol: Option<String>,
+}
+
+/// Parses the command line (without the program name), with `env` as the
+/// environment and files read from disk.
+pub fn parse(
+    args: impl IntoIterator<Item = String>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Command, ConfigError> {
+    let mut flags = Layer::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--help" | "-h" => return Ok(Command::Help),
+            "--version" | "-V" => return Ok(Command::Version),
+            _ => {}
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (arg.clone(), None),
+        };
+        let Some(i) = FLAGS.iter().position(|(f, _)| *f == name) else {
+            return err(format!("unknown argument {arg:?}"));
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => match args.next() {
+                Some(v) => v,
+                None => return err(format!("{name} needs a value")),
+            },
+        };
+        *flags.slot(i) = Some(value);
+    }
+    let mut merged = Layer::default();
+    for (i, (_, var)) in FLAGS.iter().enumerate() {
+        let from_flag = flags.slot(i).clone();
+        *merged.slot(i) = from_flag.or_else(|| env(var).filter(|v| !v.is_empty()));
+    }
+    let file = match &merged.config {
+        Some(path) => read_file(&PathBuf::from(path))?,
+        None => File::default(),
+    };
+    build(merged, file).map(|c| Command::Run(Box::new(c)))
+}
+
+fn read_file(path: &PathBuf) -> Result<File, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    parse_file(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+}
+
+fn parse_file(text: &str) -> Result<File, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        // toml's message spans lines (it quotes the source): keep one.
+        let msg = e.message().replace('\n', " ");
+        ConfigError(match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}: {msg}")
+            }
+            None => msg,
+        })
+    })
+}
+
+/// A [`Config`] from a TOML text alone (the `--config` file's format).
+pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+    build(Layer::default(), parse_file(text)?)
+}
+
+fn number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError(format!("{name}: {value:?} is not a valid number")))
+}
+
+/// An upstream URL: absolute `http` or `https`, no query.
+pub fn upstream_uri(value: &str) -> Result<Uri, ConfigError> {
+    let uri: Uri = value
+        .parse()
+        .map_err(|_| ConfigError(format!("upstream {value:?} is not a URL")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.authority().is_some() => {}
+        _ => {
+            return err(format!(
+                "upstream {value:?} must be an http:// or https:// URL"
+            ));
+        }
+    }
+    if uri.query().is_some() {
+        return err(format!("upstream {value:?} must not have a query"));
+    }
+    Ok(uri)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A timeout in ms where 0 means none.
+fn watchdog(n: u64) -> Option<Duration> {
+    (n > 0).then(|| ms(n))
+}
+
+fn build(layer: Layer, file: File) -> Result<Config, ConfigError> {
+    let mut c = Config::default();
+    let pick = |flag: Option<String>, from_file: Option<String>| flag.or(from_file);
+    if let Some(listen) = pick(layer.listen, file.listen) {
+        c.listen = listen
+            .parse()
+            .map_err(|_| ConfigError(format!("--listen {listen:?} is not an IP:PORT address")))?;
+    }
+    if let Some(up) = pick(layer.upstream, file.upstream) {
+        c.upstream = Some(upstream_uri(&up)?);
+    }
+    if let Some(log) = pick(layer.stream_log, file.stream_log) {
+        c.stream_log = StreamLogChoice::parse(&log)?;
+        if matches!(c.stream_log, StreamLogChoice::Redis(_)) && !cfg!(feature = "redis") {
+            return err("this build has no Redis stream log (feature `redis`)");
+        }
+    }
+    if let Some(n) = layer.keep_generating_ms {
+        c.keep_generating = ms(number("--keep-generating-ms", &n)?);
+    } else if let Some(n) = file.keep_generating_ms {
+        c.keep_generating = ms(n);
+    }
+    if let Some(n) = layer.max_streams {
+        c.max_streams = number("--max-streams", &n)?;
+    } else if let Some(n) = file.max_streams {
+        c.max_streams = n;
+    }
+    if c.max_streams == 0 {
+        return err("--max-streams must be at least 1");
+    }
+    if let Some(n) = layer.max_body_bytes {
+        c.max_body_bytes = number("--max-body-bytes", &n)?;
+    } else if let Some(n) = file.max_body_bytes {
+        c.max_body_bytes = n;
+    }
+    if let Some(n) = file.header_read_timeout_ms {
+        if n == 0 {
+            return err("header_read_timeout_ms must be at least 1");
+        }
+        c.header_read_timeout = ms(n);
+    }
+    if let Some(n) = file.shutdown_grace_ms {
+        c.shutdown_grace = ms(n);
+    }
+    c.policy = policy(&file.policy)?;
+    let l = &file.log;
+    if let Some(n) = l.max_entries {
+        c.log_limits.max_entries = n;
+    }
+    if let Some(n) = l.max_bytes {
+        c.log_limits.max_bytes = n;
+    }
+    if let Some(n) = l.max_streams {
+        c.log_limits.max_streams = n;
+    }
+    if let Some(n) = l.ttl_ms {
+        c.log_limits.ttl = ms(n);
+    }
+    let mut seen = BTreeSet::new();
+    for r in file.routes {
+        if !r.prefix.starts_with('/') {
+            return err(format!("route prefix {:?} must start with /", r.prefix));
+        }
+        let prefix = if r.prefix.len() > 1 {
+            r.prefix.trim_end_matches('/').to_owned()
+        } else {
+            r.prefix.clone()
+        };
+        if !seen.insert(prefix.clone()) {
+            return err(format!("route prefix {prefix:?} is given twice"));
+        }
+        c.routes.push(Route {
+            prefix,
+            upstream: upstream_uri(&r.upstream)?,
+            strip_prefix: r.strip_prefix,
+            protocol: RouteProtocol::parse(r.protocol.as_deref().unwrap_or("auto"))?,
+        });
+    }
+    Ok(c)
+}
+
+fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
+    let base = RecoveryPolicy::default();
+    let mut b = RecoveryPolicy::builder();
+    if let Some(n) = p.max_attempts {
+        let n = NonZeroU32::new(n)
+            .ok_or_else(|| ConfigError("policy.max_attempts must be at least 1".into()))?;
+        b = b.max_attempts(n);
+    }
+    if let Some(n) = p.max_resumes {
+        b = b.max_resumes(n);
+    }
+    if let Some(n) = p.budget_ms {
+        b = b.budget(watchdog(n));
+    }
+    if let Some(n) = p.deadline_ms {
+        b = b.deadline(watchdog(n));
+    }
+    if p.backoff_base_ms.is_some() || p.backoff_ceiling_ms.is_some() {
+        let lo = p.backoff_base_ms.map_or(base.backoff_base(), ms);
+        let hi = p.backoff_ceiling_ms.map_or(base.backoff_ceiling(), ms);
+        b = b.backoff(lo, hi);
+    }
+    if let Some(n) = p.retry_after_ceiling_ms {
+        b = b.retry_after_ceiling(ms(n), base.over_ceiling());
+    }
+    if let Some(n) = p.head_timeout_ms {
+        b = b.head_timeout(watchdog(n));
+    }
+    if let Some(n) = p.idle_timeout_ms {
+        b = b.idle_timeout(watchdog(n));
+    }
+    if let Some(n) = p.progress_timeout_ms {
+        b = b.progress_timeout(watchdog(n));
+    }
+    if let Some(s) = &p.retryable_statuses {
+        b = b.retryable_statuses(s.iter().copied());
+    }
+    if let Some(k) = p.idempotency_key {
+        b = b.idempotency_key(k);
+    }
+    if let Some(v) = p.retry_protocol_violations {
+        b = b.retry_protocol_violations(v);
+    }
+    b.build()
+        .map_err(|e| ConfigError(format!("[policy]: {e}").replace('\n', " ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        match parse(args.iter().map(|s| (*s).to_owned()), |k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })? {
+            Command::Run(c) => Ok(*c),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = run(&[], &[]).unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert!(matches!(c.stream_log, StreamLogChoice::Memory));
+        assert_eq!(c.keep_generating, Duration::from_mins(1));
+        assert_eq!(c.max_streams, 1024);
+        assert_eq!(c.max_body_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn flags_win_over_env() {
+        let c = run(
+            &["--listen", "127.0.0.1:0", "--max-streams=7"],
+            &[
+                ("RECOVERY_GATEWAY_LISTEN", "127.0.0.1:9"),
+                ("RECOVERY_GATEWAY_MAX_STREAMS", "3"),
+                ("RECOVERY_GATEWAY_UPSTREAM", "http://127.0.0.1:1"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.max_streams, 7);
+        assert_eq!(c.upstream.unwrap().to_string(), "http://127.0.0.1:1/");
+    }
+
+    #[test]
+    fn env_wins_over_file() {
+        let dir = std::env::temp_dir().join(format!("gw-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("g.toml");
+        std::fs::write(
+            &path,
+            "max_streams = 5\nmax_body_bytes = 10\nkeep_generating_ms = 7\n\
+             [policy]\nmax_attempts = 4\nidle_timeout_ms = 0\n\
+             [[routes]]\nprefix = \"/a/\"\nupstream = \"https://api.anthropic.com\"\nstrip_prefix = true\nprotocol = \"anthropic\"\n",
+        )
+        .unwrap();
+        let c = run(
+            &["--config", path.to_str().unwrap()],
+            &[("RECOVERY_GATEWAY_MAX_STREAMS", "9")],
+        )
+        .unwrap();
+        assert_eq!(c.max_streams, 9);
+        assert_eq!(c.max_body_bytes, 10);
+        assert_eq!(c.keep_generating, Duration::from_millis(7));
+        assert_eq!(c.policy.max_attempts().get(), 4);
+        assert_eq!(c.policy.idle_timeout(), None);
+        assert_eq!(c.routes[0].prefix, "/a");
+        assert!(c.routes[0].strip_prefix);
+        assert_eq!(
+            c.routes[0].protocol,
+            RouteProtocol::Fixed(ProtocolKind::Anthropic)
+        );
+    }
+
+    #[test]
+    fn bad_input_is_one_line() {
+        for (args, want) in [
+            (vec!["--bogus"], "unknown argument"),
+            (vec!["--listen"], "needs a value"),
+            (vec!["--listen", "nope"], "IP:PORT"),
+            (vec!["--upstream", "ftp://x"], "http:// or https://"),
+            (vec!["--max-streams", "x"], "not a valid number"),
+            (vec!["--stream-log", "disk"], "memory"),
+            (vec!["--config", "/nonexistent/g.toml"], "cannot read"),
+        ] {
+            let e = run(&args, &[]).unwrap_err();
+            assert!(e.0.contains(want), "{args:?}: {e}");
+            assert!(!e.0.contains('\n'), "{e}");
+        }
+        let e = from_toml("bogus = 1\n").unwrap_err();
+        assert!(e.0.contains("line 1"), "{e}");
+        assert!(!e.0.contains('\n'), "{e}");
+        let e =
+            from_toml("[[routes]]\nprefix = \"/x\"\nupstream = \"http://h\"\nprotocol = \"x\"\n")
+                .unwrap_err();
+        assert!(e.0.contains("unknown protocol"), "{e}");
+    }
+}

@@ -1,0 +1,238 @@
+//! The upstream leg: a hyper-util client with rustls under `RecoveryLayer`
+//! and `ObserveLayer`, one stack per protocol, and the header rules of a
+//! proxy.
+//!
+//! Every decision (replay before commit, resume, the typed failure after)
+//! is the recovery layer's, the same as for a library user: this module
+//! only builds the stack and the request. The stacks share one retry
+//! budget and one cooldown store, so the protocol a request speaks does not
+//! change how much the gateway may retry an origin.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
+use recovery_core::cooldown::{CooldownStore, Cooldowns};
+use recovery_core::lifecycle::{EventKind, LifecycleEvent};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+use recovery_core::timing::AlwaysOnline;
+use tower_layer::Layer as _;
+use tower_recovery::observe::{Observe, ObservedBody};
+use tower_recovery::recovery::Recover;
+use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, ReplayBody, TokioTiming};
+
+use crate::logs::{Field, Logger};
+use crate::metrics::Metrics;
+
+/// The HTTP client under the stacks (`http://` and `https://`, rustls with
+/// the webpki roots). Its own re-send of a request hyper handed back
+/// unwritten stays on: nothing was sent, so recovery has nothing to decide.
+pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, ReplayBody>;
+
+/// One protocol's stack.
+pub(crate) type Stack = Recover<Observe<HttpsClient>, TokioTiming, AlwaysOnline>;
+
+/// The body of an upstream answer as the stack hands it out.
+pub(crate) type UpstreamBody = RecoveryBody<ObservedBody<Incoming>>;
+
+/// The protocols a request can be decoded as.
+const PROTOCOLS: [ProtocolKind; 5] = [
+    ProtocolKind::OpenAiChat,
+    ProtocolKind::OpenAiResponses,
+    ProtocolKind::Anthropic,
+    ProtocolKind::Gemini,
+    ProtocolKind::Ollama,
+];
+
+fn https_client() -> HttpsClient {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .expect("the ring provider supports the default protocol versions")
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// The stacks, one per protocol, over one connection pool.
+pub(crate) struct Upstream {
+    stacks: Vec<(ProtocolKind, Stack)>,
+}
+
+impl Upstream {
+    /// Stacks with `policy`, counting into `metrics` and logging lifecycle
+    /// events (names, ids and statuses only) to `logger`.
+    pub(crate) fn new(policy: &RecoveryPolicy, metrics: &Arc<Metrics>, logger: &Logger) -> Self {
+        let client = https_client();
+        let budget = RetryBudget::new(RetryBudgetConfig::default());
+        let cooldowns: Arc<dyn CooldownStore> = Arc::new(Cooldowns::new());
+        let stacks = PROTOCOLS
+            .iter()
+            .map(|kind| {
+                let metrics = Arc::clone(metrics);
+                let logger = logger.clone();
+                let layer = RecoveryLayer::new(policy.clone())
+                    .with_protocol(kind.clone())
+                    .with_retry_budget(budget.clone())
+                    .with_cooldowns(Arc::clone(&cooldowns))
+                    .on_event(move |e| {
+                        metrics.on_event(e);
+                        log_event(&logger, e);
+                    });
+                let stack = layer.layer(ObserveLayer::new(kind.clone()).layer(client.clone()));
+                (kind.clone(), stack)
+            })
+            .collect();
+        Upstream { stacks }
+    }
+
+    /// The stack that decodes `kind`.
+    pub(crate) fn stack(&self, kind: &ProtocolKind) -> Stack {
+        self.stacks
+            .iter()
+            .find(|(k, _)| k == kind)
+            .or(self.stacks.first())
+            .map(|(_, s)| s.clone())
+            .expect("one stack per protocol")
+    }
+}
+
+/// Lifecycle events that say something an operator acts on.
+fn log_event(logger: &Logger, e: &LifecycleEvent) {
+    let mut fields: Vec<(&str, Field<'_>)> = vec![
+        ("logical_id", Field::Str(&e.identity.logical_id)),
+        ("attempt", Field::U64(u64::from(e.identity.wire_attempt))),
+    ];
+    let msg = match &e.kind {
+        EventKind::AttemptFailed { status, .. } => {
+            if let Some(s) = status {
+                fields.push(("status", Field::U64(u64::from(*s))));
+            }
+            "upstream attempt failed"
+        }
+        EventKind::RetryStarted => "replaying the request upstream",
+        EventKind::ResumeStarted => "resuming the stream upstream",
+        EventKind::Failover { .. } => "failing over",
+        EventKind::Exhausted { outcome, .. } | EventKind::Interrupted { outcome, .. } => {
+            fields.push(("outcome", Field::Str(outcome.name())));
+            "upstream request failed"
+        }
+        EventKind::Completed { .. } => "upstream request completed",
+        EventKind::Cancelled { .. } => "upstream request cancelled",
+        _ => return,
+    };
+    logger.info(e.kind.name(), msg, &fields);
+}
+
+/// Headers that belong to one connection (RFC 9110 §7.6.1), never
+/// forwarded either way, plus those a proxy sets itself.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip(headers: &HeaderMap, also: &[HeaderName]) -> HeaderMap {
+    // Names listed in `Connection` are hop-by-hop too.
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || named.iter().any(|c| c == n) || also.contains(name) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// The headers sent upstream: the client's, less hop-by-hop ones, `host`
+/// (the client's pointed at the gateway) and `content-length` (the body is
+/// re-framed). Credentials pass untouched. `accept-encoding: identity`
+/// replaces the client's: the gateway reads the stream to recover it, and
+/// a compressed body could not be decoded event by event.
+pub(crate) fn request_headers(src: &HeaderMap) -> HeaderMap {
+    let mut out = strip(
+        src,
+        &[
+            header::HOST,
+            header::CONTENT_LENGTH,
+            header::ACCEPT_ENCODING,
+        ],
+    );
+    out.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    out
+}
+
+/// The headers sent back: the upstream's, less hop-by-hop ones and
+/// `content-length` (the gateway frames the body itself).
+pub(crate) fn response_headers(src: &HeaderMap) -> HeaderMap {
+    strip(src, &[header::CONTENT_LENGTH])
+}
+
+/// The upstream request: `method`, `uri`, the filtered headers and the
+/// buffered body.
+pub(crate) fn upstream_request(
+    parts: &http::request::Parts,
+    uri: Uri,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, http::Error> {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .body(Full::new(body))?;
+    *req.headers_mut() = request_headers(&parts.headers);
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_host_are_dropped_credentials_kept() {
+        let mut h = HeaderMap::new();
+        h.insert("host", "gw".parse().unwrap());
+        h.insert("connection", "keep-alive, x-private".parse().unwrap());
+        h.insert("x-private", "1".parse().unwrap());
+        h.insert("te", "trailers".parse().unwrap());
+        h.insert("content-length", "3".parse().unwrap());
+        h.insert("accept-encoding", "gzip".parse().unwrap());
+        h.insert("authorization", "Bearer sk-1".parse().unwrap());
+        h.insert("x-api-key", "k".parse().unwrap());
+        h.append("x-multi", "a".parse().unwrap());
+        h.append("x-multi", "b".parse().unwrap());
+        let out = request_headers(&h);
+        for gone in ["host", "connection", "x-private", "te", "content-length"] {
+            assert!(out.get(gone).is_none(), "{gone}");
+        }
+        assert_eq!(out["authorization"], "Bearer sk-1");
+        assert_eq!(out["x-api-key"], "k");
+        assert_eq!(out["accept-encoding"], "identity");
+        assert_eq!(out.get_all("x-multi").iter().count(), 2);
+    }
+}

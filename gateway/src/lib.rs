@@ -1,0 +1,58 @@
+//! A recovering gateway in front of LLM providers.
+//!
+//! Any client that speaks OpenAI (Chat Completions, Responses), Anthropic,
+//! Gemini or Ollama points its base URL at the gateway. Each request goes
+//! upstream through [`tower_recovery::RecoveryLayer`] and an
+//! [`ObserveLayer`](tower_recovery::ObserveLayer) of its protocol, so the
+//! gateway takes the same decisions as the library: a failure before the
+//! first token is replayed, an OpenAI Responses background stream is
+//! resumed, and a failure it cannot hide reaches the client in the
+//! provider's own words (its HTTP error, or its in-stream error event once
+//! the stream began), never as a silent truncation.
+//!
+//! Downstream, a streamed SSE answer is resumable: it carries
+//! `x-recovery-stream-id`, each event an `id: <stream>:<seq>` line, every
+//! event is kept in a [`log::StreamLog`] before it is sent, the upstream
+//! generation goes on when the client leaves (for a keep-generating
+//! window), and a reconnect with `Last-Event-ID` (or
+//! `GET /streams/<id>?after=<seq>`) gets the rest without gap or duplicate.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use recovery_gateway::{Config, Gateway};
+//!
+//! let mut config = Config::default();
+//! config.listen = "127.0.0.1:0".parse()?;
+//! config.upstream = Some("https://api.openai.com".parse()?);
+//! let gateway = Gateway::bind(config).await?;
+//! println!("base URL: {}", gateway.url("/v1"));
+//! gateway.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Modules, one idea each: [`config`] (flags, environment, TOML),
+//! `routes` (prefix routing and the protocol of a request), `forward` (the
+//! upstream stack and proxy header rules), [`sse`] (downstream event
+//! framing and ids), `streams` (the registry, keep-generating and
+//! reconnects), [`metrics`], [`logs`] (structured lines without secrets),
+//! `server` (listener and graceful shutdown), `handler` (what one request
+//! becomes).
+#![deny(unsafe_code, missing_docs)]
+
+mod body;
+pub mod config;
+mod forward;
+mod handler;
+pub mod log;
+pub mod logs;
+pub mod metrics;
+mod routes;
+mod server;
+pub mod sse;
+mod streams;
+
+pub use config::{Config, ConfigError, Route, RouteProtocol, StreamLogChoice};
+pub use handler::STREAM_ID_HEADER;
+pub use server::{Gateway, GatewayError, ShutdownHandle};
+pub use streams::{looks_like_stream_id, new_stream_id};

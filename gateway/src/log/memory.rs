@@ -1,0 +1,356 @@
+//! The stream log in this process: a bounded map of bounded streams.
+//!
+//! One lock guards the map; it is held for a lookup and a copy, never
+//! across an await. A reader waiting on a live stream parks on the
+//! stream's [`Notify`], registered while the lock is held, so an append
+//! that lands between the check and the wait still wakes it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{BoxFuture, Entry, Limits, LogError, Read, StreamLog};
+
+/// The most entries one read returns: a reader far behind catches up in
+/// bounded steps instead of copying a whole stream at once.
+const READ_BATCH: usize = 1024;
+
+/// Stream logs kept in this process: readable only by this gateway, lost
+/// when it stops. Bounded by its [`Limits`] per stream and in total;
+/// a stream is dropped `ttl` after it finished (or after its last append).
+pub struct MemoryLog {
+    limits: Limits,
+    streams: Mutex<HashMap<String, Stream>>,
+}
+
+struct Stream {
+    entries: Vec<Entry>,
+    bytes: u64,
+    finished: bool,
+    /// An append was refused for the bound: what follows the last entry
+    /// is not in the log, and a reader that reaches it is told so.
+    full: bool,
+    /// The last append, or the finish: the ttl runs from here.
+    touched: Instant,
+    notify: Arc<Notify>,
+}
+
+impl Stream {
+    fn expired(&self, limits: &Limits, now: Instant) -> bool {
+        now.saturating_duration_since(self.touched) >= limits.ttl
+    }
+}
+
+impl std::fmt::Debug for MemoryLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLog")
+            .field("limits", &self.limits)
+            .field("streams", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Default for MemoryLog {
+    fn default() -> Self {
+        MemoryLog::new(Limits::default())
+    }
+}
+
+impl MemoryLog {
+    /// An empty log with these bounds.
+    pub fn new(limits: Limits) -> Self {
+        MemoryLog {
+            limits,
+            streams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Its bounds.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Streams held now (expired ones included until the next open).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether it holds no stream.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Stream>> {
+        // The map stays consistent at every await-free step: a panic
+        // elsewhere must not make every stream unreadable.
+        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_now(&self, id: &str) -> Result<(), LogError> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let limits = self.limits;
+        map.retain(|_, s| !s.expired(&limits, now));
+        if map.contains_key(id) {
+            return Err(LogError::Exists);
+        }
+        if map.len() >= self.limits.max_streams {
+            return Err(LogError::Full);
+        }
+        map.insert(
+            id.to_owned(),
+            Stream {
+                entries: Vec::new(),
+                bytes: 0,
+                finished: false,
+                full: false,
+                touched: now,
+                notify: Arc::new(Notify::new()),
+            },
+        );
+        Ok(())
+    }
+
+    fn append_now(&self, id: &str, entry: Entry) -> Result<(), LogError> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let Some(s) = map.get_mut(id) else {
+            return Err(LogError::Unknown);
+        };
+        if s.expired(&self.limits, now) {
+            map.remove(id);
+            return Err(LogError::Unknown);
+        }
+        if s.finished {
+            return Err(LogError::Store("append to a finished stream".into()));
+        }
+        if s.full {
+            return Err(LogError::StreamFull);
+        }
+        if entry.seq != s.entries.len() as u64 + 1 {
+            return Err(LogError::Store(format!(
+                "append of {} after {}",
+                entry.seq,
+                s.entries.len()
+            )));
+        }
+        let len = entry.event.len() as u64;
+        if s.entries.len() as u64 >= self.limits.max_entries
+            || s.bytes.saturating_add(len) > self.limits.max_bytes
+        {
+            s.full = true;
+            s.notify.notify_waiters();
+            return Err(LogError::StreamFull);
+        }
+        s.bytes += len;
+        s.entries.push(entry);
+        s.touched = now;
+        s.notify.notify_waiters();
+        Ok(())
+    }
+
+    fn finish_now(&self, id: &str) -> Result<(), LogError> {
+        let mut map = self.lock();
+        let Some(s) = map.get_mut(id) else {
+            return Err(LogError::Unknown);
+        };
+        s.finished = true;
+        s.touched = Instant::now();
+        s.notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn read_wait(&self, id: &str, after: u64, wait: Duration) -> Result<Read, LogError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = {
+                let now = Instant::now();
+                let mut map = self.lock();
+                let Some(s) = map.get(id) else {
+                    return Err(LogError::Unknown);
+                };
+                if s.expired(&self.limits, now) {
+                    map.remove(id);
+                    return Err(LogError::Unknown);
+                }
+                let start = usize::try_from(after)
+                    .unwrap_or(usize::MAX)
+                    .min(s.entries.len());
+                let end = start.saturating_add(READ_BATCH).min(s.entries.len());
+                let entries = s.entries[start..end].to_vec();
+                // Past the bound the log lost the rest: never a silent end.
+                if entries.is_empty() && s.full {
+                    return Err(LogError::StreamFull);
+                }
+                let finished = s.finished && !s.full && end == s.entries.len();
+                if !entries.is_empty() || finished {
+                    return Ok(Read { entries, finished });
+                }
+                // Registered before the lock is released: an append from
+                // here on wakes this waiter.
+                let mut notified = Box::pin(Arc::clone(&s.notify).notified_owned());
+                notified.as_mut().enable();
+                notified
+            };
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(Read {
+                    entries: Vec::new(),
+                    finished: false,
+                });
+            }
+        }
+    }
+}
+
+impl StreamLog for MemoryLog {
+    fn open<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>> {
+        Box::pin(async move { self.open_now(id) })
+    }
+
+    fn append<'a>(&'a self, id: &'a str, entry: Entry) -> BoxFuture<'a, Result<(), LogError>> {
+        Box::pin(async move { self.append_now(id, entry) })
+    }
+
+    fn finish<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>> {
+        Box::pin(async move { self.finish_now(id) })
+    }
+
+    fn read<'a>(
+        &'a self,
+        id: &'a str,
+        after: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Read, LogError>> {
+        Box::pin(self.read_wait(id, after, wait))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn entry(seq: u64, text: &'static str) -> Entry {
+        Entry {
+            seq,
+            event: Bytes::from_static(text.as_bytes()),
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_entries: 3,
+            max_bytes: 100,
+            max_streams: 2,
+            ttl: Duration::from_mins(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_after_a_sequence_number() {
+        let log = MemoryLog::new(limits());
+        log.open("s").await.unwrap();
+        assert_eq!(log.open("s").await, Err(LogError::Exists));
+        log.append("s", entry(1, "a\n\n")).await.unwrap();
+        log.append("s", entry(2, "b\n\n")).await.unwrap();
+        let r = log.read("s", 1, Duration::ZERO).await.unwrap();
+        assert_eq!(r.entries, vec![entry(2, "b\n\n")]);
+        assert!(!r.finished);
+        let r = log.read("s", 2, Duration::ZERO).await.unwrap();
+        assert!(r.entries.is_empty() && !r.finished);
+        log.finish("s").await.unwrap();
+        let r = log.read("s", 2, Duration::ZERO).await.unwrap();
+        assert!(r.entries.is_empty() && r.finished);
+        let r = log.read("s", 0, Duration::ZERO).await.unwrap();
+        assert_eq!(r.entries.len(), 2);
+        assert!(r.finished);
+        assert_eq!(
+            log.read("x", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+    }
+
+    #[tokio::test]
+    async fn bounds() {
+        let log = MemoryLog::new(limits());
+        log.open("a").await.unwrap();
+        log.open("b").await.unwrap();
+        assert_eq!(log.open("c").await, Err(LogError::Full));
+        for i in 1..=3 {
+            log.append("a", entry(i, "x\n\n")).await.unwrap();
+        }
+        assert_eq!(
+            log.append("a", entry(4, "x\n\n")).await,
+            Err(LogError::StreamFull)
+        );
+        let big = Entry {
+            seq: 1,
+            event: Bytes::from(vec![b'x'; 101]),
+        };
+        assert_eq!(log.append("b", big).await, Err(LogError::StreamFull));
+        assert!(matches!(
+            log.append("b", entry(2, "x\n\n")).await,
+            Err(LogError::StreamFull)
+        ));
+        // A reader that reaches the bound is told, even once it finished.
+        log.finish("a").await.unwrap();
+        let r = log.read("a", 0, Duration::ZERO).await.unwrap();
+        assert_eq!(r.entries.len(), 3);
+        assert!(!r.finished, "the log does not hold the end");
+        assert_eq!(
+            log.read("a", 3, Duration::ZERO).await,
+            Err(LogError::StreamFull)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expires_after_the_ttl() {
+        let log = MemoryLog::new(limits());
+        log.open("a").await.unwrap();
+        log.finish("a").await.unwrap();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(log.read("a", 0, Duration::ZERO).await.is_ok());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            log.read("a", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        log.open("b").await.unwrap();
+        log.open("c").await.unwrap();
+        assert_eq!(log.len(), 2, "the expired stream made room");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_wakes_on_append() {
+        let log = Arc::new(MemoryLog::new(limits()));
+        log.open("s").await.unwrap();
+        let reader = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.read("s", 0, Duration::from_secs(30)).await })
+        };
+        // The reader is parked (or about to be): either way the append
+        // reaches it, well before its 30 s.
+        tokio::task::yield_now().await;
+        log.append("s", entry(1, "a\n\n")).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("woken by the append")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.entries, vec![entry(1, "a\n\n")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_are_bounded() {
+        let log = MemoryLog::new(limits());
+        log.open("s").await.unwrap();
+        let started = Instant::now();
+        let r = log.read("s", 0, Duration::from_millis(250)).await.unwrap();
+        assert!(r.entries.is_empty() && !r.finished);
+        assert_eq!(started.elapsed(), Duration::from_millis(250));
+    }
+}

@@ -1,0 +1,136 @@
+//! Stream logs: what the gateway sent downstream, per stream, so a client
+//! that reconnects gets the rest without gap or duplicate.
+//!
+//! The gateway gives every streamed answer an id (`x-recovery-stream-id`)
+//! and numbers its SSE events from 1 (`id: <stream>:<seq>`). Each event is
+//! appended to the log as the gateway sends it, and the generation goes on
+//! upstream when the client leaves (within a keep-generating window), so a
+//! reconnect with `Last-Event-ID: <stream>:<seq>` (or `GET
+//! /streams/<stream>?after=<seq>`) reads what follows `seq` from the log,
+//! then follows the live stream until it finishes.
+//!
+//! [`StreamLog`] is the seam: in memory by default ([`MemoryLog`]), on Redis
+//! Streams when configured ([`RedisLog`], feature `redis`) so that any
+//! instance behind a load balancer can serve a reconnect.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+mod memory;
+pub use memory::MemoryLog;
+
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+pub use redis::{RedisLog, RedisLogBuilder};
+
+/// A boxed future, as the log's methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One event of a stream, as sent downstream (its `id:` line included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its number in the stream, from 1, without gaps.
+    pub seq: u64,
+    /// The event's bytes, a whole SSE event ending in a blank line.
+    pub event: Bytes,
+}
+
+/// What a read found after a sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The entries after the one asked for, in order (empty when none came
+    /// within the wait).
+    pub entries: Vec<Entry>,
+    /// The stream finished: nothing follows the last entry returned (or,
+    /// with no entries, the one asked for).
+    pub finished: bool,
+}
+
+/// Bounds of a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Entries kept per stream; past it, an append fails with
+    /// [`LogError::StreamFull`] (the stream is no longer resumable, it is
+    /// never cut silently).
+    pub max_entries: u64,
+    /// Bytes kept per stream, the same way.
+    pub max_bytes: u64,
+    /// Streams kept at once (in memory); past it, opening one fails with
+    /// [`LogError::Full`].
+    pub max_streams: usize,
+    /// How long a stream stays readable after it finished (or after its last
+    /// append, if it never finishes).
+    pub ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 100_000,
+            max_bytes: 16 << 20,
+            max_streams: 10_000,
+            ttl: Duration::from_mins(5),
+        }
+    }
+}
+
+/// Why a log call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogError {
+    /// No stream has this id (never opened, or expired).
+    Unknown,
+    /// The stream reached its per-stream bound.
+    StreamFull,
+    /// The log holds as many streams as it may.
+    Full,
+    /// A stream with this id exists already.
+    Exists,
+    /// The store could not be reached or answered in error (Redis); the
+    /// text is safe to log (no credentials).
+    Store(String),
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::Unknown => f.write_str("no such stream (unknown or expired)"),
+            LogError::StreamFull => f.write_str("the stream reached its log bound"),
+            LogError::Full => f.write_str("the log holds as many streams as it may"),
+            LogError::Exists => f.write_str("a stream with this id exists"),
+            LogError::Store(e) => write!(f, "stream log store: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+/// Where the events of in-flight streams are kept. One writer per stream
+/// (the gateway instance that runs it), any number of readers, on any
+/// instance that shares the store.
+pub trait StreamLog: Send + Sync + 'static {
+    /// Starts stream `id`.
+    fn open<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>>;
+
+    /// Appends event `seq` (the previous one plus 1) to stream `id`.
+    fn append<'a>(&'a self, id: &'a str, entry: Entry) -> BoxFuture<'a, Result<(), LogError>>;
+
+    /// Marks stream `id` finished (completed or failed: its last event says
+    /// which); it stays readable for the ttl.
+    fn finish<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>>;
+
+    /// The entries of stream `id` after `after` (0: from the start),
+    /// waiting up to `wait` for one when none is there yet and the stream
+    /// has not finished. Never waits longer than `wait`.
+    fn read<'a>(
+        &'a self,
+        id: &'a str,
+        after: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Read, LogError>>;
+}

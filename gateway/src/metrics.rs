@@ -1,0 +1,223 @@
+//! Counters, fed by the recovery layer's lifecycle events, served as
+//! Prometheus text (format 0.0.4) on `GET /metrics`.
+//!
+//! Plain atomics: every label set is known in advance (the four terminal
+//! events), so there is no map to lock on the hot path and the output's
+//! cardinality is fixed.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use recovery_core::lifecycle::{EventKind, LifecycleEvent};
+
+/// The terminal events, as the `outcome` label.
+const OUTCOMES: [&str; 4] = ["completed", "exhausted", "interrupted", "cancelled"];
+
+/// The gateway's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: AtomicU64,
+    attempts: AtomicU64,
+    resends: AtomicU64,
+    resumes: AtomicU64,
+    commits: AtomicU64,
+    outcomes: [AtomicU64; 4],
+    reconnects: AtomicU64,
+    streams_active: AtomicU64,
+    rejected: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// Requests forwarded upstream.
+    pub requests: u64,
+    /// Physical sends upstream.
+    pub attempts: u64,
+    /// Sends that replayed a request before commit.
+    pub resends: u64,
+    /// Sends that resumed a committed stream.
+    pub resumes: u64,
+    /// Requests that committed (output reached the client).
+    pub commits: u64,
+    /// Terminal outcomes `completed`.
+    pub completed: u64,
+    /// Terminal outcomes `exhausted`.
+    pub exhausted: u64,
+    /// Terminal outcomes `interrupted`.
+    pub interrupted: u64,
+    /// Terminal outcomes `cancelled`.
+    pub cancelled: u64,
+    /// Reconnects served from a stream log.
+    pub downstream_reconnects: u64,
+    /// Streams running now (upstream generations the gateway reads).
+    pub streams_active: u64,
+    /// Requests refused at the stream limit.
+    pub rejected: u64,
+}
+
+impl Metrics {
+    /// Counts one lifecycle event of the recovery layer.
+    pub fn on_event(&self, event: &LifecycleEvent) {
+        match &event.kind {
+            EventKind::AttemptStarted { resume, .. } => {
+                self.attempts.fetch_add(1, Ordering::Relaxed);
+                if !*resume && event.identity.wire_attempt > 1 {
+                    self.resends.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            EventKind::ResumeStarted => {
+                self.resumes.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::Committed { .. } => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            kind if kind.is_terminal() => {
+                if let Some(i) = OUTCOMES.iter().position(|o| *o == kind.name()) {
+                    self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a request forwarded upstream.
+    pub fn request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a reconnect served from a log.
+    pub fn reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request refused at the stream limit.
+    pub fn rejected(&self) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream started (`+1`) or ended (`-1`).
+    pub(crate) fn stream_started(&self) {
+        self.streams_active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// See [`Metrics::stream_started`].
+    pub(crate) fn stream_ended(&self) {
+        self.streams_active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Snapshot {
+            requests: get(&self.requests),
+            attempts: get(&self.attempts),
+            resends: get(&self.resends),
+            resumes: get(&self.resumes),
+            commits: get(&self.commits),
+            completed: get(&self.outcomes[0]),
+            exhausted: get(&self.outcomes[1]),
+            interrupted: get(&self.outcomes[2]),
+            cancelled: get(&self.outcomes[3]),
+            downstream_reconnects: get(&self.reconnects),
+            streams_active: get(&self.streams_active),
+            rejected: get(&self.rejected),
+        }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let s = self.snapshot();
+        let mut out = String::with_capacity(2048);
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+            );
+        };
+        counter(
+            "recovery_gateway_requests_total",
+            "Requests forwarded upstream.",
+            s.requests,
+        );
+        counter(
+            "recovery_gateway_attempts_total",
+            "Physical sends upstream, first sends included.",
+            s.attempts,
+        );
+        counter(
+            "recovery_gateway_resends_total",
+            "Sends that replayed a request before any output.",
+            s.resends,
+        );
+        counter(
+            "recovery_gateway_resumes_total",
+            "Sends that resumed a committed stream.",
+            s.resumes,
+        );
+        counter(
+            "recovery_gateway_commits_total",
+            "Requests whose output began to reach the client.",
+            s.commits,
+        );
+        counter(
+            "recovery_gateway_downstream_reconnects_total",
+            "Client reconnects served from a stream log.",
+            s.downstream_reconnects,
+        );
+        counter(
+            "recovery_gateway_rejected_total",
+            "Requests refused at the concurrent stream limit.",
+            s.rejected,
+        );
+        let _ = write!(
+            out,
+            "# HELP recovery_gateway_outcomes_total Requests by terminal outcome.\n\
+             # TYPE recovery_gateway_outcomes_total counter\n"
+        );
+        for (name, value) in
+            OUTCOMES
+                .iter()
+                .zip([s.completed, s.exhausted, s.interrupted, s.cancelled])
+        {
+            let _ = writeln!(
+                out,
+                "recovery_gateway_outcomes_total{{outcome=\"{name}\"}} {value}"
+            );
+        }
+        let _ = write!(
+            out,
+            "# HELP recovery_gateway_streams_active Upstream generations running now.\n\
+             # TYPE recovery_gateway_streams_active gauge\n\
+             recovery_gateway_streams_active {}\n",
+            s.streams_active
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_every_series_once() {
+        let m = Metrics::default();
+        m.request();
+        let text = m.render();
+        for name in [
+            "recovery_gateway_requests_total 1",
+            "recovery_gateway_attempts_total 0",
+            "recovery_gateway_resends_total 0",
+            "recovery_gateway_resumes_total 0",
+            "recovery_gateway_commits_total 0",
+            "recovery_gateway_outcomes_total{outcome=\"completed\"} 0",
+            "recovery_gateway_downstream_reconnects_total 0",
+            "recovery_gateway_streams_active 0",
+        ] {
+            assert_eq!(text.lines().filter(|l| *l == name).count(), 1, "{name}");
+        }
+        assert!(text.ends_with('\n'));
+    }
+}

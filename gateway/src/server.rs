@@ -1,0 +1,297 @@
+//! The listener, its connections and a graceful shutdown.
+//!
+//! HTTP/1.1 from hyper with a header read timeout (a client that trickles
+//! its head, slow-loris, is closed). On shutdown the listener closes first,
+//! each connection finishes its response in flight and closes, and streams
+//! still generating for a client that left get the rest of the grace
+//! period; when it runs out they end with their error event and the
+//! remaining connections are closed.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::config::{Config, StreamLogChoice};
+use crate::forward::Upstream;
+use crate::handler::{State, handle};
+use crate::log::{MemoryLog, StreamLog};
+use crate::logs::{Field, Logger};
+use crate::metrics::{Metrics, Snapshot};
+use crate::routes::Router;
+use crate::streams::{Streams, raised};
+
+/// Why a gateway could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The address could not be bound.
+    Bind(std::io::Error),
+    /// The stream log could not be set up (the text is safe to print).
+    StreamLog(String),
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GatewayError::Bind(e) => write!(f, "cannot listen: {e}"),
+            GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+/// Starts a graceful shutdown of the gateway it came from; clones share it.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle(Arc<watch::Sender<bool>>);
+
+impl ShutdownHandle {
+    /// Stops accepting and lets streams in flight finish within the grace
+    /// period. Returns at once; [`Gateway::wait`] waits for the end.
+    pub fn shutdown(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    addr: SocketAddr,
+    shutdown: ShutdownHandle,
+    metrics: Arc<Metrics>,
+    streams: Arc<Streams>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Streams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("active", &self.active())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
+async fn open_log(config: &Config) -> Result<Arc<dyn StreamLog>, GatewayError> {
+    Ok(match &config.stream_log {
+        StreamLogChoice::Memory => Arc::new(MemoryLog::new(config.log_limits)),
+        StreamLogChoice::Custom(log) => Arc::clone(log),
+        #[cfg(feature = "redis")]
+        StreamLogChoice::Redis(url) => {
+            let log = crate::log::RedisLog::builder(config.log_limits)
+                .connect(url)
+                .await
+                .map_err(|e| GatewayError::StreamLog(e.to_string()))?;
+            Arc::new(log)
+        }
+        #[cfg(not(feature = "redis"))]
+        StreamLogChoice::Redis(_) => {
+            return Err(GatewayError::StreamLog(
+                "this build has no Redis stream log (feature `redis`)".into(),
+            ));
+        }
+    })
+}
+
+impl Gateway {
+    /// Binds `config.listen` and serves in the background (on the current
+    /// tokio runtime) until [`ShutdownHandle::shutdown`].
+    pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
+        let log = open_log(&config).await?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(GatewayError::Bind)?;
+        let addr = listener.local_addr().map_err(GatewayError::Bind)?;
+        let metrics = Arc::new(Metrics::default());
+        let logger = config.logger.clone();
+        let streams = Arc::new(Streams::new(
+            log,
+            config.keep_generating,
+            config.log_limits.ttl,
+            Arc::clone(&metrics),
+            logger.clone(),
+        ));
+        let state = Arc::new(State {
+            router: Router::new(config.routes.clone(), config.upstream.clone()),
+            upstream: Upstream::new(&config.policy, &metrics, &logger),
+            streams: Arc::clone(&streams),
+            metrics: Arc::clone(&metrics),
+            logger: logger.clone(),
+            permits: Arc::new(Semaphore::new(config.max_streams)),
+            max_body_bytes: config.max_body_bytes,
+        });
+        let (tx, rx) = watch::channel(false);
+        let serve = Serve {
+            listener,
+            state,
+            shutdown: rx,
+            header_read_timeout: config.header_read_timeout,
+            grace: config.shutdown_grace,
+            logger: logger.clone(),
+        };
+        let task = tokio::spawn(serve.run());
+        let addr_text = addr.to_string();
+        logger.info(
+            "listening",
+            "gateway listening",
+            &[
+                ("addr", Field::Str(&addr_text)),
+                ("routes", Field::U64(config.routes.len() as u64)),
+                (
+                    "stream_log",
+                    Field::Str(&format!("{:?}", config.stream_log)),
+                ),
+            ],
+        );
+        Ok(Gateway {
+            addr,
+            shutdown: ShutdownHandle(Arc::new(tx)),
+            metrics,
+            streams,
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The counters now.
+    pub fn metrics(&self) -> Snapshot {
+        self.metrics.snapshot()
+    }
+
+    /// Waits until no stream is generating (every upstream read ended).
+    pub async fn wait_streams_idle(&self) {
+        self.streams.wait_idle().await;
+    }
+
+    /// A handle that starts the graceful shutdown.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Starts the graceful shutdown and waits for its end.
+    pub async fn shutdown(self) {
+        self.shutdown.shutdown();
+        self.wait().await;
+    }
+
+    /// Waits until the gateway stopped (after a shutdown was started).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+struct Serve {
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: watch::Receiver<bool>,
+    header_read_timeout: Duration,
+    grace: Duration,
+    logger: Logger,
+}
+
+impl Serve {
+    async fn run(mut self) {
+        let mut conns = JoinSet::new();
+        // Told to every connection when the shutdown starts.
+        let (closing_tx, closing_rx) = watch::channel(false);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        conns.spawn(connection(
+                            stream,
+                            Arc::clone(&self.state),
+                            self.header_read_timeout,
+                            closing_rx.clone(),
+                        ));
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off a little
+                        // instead of spinning.
+                        self.logger.warn("accept_error", "cannot accept a connection", &[("error", Field::Str(&e.to_string()))]);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                () = raised(&mut self.shutdown) => break,
+            }
+        }
+        drop(self.listener);
+        let _ = closing_tx.send(true);
+        self.logger.info(
+            "shutdown_started",
+            "no longer accepting; waiting for streams in flight",
+            &[
+                ("connections", Field::U64(conns.len() as u64)),
+                ("streams", Field::U64(self.state.streams.active() as u64)),
+            ],
+        );
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let drained = tokio::time::timeout_at(deadline, async {
+            while conns.join_next().await.is_some() {}
+            self.state.streams.wait_idle().await;
+        })
+        .await
+        .is_ok();
+        if !drained {
+            // Streams still going end with their error event; then the
+            // connections left are closed.
+            self.state.streams.stop_all();
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), self.state.streams.wait_idle()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while conns.join_next().await.is_some() {}
+            })
+            .await;
+            conns.abort_all();
+        }
+        self.logger.info(
+            "shutdown_finished",
+            "gateway stopped",
+            &[("graceful", Field::Bool(drained))],
+        );
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    state: Arc<State>,
+    header_read_timeout: Duration,
+    mut closing: watch::Receiver<bool>,
+) {
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let state = Arc::clone(&state);
+        async move { Ok::<_, Infallible>(handle(state, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = raised(&mut closing) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The `recovery-gateway` binary: its first stdout line, usage errors,
+//! structured stderr without credentials, and a graceful SIGTERM.
+
+mod support;
+
+use std::process::Stdio;
+
+use recovery_tests::fault::{FaultProvider, Script, Write};
+use support::*;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_recovery-gateway");
+
+#[tokio::test]
+async fn help_and_version() {
+    let out = Command::new(BIN).arg("--help").output().await.unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("usage: recovery-gateway"), "{text}");
+    assert!(text.contains("RECOVERY_GATEWAY_KEEP_GENERATING_MS"));
+    let out = Command::new(BIN).arg("--version").output().await.unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .starts_with("recovery-gateway ")
+    );
+}
+
+#[tokio::test]
+async fn bad_usage_exits_2_with_one_line() {
+    for args in [
+        vec!["--bogus"],
+        vec!["--listen", "not-an-address"],
+        vec!["--max-streams", "0"],
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env_remove("RECOVERY_GATEWAY_CONFIG")
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("recovery-gateway: "), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = Command::new(BIN)
+        .env("RECOVERY_GATEWAY_STREAM_LOG", "disk")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad variable too");
+}
+
+#[tokio::test]
+async fn serves_logs_safely_and_exits_0_on_sigterm() {
+    let provider = FaultProvider::start(vec![
+        Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::fixture("openai-chat/happy-usage.sse")),
+    ])
+    .await
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RECOVERY_GATEWAY_UPSTREAM", provider.base_url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::time::timeout(LIMIT, stdout.read_line(&mut line))
+        .await
+        .expect("a listening line")
+        .unwrap();
+    let addr = line
+        .strip_prefix("listening http://")
+        .unwrap_or_else(|| panic!("first line: {line:?}"))
+        .trim()
+        .to_owned();
+    assert!(addr.parse::<std::net::SocketAddr>().unwrap().port() != 0);
+
+    let mut stderr = child.stderr.take().unwrap();
+    let collect = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+
+    let mut req = post(format!("http://{addr}{CHAT}"), CHAT_BODY);
+    req.headers_mut()
+        .insert("x-api-key", "sk-ant-SECRET-999".parse().unwrap());
+    let a = send(req).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        without_ids(&a.text()).as_bytes(),
+        &fixture("openai-chat/happy-usage.sse")[..]
+    );
+    assert_eq!(
+        provider.requests()[0].header("authorization"),
+        Some(&b"Bearer sk-test-secret-0123"[..])
+    );
+
+    let pid = child.id().expect("running").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "graceful shutdown exits 0");
+
+    let err = collect.await.unwrap();
+    assert!(!err.is_empty());
+    for l in err.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["ts"].is_string() && v["level"].is_string() && v["msg"].is_string());
+        assert!(!l.contains("SECRET") && !l.contains("secret"), "{l}");
+    }
+    assert!(err.contains("\"event\":\"shutdown_finished\""), "{err}");
+    assert!(err.contains("\"event\":\"stream_finished\""), "{err}");
+}

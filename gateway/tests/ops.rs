@@ -1,0 +1,169 @@
+//! Operations over real sockets: health, metrics, limits, bad input,
+//! slow clients and credentials.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use recovery_tests::fault::{FaultProvider, Script, Write};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn happy() -> Script {
+    Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(Write::fixture("openai-chat/happy-usage.sse"))
+}
+
+#[tokio::test]
+async fn healthz_and_metrics_move() {
+    let provider = FaultProvider::start(vec![Script::status(503), happy()])
+        .await
+        .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let h = send(get(gw.url("/healthz"))).await;
+    assert_eq!(h.status, 200);
+    assert_eq!(h.json(), serde_json::json!({"status": "ok"}));
+    let before = send(get(gw.url("/metrics"))).await;
+    assert!(before.text().contains("recovery_gateway_requests_total 0"));
+    send(post(gw.url(CHAT), CHAT_BODY)).await;
+    let after = send(get(gw.url("/metrics"))).await;
+    assert_eq!(after.status, 200);
+    assert!(
+        after.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = after.text();
+    for line in [
+        "recovery_gateway_requests_total 1",
+        "recovery_gateway_attempts_total 2",
+        "recovery_gateway_resends_total 1",
+        "recovery_gateway_commits_total 1",
+        "recovery_gateway_outcomes_total{outcome=\"completed\"} 1",
+        "recovery_gateway_resumes_total 0",
+        "recovery_gateway_downstream_reconnects_total 0",
+        "recovery_gateway_streams_active 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let wrong = send(post(gw.url("/healthz"), "{}")).await;
+    assert_eq!(wrong.status, 405);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_and_invalid_bodies_are_refused_before_the_upstream() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    config.max_body_bytes = 64;
+    let gw = gateway(config).await;
+    let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(100));
+    let r = send(post(gw.url(CHAT), &big)).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["error"]["type"], "request_too_large");
+    let r = send(post(gw.url(CHAT), "{not json")).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["type"], "invalid_json");
+    assert_eq!(provider.count(), 0, "nothing was forwarded");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_route_without_an_upstream_is_a_json_404() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    config.upstream = None;
+    let gw = gateway(config).await;
+    let r = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["type"], "no_route");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn beyond_max_streams_is_503_with_retry_after() {
+    let provider = FaultProvider::start(vec![
+        Script::ok()
+            .header("content-type", "text/event-stream")
+            .write(Write::text(
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            ))
+            .write(Write::stall())
+            .write(Write::text("data: [DONE]\n\n")),
+    ])
+    .await
+    .unwrap();
+    let (mut config, _) = config(&provider);
+    config.max_streams = 1;
+    let gw = gateway(config).await;
+    let mut first = Live::open(post(gw.url(CHAT), CHAT_BODY)).await;
+    first.events(1).await;
+    let second = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(second.status, 503);
+    assert_eq!(second.headers["retry-after"], "1");
+    assert_eq!(second.json()["error"]["type"], "too_many_streams");
+    assert_eq!(provider.count(), 1);
+    provider.release_all();
+    drop(first);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_loris_connection_is_closed() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    config.header_read_timeout = Duration::from_millis(200);
+    let gw = gateway(config).await;
+    let mut s = TcpStream::connect(gw.local_addr()).await.unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    // The head is never finished: only the gateway can end this read.
+    let read = tokio::time::timeout(LIMIT, s.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the gateway closed the connection");
+    assert_eq!(provider.count(), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn credentials_reach_the_upstream_untouched_and_never_the_logs() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (config, lines) = config(&provider);
+    let gw = gateway(config).await;
+    let req = Request::post(gw.url(&format!("{CHAT}?api-version=1")))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-live-SECRET-4242")
+        .header("x-api-key", "anthropic-SECRET-77")
+        .header("connection", "keep-alive")
+        .body(Full::new(Bytes::from_static(CHAT_BODY.as_bytes())))
+        .unwrap();
+    let a = send(req).await;
+    assert_eq!(a.status, 200);
+    let got = &provider.requests()[0];
+    assert_eq!(got.target, format!("{CHAT}?api-version=1"), "query kept");
+    assert_eq!(
+        got.header("authorization"),
+        Some(&b"Bearer sk-live-SECRET-4242"[..])
+    );
+    assert_eq!(got.header("x-api-key"), Some(&b"anthropic-SECRET-77"[..]));
+    assert_eq!(&got.body[..], CHAT_BODY.as_bytes());
+    gw.shutdown().await;
+    let lines = lines.lock().unwrap();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for line in lines.iter() {
+        assert!(!line.contains("SECRET"), "{line}");
+        assert!(!line.contains("api-version"), "no query in logs: {line}");
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["ts"].is_string() && v["level"].is_string() && v["msg"].is_string());
+    }
+    assert!(lines.iter().any(|l| l.contains("\"stream_id\"")));
+    assert!(lines.iter().any(|l| l.contains("\"logical_id\"")));
+}

@@ -1,0 +1,265 @@
+"""The official OpenAI Python SDK pointed at the recovery gateway, the
+loopback fault provider behind it.
+
+Each test loads its own scripts into the provider under a path prefix of its
+own (``/<name>/v1/...``, merged with ``POST /__fault/script?merge``), points
+``OpenAI(base_url=f"{gateway}/<name>/v1", max_retries=0)`` at the gateway, and
+reads the provider's counters afterwards. The SDK never retries on its own:
+whatever was recovered, the gateway recovered.
+
+Environment: ``RECOVERY_GATEWAY_URL`` and ``FAULT_PROVIDER_URL`` (set by
+``scripts/test-gateway-python.sh``).
+"""
+
+import json
+import os
+import pathlib
+import unittest
+import urllib.request
+
+import openai
+from openai import OpenAI
+
+GATEWAY = os.environ["RECOVERY_GATEWAY_URL"].rstrip("/")
+PROVIDER = os.environ["FAULT_PROVIDER_URL"].rstrip("/")
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures"
+SSE = {"content-type": "text/event-stream"}
+CHAT_FIXTURE = "openai-chat/happy-usage.sse"
+
+
+def control(method, path, body=None):
+    """A call to the provider's control endpoint; its JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{PROVIDER}/__fault/{path}",
+        data=data,
+        method=method,
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    return json.loads(text) if text else None
+
+
+def load(paths):
+    """Adds (or replaces) the scripts of these paths, counters kept."""
+    control("POST", "script?merge", {"paths": paths})
+
+
+def sends(path):
+    """How many requests the provider received on `path`."""
+    return control("GET", "count")["paths"].get(path, 0)
+
+
+def received(path):
+    """The requests the provider received on `path`, in order."""
+    return [
+        r for r in control("GET", "requests") if r["target"].split("?")[0] == path
+    ]
+
+
+def fixture_bytes(name):
+    return (FIXTURES / name).read_bytes()
+
+
+def event_ends(data):
+    """Offsets just past each SSE event (its blank line) of `data`."""
+    ends, start = [], 0
+    while True:
+        at = data.find(b"\n\n", start)
+        if at < 0:
+            return ends
+        ends.append(at + 2)
+        start = at + 2
+
+
+def client(prefix):
+    return OpenAI(
+        base_url=f"{GATEWAY}{prefix}/v1",
+        api_key="test",
+        max_retries=0,
+        timeout=30,
+    )
+
+
+def chat_text(stream):
+    """The content the SDK yields from a chat stream."""
+    text = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.delta and choice.delta.content:
+                text.append(choice.delta.content)
+    return "".join(text)
+
+
+CHAT_ARGS = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "say hello"}],
+    "stream": True,
+}
+
+# A Responses stream with several text deltas, numbered as OpenAI numbers
+# them (sequence_number from 0).
+RESPONSE_EVENTS = [
+    ("response.created", {"response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}),
+    ("response.in_progress", {"response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}),
+    ("response.output_item.added", {"output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+    ("response.content_part.added", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Resumed"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " streams"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " stay"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " whole."}),
+    ("response.output_text.done", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "text": "Resumed streams stay whole."}),
+    ("response.content_part.done", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "Resumed streams stay whole.", "annotations": []}}),
+    ("response.output_item.done", {"output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": "Resumed streams stay whole.", "annotations": []}]}}),
+    ("response.completed", {"response": {"id": "resp_1", "object": "response", "status": "completed", "output": [], "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0}}}}),
+]
+
+
+def response_event(seq):
+    kind, fields = RESPONSE_EVENTS[seq]
+    data = {"type": kind, "sequence_number": seq, **fields}
+    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def response_stream(first=0, last=len(RESPONSE_EVENTS) - 1):
+    return "".join(response_event(seq) for seq in range(first, last + 1))
+
+
+def response_text(stream):
+    """The text deltas and the event types the SDK yields."""
+    text, kinds = [], []
+    for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            text.append(event.delta)
+    return "".join(text), kinds
+
+
+class ChatRecovery(unittest.TestCase):
+    def test_a_reset_before_the_first_token_is_replayed_invisibly(self):
+        prefix = "/a-reset-before-token"
+        path = f"{prefix}/v1/chat/completions"
+        full = fixture_bytes(CHAT_FIXTURE)
+        # Cut by RST right after the role-only event: a head and a frame,
+        # no token yet.
+        cut = event_ends(full)[0]
+        load({
+            path: [
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}], "cut_at": cut, "ending": "rst"},
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}]},
+            ]
+        })
+        text = chat_text(client(prefix).chat.completions.create(**CHAT_ARGS))
+        self.assertEqual(text, "Hello world", "the whole answer, once")
+        self.assertEqual(sends(path), 2, "the provider saw the first send and one replay")
+
+    def test_a_reset_before_the_head_is_replayed_invisibly(self):
+        prefix = "/a-reset-before-head"
+        path = f"{prefix}/v1/chat/completions"
+        load({
+            path: [
+                {"ending": "reset_before_head"},
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}]},
+            ]
+        })
+        text = chat_text(client(prefix).chat.completions.create(**CHAT_ARGS))
+        self.assertEqual(text, "Hello world")
+        self.assertEqual(sends(path), 2)
+
+    def test_b_an_overloaded_error_event_before_output_is_replayed(self):
+        prefix = "/b-error-first"
+        path = f"{prefix}/v1/chat/completions"
+        load({
+            path: [
+                {"headers": SSE, "body": [{"fixture": "openai-chat/error-first.sse"}]},
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}]},
+            ]
+        })
+        text = chat_text(client(prefix).chat.completions.create(**CHAT_ARGS))
+        self.assertEqual(text, "Hello world", "the error event never reached the SDK")
+        self.assertEqual(sends(path), 2)
+
+    def test_b_an_anthropic_like_overloaded_chunk_before_output_is_replayed(self):
+        prefix = "/b-overloaded"
+        path = f"{prefix}/v1/chat/completions"
+        overloaded = (
+            'data: {"error":{"message":"Overloaded","type":"overloaded_error",'
+            '"param":null,"code":"overloaded"}}\n\n'
+        )
+        load({
+            path: [
+                {"headers": SSE, "body": [overloaded]},
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}]},
+            ]
+        })
+        text = chat_text(client(prefix).chat.completions.create(**CHAT_ARGS))
+        self.assertEqual(text, "Hello world")
+        self.assertEqual(sends(path), 2)
+
+    def test_d_a_reset_after_the_first_token_raises_after_the_prefix(self):
+        prefix = "/d-reset-after-token"
+        path = f"{prefix}/v1/chat/completions"
+        full = fixture_bytes(CHAT_FIXTURE)
+        # Cut right after the "Hello" event: committed, not resumable.
+        cut = event_ends(full)[1]
+        load({
+            path: [
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}], "cut_at": cut, "ending": "rst"},
+                {"headers": SSE, "body": [{"fixture": CHAT_FIXTURE}]},
+            ]
+        })
+        stream = client(prefix).chat.completions.create(**CHAT_ARGS)
+        seen = []
+        with self.assertRaises(openai.APIError) as raised:
+            for chunk in stream:
+                for choice in chunk.choices:
+                    if choice.delta and choice.delta.content:
+                        seen.append(choice.delta.content)
+        self.assertEqual("".join(seen), "Hello", "the prefix was yielded before the error")
+        self.assertNotIsInstance(
+            raised.exception,
+            openai.APIConnectionError,
+            "a provider-shaped error event, not a dropped connection",
+        )
+        self.assertIsInstance(raised.exception.body, dict, raised.exception)
+        self.assertEqual(sends(path), 1, "never replayed after a token was out")
+
+
+class ResponsesResume(unittest.TestCase):
+    ARGS = {"model": "m", "input": "say something", "stream": True, "background": True}
+
+    def test_c_a_background_stream_cut_after_the_first_token_is_resumed(self):
+        whole_prefix = "/c-whole"
+        whole_path = f"{whole_prefix}/v1/responses"
+        prefix = "/c-cut"
+        post = f"{prefix}/v1/responses"
+        get = f"{prefix}/v1/responses/resp_1"
+        # The first delta is sequence_number 4: cut right after it.
+        head = response_stream(0, 4)
+        load({
+            whole_path: [{"headers": SSE, "body": [response_stream()]}],
+            post: [{"headers": SSE, "body": [head, response_stream(5)], "cut_at": len(head.encode()), "ending": "rst"}],
+            # What OpenAI sends on `GET ...?stream=true&starting_after=4`.
+            get: [{"headers": SSE, "body": [response_stream(5)]}],
+        })
+
+        whole_text, whole_kinds = response_text(client(whole_prefix).responses.create(**self.ARGS))
+        self.assertEqual(whole_text, "Resumed streams stay whole.")
+
+        text, kinds = response_text(client(prefix).responses.create(**self.ARGS))
+        self.assertEqual(text, whole_text, "the resumed text equals the uninterrupted one")
+        self.assertEqual(kinds, whole_kinds, "the same events, none twice, none missing")
+
+        self.assertEqual(sends(post), 1, "the POST was never replayed")
+        self.assertEqual(sends(get), 1, "one resume")
+        posts = received(post)
+        gets = received(get)
+        self.assertEqual([r["method"] for r in posts + gets], ["POST", "GET"])
+        target = gets[0]["target"]
+        self.assertIn("stream=true", target)
+        self.assertIn("starting_after=4", target)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,238 @@
+//! The upstream leg over real sockets: what a client of the gateway sees
+//! when the provider fails before and after the first token.
+
+mod support;
+
+use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use support::*;
+
+fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
+    Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(write)
+}
+
+#[tokio::test]
+async fn reset_before_the_first_token_is_replayed_once_and_invisible() {
+    let name = "openai-chat/happy-usage.sse";
+    let full = String::from_utf8(fixture(name)).unwrap();
+    let provider = FaultProvider::start(vec![
+        // Cut inside the role-only first event: nothing semantic yet.
+        sse(Write::fixture(name)).cut_at(40).ending(Ending::Rst),
+        sse(Write::fixture(name)),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(without_ids(&answer.text()), full, "the whole answer, once");
+    assert_eq!(provider.count(), 2, "two upstream sends");
+    let m = gw.metrics();
+    assert_eq!((m.attempts, m.resends, m.completed), (2, 1, 1));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_503_and_529_then_success_are_replayed() {
+    let chat = "openai-chat/happy-usage.sse";
+    let anthropic = "anthropic/happy.sse";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(CHAT, vec![Script::status(503), sse(Write::fixture(chat))])
+            .path(
+                MESSAGES,
+                vec![
+                    Script::status(529).header("retry-after-ms", "5"),
+                    sse(Write::fixture(anthropic)),
+                ],
+            ),
+    )
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(without_ids(&a.text()).as_bytes(), &fixture(chat)[..]);
+    let b = send(post(
+        gw.url(MESSAGES),
+        r#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#,
+    ))
+    .await;
+    assert_eq!(b.status, 200);
+    assert_eq!(without_ids(&b.text()).as_bytes(), &fixture(anthropic)[..]);
+    assert_eq!(provider.count_path(CHAT), 2);
+    assert_eq!(provider.count_path(MESSAGES), 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_stream_overloaded_error_before_output_is_replayed() {
+    let provider = FaultProvider::start(vec![
+        sse(Write::fixture("anthropic/error-first.sse")),
+        sse(Write::fixture("anthropic/happy.sse")),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(MESSAGES), r#"{"stream":true}"#)).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        without_ids(&a.text()).as_bytes(),
+        &fixture("anthropic/happy.sse")[..],
+        "the error event of the first attempt never reaches the client"
+    );
+    assert_eq!(provider.count(), 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn final_error_response_passes_through_as_it_came() {
+    let provider = FaultProvider::start(vec![
+        Script::status(400)
+            .header("content-type", "application/json")
+            .write(Write::text(
+                r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#,
+            )),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(a.status, 400);
+    assert_eq!(a.json()["error"]["message"], "bad model");
+    assert_eq!(provider.count(), 1, "a permanent status is never retried");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_response_at_all_is_a_502_in_the_providers_shape() {
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).with_default(Script::just(Ending::ResetBeforeHead)),
+    )
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(MESSAGES), r#"{"stream":true}"#)).await;
+    assert_eq!(a.status, 502);
+    let v = a.json();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "api_error", "{v}");
+    assert_eq!(provider.count(), 3, "max_attempts sends");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn reset_after_the_first_token_ends_with_the_openai_error_event() {
+    let name = "openai-chat/happy-usage.sse";
+    let full = fixture(name);
+    // Events 1 (role) and 2 ("Hello") are whole; then the connection dies.
+    let cut = after_event(&full, 2);
+    let provider = FaultProvider::start(vec![
+        sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(a.status, 200);
+    let evs = events(&a.text());
+    assert_eq!(evs.len(), 3, "{evs:?}");
+    assert_eq!(
+        without_ids(&evs[..2].concat()).as_bytes(),
+        &full[..cut],
+        "the prefix as sent"
+    );
+    let error = data(&evs[2]);
+    let message = error["error"]["message"].as_str().expect("error.message");
+    assert!(message.contains("interrupted"), "{message}");
+    assert!(
+        !evs[2].contains("event:"),
+        "an unnamed event, as OpenAI sends"
+    );
+    assert_eq!(provider.count(), 1, "never replayed after output");
+    assert_eq!(gw.metrics().interrupted, 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn reset_after_the_first_token_ends_with_the_anthropic_error_event() {
+    let name = "anthropic/happy.sse";
+    let full = fixture(name);
+    let text = String::from_utf8(full.clone()).unwrap();
+    let delta = text.find("event: content_block_delta").unwrap();
+    let cut = delta + text[delta..].find("\n\n").unwrap() + 2;
+    let provider = FaultProvider::start(vec![
+        sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url(MESSAGES), r#"{"stream":true}"#)).await;
+    let evs = events(&a.text());
+    let last = evs.last().unwrap();
+    assert!(last.contains("event: error\n"), "{last}");
+    let v = data(last);
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "api_error");
+    assert_eq!(
+        without_ids(&evs[..evs.len() - 1].concat()).as_bytes(),
+        &full[..cut]
+    );
+    assert_eq!(provider.count(), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn responses_background_stream_is_resumed_byte_identically() {
+    let name = "openai-responses/happy.sse";
+    let full = fixture(name);
+    let text = String::from_utf8(full.clone()).unwrap();
+    let delta = text.find("event: response.output_text.delta").unwrap();
+    let cut = delta + text[delta..].find("\n\n").unwrap() + 2;
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                RESPONSES,
+                vec![
+                    sse(Write::fixture(name).split_lines())
+                        .cut_at(cut)
+                        .ending(Ending::Rst),
+                ],
+            )
+            .path("/v1/responses/resp_1", vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(
+        gw.url(RESPONSES),
+        r#"{"model":"m","input":"hi","stream":true,"background":true}"#,
+    ))
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        without_ids(&a.text()),
+        text,
+        "the uninterrupted stream, modulo the gateway's ids"
+    );
+    let ids: Vec<String> = events(&a.text())
+        .iter()
+        .filter_map(|e| event_id(e))
+        .collect();
+    let sid = a.stream_id();
+    let want: Vec<String> = (1..=ids.len()).map(|n| format!("{sid}:{n}")).collect();
+    assert_eq!(ids, want, "one id per event, from 1");
+    assert_eq!(provider.count_path(RESPONSES), 1, "never a POST replay");
+    assert_eq!(provider.count_path("/v1/responses/resp_1"), 1, "one resume");
+    assert_eq!(gw.metrics().resumes, 1);
+    gw.shutdown().await;
+}

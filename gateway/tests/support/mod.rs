@@ -1,0 +1,224 @@
+//! Shared pieces of the gateway's socket tests: a fault provider upstream,
+//! a gateway in process, and a plain HTTP client that reads SSE event by
+//! event.
+#![allow(dead_code)]
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use recovery_core::policy::RecoveryPolicy;
+use recovery_gateway::logs::Logger;
+use recovery_gateway::{Config, Gateway};
+use recovery_tests::fault::FaultProvider;
+
+/// No test waits longer than this for anything.
+pub const LIMIT: Duration = Duration::from_secs(20);
+
+pub const CHAT: &str = "/v1/chat/completions";
+pub const MESSAGES: &str = "/v1/messages";
+pub const RESPONSES: &str = "/v1/responses";
+pub const CHAT_BODY: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+pub fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
+}
+
+/// Fast backoff so replays take milliseconds.
+pub fn policy() -> RecoveryPolicy {
+    RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(3).unwrap())
+        .backoff(Duration::from_millis(2), Duration::from_millis(10))
+        .build()
+        .unwrap()
+}
+
+/// A gateway config in front of `provider`, logging into memory.
+pub fn config(provider: &FaultProvider) -> (Config, Arc<Mutex<Vec<String>>>) {
+    let (logger, lines) = Logger::memory();
+    let c = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: Some(provider.base_url().parse().unwrap()),
+        policy: policy(),
+        logger,
+        ..Config::default()
+    };
+    (c, lines)
+}
+
+pub async fn gateway(config: Config) -> Gateway {
+    Gateway::bind(config).await.expect("gateway binds")
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A response read whole.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+
+    pub fn stream_id(&self) -> String {
+        self.headers
+            .get("x-recovery-stream-id")
+            .expect("x-recovery-stream-id")
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+pub async fn send(req: Request<Full<Bytes>>) -> Answer {
+    tokio::time::timeout(LIMIT, async {
+        let resp = client().request(req).await.expect("response");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("whole body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    })
+    .await
+    .expect("hung")
+}
+
+pub fn post(url: String, body: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-test-secret-0123")
+        .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+        .unwrap()
+}
+
+pub fn get(url: String) -> Request<Full<Bytes>> {
+    Request::get(url).body(Full::new(Bytes::new())).unwrap()
+}
+
+/// The stream without the gateway's `id:` lines.
+pub fn without_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if !line.starts_with("id: ") {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// The SSE events of a text (split on blank lines), blank lines kept.
+pub fn events(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("\n\n") {
+        out.push(rest[..i + 2].to_owned());
+        rest = &rest[i + 2..];
+    }
+    if !rest.is_empty() {
+        out.push(rest.to_owned());
+    }
+    out
+}
+
+/// The gateway id of an event (`<stream>:<seq>`), if it has one.
+pub fn event_id(event: &str) -> Option<String> {
+    event
+        .lines()
+        .find_map(|l| l.strip_prefix("id: "))
+        .map(str::to_owned)
+}
+
+/// The data of an event, parsed.
+pub fn data(event: &str) -> serde_json::Value {
+    let line = event
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("no data in {event:?}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// Byte offset just after the `n`th (1-based) blank-line event end.
+pub fn after_event(bytes: &[u8], n: usize) -> usize {
+    let mut seen = 0;
+    for i in 0..bytes.len().saturating_sub(1) {
+        if bytes[i] == b'\n' && bytes[i + 1] == b'\n' {
+            seen += 1;
+            if seen == n {
+                return i + 2;
+            }
+        }
+    }
+    panic!("fewer than {n} events");
+}
+
+/// A streamed response read event by event.
+pub struct Live {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: Incoming,
+    buf: String,
+}
+
+impl Live {
+    pub async fn open(req: Request<Full<Bytes>>) -> Live {
+        let resp = tokio::time::timeout(LIMIT, client().request(req))
+            .await
+            .expect("hung")
+            .expect("response");
+        let (parts, body) = resp.into_parts();
+        Live {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            buf: String::new(),
+        }
+    }
+
+    pub fn stream_id(&self) -> String {
+        self.headers["x-recovery-stream-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The next `n` whole events.
+    pub async fn events(&mut self, n: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        tokio::time::timeout(LIMIT, async {
+            while out.len() < n {
+                if let Some(i) = self.buf.find("\n\n") {
+                    out.push(self.buf[..i + 2].to_owned());
+                    self.buf.drain(..i + 2);
+                    continue;
+                }
+                let frame = self.body.frame().await.expect("more").expect("a frame");
+                if let Ok(data) = frame.into_data() {
+                    self.buf.push_str(std::str::from_utf8(&data).unwrap());
+                }
+            }
+        })
+        .await
+        .expect("hung reading events");
+        out
+    }
+}

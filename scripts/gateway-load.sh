@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Load figures for recovery-gateway (BENCHMARKS.md): added latency per
+# stream against the provider directly, throughput, slow streams held at
+# once and the gateway's memory per stream. Release build; loopback only.
+# Extra arguments go to the example: --streams N --concurrency N --held N.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p recovery-gateway --bin recovery-gateway --example load
+exec "${CARGO_TARGET_DIR:-target}/release/examples/load" "$@"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The Python environment of the gateway's SDK tests: a virtualenv at
+# target/python-venv with the official `openai` package, pinned. Idempotent:
+# when the venv already has that version it only prints the interpreter.
+# Prints the interpreter's path as its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENAI_VERSION="3.57.0"
+VENV="target/python-venv"
+PY="$VENV/bin/python"
+
+has_pinned() {
+  [ -x "$PY" ] && "$PY" - "$OPENAI_VERSION" <<'PYEOF' >/dev/null 2>&1
+import sys
+import openai
+sys.exit(0 if openai.__version__ == sys.argv[1] else 1)
+PYEOF
+}
+
+if has_pinned; then
+  echo "$PWD/$PY"
+  exit 0
+fi
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v python3 >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv
+fi
+
+mkdir -p target
+if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+  # Debian's python3 ships venv's pip bootstrap separately.
+  rm -rf "$VENV"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+  python3 -m venv "$VENV"
+fi
+"$PY" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
+has_pinned || { echo "setup-python: openai==$OPENAI_VERSION did not install" >&2; exit 1; }
+echo "$PWD/$PY"

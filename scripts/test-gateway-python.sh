@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The gateway under the official OpenAI Python SDK: builds recovery-gateway
+# and the fault provider, starts both on 127.0.0.1 (port 0), runs
+# gateway/tests/python with the venv of scripts/setup-python.sh, stops both.
+# Exits non-zero when a test fails or the gateway does not stop cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="target/python-venv/bin/python"
+[ -x "$PY" ] || { echo "run scripts/setup-python.sh first" >&2; exit 2; }
+
+cargo build -p recovery-gateway -p recovery-tests --bin recovery-gateway --bin fault-provider
+BIN="${CARGO_TARGET_DIR:-target}/debug"
+
+work="$(mktemp -d)"
+provider_pid=""
+gateway_pid=""
+cleanup() {
+  for pid in "$gateway_pid" "$provider_pid"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The URL of a server's first stdout line `listening URL`, within 20 s.
+first_url() {
+  local out="$1" pid="$2" line
+  for _ in $(seq 200); do
+    line="$(head -n 1 "$out" 2>/dev/null || true)"
+    if [[ "$line" == listening\ * ]]; then
+      echo "${line#listening }"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  return 1
+}
+
+"$BIN/fault-provider" --port 0 >"$work/provider.out" 2>"$work/provider.err" &
+provider_pid=$!
+provider_url="$(first_url "$work/provider.out" "$provider_pid")" || {
+  echo "fault-provider did not start:" >&2; cat "$work/provider.err" >&2; exit 1; }
+
+"$BIN/recovery-gateway" --listen 127.0.0.1:0 --upstream "$provider_url" \
+  >"$work/gateway.out" 2>"$work/gateway.err" &
+gateway_pid=$!
+gateway_url="$(first_url "$work/gateway.out" "$gateway_pid")" || {
+  echo "recovery-gateway did not start:" >&2; cat "$work/gateway.err" >&2; exit 1; }
+
+echo "fault provider: $provider_url"
+echo "gateway:        $gateway_url"
+
+status=0
+export PYTHONDONTWRITEBYTECODE=1
+RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
+  "$PY" -m unittest discover -s gateway/tests/python -v || status=$?
+
+if [ "$status" -ne 0 ]; then
+  echo "--- gateway log (last 60 lines)" >&2
+  tail -n 60 "$work/gateway.err" >&2 || true
+fi
+
+# SIGTERM: the gateway exits 0.
+kill -TERM "$gateway_pid"
+gateway_status=0
+wait "$gateway_pid" || gateway_status=$?
+gateway_pid=""
+if [ "$gateway_status" -ne 0 ]; then
+  echo "recovery-gateway exited $gateway_status after SIGTERM (expected 0)" >&2
+  [ "$status" -ne 0 ] || status=1
+fi
+exit "$status"
