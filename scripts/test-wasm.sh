@@ -102,6 +102,7 @@ if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 step "start the loopback servers"
 cargo build -q -p recovery-tests --bin fault-provider --bin conformance-js
+cargo build -q -p recovery-gateway --bin recovery-gateway
 export RECOVERY_CONFORMANCE_JS="$TARGET_DIR/debug/conformance-js"
 PIDS=()
 LOGS=$(mktemp -d)
@@ -124,8 +125,13 @@ wait_line() {
 RECOVERY_FAULT_URL=$(wait_line "$LOGS/provider")
 RECOVERY_PLAIN_URL=$(wait_line "$LOGS/plain")
 RECOVERY_REFUSED_URL=$(node wasm/tests/support/refused-url.mjs)
-export RECOVERY_FAULT_URL RECOVERY_PLAIN_URL RECOVERY_REFUSED_URL
-echo "provider $RECOVERY_FAULT_URL, plain $RECOVERY_PLAIN_URL, refused $RECOVERY_REFUSED_URL"
+# A recovery-gateway in front of the provider, for the resume-through-a-relay test.
+"$TARGET_DIR/debug/recovery-gateway" --listen 127.0.0.1:0 --upstream "$RECOVERY_FAULT_URL" \
+  >"$LOGS/gateway" 2>"$LOGS/gateway.err" &
+PIDS+=($!)
+RECOVERY_GATEWAY_URL=$(wait_line "$LOGS/gateway")
+export RECOVERY_FAULT_URL RECOVERY_PLAIN_URL RECOVERY_REFUSED_URL RECOVERY_GATEWAY_URL
+echo "provider $RECOVERY_FAULT_URL, plain $RECOVERY_PLAIN_URL, refused $RECOVERY_REFUSED_URL, gateway $RECOVERY_GATEWAY_URL"
 
 step "npm package in Node, workerd and Chromium; real SDKs"
 node --test --test-concurrency=1 wasm/tests/node/

@@ -152,7 +152,7 @@ export interface RecoveringFetchOptions {
   progressTimeoutMs?: number | null;
   /** Bound from a send to its response head; `null` for none (default 300000). */
   headTimeoutMs?: number | null;
-  /** The endpoint is an SSE server that honours `Last-Event-ID`: a broken stream is resumed from the last delivered id. */
+  /** The endpoint is an SSE server that honours `Last-Event-ID` (such as recovery-gateway, whatever SSE protocol it relays): a broken stream is resumed from the last delivered id. */
   resumableSse?: boolean;
   /**
    * Replays a stream that breaks its protocol (malformed or spliced SSE,

@@ -141,11 +141,15 @@ pub(crate) fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body:
 /// Whether a resume strategy can apply to a request of `kind` at all
 /// (before any cursor is known), with the request body already judged: `background` when
 /// it asked for `background: true` and `stream: true`.
+///
+/// A declared-resumable endpoint (`sse_resumable`: a relay such as
+/// `recovery-gateway` that honours `Last-Event-ID`) resumes a stream of any
+/// SSE protocol; Ollama's NDJSON has no event ids.
 pub(crate) fn native_resume(kind: &ProtocolKind, sse_resumable: bool, background: bool) -> bool {
     match kind {
-        ProtocolKind::OpenAiResponses => background,
-        ProtocolKind::Sse { .. } => sse_resumable,
-        _ => false,
+        ProtocolKind::OpenAiResponses if background => true,
+        ProtocolKind::Ollama => false,
+        _ => sse_resumable,
     }
 }
 
@@ -164,16 +168,22 @@ pub(crate) fn plan(
     cursor: &ResumeCursor,
 ) -> Option<ResumePlan> {
     if may_resume(kind, sse_resumable, request_body) {
-        plan_at(kind, cursor)
+        plan_at(kind, is_background_stream(request_body), cursor)
     } else {
         None
     }
 }
 
-/// The plan at `cursor` for a request [`may_resume`] allows.
-pub(crate) fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<ResumePlan> {
+/// The plan at `cursor` for a request [`may_resume`] allows: a background
+/// Responses stream from its sequence number, any other from its last
+/// event id.
+pub(crate) fn plan_at(
+    kind: &ProtocolKind,
+    background: bool,
+    cursor: &ResumeCursor,
+) -> Option<ResumePlan> {
     match kind {
-        ProtocolKind::OpenAiResponses => {
+        ProtocolKind::OpenAiResponses if background => {
             let (Some(id), Some(seq)) = (&cursor.response_id, cursor.sequence_number) else {
                 return None;
             };
@@ -182,14 +192,13 @@ pub(crate) fn plan_at(kind: &ProtocolKind, cursor: &ResumeCursor) -> Option<Resu
                 after_sequence: seq,
             })
         }
-        ProtocolKind::Sse { .. } => cursor
+        _ => cursor
             .last_event_id
             .as_ref()
             .filter(|id| !id.is_empty())
             .map(|id| ResumePlan::LastEventId {
                 last_event_id: id.clone(),
             }),
-        _ => None,
     }
 }
 

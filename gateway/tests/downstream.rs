@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use recovery_core::policy::RecoveryPolicy;
-use recovery_core::protocol::{ProtocolKind, SseTerminal};
+use recovery_core::protocol::ProtocolKind;
 use recovery_core::report::SeamStrategy;
 use recovery_tests::fault::{FaultProvider, Script, Write};
 use support::*;
@@ -263,14 +263,8 @@ async fn the_projects_tower_client_resumes_through_a_cut_with_last_event_id() {
     let mut svc = RecoveryLayer::new(policy)
         .with_resumable_sse(true)
         .on_event(move |e| sink.lock().unwrap().push(e.kind.name()))
-        // Core plans a `Last-Event-ID` resume for generic SSE only, so the
-        // client reads the gateway's chat stream as SSE ending in `[DONE]`.
-        .layer(
-            ObserveLayer::new(ProtocolKind::Sse {
-                terminal_sentinel: Some(SseTerminal::Data("[DONE]".into())),
-            })
-            .layer(client),
-        );
+        // The client reads the gateway's answer as what it is, OpenAI Chat.
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
     let req = Request::post(format!("http://{proxy}{CHAT}"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(CHAT_BODY.as_bytes())))

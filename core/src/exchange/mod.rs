@@ -1030,7 +1030,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     fn plan(&self) -> Option<ResumePlan> {
         let r = self.resumption.as_ref()?;
         if r.native {
-            plan_at(&self.protocol, &r.cursor)
+            plan_at(&self.protocol, self.background, &r.cursor)
         } else {
             None
         }

@@ -331,8 +331,10 @@ where
 
     /// Declares the endpoint a resumable SSE server: a committed stream
     /// that breaks is re-requested with `Last-Event-ID` set to the last
-    /// event id delivered (never with an empty one). Only for servers that
-    /// honour the header; providers' LLM endpoints do not.
+    /// event id delivered (never with an empty one), whatever SSE protocol
+    /// it speaks. Only for servers that honour the header, such as
+    /// `recovery-gateway` in front of a provider; providers' own LLM
+    /// endpoints do not.
     pub fn with_resumable_sse(self, resumable: bool) -> Self {
         self.hooks(|h| h.sse_resumable = resumable)
     }
