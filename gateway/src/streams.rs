@@ -21,8 +21,11 @@
 //! reader that comes back stops it; when it fires the upstream read is
 //! dropped (the recovery layer records a cancellation), the log gets the
 //! protocol's error event so a later reader is told, and the stream ends.
-//! Readers are counted per gateway instance: with a shared log, a reader on
-//! another instance does not hold the generation open.
+//! A reader on another instance (a shared log) renews a lease in the log
+//! before each read ([`StreamLog::reading`]); when the window fires with
+//! nobody reading here, the pump asks the log ([`StreamLog::has_reader`])
+//! and goes on while such a lease holds, so it may run up to a lease past
+//! the last remote reader.
 //!
 //! # Never cut silently
 //!
@@ -57,6 +60,10 @@ const MAX_EVENT_BYTES: usize = 4 << 20;
 const DIRECT_CAPACITY: usize = 32;
 /// How long one log read waits for an event before it asks again.
 const READ_WAIT: Duration = Duration::from_secs(15);
+/// How long a reader's word that it follows a stream holds: longer than a
+/// read (it is renewed before each), so the instance running the stream
+/// sees a reader on another instance without a gap.
+const READER_LEASE: Duration = Duration::from_secs(40);
 /// Random bytes in a stream id: 128 bits.
 const ID_BYTES: usize = 16;
 /// Length of an id: 16 bytes in unpadded base64url.
@@ -279,7 +286,7 @@ impl Streams {
             pending: Some(first),
             protocol,
             done: false,
-            _guard: guard,
+            local: guard,
         };
         let stream = futures_util::stream::unfold(reader, |mut r| async move {
             let chunk = r.next_chunk().await?;
@@ -309,7 +316,7 @@ struct Reader {
     pending: Option<crate::log::Read>,
     protocol: ProtocolKind,
     done: bool,
-    _guard: Option<ReaderGuard>,
+    local: Option<ReaderGuard>,
 }
 
 impl Reader {
@@ -321,7 +328,14 @@ impl Reader {
             }
             let read = match self.pending.take() {
                 Some(r) => Ok(r),
-                None => self.streams.log.read(&self.id, self.after, READ_WAIT).await,
+                None => {
+                    // A reconnect on another instance than the one running
+                    // the stream says, through the log, that it reads.
+                    if self.local.is_none() {
+                        let _ = self.streams.log.reading(&self.id, READER_LEASE).await;
+                    }
+                    self.streams.log.read(&self.id, self.after, READ_WAIT).await
+                }
             };
             match read {
                 Ok(read) => {
@@ -534,6 +548,12 @@ impl Pump {
                         None => std::future::pending().await,
                     }
                 } => {
+                    // Nobody read here for the window; a reader on another
+                    // instance sharing the log keeps it going.
+                    if self.streams.log.has_reader(&self.id).await == Ok(true) {
+                        idle_since = Some(Instant::now());
+                        continue;
+                    }
                     return Err(Stop::Abandoned);
                 }
                 () = raised(&mut stop) => {

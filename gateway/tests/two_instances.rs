@@ -157,12 +157,24 @@ struct Gateway {
 
 impl Gateway {
     async fn start(dir: &Dir, name: &str, upstream: &str, stream_log: &str) -> Gateway {
+        Gateway::start_keeping(dir, name, upstream, stream_log, 30_000).await
+    }
+
+    /// A gateway that keeps a generation going `keep_ms` after its last
+    /// reader on this instance left.
+    async fn start_keeping(
+        dir: &Dir,
+        name: &str,
+        upstream: &str,
+        stream_log: &str,
+        keep_ms: u64,
+    ) -> Gateway {
         let log = dir.path().join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_recovery-gateway"))
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(["--stream-log", stream_log])
-            .args(["--keep-generating-ms", "30000"])
+            .args(["--keep-generating-ms", &keep_ms.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -513,4 +525,25 @@ async fn a_client_resumes_on_the_same_instance_with_the_memory_log() {
         .await
         .expect("done in time");
     assert_eq!(gateway.stop().await, 0, "graceful exit on SIGTERM");
+}
+
+/// The instance running a stream counts only its own readers; a client that
+/// reconnected to another instance says through the log that it reads, so
+/// the generation outlives a keep-generating window far shorter than the
+/// stream (300 ms against ~1.8 s) and the client gets it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_another_instance_keeps_the_generation_going() {
+    let dir = Dir::new();
+    let redis = Redis::start(&dir);
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(CHAT, vec![slow_chat()]))
+        .await
+        .expect("fault provider");
+    let upstream = provider.base_url();
+    let a = Gateway::start_keeping(&dir, "a", &upstream, &redis.url(), 300).await;
+    let b = Gateway::start(&dir, "b", &upstream, &redis.url()).await;
+    tokio::time::timeout(LIMIT * 2, drop_and_resume(&provider, &a, &b))
+        .await
+        .expect("done in time");
+    assert_eq!(a.stop().await, 0);
+    assert_eq!(b.stop().await, 0);
 }

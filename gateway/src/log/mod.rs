@@ -133,4 +133,20 @@ pub trait StreamLog: Send + Sync + 'static {
         after: u64,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Read, LogError>>;
+
+    /// A reader follows stream `id` and will say so again within `lease`.
+    /// A log shared by instances keeps this where the instance running the
+    /// stream sees it ([`StreamLog::has_reader`]), so a client that
+    /// reconnected elsewhere keeps the generation going; a log of one
+    /// process needs nothing (the instance counts its own readers).
+    fn reading<'a>(&'a self, id: &'a str, lease: Duration) -> BoxFuture<'a, Result<(), LogError>> {
+        let _ = (id, lease);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Whether a reader said it follows stream `id` within its lease.
+    fn has_reader<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, LogError>> {
+        let _ = id;
+        Box::pin(async { Ok(false) })
+    }
 }

@@ -20,7 +20,9 @@
 //!   unknown or expired one.
 //!
 //! Both keys expire together: the ttl is set on `open`, refreshed on every
-//! append and set again on `finish`.
+//! append and set again on `finish`. A third, `{prefix}reader:{id}`, is
+//! set with a lease (`PX`) by a reader following the stream on any
+//! instance, so the instance running it keeps generating.
 //!
 //! # Why scripts
 //!
@@ -327,6 +329,11 @@ impl RedisLog {
     /// The Redis key of stream `id`'s state.
     pub fn meta_key(&self, id: &str) -> String {
         format!("{}meta:{id}", self.inner.options.prefix)
+    }
+
+    /// The key a reader following stream `id` keeps with a lease.
+    pub fn reader_key(&self, id: &str) -> String {
+        format!("{}reader:{id}", self.inner.options.prefix)
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -665,6 +672,33 @@ impl StreamLog for RedisLog {
                 Value::Int(0) => Err(LogError::Unknown),
                 _ => Err(unexpected()),
             }
+        })
+    }
+
+    fn reading<'a>(&'a self, id: &'a str, lease: Duration) -> BoxFuture<'a, Result<(), LogError>> {
+        Box::pin(async move {
+            if !valid_id(id) {
+                return Err(LogError::Unknown);
+            }
+            let mut conn = self.conn().await?;
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(self.reader_key(id))
+                .arg(1)
+                .arg("PX")
+                .arg(lease.as_millis().max(1) as u64);
+            self.run::<()>(&mut conn, &cmd).await
+        })
+    }
+
+    fn has_reader<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, LogError>> {
+        Box::pin(async move {
+            if !valid_id(id) {
+                return Ok(false);
+            }
+            let mut conn = self.conn().await?;
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(self.reader_key(id));
+            Ok(self.run::<i64>(&mut conn, &cmd).await? > 0)
         })
     }
 
