@@ -13,7 +13,7 @@
 //! own API key) are the driver's business: they are secrets, and nothing in
 //! core holds them. The label is the safe name reports and events carry.
 //!
-//! What the machine decides ([`crate::decision::decide`]): a pre-commit
+//! What the machine decides (the decision function): a pre-commit
 //! failure the policy retries moves to the next target once the current one
 //! has used its share of sends ([`RecoveryPolicy::attempts_per_target`]), or
 //! at once when its `Retry-After` is beyond what the request may wait; a

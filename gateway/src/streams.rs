@@ -326,16 +326,15 @@ impl Reader {
             if self.done {
                 return None;
             }
-            let read = match self.pending.take() {
-                Some(r) => Ok(r),
-                None => {
-                    // A reconnect on another instance than the one running
-                    // the stream says, through the log, that it reads.
-                    if self.local.is_none() {
-                        let _ = self.streams.log.reading(&self.id, READER_LEASE).await;
-                    }
-                    self.streams.log.read(&self.id, self.after, READ_WAIT).await
+            let read = if let Some(r) = self.pending.take() {
+                Ok(r)
+            } else {
+                // A reconnect on another instance than the one running the
+                // stream says, through the log, that it reads.
+                if self.local.is_none() {
+                    let _ = self.streams.log.reading(&self.id, READER_LEASE).await;
                 }
+                self.streams.log.read(&self.id, self.after, READ_WAIT).await
             };
             match read {
                 Ok(read) => {
