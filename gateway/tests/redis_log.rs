@@ -13,134 +13,12 @@
 
 #![cfg(feature = "redis")]
 
-use std::io::{Read as _, Write as _};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use recovery_gateway::log::{Entry, Limits, LogError, Read, RedisLog, StreamLog};
 
-/// A temporary directory holding one Redis socket, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new() -> Dir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "gw-redis-log-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("temporary directory");
-        Dir(path)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.0.join("redis.sock")
-    }
-
-    fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A `redis-server` child on the directory's socket, killed on drop.
-struct Redis {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Redis {
-    fn start(dir: &Dir) -> Redis {
-        Self::start_with(dir, &[])
-    }
-
-    fn start_with(dir: &Dir, extra: &[&str]) -> Redis {
-        let socket = dir.socket();
-        let _ = std::fs::remove_file(&socket);
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(&socket)
-            .args([
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir.0)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("redis-server is installed");
-        let redis = Redis {
-            child: Some(child),
-            socket,
-        };
-        let until = Instant::now() + Duration::from_secs(10);
-        while !ping(&redis.socket) {
-            assert!(
-                Instant::now() < until,
-                "redis-server did not answer in 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        redis
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill -{name}");
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        // A stopped server dies from SIGKILL all the same.
-        self.kill();
-    }
-}
-
-/// Whether a server answers on `socket` (`+PONG`, or `-NOAUTH` when it
-/// wants a password: it is up either way).
-fn ping(socket: &Path) -> bool {
-    let Ok(mut s) = UnixStream::connect(socket) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut first = [0u8; 1];
-    s.write_all(b"PING\r\n").is_ok()
-        && s.read_exact(&mut first).is_ok()
-        && matches!(first[0], b'+' | b'-')
-}
+use recovery_tests::redis::{RedisServer as Redis, TempDir};
 
 /// The test's own connection, to look at keys.
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
@@ -170,7 +48,7 @@ macro_rules! options {
     };
 }
 
-async fn log(dir: &Dir) -> RedisLog {
+async fn log(dir: &TempDir) -> RedisLog {
     options!(limits())
         .connect(&dir.url())
         .await
@@ -195,7 +73,7 @@ type Raw = (String, Vec<(String, Vec<u8>)>);
 
 #[tokio::test]
 async fn appends_come_back_in_order_after_the_seq_asked_for() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let log = log(&dir).await;
     log.open("s1").await.unwrap();
@@ -230,7 +108,7 @@ async fn appends_come_back_in_order_after_the_seq_asked_for() {
 
 #[tokio::test]
 async fn binary_events_survive() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let log = log(&dir).await;
     log.open("bin").await.unwrap();
@@ -246,7 +124,7 @@ async fn binary_events_survive() {
 
 #[tokio::test]
 async fn duplicates_and_gaps_are_refused() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let log = log(&dir).await;
     log.open("d").await.unwrap();
@@ -272,7 +150,7 @@ async fn duplicates_and_gaps_are_refused() {
 
 #[tokio::test]
 async fn a_read_blocks_until_another_instance_appends() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let writer = log(&dir).await;
     let reader = log(&dir).await;
@@ -323,7 +201,7 @@ async fn a_read_blocks_until_another_instance_appends() {
 
 #[tokio::test]
 async fn a_read_never_waits_longer_than_its_wait() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let log = log(&dir).await;
     log.open("quiet").await.unwrap();
@@ -370,7 +248,7 @@ async fn a_read_never_waits_longer_than_its_wait() {
 
 #[tokio::test]
 async fn finish_ends_reads_and_wakes_readers() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let writer = log(&dir).await;
     let reader = log(&dir).await;
@@ -426,7 +304,7 @@ async fn finish_ends_reads_and_wakes_readers() {
 
 #[tokio::test]
 async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let by_count = options!(Limits {
         max_entries: 3,
@@ -499,7 +377,7 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
 
 #[tokio::test]
 async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let ttl = Duration::from_millis(1500);
     let log = options!(Limits { ttl, ..limits() })
@@ -551,7 +429,7 @@ async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
 
 #[tokio::test]
 async fn open_refuses_an_existing_id_and_reads_of_unknown_ids_fail() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let a = log(&dir).await;
     let b = log(&dir).await;
@@ -591,7 +469,7 @@ async fn open_refuses_an_existing_id_and_reads_of_unknown_ids_fail() {
 
 #[tokio::test]
 async fn a_redis_that_is_down_fails_fast_with_a_typed_error() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     // Never started: connecting fails, without the password in the text.
     let url = format!("{}?pass=s3cret-pw", dir.url());
     let started = Instant::now();
@@ -658,7 +536,7 @@ async fn a_redis_that_is_down_fails_fast_with_a_typed_error() {
 
 #[tokio::test]
 async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-redis-log");
     let mut redis = Redis::start(&dir);
     let log = options!(limits())
         .connect_timeout(Duration::from_millis(300))

@@ -13,11 +13,8 @@
 #![cfg(feature = "redis")]
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use recovery_tests::fault::{FaultProvider, Script, ScriptSet, Write};
@@ -63,88 +60,7 @@ fn slow_chat() -> Script {
 
 // ---------------------------------------------------------------- redis
 
-/// A temporary directory, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new() -> Dir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "gw-two-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("temporary directory");
-        Dir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `redis-server` on a unix socket in `dir`, killed on drop.
-struct Redis {
-    child: std::process::Child,
-    socket: PathBuf,
-}
-
-impl Redis {
-    fn start(dir: &Dir) -> Redis {
-        let socket = dir.path().join("redis.sock");
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(&socket)
-            .args([
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let redis = Redis { child, socket };
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            let pong = UnixStream::connect(&redis.socket).is_ok_and(|mut s| {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let mut answer = [0u8; 7];
-                s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut answer).is_ok()
-                    && &answer == b"+PONG\r\n"
-            });
-            if pong {
-                return redis;
-            }
-            assert!(Instant::now() < until, "redis-server did not answer");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket.display())
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use recovery_tests::redis::{RedisServer as Redis, TempDir};
 
 // -------------------------------------------------------------- gateway
 
@@ -156,14 +72,14 @@ struct Gateway {
 }
 
 impl Gateway {
-    async fn start(dir: &Dir, name: &str, upstream: &str, stream_log: &str) -> Gateway {
+    async fn start(dir: &TempDir, name: &str, upstream: &str, stream_log: &str) -> Gateway {
         Gateway::start_keeping(dir, name, upstream, stream_log, 30_000).await
     }
 
     /// A gateway that keeps a generation going `keep_ms` after its last
     /// reader on this instance left.
     async fn start_keeping(
-        dir: &Dir,
+        dir: &TempDir,
         name: &str,
         upstream: &str,
         stream_log: &str,
@@ -486,7 +402,7 @@ async fn drop_and_resume(provider: &FaultProvider, first: &Gateway, second: &Gat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_resumes_on_another_instance_through_redis() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-two");
     let redis = Redis::start(&dir);
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(CHAT, vec![slow_chat()]))
         .await
@@ -516,7 +432,7 @@ async fn a_client_resumes_on_another_instance_through_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_resumes_on_the_same_instance_with_the_memory_log() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-two");
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(CHAT, vec![slow_chat()]))
         .await
         .expect("fault provider");
@@ -533,7 +449,7 @@ async fn a_client_resumes_on_the_same_instance_with_the_memory_log() {
 /// stream (300 ms against ~1.8 s) and the client gets it whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_another_instance_keeps_the_generation_going() {
-    let dir = Dir::new();
+    let dir = TempDir::new("gateway-two");
     let redis = Redis::start(&dir);
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(CHAT, vec![slow_chat()]))
         .await

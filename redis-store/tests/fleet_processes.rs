@@ -113,7 +113,7 @@ async fn report(mut child: tokio::process::Child, id: &str) -> (u128, String) {
 }
 
 async fn three_processes_share_one_cooldown() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let redis_url = dir.url();
     let provider = Provider::start(("retry-after", "2")).await;

@@ -34,7 +34,7 @@ fn quick<T>(what: &str, f: impl FnOnce() -> T) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_cooldowns_hold_locally_and_the_store_reconnects() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     // Nothing listens at the socket yet.
     let store = quick("connect", || RedisCooldowns::connect(&dir.url(), options()))
         .expect("a store even without Redis");
@@ -165,7 +165,7 @@ async fn without_redis_cooldowns_hold_locally_and_the_store_reconnects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_the_budget_is_the_in_memory_one() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let budget = quick("connect", || {
         RedisBudget::connect(&dir.url(), RetryBudgetConfig::default(), options())
     })
@@ -186,7 +186,7 @@ async fn without_redis_the_budget_is_the_in_memory_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_stops_answering_holds_nothing() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let redis = RedisServer::start(&dir);
     let fast = options().flush_interval(Duration::from_millis(50));
     let store = RedisCooldowns::connect(&dir.url(), fast.clone()).expect("store");

@@ -28,7 +28,7 @@ async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cooldown_reaches_the_other_process_and_expires() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let url = dir.url();
     let a = RedisCooldowns::connect(&url, RedisOptions::default()).expect("a");
@@ -68,7 +68,7 @@ async fn a_cooldown_reaches_the_other_process_and_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_wait_never_shortens_and_a_late_process_learns_what_is_in_force() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let url = dir.url();
     let a = RedisCooldowns::connect(&url, RedisOptions::default()).expect("a");
@@ -99,7 +99,7 @@ async fn a_shorter_wait_never_shortens_and_a_late_process_learns_what_is_in_forc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_one_budget() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let url = dir.url();
     // No reserve, every request pays for one retry: the balance is the
@@ -140,7 +140,7 @@ async fn two_processes_share_one_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reserve_is_the_fleets_not_each_processes() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let url = dir.url();
     // The default: 1 retry/s over 10 s, 20 % of requests.
@@ -164,7 +164,7 @@ async fn the_reserve_is_the_fleets_not_each_processes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_counts_leave_with_the_window() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("redis-store");
     let _redis = RedisServer::start(&dir);
     let url = dir.url();
     // The shortest window: 1 s in ten slots of 100 ms.

@@ -3,3 +3,4 @@
 
 pub mod fault;
 pub mod process;
+pub mod redis;

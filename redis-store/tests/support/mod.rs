@@ -5,12 +5,7 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant as StdInstant};
 
@@ -56,126 +51,7 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
 }
 
-/// A directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new() -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "recovery-redis-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).expect("create a temporary directory");
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// The socket path a Redis of this directory listens on.
-    pub fn socket(&self) -> PathBuf {
-        self.0.join("redis.sock")
-    }
-
-    /// The URL of that socket.
-    pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A `redis-server` child on a unix socket (no TCP port), killed on drop.
-pub struct RedisServer {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl RedisServer {
-    /// Starts one on `dir`'s socket and waits (at most 10 s) until it answers.
-    pub fn start(dir: &TempDir) -> Self {
-        let socket = dir.socket();
-        let _ = std::fs::remove_file(&socket);
-        let child = Command::new("redis-server")
-            .arg("--port")
-            .arg("0")
-            .arg("--unixsocket")
-            .arg(&socket)
-            .arg("--unixsocketperm")
-            .arg("700")
-            .arg("--save")
-            .arg("")
-            .arg("--appendonly")
-            .arg("no")
-            .arg("--dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
-        let server = RedisServer {
-            child: Some(child),
-            socket,
-        };
-        let deadline = StdInstant::now() + Duration::from_secs(10);
-        while !server.answers() {
-            assert!(StdInstant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        server
-    }
-
-    fn answers(&self) -> bool {
-        let Ok(mut stream) = UnixStream::connect(&self.socket) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        if stream.write_all(b"PING\r\n").is_err() {
-            return false;
-        }
-        let mut reply = [0u8; 7];
-        stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`) to it: a stopped Redis still
-    /// accepts connections (the kernel queues them) but answers nothing.
-    pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    /// Kills it, as a crash would.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // A stopped process is killed all the same.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+pub use recovery_tests::redis::{RedisServer, TempDir};
 
 /// A connection for the tests' own look at Redis.
 pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
