@@ -137,6 +137,9 @@ pub struct Config {
     pub stream_log: StreamLogChoice,
     /// Bounds of the stream log.
     pub log_limits: Limits,
+    /// A Redis the instances of a fleet share the upstream's cooldowns and
+    /// retry budget through (`recovery-redis`); `None`: this process's own.
+    pub fleet_redis: Option<String>,
     /// How long a generation goes on after its last reader left.
     pub keep_generating: Duration,
     /// Requests forwarded at once (streams included until they end); past
@@ -162,6 +165,7 @@ impl Default for Config {
             routes: Vec::new(),
             stream_log: StreamLogChoice::Memory,
             log_limits: Limits::default(),
+            fleet_redis: None,
             keep_generating: Duration::from_mins(1),
             max_streams: 1024,
             max_body_bytes: 8 << 20,
@@ -187,7 +191,7 @@ pub enum Command {
 /// The usage line.
 pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
 [--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
-[--max-body-bytes N] [--help] [--version]";
+[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--help] [--version]";
 
 /// The help text after the usage line.
 pub const HELP: &str = "
@@ -205,6 +209,8 @@ environment, the environment over the file):
   --keep-generating-ms N   generation kept after the client left, ms (RECOVERY_GATEWAY_KEEP_GENERATING_MS; 60000)
   --max-streams N          concurrent forwarded requests (RECOVERY_GATEWAY_MAX_STREAMS; 1024)
   --max-body-bytes N       largest request body (RECOVERY_GATEWAY_MAX_BODY_BYTES; 8388608)
+  --fleet-redis URL        share upstream cooldowns and the retry budget with the other instances
+                           through this Redis (RECOVERY_GATEWAY_FLEET_REDIS; default: this process's)
   --help, --version
 
 Reserved paths: GET /healthz, GET /metrics, GET /streams/<id>?after=<seq>.
@@ -225,9 +231,10 @@ struct Layer {
     keep_generating_ms: Option<String>,
     max_streams: Option<String>,
     max_body_bytes: Option<String>,
+    fleet_redis: Option<String>,
 }
 
-const FLAGS: [(&str, &str); 7] = [
+const FLAGS: [(&str, &str); 8] = [
     ("--listen", "RECOVERY_GATEWAY_LISTEN"),
     ("--upstream", "RECOVERY_GATEWAY_UPSTREAM"),
     ("--config", "RECOVERY_GATEWAY_CONFIG"),
@@ -238,6 +245,7 @@ const FLAGS: [(&str, &str); 7] = [
     ),
     ("--max-streams", "RECOVERY_GATEWAY_MAX_STREAMS"),
     ("--max-body-bytes", "RECOVERY_GATEWAY_MAX_BODY_BYTES"),
+    ("--fleet-redis", "RECOVERY_GATEWAY_FLEET_REDIS"),
 ];
 
 impl Layer {
@@ -249,7 +257,8 @@ impl Layer {
             3 => &mut self.stream_log,
             4 => &mut self.keep_generating_ms,
             5 => &mut self.max_streams,
-            _ => &mut self.max_body_bytes,
+            6 => &mut self.max_body_bytes,
+            _ => &mut self.fleet_redis,
         }
     }
 }
@@ -264,6 +273,7 @@ struct File {
     keep_generating_ms: Option<u64>,
     max_streams: Option<usize>,
     max_body_bytes: Option<usize>,
+    fleet_redis: Option<String>,
     header_read_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     #[serde(default)]
@@ -433,6 +443,15 @@ fn build(layer: Layer, file: File) -> Result<Config, ConfigError> {
         if matches!(c.stream_log, StreamLogChoice::Redis(_)) && !cfg!(feature = "redis") {
             return err("this build has no Redis stream log (feature `redis`)");
         }
+    }
+    if let Some(url) = pick(layer.fleet_redis, file.fleet_redis) {
+        if !cfg!(feature = "redis") {
+            return err("this build has no Redis fleet stores (feature `redis`)");
+        }
+        if !(url.starts_with("redis://") || url.starts_with("redis+unix://")) {
+            return err("--fleet-redis: expected redis://HOST[:PORT][/DB] or redis+unix:///path");
+        }
+        c.fleet_redis = Some(url);
     }
     if let Some(n) = layer.keep_generating_ms {
         c.keep_generating = ms(number("--keep-generating-ms", &n)?);
@@ -619,6 +638,17 @@ mod tests {
     }
 
     #[test]
+    fn the_fleet_redis_is_a_flag_an_env_or_a_file_key() {
+        let c = run(&["--fleet-redis", "redis+unix:///run/r.sock"], &[]).unwrap();
+        assert_eq!(c.fleet_redis.as_deref(), Some("redis+unix:///run/r.sock"));
+        let c = run(&[], &[("RECOVERY_GATEWAY_FLEET_REDIS", "redis://h:6379/0")]).unwrap();
+        assert_eq!(c.fleet_redis.as_deref(), Some("redis://h:6379/0"));
+        let c = from_toml("fleet_redis = \"redis://f/1\"\n").unwrap();
+        assert_eq!(c.fleet_redis.as_deref(), Some("redis://f/1"));
+        assert_eq!(run(&[], &[]).unwrap().fleet_redis, None);
+    }
+
+    #[test]
     fn bad_input_is_one_line() {
         for (args, want) in [
             (vec!["--bogus"], "unknown argument"),
@@ -628,6 +658,7 @@ mod tests {
             (vec!["--max-streams", "x"], "not a valid number"),
             (vec!["--stream-log", "disk"], "memory"),
             (vec!["--config", "/nonexistent/g.toml"], "cannot read"),
+            (vec!["--fleet-redis", "http://h"], "redis://"),
         ] {
             let e = run(&args, &[]).unwrap_err();
             assert!(e.0.contains(want), "{args:?}: {e}");

@@ -63,6 +63,52 @@ fn https_client() -> HttpsClient {
     Client::builder(TokioExecutor::new()).build(connector)
 }
 
+/// What the requests of every stack share: the retry budget and the
+/// cooldown store, of this process or of the fleet.
+pub(crate) struct Shared {
+    cooldowns: Arc<dyn CooldownStore>,
+    budget: Budget,
+}
+
+enum Budget {
+    Local(RetryBudget),
+    #[cfg(feature = "redis")]
+    Fleet(tower_recovery::redis::RedisBudget),
+}
+
+impl Shared {
+    /// This process's own (the in-memory stores).
+    pub(crate) fn local() -> Self {
+        Shared {
+            cooldowns: Arc::new(Cooldowns::new()),
+            budget: Budget::Local(RetryBudget::new(RetryBudgetConfig::default())),
+        }
+    }
+
+    /// The fleet's, through the Redis at `url` (connected in the
+    /// background; local until it is up, and while it is down).
+    #[cfg(feature = "redis")]
+    pub(crate) fn fleet(url: &str) -> Result<Self, tower_recovery::redis::RedisStoreError> {
+        use tower_recovery::redis::{RedisBudget, RedisCooldowns, RedisOptions};
+        Ok(Shared {
+            cooldowns: Arc::new(RedisCooldowns::connect(url, RedisOptions::default())?),
+            budget: Budget::Fleet(RedisBudget::connect(
+                url,
+                RetryBudgetConfig::default(),
+                RedisOptions::default(),
+            )?),
+        })
+    }
+
+    fn apply(&self, layer: RecoveryLayer) -> RecoveryLayer {
+        match &self.budget {
+            Budget::Local(b) => layer.with_retry_budget(b.clone()),
+            #[cfg(feature = "redis")]
+            Budget::Fleet(b) => layer.with_retry_budget(b.clone()),
+        }
+    }
+}
+
 /// The stacks, one per protocol, over one connection pool.
 pub(crate) struct Upstream {
     stacks: Vec<(ProtocolKind, Stack)>,
@@ -70,20 +116,25 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     /// Stacks with `policy`, counting into `metrics` and logging lifecycle
-    /// events (names, ids and statuses only) to `logger`.
-    pub(crate) fn new(policy: &RecoveryPolicy, metrics: &Arc<Metrics>, logger: &Logger) -> Self {
+    /// events (names, ids and statuses only) to `logger`. Every stack
+    /// shares one retry budget and one cooldown store: this process's, or
+    /// the fleet's (`shared`).
+    pub(crate) fn new(
+        policy: &RecoveryPolicy,
+        shared: Shared,
+        metrics: &Arc<Metrics>,
+        logger: &Logger,
+    ) -> Self {
         let client = https_client();
-        let budget = RetryBudget::new(RetryBudgetConfig::default());
-        let cooldowns: Arc<dyn CooldownStore> = Arc::new(Cooldowns::new());
         let stacks = PROTOCOLS
             .iter()
             .map(|kind| {
                 let metrics = Arc::clone(metrics);
                 let logger = logger.clone();
-                let layer = RecoveryLayer::new(policy.clone())
-                    .with_protocol(kind.clone())
-                    .with_retry_budget(budget.clone())
-                    .with_cooldowns(Arc::clone(&cooldowns))
+                let layer = RecoveryLayer::new(policy.clone()).with_protocol(kind.clone());
+                let layer = shared
+                    .apply(layer)
+                    .with_cooldowns(Arc::clone(&shared.cooldowns))
                     .on_event(move |e| {
                         metrics.on_event(e);
                         log_event(&logger, e);

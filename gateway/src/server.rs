@@ -21,7 +21,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{Config, StreamLogChoice};
-use crate::forward::Upstream;
+use crate::forward::{Shared, Upstream};
 use crate::handler::{State, handle};
 use crate::log::{MemoryLog, StreamLog};
 use crate::logs::{Field, Logger};
@@ -37,6 +37,9 @@ pub enum GatewayError {
     Bind(std::io::Error),
     /// The stream log could not be set up (the text is safe to print).
     StreamLog(String),
+    /// The fleet's shared stores could not be set up (the text is safe to
+    /// print: no credentials).
+    Fleet(String),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -44,6 +47,7 @@ impl std::fmt::Display for GatewayError {
         match self {
             GatewayError::Bind(e) => write!(f, "cannot listen: {e}"),
             GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
+            GatewayError::Fleet(e) => write!(f, "cannot set up the fleet's shared stores: {e}"),
         }
     }
 }
@@ -102,11 +106,26 @@ async fn open_log(config: &Config) -> Result<Arc<dyn StreamLog>, GatewayError> {
     })
 }
 
+/// The retry budget and cooldowns the upstream stacks share: the fleet's
+/// when `fleet_redis` is set.
+fn shared_stores(config: &Config) -> Result<Shared, GatewayError> {
+    match &config.fleet_redis {
+        None => Ok(Shared::local()),
+        #[cfg(feature = "redis")]
+        Some(url) => Shared::fleet(url).map_err(|e| GatewayError::Fleet(e.to_string())),
+        #[cfg(not(feature = "redis"))]
+        Some(_) => Err(GatewayError::Fleet(
+            "this build has no Redis fleet stores (feature `redis`)".into(),
+        )),
+    }
+}
+
 impl Gateway {
     /// Binds `config.listen` and serves in the background (on the current
     /// tokio runtime) until [`ShutdownHandle::shutdown`].
     pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
         let log = open_log(&config).await?;
+        let shared = shared_stores(&config)?;
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(GatewayError::Bind)?;
@@ -122,7 +141,7 @@ impl Gateway {
         ));
         let state = Arc::new(State {
             router: Router::new(config.routes.clone(), config.upstream.clone()),
-            upstream: Upstream::new(&config.policy, &metrics, &logger),
+            upstream: Upstream::new(&config.policy, shared, &metrics, &logger),
             streams: Arc::clone(&streams),
             metrics: Arc::clone(&metrics),
             logger: logger.clone(),

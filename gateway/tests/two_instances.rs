@@ -85,12 +85,18 @@ impl Gateway {
         stream_log: &str,
         keep_ms: u64,
     ) -> Gateway {
+        let keep = keep_ms.to_string();
+        let args = ["--stream-log", stream_log, "--keep-generating-ms", &keep];
+        Gateway::start_args(dir, name, upstream, &args).await
+    }
+
+    /// A gateway in front of `upstream` with these arguments besides.
+    async fn start_args(dir: &TempDir, name: &str, upstream: &str, args: &[&str]) -> Gateway {
         let log = dir.path().join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_recovery-gateway"))
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
-            .args(["--stream-log", stream_log])
-            .args(["--keep-generating-ms", &keep_ms.to_string()])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -460,6 +466,71 @@ async fn a_reader_on_another_instance_keeps_the_generation_going() {
     tokio::time::timeout(LIMIT * 2, drop_and_resume(&provider, &a, &b))
         .await
         .expect("done in time");
+    assert_eq!(a.stop().await, 0);
+    assert_eq!(b.stop().await, 0);
+}
+
+/// Gateways of a fleet (`--fleet-redis`) share the upstream's cooldown:
+/// after instance A learns `429` with `retry-after-ms: 1500`, a request to
+/// instance B holds its send until the window passes instead of learning
+/// it again; the provider counts one request in the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_instances_share_the_upstream_cooldown() {
+    let dir = TempDir::new("gateway-fleet");
+    let redis = Redis::start(&dir);
+    let limited = Script::status(429)
+        .header("content-type", "application/json")
+        .header("retry-after-ms", "1500")
+        .write(Write::text(r#"{"error":{"type":"rate_limit_exceeded"}}"#));
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).path(CHAT, vec![limited, slow_chat(), slow_chat()]),
+    )
+    .await
+    .expect("fault provider");
+    let upstream = provider.base_url();
+    let url = redis.url();
+    let a = Gateway::start_args(&dir, "a", &upstream, &["--fleet-redis", &url]).await;
+    let b = Gateway::start_args(&dir, "b", &upstream, &["--fleet-redis", &url]).await;
+    let learner = {
+        let addr = a.addr.clone();
+        tokio::spawn(async move {
+            let mut r = Response::send(&addr, "POST", CHAT, &[], BODY).await;
+            (r.status, r.rest().await.len())
+        })
+    };
+    provider.wait_for_requests(1).await;
+    let learned = Instant::now();
+    // The note travels by pub/sub; then B's request holds its send.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = {
+        let addr = b.addr.clone();
+        tokio::spawn(async move {
+            let mut r = Response::send(&addr, "POST", CHAT, &[], BODY).await;
+            (r.status, r.rest().await.len())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        learned.elapsed() < Duration::from_millis(1400),
+        "still inside the window"
+    );
+    assert_eq!(
+        provider.count_path(CHAT),
+        1,
+        "inside the window only the request that learned it was sent; log b: {}",
+        b.log_tail()
+    );
+    let (sa, na) = tokio::time::timeout(LIMIT, learner)
+        .await
+        .expect("a ends")
+        .unwrap();
+    let (sb, nb) = tokio::time::timeout(LIMIT, held)
+        .await
+        .expect("b ends")
+        .unwrap();
+    assert_eq!((sa, sb), (200, 200));
+    assert_eq!((na, nb), (payloads().len(), payloads().len()), "both whole");
+    assert_eq!(provider.count_path(CHAT), 3);
     assert_eq!(a.stop().await, 0);
     assert_eq!(b.stop().await, 0);
 }
