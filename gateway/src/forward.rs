@@ -121,7 +121,7 @@ impl Upstream {
     /// the fleet's (`shared`).
     pub(crate) fn new(
         policy: &RecoveryPolicy,
-        shared: Shared,
+        shared: &Shared,
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
