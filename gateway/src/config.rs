@@ -82,6 +82,16 @@ pub struct Route {
     pub protocol: RouteProtocol,
 }
 
+/// Where a request of one protocol may go when its upstream fails before
+/// the first token ([`tower_recovery::Alternate`]).
+#[derive(Debug, Clone)]
+pub struct AlternateRoute {
+    /// The protocol of the requests it serves (and of its answers).
+    pub protocol: ProtocolKind,
+    /// The alternate: its label, URL, model and headers.
+    pub alternate: tower_recovery::Alternate,
+}
+
 /// Where stream logs are kept.
 #[derive(Clone, Default)]
 pub enum StreamLogChoice {
@@ -133,6 +143,8 @@ pub struct Config {
     pub upstream: Option<Uri>,
     /// Prefix routes, each to its own upstream.
     pub routes: Vec<Route>,
+    /// Alternates, per protocol, in order.
+    pub alternates: Vec<AlternateRoute>,
     /// Where stream logs are kept.
     pub stream_log: StreamLogChoice,
     /// Bounds of the stream log.
@@ -163,6 +175,7 @@ impl Default for Config {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             upstream: None,
             routes: Vec::new(),
+            alternates: Vec::new(),
             stream_log: StreamLogChoice::Memory,
             log_limits: Limits::default(),
             fleet_redis: None,
@@ -204,7 +217,7 @@ Options (each also from an environment variable; flags win over the
 environment, the environment over the file):
   --listen ADDR            listen address (RECOVERY_GATEWAY_LISTEN; default 127.0.0.1:8787)
   --upstream URL           default upstream, e.g. https://api.openai.com (RECOVERY_GATEWAY_UPSTREAM)
-  --config FILE            TOML file: these keys, [policy], [log], [[routes]] (RECOVERY_GATEWAY_CONFIG)
+  --config FILE            TOML file: these keys, [policy], [log], [[routes]], [[alternates]] (RECOVERY_GATEWAY_CONFIG)
   --stream-log LOG         memory, or redis://HOST/ or redis+unix:///path (RECOVERY_GATEWAY_STREAM_LOG)
   --keep-generating-ms N   generation kept after the client left, ms (RECOVERY_GATEWAY_KEEP_GENERATING_MS; 60000)
   --max-streams N          concurrent forwarded requests (RECOVERY_GATEWAY_MAX_STREAMS; 1024)
@@ -282,6 +295,23 @@ struct File {
     log: LogFile,
     #[serde(default)]
     routes: Vec<RouteFile>,
+    #[serde(default)]
+    alternates: Vec<AlternateFile>,
+}
+
+/// `[[alternates]]`: where a request of `protocol` may go when its upstream
+/// fails before the first token. A header value `"$NAME"` is read from the
+/// environment variable `NAME`, so keys stay out of the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlternateFile {
+    label: String,
+    protocol: String,
+    url: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
 }
 
 /// `[policy]`: the main knobs of [`RecoveryPolicy`]; a missing key keeps
@@ -364,7 +394,7 @@ pub fn parse(
         Some(path) => read_file(&PathBuf::from(path))?,
         None => File::default(),
     };
-    build(merged, file).map(|c| Command::Run(Box::new(c)))
+    build(merged, file, &env).map(|c| Command::Run(Box::new(c)))
 }
 
 fn read_file(path: &PathBuf) -> Result<File, ConfigError> {
@@ -387,9 +417,19 @@ fn parse_file(text: &str) -> Result<File, ConfigError> {
     })
 }
 
-/// A [`Config`] from a TOML text alone (the `--config` file's format).
+/// A [`Config`] from a TOML text alone (the `--config` file's format),
+/// `$NAME` header values of `[[alternates]]` read from the process's
+/// environment.
 pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-    build(Layer::default(), parse_file(text)?)
+    from_toml_with_env(text, &|var| std::env::var(var).ok())
+}
+
+/// The same, `$NAME` values read from `env`.
+pub fn from_toml_with_env(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    build(Layer::default(), parse_file(text)?, env)
 }
 
 fn number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError> {
@@ -427,7 +467,11 @@ fn watchdog(n: u64) -> Option<Duration> {
     (n > 0).then(|| ms(n))
 }
 
-fn build(layer: Layer, file: File) -> Result<Config, ConfigError> {
+fn build(
+    layer: Layer,
+    file: File,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
     let mut c = Config::default();
     let pick = |flag: Option<String>, from_file: Option<String>| flag.or(from_file);
     if let Some(listen) = pick(layer.listen, file.listen) {
@@ -494,6 +538,9 @@ fn build(layer: Layer, file: File) -> Result<Config, ConfigError> {
     if let Some(n) = l.ttl_ms {
         c.log_limits.ttl = ms(n);
     }
+    for a in file.alternates {
+        c.alternates.push(alternate(a, env)?);
+    }
     let mut seen = BTreeSet::new();
     for r in file.routes {
         if !r.prefix.starts_with('/') {
@@ -515,6 +562,41 @@ fn build(layer: Layer, file: File) -> Result<Config, ConfigError> {
         });
     }
     Ok(c)
+}
+
+/// One `[[alternates]]` entry, its `$NAME` header values read from `env`.
+fn alternate(
+    a: AlternateFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AlternateRoute, ConfigError> {
+    let at = format!("alternate {:?}", a.label);
+    let RouteProtocol::Fixed(protocol) = RouteProtocol::parse(&a.protocol)? else {
+        return err(format!("{at}: name its protocol (auto is not one)"));
+    };
+    let bad = |e: recovery_core::failover::TargetError| ConfigError(format!("{at}: {e}"));
+    let mut alt = tower_recovery::Alternate::new(a.label.clone())
+        .and_then(|t| t.url(a.url))
+        .map_err(bad)?;
+    if let Some(model) = a.model {
+        alt = alt.model(model).map_err(bad)?;
+    }
+    for (name, value) in a.headers {
+        let value = match value.strip_prefix('$') {
+            Some(var) => env(var)
+                .ok_or_else(|| ConfigError(format!("{at}: header {name}: ${var} is not set")))?,
+            None => value,
+        };
+        let name = http::HeaderName::try_from(name.as_str())
+            .map_err(|_| ConfigError(format!("{at}: {name:?} is not a header name")))?;
+        // The value is a credential: the error never shows it.
+        let value = http::HeaderValue::try_from(value)
+            .map_err(|_| ConfigError(format!("{at}: header {name} has an invalid value")))?;
+        alt = alt.header(name, value);
+    }
+    Ok(AlternateRoute {
+        protocol: protocol.clone(),
+        alternate: alt.protocol(protocol),
+    })
 }
 
 fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
@@ -646,6 +728,37 @@ mod tests {
         let c = from_toml("fleet_redis = \"redis://f/1\"\n").unwrap();
         assert_eq!(c.fleet_redis.as_deref(), Some("redis://f/1"));
         assert_eq!(run(&[], &[]).unwrap().fleet_redis, None);
+    }
+
+    #[test]
+    fn alternates_name_their_protocol_and_keep_keys_out_of_errors() {
+        let base =
+            "[[alternates]]\nlabel = \"b\"\nurl = \"https://b.example/v1/chat/completions\"\n";
+        let none = |_: &str| None;
+        let e = from_toml_with_env(&format!("{base}protocol = \"auto\"\n"), &none).unwrap_err();
+        assert!(e.0.contains("name its protocol"), "{e}");
+        let missing = format!(
+            "{base}protocol = \"openai-chat\"\nheaders = {{ x-api-key = \"$NOPE_KEY\" }}\n"
+        );
+        let e = from_toml_with_env(&missing, &none).unwrap_err();
+        assert!(e.0.contains("$NOPE_KEY is not set"), "{e}");
+        let bad = format!(
+            "{base}protocol = \"openai-chat\"\nheaders = {{ x-api-key = \"sk-1\\u0001\" }}\n"
+        );
+        let e = from_toml_with_env(&bad, &none).unwrap_err();
+        assert!(!e.0.contains("sk-1"), "no credential in the error: {e}");
+        let label = "[[alternates]]\nlabel = \"a b\"\nprotocol = \"openai-chat\"\nurl = \"/x\"\n";
+        assert!(
+            from_toml_with_env(label, &none)
+                .unwrap_err()
+                .0
+                .contains("label")
+        );
+        let ok = format!("{base}protocol = \"openai-chat\"\nmodel = \"m\"\n");
+        let c = from_toml_with_env(&ok, &none).unwrap();
+        assert_eq!(c.alternates.len(), 1);
+        assert_eq!(c.alternates[0].protocol, ProtocolKind::OpenAiChat);
+        assert_eq!(c.alternates[0].alternate.label(), "b");
     }
 
     #[test]

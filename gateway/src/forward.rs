@@ -8,6 +8,7 @@
 //! budget and one cooldown store, so the protocol a request speaks does not
 //! change how much the gateway may retry an origin.
 
+use crate::config::AlternateRoute;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -122,6 +123,7 @@ impl Upstream {
     pub(crate) fn new(
         policy: &RecoveryPolicy,
         shared: &Shared,
+        alternates: &[AlternateRoute],
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
@@ -132,6 +134,10 @@ impl Upstream {
                 let metrics = Arc::clone(metrics);
                 let logger = logger.clone();
                 let layer = RecoveryLayer::new(policy.clone()).with_protocol(kind.clone());
+                let layer = alternates
+                    .iter()
+                    .filter(|a| a.protocol == *kind)
+                    .fold(layer, |l, a| l.with_alternate(a.alternate.clone()));
                 let layer = shared
                     .apply(layer)
                     .with_cooldowns(Arc::clone(&shared.cooldowns))

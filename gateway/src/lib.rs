@@ -52,7 +52,7 @@ mod server;
 pub mod sse;
 mod streams;
 
-pub use config::{Config, ConfigError, Route, RouteProtocol, StreamLogChoice};
+pub use config::{AlternateRoute, Config, ConfigError, Route, RouteProtocol, StreamLogChoice};
 pub use handler::STREAM_ID_HEADER;
 pub use server::{Gateway, GatewayError, ShutdownHandle};
 pub use streams::{looks_like_stream_id, new_stream_id};

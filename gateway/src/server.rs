@@ -141,7 +141,13 @@ impl Gateway {
         ));
         let state = Arc::new(State {
             router: Router::new(config.routes.clone(), config.upstream.clone()),
-            upstream: Upstream::new(&config.policy, &shared, &metrics, &logger),
+            upstream: Upstream::new(
+                &config.policy,
+                &shared,
+                &config.alternates,
+                &metrics,
+                &logger,
+            ),
             streams: Arc::clone(&streams),
             metrics: Arc::clone(&metrics),
             logger: logger.clone(),

@@ -236,3 +236,50 @@ async fn responses_background_stream_is_resumed_byte_identically() {
     assert_eq!(gw.metrics().resumes, 1);
     gw.shutdown().await;
 }
+
+/// `[[alternates]]`: an overloaded upstream before the first token sends the
+/// request to the alternate of its protocol, with its model and key; the
+/// client gets the alternate's whole answer once and never knows.
+#[tokio::test]
+async fn an_overloaded_upstream_fails_over_to_the_alternate_of_its_protocol() {
+    let name = "openai-chat/happy-usage.sse";
+    let backup = "/backup/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    Script::status(529)
+                        .header("content-type", "application/json")
+                        .write(Write::text(r#"{"error":{"type":"overloaded_error"}}"#)),
+                ],
+            )
+            .path(backup, vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "[[alternates]]\nlabel = \"backup\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\nmodel = \"small\"\nheaders = {{ authorization = \"$GATEWAY_TEST_BACKUP_KEY\" }}\n",
+        provider.url(backup)
+    );
+    let env = |var: &str| (var == "GATEWAY_TEST_BACKUP_KEY").then(|| "Bearer sk-backup".to_owned());
+    let from_file = recovery_gateway::config::from_toml_with_env(&text, &env).unwrap();
+    let (mut config, _) = config(&provider);
+    config.alternates = from_file.alternates;
+    let gw = gateway(config).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
+    assert_eq!(provider.count_path(CHAT), 1);
+    let sent = provider.requests_for(backup);
+    assert_eq!(sent.len(), 1);
+    let body: serde_json::Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(body["model"], "small");
+    let auth = sent[0]
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.clone());
+    assert_eq!(auth.as_deref(), Some(&b"Bearer sk-backup"[..]));
+    gw.shutdown().await;
+}
