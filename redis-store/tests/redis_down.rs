@@ -25,7 +25,10 @@ fn quick<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = StdInstant::now();
     let out = f();
     assert!(
-        start.elapsed() < Duration::from_millis(50),
+        // Local work is microseconds; the bound stays under the 300 ms
+        // connect and command timeouts a wait on Redis would show, with
+        // room for a loaded machine.
+        start.elapsed() < Duration::from_millis(250),
         "{what} took {:?}",
         start.elapsed()
     );
