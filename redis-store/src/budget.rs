@@ -8,7 +8,7 @@ use recovery_core::budget::{BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::timing::Instant;
 use redis::aio::MultiplexedConnection;
 
-use crate::error::{self, RedactedUrl};
+use crate::error::RedactedUrl;
 use crate::link::{self, Backoff, Health, Link, LinkError, LinkStatus, QueryKind, Stop};
 use crate::options::Clock;
 use crate::{RedisOptions, RedisStoreError};
@@ -137,18 +137,14 @@ impl RedisBudget {
         options: RedisOptions,
     ) -> Result<Self, RedisStoreError> {
         options.validate()?;
-        let client = error::open(url)?;
-        let runtime =
-            tokio::runtime::Handle::try_current().map_err(|_| RedisStoreError::NoRuntime)?;
         let shared = Arc::new(Shared::new(
             config,
             options.clock_or_tokio(),
             options.flush_every(),
             format!("{}budget:{}", options.prefix, options.budget_name),
         ));
-        let (guard, stop) = link::guard();
-        let link = Link::new(client, Arc::new(options));
-        runtime.spawn(run(Arc::clone(&shared), link, stop));
+        let task = Arc::clone(&shared);
+        let guard = link::start(url, options, |link, stop| run(task, link, stop))?;
         Ok(RedisBudget {
             inner: Arc::new(Inner {
                 shared,

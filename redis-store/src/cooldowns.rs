@@ -11,7 +11,7 @@ use recovery_core::timing::Instant;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
 
-use crate::error::{self, RedactedUrl};
+use crate::error::RedactedUrl;
 use crate::link::{self, Backoff, Health, Link, LinkError, LinkStatus, QueryKind, Stop};
 use crate::options::Clock;
 use crate::{RedisOptions, RedisStoreError};
@@ -145,13 +145,9 @@ impl RedisCooldowns {
     /// called outside a tokio runtime.
     pub fn connect(url: &str, options: RedisOptions) -> Result<Self, RedisStoreError> {
         options.validate()?;
-        let client = error::open(url)?;
-        let runtime =
-            tokio::runtime::Handle::try_current().map_err(|_| RedisStoreError::NoRuntime)?;
         let shared = Arc::new(Shared::new(options.clock_or_tokio(), &options.prefix));
-        let (guard, stop) = link::guard();
-        let link = Link::new(client, Arc::new(options));
-        runtime.spawn(run(Arc::clone(&shared), link, stop));
+        let task = Arc::clone(&shared);
+        let guard = link::start(url, options, |link, stop| run(task, link, stop))?;
         Ok(RedisCooldowns {
             inner: Arc::new(Inner {
                 shared,

@@ -97,6 +97,26 @@ pub(crate) fn guard() -> (Guard, Stop) {
     (Guard(tx), Stop(rx))
 }
 
+/// Starts a store's background task on the current tokio runtime: `task`
+/// gets the link to the Redis at `url` and its [`Stop`]; the [`Guard`]
+/// returned ends it when the store's last clone is dropped. Fails on a URL
+/// that cannot work, or outside a runtime (the options were checked).
+pub(crate) fn start<F>(
+    url: &str,
+    options: RedisOptions,
+    task: impl FnOnce(Link, Stop) -> F,
+) -> Result<Guard, crate::RedisStoreError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let client = crate::error::open(url)?;
+    let runtime =
+        tokio::runtime::Handle::try_current().map_err(|_| crate::RedisStoreError::NoRuntime)?;
+    let (guard, stop) = guard();
+    runtime.spawn(task(Link::new(client, Arc::new(options)), stop));
+    Ok(guard)
+}
+
 impl Stop {
     /// Runs `f` until it ends or the store is gone (`None`).
     pub(crate) async fn or_stop<F: Future>(&mut self, f: F) -> Option<F::Output> {
