@@ -165,9 +165,7 @@ async fn reset_after_the_first_token_ends_with_the_openai_error_event() {
 async fn reset_after_the_first_token_ends_with_the_anthropic_error_event() {
     let name = "anthropic/happy.sse";
     let full = fixture(name);
-    let text = String::from_utf8(full.clone()).unwrap();
-    let delta = text.find("event: content_block_delta").unwrap();
-    let cut = delta + text[delta..].find("\n\n").unwrap() + 2;
+    let cut = after_first(&full, "event: content_block_delta");
     let provider = FaultProvider::start(vec![
         sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst),
     ])
@@ -194,9 +192,7 @@ async fn reset_after_the_first_token_ends_with_the_anthropic_error_event() {
 async fn responses_background_stream_is_resumed_byte_identically() {
     let name = "openai-responses/happy.sse";
     let full = fixture(name);
-    let text = String::from_utf8(full.clone()).unwrap();
-    let delta = text.find("event: response.output_text.delta").unwrap();
-    let cut = delta + text[delta..].find("\n\n").unwrap() + 2;
+    let cut = after_first(&full, "event: response.output_text.delta");
     let provider = FaultProvider::start(
         ScriptSet::new(vec![])
             .path(
@@ -220,8 +216,8 @@ async fn responses_background_stream_is_resumed_byte_identically() {
     .await;
     assert_eq!(a.status, 200);
     assert_eq!(
-        without_ids(&a.text()),
-        text,
+        without_ids(&a.text()).as_bytes(),
+        &full[..],
         "the uninterrupted stream, modulo the gateway's ids"
     );
     let ids: Vec<String> = events(&a.text())

@@ -171,6 +171,14 @@ pub fn after_event(bytes: &[u8], n: usize) -> usize {
     panic!("fewer than {n} events");
 }
 
+/// Byte offset just after the first event whose text starts with `head`
+/// (`event: content_block_delta`, say).
+pub fn after_first(bytes: &[u8], head: &str) -> usize {
+    let text = std::str::from_utf8(bytes).expect("UTF-8 fixture");
+    let at = text.find(head).unwrap_or_else(|| panic!("no {head:?}"));
+    at + text[at..].find("\n\n").expect("a whole event") + 2
+}
+
 /// A streamed response read event by event.
 pub struct Live {
     pub status: StatusCode,
