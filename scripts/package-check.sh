@@ -18,7 +18,7 @@ work="${TMPDIR:-/tmp}/recovery-package-check"
 rm -rf "$work"
 mkdir -p "$work"
 for c in recovery-core tower-recovery recovery-redis; do
-  tar -xzf "target/package/$c-0.1.0.crate" -C "$work"
+  tar -xzf "${CARGO_TARGET_DIR:-target}/package/$c-0.1.0.crate" -C "$work"
 done
 export CARGO_TARGET_DIR="$root/target/package-check"
 # Paths are compiled into the tests (CARGO_MANIFEST_DIR): rebuild the two
