@@ -406,7 +406,7 @@ impl<F: FnMut(&EventRecord)> NdjsonSink for ReadFeed<'_, F> {
             let Some((len, kind)) = ollama.delta_prefix(buf, self.ev.is_settled()) else {
                 break;
             };
-            if buf.get(len) != Some(&b'\n') || len > cap {
+            if !matches!(buf.get(len), Some(b'\n')) || len > cap {
                 break;
             }
             taken += len + 1;
@@ -454,8 +454,8 @@ fn take<F: FnMut(&EventRecord)>(
     } = delta;
     let data = &buf[named.0..];
     let line = value + len;
-    if data.get(line) != Some(&b'\n')
-        || data.get(line + 1) != Some(&b'\n')
+    if !matches!(data.get(line), Some(b'\n'))
+        || !matches!(data.get(line + 1), Some(b'\n'))
         || line > limits.max_line
         || len + 1 + named.1 > limits.max_event
     {
@@ -507,7 +507,7 @@ fn event_line(buf: &[u8], max_line: usize) -> Option<(usize, usize)> {
     if buf[end] != b'\n' {
         return None;
     }
-    let name = if buf.get(6) == Some(&b' ') && end > 6 {
+    let name = if matches!(buf.get(6), Some(b' ')) && end > 6 {
         7
     } else {
         6

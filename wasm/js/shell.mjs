@@ -503,8 +503,32 @@ class Driver {
     this.ended = false;
     this.wake = null;
     this.alarm = NO_ALARM;
-    this.report = JSON.parse(m.reportJson());
-    this.outcome = null;
+    // The report and the outcome as last read from the machine, and
+    // whether the machine changed them since.
+    this.snapshot = null;
+    this.last = null;
+    this.staleReport = true;
+    this.staleOutcome = true;
+  }
+
+  /**
+   * The report and the outcome are read from the machine when asked for,
+   * once per change: a request nobody asks about pays for neither.
+   */
+  get report() {
+    if (this.staleReport) {
+      this.snapshot = JSON.parse(this.m.reportJson());
+      this.staleReport = false;
+    }
+    return this.snapshot;
+  }
+
+  get outcome() {
+    if (this.staleOutcome) {
+      this.last = JSON.parse(this.m.outcomeJson());
+      this.staleOutcome = false;
+    }
+    return this.last;
   }
 
   /** The platform's view, as every machine input takes it. */
@@ -533,9 +557,10 @@ class Driver {
     }
   }
 
+  /** The machine's report and outcome changed. */
   publish() {
-    this.report = JSON.parse(this.m.reportJson());
-    this.outcome = JSON.parse(this.m.outcomeJson());
+    this.staleReport = true;
+    this.staleOutcome = true;
   }
 
   /**

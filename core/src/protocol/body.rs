@@ -197,7 +197,7 @@ pub fn partial_body_may_be_semantic(body: &[u8]) -> bool {
                 k += 1;
             }
             match body.get(k) {
-                Some(b'"') if body.get(k + 1) != Some(&b'"') => return true,
+                Some(b'"') if !matches!(body.get(k + 1), Some(b'"')) => return true,
                 Some(b'[' | b'{') if any => {
                     let mut m = k + 1;
                     while m < body.len() && body[m].is_ascii_whitespace() {

@@ -173,7 +173,7 @@ fn escape(b: &[u8], i: usize) -> Option<usize> {
             let cp = hex4(b, i + 1)?;
             let j = i + 5;
             if (0xD800..0xDC00).contains(&cp) {
-                if b.get(j) == Some(&b'\\') && b.get(j + 1) == Some(&b'u') {
+                if matches!(b.get(j), Some(b'\\')) && matches!(b.get(j + 1), Some(b'u')) {
                     let lo = hex4(b, j + 2)?;
                     (0xDC00..0xE000).contains(&lo).then_some(j + 6)
                 } else {
@@ -271,7 +271,7 @@ fn number(b: &[u8], start: usize) -> Option<usize> {
         _ => return None,
     }
     let mut float = false;
-    if b.get(i) == Some(&b'.') {
+    if matches!(b.get(i), Some(b'.')) {
         let j = digits(b, i + 1);
         if j == i + 1 {
             return None;
@@ -358,11 +358,11 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
 
 /// Expects a key and its colon at `i`; returns where the value starts.
 fn key(b: &[u8], i: usize) -> Option<usize> {
-    if b.get(i) != Some(&b'"') {
+    if !matches!(b.get(i), Some(b'"')) {
         return None;
     }
     let i = ws(b, string(b, i + 1)?);
-    if b.get(i) != Some(&b':') {
+    if !matches!(b.get(i), Some(b':')) {
         return None;
     }
     Some(ws(b, i + 1))
@@ -502,7 +502,7 @@ impl Lazy<'_> {
     #[cfg_attr(not(target_arch = "wasm32"), inline)]
     fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
         let b = self.0;
-        if b.first() != Some(&b'{') {
+        if !matches!(b.first(), Some(b'{')) {
             return;
         }
         let mut i = ws(b, 1);
@@ -562,7 +562,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
 
     fn for_each(self, mut f: impl FnMut(Self)) {
         let b = self.0;
-        if b.first() != Some(&b'[') {
+        if !matches!(b.first(), Some(b'[')) {
             return;
         }
         let mut i = ws(b, 1);
@@ -580,7 +580,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
 
     fn str_eq(self, s: &str) -> bool {
         let b = self.0;
-        if b.first() != Some(&b'"') {
+        if !matches!(b.first(), Some(b'"')) {
             return false;
         }
         let raw = &b[1..b.len() - 1];
@@ -593,7 +593,7 @@ impl<'a> JsonView<'a> for Lazy<'a> {
 
     fn text(self) -> Option<Cow<'a, str>> {
         let b = self.0;
-        if b.first() != Some(&b'"') {
+        if !matches!(b.first(), Some(b'"')) {
             return None;
         }
         let raw = &b[1..b.len() - 1];
@@ -839,7 +839,7 @@ fn string_esc(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
 /// the index after its colon.
 #[inline]
 fn tape_key(b: &[u8], i: usize, nodes: &mut Vec<Node>, parent: u32) -> Option<usize> {
-    if b.get(i) != Some(&b'"') {
+    if !matches!(b.get(i), Some(b'"')) {
         return None;
     }
     let (end, escaped) = string_esc(b, i + 1)?;
@@ -853,7 +853,7 @@ fn tape_key(b: &[u8], i: usize, nodes: &mut Vec<Node>, parent: u32) -> Option<us
         escaped,
     });
     let j = ws(b, end);
-    (b.get(j) == Some(&b':')).then_some(j + 1)
+    matches!(b.get(j), Some(b':')).then_some(j + 1)
 }
 
 /// Scans `b` onto `nodes`, resuming at node `from` (0: from the start) of

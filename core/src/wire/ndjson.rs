@@ -119,7 +119,7 @@ impl NdjsonDecoder {
             let end_offset = base + end as u64 + 1;
             if self.carry.is_empty() {
                 let mut line = &chunk[pos..end];
-                if line.last() == Some(&b'\r') {
+                if matches!(line.last(), Some(b'\r')) {
                     line = &line[..line.len() - 1];
                 }
                 if line.len() > cap {
@@ -133,7 +133,7 @@ impl NdjsonDecoder {
                 self.carry.extend_from_slice(&chunk[pos..end]);
                 let carry = std::mem::take(&mut self.carry);
                 let mut line = &carry[..];
-                if line.last() == Some(&b'\r') {
+                if matches!(line.last(), Some(b'\r')) {
                     line = &line[..line.len() - 1];
                 }
                 let result = if line.len() > cap {

@@ -96,7 +96,11 @@ pub(crate) fn data_value_start(buf: &[u8]) -> Option<usize> {
     if !buf.starts_with(b"data:") {
         return None;
     }
-    Some(if buf.get(5) == Some(&b' ') { 6 } else { 5 })
+    Some(if matches!(buf.get(5), Some(b' ')) {
+        6
+    } else {
+        5
+    })
 }
 
 /// Incremental SSE decoder.
@@ -323,7 +327,7 @@ impl SseDecoder {
             let Some(n) = memchr2(b'\n', b'\r', line) else {
                 return Ok(pos);
             };
-            if line[n] != b'\n' || n > max_line || line.get(n + 1) != Some(&b'\n') {
+            if line[n] != b'\n' || n > max_line || !matches!(line.get(n + 1), Some(b'\n')) {
                 return Ok(pos);
             }
             let v = if line[5] == b' ' { 6 } else { 5 };
@@ -366,11 +370,19 @@ impl SseDecoder {
         }
         // The two fields of nearly every line, without searching for the colon.
         if line.starts_with(b"data:") {
-            let v = if line.get(5) == Some(&b' ') { 6 } else { 5 };
+            let v = if matches!(line.get(5), Some(b' ')) {
+                6
+            } else {
+                5
+            };
             return self.push_data(chunk, &line[v..], chunk_start.map(|s| s + v));
         }
         if line.starts_with(b"event:") {
-            let v = if line.get(6) == Some(&b' ') { 7 } else { 6 };
+            let v = if matches!(line.get(6), Some(b' ')) {
+                7
+            } else {
+                6
+            };
             self.event_type.clear();
             self.event_type.extend_from_slice(&line[v..]);
             return self.check_event_size(0);
@@ -378,7 +390,7 @@ impl SseDecoder {
         let (name, value, value_start) = match memchr(b':', line) {
             Some(colon) => {
                 let mut v = colon + 1;
-                if line.get(v) == Some(&b' ') {
+                if matches!(line.get(v), Some(b' ')) {
                     v += 1;
                 }
                 (&line[..colon], &line[v..], v)

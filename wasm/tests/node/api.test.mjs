@@ -33,6 +33,35 @@ test('a reset before the first token is replayed; the body is the second attempt
   assert.equal(res.recovery.protocol, 'openai-chat');
 });
 
+test('the report and outcome read at any moment are the machine\'s as of the last event', async () => {
+  const path = `${prefix('report-moments')}/v1/chat/completions`;
+  // The second attempt holds its last event until released.
+  await load({ [path]: [
+    fixture('openai-chat/role-only-then-cut.sse', { ending: 'rst' }),
+    fixture('x', { body: [{ fixture: 'openai-chat/happy-usage.sse', end: 636 }, { fixture: 'openai-chat/happy-usage.sse', start: 636, stall: true }] }),
+  ] });
+  let res;
+  const seen = [];
+  const rfetch = createRecoveringFetch({
+    ...fast,
+    onEvent: (e) => {
+      if (res) seen.push([e.event, res.recovery.outcome()?.outcome ?? null, res.recovery.report().attempts.length]);
+    },
+  });
+  res = await rfetch(`${FAULT}${path}`, { method: 'POST', body: '{"stream":true}' });
+  // Read while the stream is open: no outcome yet.
+  assert.equal(res.recovery.outcome(), null);
+  assert.equal(res.recovery.report().attempts.length, 2);
+  assert.equal(res.recovery.report().outcome, null);
+  const text = res.text();
+  await fetch(`${FAULT}/__fault/release`, { method: 'POST' });
+  assert.equal(await text, HAPPY);
+  // Read again after the end: what the end changed, not the earlier reading.
+  assert.equal(res.recovery.outcome().outcome, 'completed');
+  assert.equal(res.recovery.report().outcome.outcome, 'completed');
+  assert.deepEqual(seen.at(-1), ['completed', 'completed', 2]);
+});
+
 test('the request body is replayed byte for byte', async () => {
   const path = `${prefix('replay-body')}/v1/chat/completions`;
   await load({ [path]: [{ ending: 'reset_before_head' }, fixture('openai-chat/happy-usage.sse')] });
