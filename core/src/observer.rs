@@ -321,11 +321,11 @@ impl<F: FnMut(&EventRecord)> SseSink for ReadFeed<'_, F> {
         match &mut *self.protocol {
             #[cfg(feature = "openai-chat")]
             AnyProtocol::Chat(chat) => loop {
-                let buf = &rest[taken..];
+                let buf = tail(rest, taken);
                 let Some(v) = data_value_start(buf) else {
                     break;
                 };
-                let Some(found) = chat.delta_prefix(&buf[v..]) else {
+                let Some(found) = chat.delta_prefix(tail(buf, v)) else {
                     break;
                 };
                 let event = Delta {
@@ -344,15 +344,15 @@ impl<F: FnMut(&EventRecord)> SseSink for ReadFeed<'_, F> {
             // read the name (the type is in the template's fixed bytes).
             #[cfg(feature = "anthropic")]
             AnyProtocol::Anthropic(anthropic) => loop {
-                let buf = &rest[taken..];
+                let buf = tail(rest, taken);
                 let Some(named) = event_line(buf, limits.max_line) else {
                     break;
                 };
-                let Some(v) = data_value_start(&buf[named.0..]) else {
+                let Some(v) = data_value_start(tail(buf, named.0)) else {
                     break;
                 };
                 let settled = self.ev.is_settled();
-                let Some(found) = anthropic.delta_prefix(&buf[named.0 + v..], settled) else {
+                let Some(found) = anthropic.delta_prefix(tail(buf, named.0 + v), settled) else {
                     break;
                 };
                 let event = Delta {
@@ -402,7 +402,7 @@ impl<F: FnMut(&EventRecord)> NdjsonSink for ReadFeed<'_, F> {
         let cap = self.limits.max_line.min(self.limits.max_event);
         let mut taken = 0;
         loop {
-            let buf = &rest[taken..];
+            let buf = tail(rest, taken);
             let Some((len, kind)) = ollama.delta_prefix(buf, self.ev.is_settled()) else {
                 break;
             };
@@ -452,7 +452,7 @@ fn take<F: FnMut(&EventRecord)>(
         value,
         found: (len, kind),
     } = delta;
-    let data = &buf[named.0..];
+    let data = tail(buf, named.0);
     let line = value + len;
     if !matches!(data.get(line), Some(b'\n'))
         || !matches!(data.get(line + 1), Some(b'\n'))
@@ -464,6 +464,15 @@ fn take<F: FnMut(&EventRecord)>(
     let n = named.0 + line + 2;
     fold_delta(ev, feed, on_event, offset + n as u64, kind);
     Some(n)
+}
+
+/// The bytes of `buf` from `at` on (none past its end). Unlike indexing,
+/// this stays inline at opt-level "z", where the indexing function is an
+/// out-of-line call with its panic path on every event.
+#[allow(clippy::inline_always)]
+#[inline(always)]
+fn tail(buf: &[u8], at: usize) -> &[u8] {
+    buf.get(at..).unwrap_or_default()
 }
 
 /// Folds in a plain delta event ending at `end_offset` as `account` would:

@@ -71,6 +71,10 @@ impl Progress {
     }
 
     /// Whether any semantic fragment (or side effect) was observed.
+    /// Always inlined: it runs per event, and at opt-level "z" (the wasm
+    /// package) it would stay a call.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub fn semantic_observed(&self) -> bool {
         self.observed_content
             + self.observed_reasoning
