@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a browser downloads for each entry of the built npm package (raw and
 # gzip -9): the module, its web glue, its entry file and the shared shell;
-# then what the recovering fetch adds per chunk and over loopback HTTP
-# (wasm/bench/chunks.mjs). Targets: the openai-chat entry <= 61,440 B gzip
+# then what the recovering fetch adds per chunk, its decoding rate and its
+# wall ratio over loopback HTTP (wasm/bench/chunks.mjs). Targets: the openai-chat entry <= 61,440 B gzip
 # (60 KiB), the all-protocol entry <= 92,160 B gzip (90 KiB), <= 3 µs per
 # chunk, wall ratio <= 1.05.
 # Build first: scripts/test-wasm.sh --build-only.
