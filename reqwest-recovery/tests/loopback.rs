@@ -681,3 +681,48 @@ async fn a_resume_after_commit_through_the_middleware_fails_typed_without_a_send
         Some("interrupted")
     );
 }
+
+/// reqwest's `connect_timeout` fires before a connection: the request
+/// never went out, so a local endpoint's request is retried (not refused
+/// for want of an admission hook), in both reqwest drivers.
+#[tokio::test]
+async fn a_connect_timeout_never_sent_the_request_and_is_retried() {
+    let listener = recovery_tests::fault::UnansweredListener::new().unwrap();
+    let addr = listener.addr();
+    let url = format!("http://{addr}{PATH}");
+    let policy = RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(2).unwrap())
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .endpoint(recovery_core::policy::Endpoint::Local)
+        .build()
+        .unwrap();
+    let reqwest = || {
+        client_builder()
+            .connect_timeout(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let through_service = tower::ServiceBuilder::new()
+        .layer(RecoveryLayer::new(policy.clone()))
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat))
+        .service(ReqwestService::new(reqwest()))
+        .oneshot(request(&url));
+    let service_err = tokio::time::timeout(LIMIT, through_service)
+        .await
+        .expect("hung")
+        .expect_err("no connection can be made");
+    let middleware = reqwest_middleware::ClientBuilder::new(reqwest())
+        .with(RecoveryMiddleware::new(RecoveryLayer::new(policy)))
+        .build();
+    let sent = tokio::time::timeout(LIMIT, middleware.post(&url).body(PROMPT).send())
+        .await
+        .expect("hung")
+        .expect_err("no connection can be made");
+    let middleware_err = middleware_error(&sent).expect("a recovery error").clone();
+    for err in [service_err, middleware_err] {
+        assert_eq!(err.outcome(), &Outcome::Exhausted { attempts: 2 });
+        assert_eq!(failed_phases(err.report()), [Phase::Connecting; 2]);
+        assert_eq!(cause_kind(&err), Some(ErrorKind::Connect));
+    }
+    drop(listener);
+}

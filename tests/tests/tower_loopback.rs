@@ -1257,3 +1257,83 @@ async fn cn6_with_the_clients_resend_off_the_unwritten_request_costs_an_attempt(
     );
     assert_eq!(provider.count_path(PATH), 2, "one request per call");
 }
+
+/// A policy for a local endpoint: a failure the server may have accepted
+/// is not replayed without an admission hook (`admission_required`), so
+/// only a failure provably before the connection is retried.
+fn local_policy() -> RecoveryPolicy {
+    RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::new(2).unwrap())
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .endpoint(recovery_core::policy::Endpoint::Local)
+        .build()
+        .unwrap()
+}
+
+/// One call through `RecoveryLayer` + `ObserveLayer` over `client`, which
+/// must fail before any head: its error.
+async fn call_failing<C>(
+    client: Client<C, ReplayBody>,
+    url: String,
+) -> tower_recovery::core::error::RecoveryError
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let mut svc = RecoveryLayer::new(local_policy())
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let req = Request::post(url)
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    tokio::time::timeout(LIMIT, svc.call(req))
+        .await
+        .expect("hung")
+        .expect_err("no connection can be made")
+}
+
+/// Every attempt failed before the connection, and the local endpoint's
+/// request was retried to its allowance, not refused for want of an
+/// admission hook.
+fn assert_failed_before_connecting(err: &tower_recovery::core::error::RecoveryError) {
+    use recovery_core::failure::{Acceptance, Phase};
+    use recovery_core::report::AttemptResult;
+    assert_eq!(err.outcome(), &Outcome::Exhausted { attempts: 2 });
+    let report = err.report();
+    assert_eq!(report.attempts.len(), 2);
+    for a in &report.attempts {
+        assert_eq!(a.acceptance, Some(Acceptance::No), "{a:?}");
+        assert!(
+            matches!(
+                a.result,
+                AttemptResult::Failed {
+                    phase: Phase::Connecting,
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cn8_a_connect_timeout_never_sent_the_request_and_is_retried() {
+    let listener = recovery_tests::fault::UnansweredListener::new().unwrap();
+    let addr = listener.addr();
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(Duration::from_millis(200)));
+    let client = Client::builder(TokioExecutor::new()).build(http);
+    let err = call_failing(client, format!("http://{addr}{PATH}")).await;
+    assert_failed_before_connecting(&err);
+    drop(listener);
+}
+
+#[tokio::test]
+async fn cn9_a_name_that_does_not_resolve_never_sent_the_request_and_is_retried() {
+    use hyper_util::client::legacy::connect::dns::Name;
+    let resolver = tower::service_fn(|_: Name| async {
+        Err::<std::vec::IntoIter<std::net::SocketAddr>, _>(std::io::Error::other("no such host"))
+    });
+    let client =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new_with_resolver(resolver));
+    let err = call_failing(client, format!("http://provider.invalid{PATH}")).await;
+    assert_failed_before_connecting(&err);
+}

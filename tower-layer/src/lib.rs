@@ -153,6 +153,13 @@
 //!
 //! - `tokio` (default): [`TokioTiming`], the timing of the layers' waits.
 //! - `tracing`: a span per logical request and per attempt.
+//! - `hyper-util` (default): tells a connection hyper-util's client never
+//!   made from a request that went out. Its connector's errors (refused,
+//!   timed out, a name that did not resolve), and reqwest's, which carry
+//!   them, are failures before the connection: provably not accepted, so
+//!   resent even where an ambiguous failure needs admission. Without the
+//!   feature only a refused socket is told apart; a connect timeout or a
+//!   resolver failure is a transport failure of unknown acceptance.
 //! - `h2`: tells HTTP/2 refusals apart. A stream the server reset with
 //!   `REFUSED_STREAM`, or failed by its `GOAWAY` (a stream above the last
 //!   one it processes), provably did not reach the application: it is

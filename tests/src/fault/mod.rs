@@ -95,6 +95,6 @@ pub use script::{
     WriteSpec,
 };
 pub use server::{
-    CONTROL_PREFIX, FaultProvider, Options, ReceivedRequest, Stats, default_fixtures_dir,
-    refused_addr,
+    CONTROL_PREFIX, FaultProvider, Options, ReceivedRequest, Stats, UnansweredListener,
+    default_fixtures_dir, refused_addr,
 };

@@ -40,6 +40,50 @@ pub fn refused_addr() -> io::Result<SocketAddr> {
     listener.local_addr()
 }
 
+/// A listener on 127.0.0.1 that answers no connect: it never accepts and
+/// its queue is full, so a further SYN goes unanswered and a connect times
+/// out (the connect-timeout rows). Connects go nowhere while it lives.
+#[derive(Debug)]
+pub struct UnansweredListener {
+    addr: SocketAddr,
+    _listener: socket2::Socket,
+    _queued: Vec<std::net::TcpStream>,
+}
+
+impl UnansweredListener {
+    /// Binds port 0, listens with a queue of one, and fills the queue.
+    pub fn new() -> io::Result<Self> {
+        use socket2::{Domain, Socket, Type};
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        listener.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())?;
+        listener.listen(1)?;
+        let addr = listener
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("not an IP socket"))?;
+        let mut queued = Vec::new();
+        loop {
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+            {
+                Ok(s) if queued.len() < 16 => queued.push(s),
+                Ok(_) => return Err(io::Error::other("the listen queue never filled")),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(UnansweredListener {
+            addr,
+            _listener: listener,
+            _queued: queued,
+        })
+    }
+
+    /// Where connects go unanswered.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
 /// How to start a [`FaultProvider`].
 #[derive(Debug, Clone)]
 pub struct Options {

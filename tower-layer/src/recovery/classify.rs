@@ -10,12 +10,23 @@ use crate::observe::ObserveError;
 
 /// Classifies an error of the inner service (no response head came back).
 pub(crate) fn head_error(err: &BoxError) -> Failure {
-    if refused_stream(err.as_ref()) {
+    let err = err.as_ref();
+    if refused_stream(err) {
         return Failure::transport(TransportKind::RefusedStream, Phase::AwaitingHeaders);
     }
-    match io_kind(err.as_ref()) {
+    let never_connected = connect_failure(err);
+    match io_kind(err) {
         Some(io::ErrorKind::ConnectionRefused) => {
             Failure::transport(TransportKind::Refused, Phase::Connecting)
+        }
+        _ if mentions_tls(err) => Failure::transport(TransportKind::Tls, Phase::Connecting),
+        // Refused, unresolved or out of time before a connection: nothing
+        // went out, whatever the socket said.
+        _ if never_connected == Some(Connect::Unresolved) => {
+            Failure::transport(TransportKind::Dns, Phase::Connecting)
+        }
+        _ if never_connected.is_some() => {
+            Failure::transport(TransportKind::Other, Phase::Connecting)
         }
         Some(io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted) => {
             Failure::transport(TransportKind::Reset, Phase::AwaitingHeaders)
@@ -23,11 +34,53 @@ pub(crate) fn head_error(err: &BoxError) -> Failure {
         Some(io::ErrorKind::UnexpectedEof) => {
             Failure::transport(TransportKind::Closed, Phase::AwaitingHeaders)
         }
-        _ if mentions_tls(err.as_ref()) => {
-            Failure::transport(TransportKind::Tls, Phase::Connecting)
-        }
         _ => Failure::transport(TransportKind::Other, Phase::Unknown),
     }
+}
+
+/// How a connection that was never made failed, as far as it matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "hyper-util"), allow(dead_code))]
+enum Connect {
+    /// The name did not resolve.
+    Unresolved,
+    /// Anything else before the connection (a connect timeout, say).
+    Failed,
+}
+
+/// A connection hyper-util's client never made: its connector failed, so
+/// the request never went out. reqwest's errors carry hyper-util's, so
+/// this reads them too. A name that did not resolve is told by the
+/// connector's own fixed text for it (`"dns error"`), never by text from
+/// the wire or the resolver.
+#[cfg(feature = "hyper-util")]
+fn connect_failure(err: &(dyn std::error::Error + 'static)) -> Option<Connect> {
+    use std::error::Error as _;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+            if !client.is_connect() {
+                return None;
+            }
+            let mut cause = client.source();
+            while let Some(c) = cause {
+                if c.to_string() == "dns error" {
+                    return Some(Connect::Unresolved);
+                }
+                cause = c.source();
+            }
+            return Some(Connect::Failed);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Without the `hyper-util` feature a failed connect is told apart only by
+/// a refused socket.
+#[cfg(not(feature = "hyper-util"))]
+fn connect_failure(_err: &(dyn std::error::Error + 'static)) -> Option<Connect> {
+    None
 }
 
 /// Classifies an error of the response body.
