@@ -105,7 +105,12 @@ pub fn key_for(url: &str, body: &[u8]) -> String {
         .windows(3)
         .position(|w| w == b"://")
         .map_or(0, |i| ends(i + 3, b"/?#"));
-    let mut key = url[..origin_end].to_ascii_lowercase();
+    // ASCII boundaries: `get` never misses, and keeps str slicing's panic
+    // path (and its `Debug` formatting) out of the wasm module.
+    let mut key = url
+        .get(..origin_end)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     key.push(' ');
     let model = Lazy::parse(body)
         .ok()
@@ -116,7 +121,10 @@ pub fn key_for(url: &str, body: &[u8]) -> String {
             key.push_str("model=");
             key.push_str(std::str::from_utf8(model.as_bytes()).unwrap_or_default());
         }
-        None => key.push_str(&url[origin_end..ends(origin_end, b"?#")]),
+        None => key.push_str(
+            url.get(origin_end..ends(origin_end, b"?#"))
+                .unwrap_or_default(),
+        ),
     }
     key
 }

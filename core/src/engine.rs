@@ -69,7 +69,9 @@ pub struct Recovery {
 
 /// Formats a logical id the way events and reports show it.
 pub fn format_logical_id(id: u64) -> String {
-    format!("{id:016x}")
+    let mut s = String::with_capacity(16);
+    crate::text::push_hex16(&mut s, id);
+    s
 }
 
 impl Recovery {
@@ -220,7 +222,13 @@ impl Recovery {
         let event = LifecycleEvent {
             identity: Identity {
                 logical_id: self.logical_id.clone(),
-                attempt_id: (n > 0).then(|| format!("{}-{n}", self.logical_id)),
+                attempt_id: (n > 0).then(|| {
+                    let mut id = String::with_capacity(self.logical_id.len() + 4);
+                    id.push_str(&self.logical_id);
+                    id.push('-');
+                    crate::text::push_decimal(&mut id, u64::from(n));
+                    id
+                }),
                 wire_attempt: n,
             },
             at: self.elapsed(now),

@@ -123,9 +123,12 @@ impl Target {
     pub fn with_url(mut self, url: impl Into<String>) -> Result<Self, TargetError> {
         let url = url.into();
         let shaped = url.starts_with('/')
-            || ["http://", "https://"]
-                .iter()
-                .any(|s| url.len() > s.len() && url[..s.len()].eq_ignore_ascii_case(s));
+            || ["http://", "https://"].iter().any(|s| {
+                url.len() > s.len()
+                    && url
+                        .get(..s.len())
+                        .is_some_and(|p| p.eq_ignore_ascii_case(s))
+            });
         // Spaces and control bytes never belong in a URL (a non-ASCII one is
         // refused by the HTTP stack when the request is built).
         if !shaped || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -194,7 +197,7 @@ impl Target {
             None => Cow::Borrowed(url),
             Some(path) if path.starts_with('/') => {
                 let origin = origin_end(url);
-                Cow::Owned(format!("{}{path}", &url[..origin]))
+                Cow::Owned([url.get(..origin).unwrap_or_default(), path].concat())
             }
             Some(absolute) => Cow::Borrowed(absolute),
         }
@@ -222,12 +225,19 @@ impl Target {
     pub fn crosses_origin(&self, url: &str) -> bool {
         match self.url.as_deref() {
             Some(target) if !target.starts_with('/') => {
-                let (a, b) = (&target[..origin_end(target)], &url[..origin_end(url)]);
+                let (a, b) = (origin(target), origin(url));
                 !a.eq_ignore_ascii_case(b)
             }
             _ => false,
         }
     }
+}
+
+/// The origin (`scheme://authority`) of `url`; empty for a path.
+fn origin(url: &str) -> &str {
+    // An ASCII boundary: `get` never misses, and keeps str slicing's panic
+    // path (and its `Debug` formatting) out of the wasm module.
+    url.get(..origin_end(url)).unwrap_or_default()
 }
 
 /// Where the origin (`scheme://authority`) of `url` ends; 0 for a path.
@@ -307,6 +317,28 @@ mod tests {
 
     fn target() -> Target {
         Target::new("alt-1").unwrap()
+    }
+
+    #[test]
+    fn a_url_with_a_multibyte_char_where_the_scheme_ends_is_refused_not_a_panic() {
+        for url in [
+            "http:/\u{e4}x",
+            "https:/\u{1f600}",
+            "htt\u{e9}://a",
+            "\u{e9}",
+        ] {
+            assert_eq!(
+                Target::new("a").unwrap().with_url(url).err(),
+                Some(TargetError::Url),
+                "{url}"
+            );
+        }
+        let t = Target::new("a")
+            .unwrap()
+            .with_url("https://b.example/v1")
+            .unwrap();
+        assert!(t.crosses_origin("https://\u{e9}.example/v1"));
+        assert_eq!(t.rewrite_url("/x"), "https://b.example/v1");
     }
 
     #[test]

@@ -230,6 +230,7 @@ pub mod progress;
 pub mod protocol;
 pub mod report;
 pub mod resume;
+pub mod text;
 pub mod timing;
 pub mod wire;
 

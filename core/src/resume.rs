@@ -266,9 +266,12 @@ impl ResumePlan {
                 }
                 Ok(ResumeRequest {
                     method: "GET".to_owned(),
-                    url: format!(
-                        "{base}/{response_id}?stream=true&starting_after={after_sequence}"
-                    ),
+                    url: {
+                        let mut url =
+                            [base, "/", response_id, "?stream=true&starting_after="].concat();
+                        crate::text::push_decimal(&mut url, *after_sequence);
+                        url
+                    },
                     header: None,
                     with_body: false,
                 })

@@ -68,23 +68,11 @@ impl Json {
     }
 
     /// A decimal integer, without `core::fmt`.
-    fn int(&mut self, negative: bool, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
+    fn int(&mut self, negative: bool, v: u64) {
         if negative {
             self.0.push('-');
         }
-        for &d in &digits[at..] {
-            self.0.push(char::from(d));
-        }
+        recovery_core::text::push_decimal(&mut self.0, v);
     }
 
     /// Opens `{"variant":` for an externally tagged variant.
@@ -187,7 +175,7 @@ impl ser::SerializeMap for Compound<'_> {
         self.out.comma(&mut self.first);
         let at = self.out.0.len();
         key.serialize(&mut *self.out)?;
-        if !self.out.0[at..].starts_with('"') {
+        if !matches!(self.out.0.as_bytes().get(at), Some(b'"')) {
             return Err(Error);
         }
         self.out.0.push(':');

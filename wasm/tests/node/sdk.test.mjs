@@ -156,6 +156,8 @@ test('bad alternates are typed option errors', () => {
     ['x', 'alternates'],
     [[{ label: 'a b' }], 'alternates[0].label'],
     [[{ label: 'a', url: 'ftp://x' }], 'alternates[0].url'],
+    // A multibyte character where a scheme would end: refused, not a trap.
+    [[{ label: 'a', url: 'http:/\u00e4x' }], 'alternates[0].url'],
     [[{ label: 'a', protocol: 'smtp' }], 'alternates[0].protocol'],
     [[{ label: 'a', body: 3 }], 'alternates[0].body'],
     [[{ label: 'a', colour: 'red' }], 'alternates[0].colour'],
