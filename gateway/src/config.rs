@@ -409,7 +409,10 @@ fn parse_file(text: &str) -> Result<File, ConfigError> {
         let msg = e.message().replace('\n', " ");
         ConfigError(match e.span() {
             Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                // Counted in bytes: a span is never trusted to fall on a
+                // character boundary.
+                let before = text.as_bytes().get(..span.start).unwrap_or(text.as_bytes());
+                let line = before.split(|&b| b == b'\n').count();
                 format!("line {line}: {msg}")
             }
             None => msg,
@@ -780,6 +783,8 @@ mod tests {
         let e = from_toml("bogus = 1\n").unwrap_err();
         assert!(e.0.contains("line 1"), "{e}");
         assert!(!e.0.contains('\n'), "{e}");
+        let e = from_toml("# caf\u{e9} \u{1f600}\n\nbogus = 1\n").unwrap_err();
+        assert!(e.0.contains("line 3"), "{e}");
         let e =
             from_toml("[[routes]]\nprefix = \"/x\"\nupstream = \"http://h\"\nprotocol = \"x\"\n")
                 .unwrap_err();
