@@ -1,8 +1,4 @@
-//! Response bodies and the gateway's own JSON errors.
-//!
-//! Every error the gateway answers itself is `{"error":{"type","message"}}`
-//! with a status that says who should act (4xx the client, 5xx the gateway
-//! or the upstream); the message never repeats request content.
+//! Response bodies: whole, streamed, JSON.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -61,12 +57,6 @@ where
             .poll_next(cx)
             .map(|o| o.map(|r| r.map(Frame::data)))
     }
-}
-
-/// The gateway's JSON error: `{"error":{"type":kind,"message":message}}`.
-pub(crate) fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<GatewayBody> {
-    let body = serde_json::json!({ "error": { "type": kind, "message": message } });
-    json(status, body.to_string())
 }
 
 /// A JSON response.

@@ -12,13 +12,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Uri;
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 use serde::Deserialize;
 
+use crate::auth::Client;
 use crate::log::{Limits, StreamLog};
 use crate::logs::Logger;
+use crate::sse::Comments;
+
+/// The environment variable of the stream secret (the file's
+/// `stream_secret`; never a flag, so it stays out of process listings).
+pub const STREAM_SECRET_VAR: &str = "RECOVERY_GATEWAY_STREAM_SECRET";
 
 /// The address the gateway listens on by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -80,6 +86,17 @@ pub struct Route {
     pub strip_prefix: bool,
     /// The protocol of its answers.
     pub protocol: RouteProtocol,
+    /// Whether its SSE answers are resumable (the gateway's ids and
+    /// log); `false`: the client reads the upstream's bytes as they came.
+    pub resumable: bool,
+    /// The operator's headers for this upstream (its API key): sent for
+    /// a known client (`[[clients]]`), or for anyone on a loopback
+    /// listener without `[[clients]]`.
+    pub headers: HeaderMap,
+    /// A credential header of this upstream beside the usual ones
+    /// (`authorization`, `x-api-key`, `x-goog-api-key`, `api-key`): a
+    /// stream belongs to its value too.
+    pub credential_header: Option<HeaderName>,
 }
 
 /// Where a request of one protocol may go when its upstream fails before
@@ -134,6 +151,16 @@ impl StreamLogChoice {
     }
 }
 
+/// A secret from the configuration; `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
 /// Everything a gateway needs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -161,6 +188,27 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How long a client may take to send a request head.
     pub header_read_timeout: Duration,
+    /// How long a request body may take, at the least.
+    pub body_read_timeout: Duration,
+    /// The rate that earns a body more time than `body_read_timeout`
+    /// (bytes per second; 0: none).
+    pub body_min_bytes_per_sec: u64,
+    /// Generations kept going for clients that left, at once; past it a
+    /// generation whose client left is cancelled at once.
+    pub max_kept_streams: usize,
+    /// Reconnected readers of one stream at once.
+    pub max_readers_per_stream: usize,
+    /// Reconnected readers in all, at once.
+    pub max_readers: usize,
+    /// The operator's headers for the default upstream.
+    pub upstream_headers: HeaderMap,
+    /// Known clients; empty: requests spend their own credentials.
+    pub clients: Vec<Client>,
+    /// The secret stream keys are derived with (every instance on one
+    /// Redis log needs the same); `None`: drawn per process.
+    pub stream_secret: Option<Secret>,
+    /// What becomes of upstream SSE comment blocks.
+    pub sse_comments: Comments,
     /// How long a graceful shutdown waits for streams in flight.
     pub shutdown_grace: Duration,
     /// The recovery policy of the upstream leg.
@@ -183,6 +231,15 @@ impl Default for Config {
             max_streams: 1024,
             max_body_bytes: 8 << 20,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            body_min_bytes_per_sec: 64 << 10,
+            max_kept_streams: 256,
+            max_readers_per_stream: 4,
+            max_readers: 1024,
+            upstream_headers: HeaderMap::new(),
+            clients: Vec::new(),
+            stream_secret: None,
+            sse_comments: Comments::Pass,
             shutdown_grace: Duration::from_secs(30),
             policy: RecoveryPolicy::default(),
             logger: Logger::Stderr,
@@ -199,12 +256,18 @@ pub enum Command {
     Help,
     /// Print the version.
     Version,
+    /// Read a client key on stdin and print its `[[clients]]` entry.
+    HashKey {
+        /// The entry's name.
+        name: String,
+    },
 }
 
 /// The usage line.
 pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
 [--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
-[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--help] [--version]";
+[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--help] [--version]
+       recovery-gateway hash-key [--name NAME] < key";
 
 /// The help text after the usage line.
 pub const HELP: &str = "
@@ -226,7 +289,30 @@ environment, the environment over the file):
                            through this Redis (RECOVERY_GATEWAY_FLEET_REDIS; default: this process's)
   --help, --version
 
+File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
+(or RECOVERY_GATEWAY_STREAM_SECRET; the same on every instance of one Redis log),
+sse_comments (pass|drop), header_read_timeout_ms, body_read_timeout_ms,
+body_min_bytes_per_sec, max_kept_streams, max_readers, max_readers_per_stream,
+shutdown_grace_ms; [[routes]] take resumable, headers, credential_header.
+Header values \"$NAME\" are read from the environment.
+
+Bounds (defaults; each breach is an HTTP error in the provider's shape, and
+each is a gauge recovery_gateway_bound{name=...} in /metrics):
+  max_streams 1024 (head to the end of the client's read), max_kept_streams 256
+  (generations kept for clients that left), max_readers 1024 and
+  max_readers_per_stream 4 (reconnects), header_read_timeout_ms 10000,
+  body_read_timeout_ms 10000 plus 1 s per body_min_bytes_per_sec 65536 bytes,
+  max_body_bytes 8388608, [log] max_total_bytes 268435456 (finished streams
+  evicted first), max_bytes 16777216 per stream, max_streams 10000, ttl_ms 300000.
+
+Client keys: with [[clients]], every request but GET /healthz needs a known key
+in its SDK's API-key header and is sent with the operator's headers; without,
+requests spend their own keys, and operator keys are refused on a listener
+that is not loopback. `recovery-gateway hash-key --name team < key` prints an entry.
+
 Reserved paths: GET /healthz, GET /metrics, GET /streams/<id>?after=<seq>.
+Streams are readable only with the credentials that created them; a request
+with `x-recovery-resumable: off` gets the upstream's bytes as they came.
 Exit status: 0 after a graceful shutdown (SIGTERM, SIGINT), 2 on bad usage or configuration.
 
 Example:
@@ -288,7 +374,18 @@ struct File {
     max_body_bytes: Option<usize>,
     fleet_redis: Option<String>,
     header_read_timeout_ms: Option<u64>,
+    body_read_timeout_ms: Option<u64>,
+    body_min_bytes_per_sec: Option<u64>,
+    max_kept_streams: Option<usize>,
+    max_readers_per_stream: Option<usize>,
+    max_readers: Option<usize>,
     shutdown_grace_ms: Option<u64>,
+    stream_secret: Option<String>,
+    sse_comments: Option<String>,
+    #[serde(default)]
+    upstream_headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    clients: Vec<ClientFile>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -297,6 +394,14 @@ struct File {
     routes: Vec<RouteFile>,
     #[serde(default)]
     alternates: Vec<AlternateFile>,
+}
+
+/// `[[clients]]`: a caller the gateway knows, by the SHA-256 of its key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    name: String,
+    key_hash: String,
 }
 
 /// `[[alternates]]`: where a request of `protocol` may go when its upstream
@@ -341,6 +446,7 @@ struct LogFile {
     max_entries: Option<u64>,
     max_bytes: Option<u64>,
     max_streams: Option<usize>,
+    max_total_bytes: Option<u64>,
     ttl_ms: Option<u64>,
 }
 
@@ -353,6 +459,12 @@ struct RouteFile {
     strip_prefix: bool,
     #[serde(default)]
     protocol: Option<String>,
+    #[serde(default)]
+    resumable: Option<bool>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    credential_header: Option<String>,
 }
 
 /// Parses the command line (without the program name), with `env` as the
@@ -362,7 +474,11 @@ pub fn parse(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Command, ConfigError> {
     let mut flags = Layer::default();
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
+    if args.peek().map(String::as_str) == Some("hash-key") {
+        args.next();
+        return hash_key_args(args);
+    }
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--help" | "-h" => return Ok(Command::Help),
@@ -395,6 +511,28 @@ pub fn parse(
         None => File::default(),
     };
     build(merged, file, &env).map(|c| Command::Run(Box::new(c)))
+}
+
+/// `hash-key [--name NAME]`.
+fn hash_key_args(mut args: impl Iterator<Item = String>) -> Result<Command, ConfigError> {
+    let mut name = "client".to_owned();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--name" => {
+                name = args
+                    .next()
+                    .ok_or_else(|| ConfigError("--name needs a value".into()))?;
+            }
+            other => match other.strip_prefix("--name=") {
+                Some(v) => v.clone_into(&mut name),
+                None => return err(format!("hash-key: unknown argument {other:?}")),
+            },
+        }
+    }
+    if name.is_empty() {
+        return err("hash-key: --name must not be empty");
+    }
+    Ok(Command::HashKey { name })
 }
 
 fn read_file(path: &PathBuf) -> Result<File, ConfigError> {
@@ -527,6 +665,69 @@ fn build(
     if let Some(n) = file.shutdown_grace_ms {
         c.shutdown_grace = ms(n);
     }
+    if let Some(n) = file.body_read_timeout_ms {
+        if n == 0 {
+            return err("body_read_timeout_ms must be at least 1");
+        }
+        c.body_read_timeout = ms(n);
+    }
+    if let Some(n) = file.body_min_bytes_per_sec {
+        c.body_min_bytes_per_sec = n;
+    }
+    for (key, value, slot) in [
+        (
+            "max_kept_streams",
+            file.max_kept_streams,
+            &mut c.max_kept_streams,
+        ),
+        (
+            "max_readers_per_stream",
+            file.max_readers_per_stream,
+            &mut c.max_readers_per_stream,
+        ),
+        ("max_readers", file.max_readers, &mut c.max_readers),
+    ] {
+        if let Some(n) = value {
+            if n == 0 {
+                return err(format!("{key} must be at least 1"));
+            }
+            *slot = n;
+        }
+    }
+    let secret = env(STREAM_SECRET_VAR)
+        .filter(|v| !v.is_empty())
+        .map(Ok)
+        .or_else(|| {
+            file.stream_secret
+                .map(|v| from_env("stream_secret", v, env))
+        })
+        .transpose()?;
+    if let Some(secret) = secret {
+        if secret.len() < 16 {
+            return err("stream_secret must be at least 16 bytes");
+        }
+        c.stream_secret = Some(Secret(secret.into_bytes()));
+    }
+    if let Some(v) = file.sse_comments {
+        c.sse_comments = Comments::parse(&v)
+            .ok_or_else(|| ConfigError(format!("sse_comments: {v:?} is not pass or drop")))?;
+    }
+    c.upstream_headers = header_map("upstream_headers", file.upstream_headers, env)?;
+    for client in file.clients {
+        let key_hash = Client::parse_hash(&client.key_hash).ok_or_else(|| {
+            ConfigError(format!(
+                "client {:?}: key_hash must be sha256:<64 hex digits> (recovery-gateway hash-key prints one)",
+                client.name
+            ))
+        })?;
+        if c.clients.iter().any(|k: &Client| k.name == client.name) {
+            return err(format!("client {:?} is given twice", client.name));
+        }
+        c.clients.push(Client {
+            name: client.name,
+            key_hash,
+        });
+    }
     c.policy = policy(&file.policy)?;
     let l = &file.log;
     if let Some(n) = l.max_entries {
@@ -537,6 +738,9 @@ fn build(
     }
     if let Some(n) = l.max_streams {
         c.log_limits.max_streams = n;
+    }
+    if let Some(n) = l.max_total_bytes {
+        c.log_limits.max_total_bytes = n;
     }
     if let Some(n) = l.ttl_ms {
         c.log_limits.ttl = ms(n);
@@ -557,14 +761,58 @@ fn build(
         if !seen.insert(prefix.clone()) {
             return err(format!("route prefix {prefix:?} is given twice"));
         }
+        let at = format!("route {prefix:?}");
+        let credential_header = match r.credential_header {
+            Some(name) => Some(HeaderName::try_from(name.as_str()).map_err(|_| {
+                ConfigError(format!(
+                    "{at}: credential_header {name:?} is not a header name"
+                ))
+            })?),
+            None => None,
+        };
         c.routes.push(Route {
+            headers: header_map(&at, r.headers, env)?,
             prefix,
             upstream: upstream_uri(&r.upstream)?,
             strip_prefix: r.strip_prefix,
             protocol: RouteProtocol::parse(r.protocol.as_deref().unwrap_or("auto"))?,
+            resumable: r.resumable.unwrap_or(true),
+            credential_header,
         });
     }
     Ok(c)
+}
+
+/// `value`, or the environment variable it names as `$NAME`.
+fn from_env(
+    at: &str,
+    value: String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match value.strip_prefix('$') {
+        Some(var) => env(var).ok_or_else(|| ConfigError(format!("{at}: ${var} is not set"))),
+        None => Ok(value),
+    }
+}
+
+/// Configured headers, `$NAME` values read from `env`, each value marked
+/// sensitive (they are credentials); errors never show a value.
+fn header_map(
+    at: &str,
+    headers: std::collections::BTreeMap<String, String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<HeaderMap, ConfigError> {
+    let mut out = HeaderMap::new();
+    for (name, value) in headers {
+        let value = from_env(&format!("{at}: header {name}"), value, env)?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|_| ConfigError(format!("{at}: {name:?} is not a header name")))?;
+        let mut value = HeaderValue::try_from(value)
+            .map_err(|_| ConfigError(format!("{at}: header {name} has an invalid value")))?;
+        value.set_sensitive(true);
+        out.insert(name, value);
+    }
+    Ok(out)
 }
 
 /// One `[[alternates]]` entry, its `$NAME` header values read from `env`.
@@ -583,18 +831,8 @@ fn alternate(
     if let Some(model) = a.model {
         alt = alt.model(model).map_err(bad)?;
     }
-    for (name, value) in a.headers {
-        let value = match value.strip_prefix('$') {
-            Some(var) => env(var)
-                .ok_or_else(|| ConfigError(format!("{at}: header {name}: ${var} is not set")))?,
-            None => value,
-        };
-        let name = http::HeaderName::try_from(name.as_str())
-            .map_err(|_| ConfigError(format!("{at}: {name:?} is not a header name")))?;
-        // The value is a credential: the error never shows it.
-        let value = http::HeaderValue::try_from(value)
-            .map_err(|_| ConfigError(format!("{at}: header {name} has an invalid value")))?;
-        alt = alt.header(name, value);
+    for (name, value) in &header_map(&at, a.headers, env)? {
+        alt = alt.header(name.clone(), value.clone());
     }
     Ok(AlternateRoute {
         protocol: protocol.clone(),

@@ -40,19 +40,24 @@
 //! becomes).
 #![deny(unsafe_code, missing_docs)]
 
+pub mod auth;
 mod body;
 pub mod config;
 mod forward;
 mod handler;
+mod identity;
 pub mod log;
 pub mod logs;
 pub mod metrics;
+mod respond;
 mod routes;
 mod server;
 pub mod sse;
 mod streams;
 
-pub use config::{AlternateRoute, Config, ConfigError, Route, RouteProtocol, StreamLogChoice};
-pub use handler::STREAM_ID_HEADER;
+pub use config::{
+    AlternateRoute, Config, ConfigError, Route, RouteProtocol, Secret, StreamLogChoice,
+};
+pub use handler::{RESUMABLE_HEADER, STREAM_ID_HEADER};
+pub use identity::{looks_like_stream_id, new_stream_id};
 pub use server::{Gateway, GatewayError, ShutdownHandle};
-pub use streams::{looks_like_stream_id, new_stream_id};

@@ -8,11 +8,15 @@
 //! log lines follow on stderr. Exit status: 0 after a graceful shutdown
 //! (SIGTERM or SIGINT), 1 when it cannot start, 2 on bad usage or
 //! configuration (one line on stderr).
+//!
+//! `recovery-gateway hash-key [--name NAME]` reads a client key on stdin and
+//! prints its `[[clients]]` entry.
 #![deny(unsafe_code, missing_docs)]
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
+use recovery_gateway::auth::{MIN_CLIENT_KEY_LEN, client_entry};
 use recovery_gateway::config::{self, Command, HELP, USAGE};
 use recovery_gateway::{Gateway, ShutdownHandle};
 
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
             println!("recovery-gateway {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
+        Ok(Command::HashKey { name }) => return hash_key(&name),
         Err(e) => {
             eprintln!("recovery-gateway: {e}");
             return ExitCode::from(2);
@@ -64,6 +69,25 @@ fn main() -> ExitCode {
         gateway.wait().await;
         ExitCode::SUCCESS
     })
+}
+
+/// `hash-key`: one client key on stdin (its line end dropped), its
+/// `[[clients]]` entry on stdout. Exit 2 for a key that is empty or short.
+fn hash_key(name: &str) -> ExitCode {
+    let mut key = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut key) {
+        eprintln!("recovery-gateway: hash-key: cannot read the key on stdin: {e}");
+        return ExitCode::from(2);
+    }
+    let key = key.trim_end_matches(['\r', '\n']);
+    if key.len() < MIN_CLIENT_KEY_LEN {
+        eprintln!(
+            "recovery-gateway: hash-key: a client key must be at least {MIN_CLIENT_KEY_LEN} bytes (e.g. `openssl rand -hex 24`)"
+        );
+        return ExitCode::from(2);
+    }
+    print!("{}", client_entry(name, key));
+    ExitCode::SUCCESS
 }
 
 /// Starts the graceful shutdown on SIGTERM or SIGINT.

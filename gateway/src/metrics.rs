@@ -25,6 +25,9 @@ pub struct Metrics {
     reconnects: AtomicU64,
     streams_active: AtomicU64,
     rejected: AtomicU64,
+    body_timeouts: AtomicU64,
+    /// The configured bounds, by name, shown as gauges.
+    bounds: std::sync::OnceLock<Vec<(&'static str, u64)>>,
 }
 
 /// A copy of the counters at one moment.
@@ -55,6 +58,8 @@ pub struct Snapshot {
     pub streams_active: u64,
     /// Requests refused at the stream limit.
     pub rejected: u64,
+    /// Request bodies that missed their read deadline.
+    pub body_timeouts: u64,
 }
 
 impl Metrics {
@@ -97,6 +102,44 @@ impl Metrics {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a request body that missed its read deadline.
+    pub(crate) fn body_timeout(&self) {
+        self.body_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records the bounds of `config` (once).
+    pub(crate) fn set_bounds(&self, config: &crate::Config) {
+        let l = &config.log_limits;
+        let _ = self.bounds.set(vec![
+            ("max_streams", config.max_streams as u64),
+            ("max_kept_streams", config.max_kept_streams as u64),
+            ("max_readers", config.max_readers as u64),
+            (
+                "max_readers_per_stream",
+                config.max_readers_per_stream as u64,
+            ),
+            ("max_body_bytes", config.max_body_bytes as u64),
+            (
+                "body_read_timeout_ms",
+                config.body_read_timeout.as_millis() as u64,
+            ),
+            ("body_min_bytes_per_sec", config.body_min_bytes_per_sec),
+            (
+                "header_read_timeout_ms",
+                config.header_read_timeout.as_millis() as u64,
+            ),
+            (
+                "keep_generating_ms",
+                config.keep_generating.as_millis() as u64,
+            ),
+            ("log_max_streams", l.max_streams as u64),
+            ("log_max_total_bytes", l.max_total_bytes),
+            ("log_max_bytes_per_stream", l.max_bytes),
+            ("log_max_entries_per_stream", l.max_entries),
+            ("log_ttl_ms", l.ttl.as_millis() as u64),
+        ]);
+    }
+
     /// A stream started (`+1`) or ended (`-1`).
     pub(crate) fn stream_started(&self) {
         self.streams_active.fetch_add(1, Ordering::Relaxed);
@@ -123,6 +166,7 @@ impl Metrics {
             downstream_reconnects: get(&self.reconnects),
             streams_active: get(&self.streams_active),
             rejected: get(&self.rejected),
+            body_timeouts: get(&self.body_timeouts),
         }
     }
 
@@ -171,6 +215,11 @@ impl Metrics {
             "Requests refused at the concurrent stream limit.",
             s.rejected,
         );
+        counter(
+            "recovery_gateway_body_timeouts_total",
+            "Requests refused because their body missed its read deadline.",
+            s.body_timeouts,
+        );
         let _ = write!(
             out,
             "# HELP recovery_gateway_outcomes_total Requests by terminal outcome.\n\
@@ -193,6 +242,16 @@ impl Metrics {
              recovery_gateway_streams_active {}\n",
             s.streams_active
         );
+        if let Some(bounds) = self.bounds.get() {
+            let _ = write!(
+                out,
+                "# HELP recovery_gateway_bound A configured bound, by name.\n\
+                 # TYPE recovery_gateway_bound gauge\n"
+            );
+            for (name, value) in bounds {
+                let _ = writeln!(out, "recovery_gateway_bound{{name=\"{name}\"}} {value}");
+            }
+        }
         out
     }
 }

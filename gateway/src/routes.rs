@@ -1,18 +1,24 @@
 //! Where a request goes: the longest matching route prefix, else the
-//! default upstream, and which protocol its answer speaks.
+//! default upstream, and which protocol its answer speaks; and which paths
+//! are never forwarded.
 
-use http::Uri;
+use http::{HeaderMap, HeaderName, Uri};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
 
 use crate::config::{Route, RouteProtocol};
+use crate::respond::Refusal;
 
 /// The upstream of one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Target {
     /// The URL to send to (query kept).
     pub(crate) uri: Uri,
     /// The protocol its answer is decoded as.
     pub(crate) protocol: ProtocolKind,
+    /// Whether its streams are resumable (ids, log).
+    pub(crate) resumable: bool,
+    /// The operator's headers for this upstream (credentials).
+    pub(crate) headers: HeaderMap,
 }
 
 /// The routing table.
@@ -21,12 +27,63 @@ pub(crate) struct Router {
     /// Longest prefix first.
     routes: Vec<Route>,
     default: Option<Uri>,
+    default_headers: HeaderMap,
+    /// The credential headers routes name, beside the usual ones.
+    credential_headers: Vec<HeaderName>,
+}
+
+/// Refuses a path an upstream could resolve outside the route's base:
+/// dot segments (`.`, `..`, also percent-encoded, any case), empty
+/// segments (`//`; one trailing `/` is kept), backslashes and encoded
+/// slashes or backslashes.
+pub(crate) fn check_path(path: &str) -> Result<(), Refusal> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(Refusal::BadPath);
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Ok(());
+    }
+    for segment in rest.split('/') {
+        if segment.is_empty() || segment.contains('\\') {
+            return Err(Refusal::BadPath);
+        }
+        let lower = segment.to_ascii_lowercase();
+        if lower.contains("%2f") || lower.contains("%5c") {
+            return Err(Refusal::BadPath);
+        }
+        let decoded = lower.replace("%2e", ".");
+        if decoded == "." || decoded == ".." {
+            return Err(Refusal::BadPath);
+        }
+    }
+    Ok(())
 }
 
 impl Router {
-    pub(crate) fn new(mut routes: Vec<Route>, default: Option<Uri>) -> Self {
+    pub(crate) fn new(
+        mut routes: Vec<Route>,
+        default: Option<Uri>,
+        default_headers: HeaderMap,
+    ) -> Self {
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-        Router { routes, default }
+        let mut credential_headers: Vec<HeaderName> = routes
+            .iter()
+            .filter_map(|r| r.credential_header.clone())
+            .collect();
+        credential_headers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        credential_headers.dedup();
+        Router {
+            routes,
+            default,
+            default_headers,
+            credential_headers,
+        }
+    }
+
+    /// The credential headers routes name (a stream's owner includes them).
+    pub(crate) fn credential_header(&self) -> &[HeaderName] {
+        &self.credential_headers
     }
 
     fn matches(prefix: &str, path: &str) -> bool {
@@ -38,7 +95,7 @@ impl Router {
     /// The target of a request to `path` (and `query`), or `None` when no
     /// route matches and there is no default upstream.
     pub(crate) fn target(&self, path: &str, query: Option<&str>) -> Option<Target> {
-        let (base, rest, protocol) =
+        let (base, rest, protocol, resumable, headers) =
             match self.routes.iter().find(|r| Self::matches(&r.prefix, path)) {
                 Some(r) => {
                     let rest = if r.strip_prefix && r.prefix != "/" {
@@ -46,9 +103,15 @@ impl Router {
                     } else {
                         path
                     };
-                    (&r.upstream, rest, &r.protocol)
+                    (&r.upstream, rest, &r.protocol, r.resumable, &r.headers)
                 }
-                None => (self.default.as_ref()?, path, &RouteProtocol::Auto),
+                None => (
+                    self.default.as_ref()?,
+                    path,
+                    &RouteProtocol::Auto,
+                    true,
+                    &self.default_headers,
+                ),
             };
         let base_path = base.path().trim_end_matches('/');
         let rest = if rest.is_empty() { "/" } else { rest };
@@ -67,7 +130,12 @@ impl Router {
             RouteProtocol::Auto => ProtocolChoice::Auto.resolve(&path_and_query),
             RouteProtocol::Fixed(k) => k.clone(),
         };
-        Some(Target { uri, protocol })
+        Some(Target {
+            uri,
+            protocol,
+            resumable,
+            headers: headers.clone(),
+        })
     }
 }
 
@@ -81,6 +149,9 @@ mod tests {
             upstream: up.parse().unwrap(),
             strip_prefix: strip,
             protocol: p,
+            resumable: true,
+            headers: HeaderMap::new(),
+            credential_header: None,
         }
     }
 
@@ -97,6 +168,7 @@ mod tests {
                 ),
             ],
             Some("https://default".parse().unwrap()),
+            HeaderMap::new(),
         );
         let t = r.target("/a/b/x", Some("k=1")).unwrap();
         assert_eq!(t.uri.to_string(), "http://two:2/base/x?k=1");
@@ -111,6 +183,41 @@ mod tests {
             r.target("/a", None).unwrap().uri.to_string(),
             "http://one:1/"
         );
-        assert!(Router::new(vec![], None).target("/x", None).is_none());
+        assert!(
+            Router::new(vec![], None, HeaderMap::new())
+                .target("/x", None)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn paths_that_could_leave_a_base_are_refused() {
+        for bad in [
+            "/v1/../admin",
+            "/v1/./chat",
+            "/v1/%2e%2e/admin",
+            "/v1/%2E%2e/admin",
+            "/v1/.%2E/admin",
+            "/v1/%2e/x",
+            "/..",
+            "/v1//chat",
+            "//v1",
+            "/v1\\..\\x",
+            "/v1/a%2fb",
+            "/v1/a%5Cb",
+            "v1/chat",
+        ] {
+            assert_eq!(check_path(bad), Err(Refusal::BadPath), "{bad}");
+        }
+        for good in [
+            "/",
+            "/v1/chat/completions",
+            "/v1/models/",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            "/v1/files/file...x",
+            "/v1/a%20b",
+        ] {
+            assert_eq!(check_path(good), Ok(()), "{good}");
+        }
     }
 }

@@ -20,14 +20,16 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::auth::{Clients, is_credential, operator_exposure};
 use crate::config::{Config, StreamLogChoice};
 use crate::forward::{Shared, Upstream};
-use crate::handler::{State, handle};
+use crate::handler::{BodyRead, State, handle};
+use crate::identity::Keys;
 use crate::log::{MemoryLog, StreamLog};
 use crate::logs::{Field, Logger};
 use crate::metrics::{Metrics, Snapshot};
 use crate::routes::Router;
-use crate::streams::{Streams, raised};
+use crate::streams::{Bounds, Streams, raised};
 
 /// Why a gateway could not start.
 #[derive(Debug)]
@@ -40,6 +42,9 @@ pub enum GatewayError {
     /// The fleet's shared stores could not be set up (the text is safe to
     /// print: no credentials).
     Fleet(String),
+    /// The configuration would be unsafe on this listener (the text names
+    /// the fix).
+    Unsafe(String),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -48,6 +53,7 @@ impl std::fmt::Display for GatewayError {
             GatewayError::Bind(e) => write!(f, "cannot listen: {e}"),
             GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
             GatewayError::Fleet(e) => write!(f, "cannot set up the fleet's shared stores: {e}"),
+            GatewayError::Unsafe(e) => write!(f, "refusing to start: {e}"),
         }
     }
 }
@@ -124,6 +130,9 @@ impl Gateway {
     /// Binds `config.listen` and serves in the background (on the current
     /// tokio runtime) until [`ShutdownHandle::shutdown`].
     pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
+        let clients = Clients::new(config.clients.clone());
+        let operator = operator_credentials(&config);
+        operator_exposure(config.listen, &clients, &operator).map_err(GatewayError::Unsafe)?;
         let log = open_log(&config).await?;
         let shared = shared_stores(&config)?;
         let listener = TcpListener::bind(config.listen)
@@ -134,13 +143,23 @@ impl Gateway {
         let logger = config.logger.clone();
         let streams = Arc::new(Streams::new(
             log,
-            config.keep_generating,
-            config.log_limits.ttl,
+            Bounds {
+                keep_generating: config.keep_generating,
+                ttl: config.log_limits.ttl,
+                max_kept: config.max_kept_streams,
+                max_readers_per_stream: config.max_readers_per_stream,
+                max_readers: config.max_readers,
+            },
             Arc::clone(&metrics),
             logger.clone(),
         ));
+        metrics.set_bounds(&config);
         let state = Arc::new(State {
-            router: Router::new(config.routes.clone(), config.upstream.clone()),
+            router: Router::new(
+                config.routes.clone(),
+                config.upstream.clone(),
+                config.upstream_headers.clone(),
+            ),
             upstream: Upstream::new(
                 &config.policy,
                 &shared,
@@ -152,7 +171,15 @@ impl Gateway {
             metrics: Arc::clone(&metrics),
             logger: logger.clone(),
             permits: Arc::new(Semaphore::new(config.max_streams)),
-            max_body_bytes: config.max_body_bytes,
+            body: BodyRead {
+                max_bytes: config.max_body_bytes,
+                timeout: config.body_read_timeout,
+                min_bytes_per_sec: config.body_min_bytes_per_sec,
+            },
+            keys: Keys::new(config.stream_secret.as_ref().map(|s| s.0.as_slice())),
+            clients,
+            comments: config.sse_comments,
+            own_authorities: own_authorities(addr),
         });
         let (tx, rx) = watch::channel(false);
         let serve = Serve {
@@ -164,6 +191,21 @@ impl Gateway {
             logger: logger.clone(),
         };
         let task = tokio::spawn(serve.run());
+        if !operator.is_empty() && config.clients.is_empty() {
+            logger.info(
+                "operator_credentials",
+                "operator credentials are configured without [[clients]]: any caller of this loopback listener spends them",
+                &[("where", Field::Str(&operator.join(", ")))],
+            );
+        }
+        if config.stream_secret.is_none() && matches!(config.stream_log, StreamLogChoice::Redis(_))
+        {
+            logger.warn(
+                "stream_secret_unset",
+                "no stream_secret: stream keys are this process's own, so another instance on this Redis log cannot serve a reconnect",
+                &[],
+            );
+        }
         let addr_text = addr.to_string();
         logger.info(
             "listening",
@@ -221,6 +263,50 @@ impl Gateway {
     pub async fn wait(self) {
         let _ = self.task.await;
     }
+}
+
+/// Where the configuration holds operator credentials: the credential
+/// headers of the default upstream, of routes and of alternates.
+fn operator_credentials(config: &Config) -> Vec<String> {
+    let extra: Vec<_> = config
+        .routes
+        .iter()
+        .filter_map(|r| r.credential_header.clone())
+        .collect();
+    let names = |h: &http::HeaderMap| -> Vec<String> {
+        h.keys()
+            .filter(|n| is_credential(n, &extra))
+            .map(|n| n.as_str().to_owned())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for n in names(&config.upstream_headers) {
+        out.push(format!("upstream_headers: {n}"));
+    }
+    for r in &config.routes {
+        for n in names(&r.headers) {
+            out.push(format!("route {:?}: {n}", r.prefix));
+        }
+    }
+    for a in &config.alternates {
+        for n in a.alternate.header_names() {
+            if is_credential(&n, &extra) {
+                out.push(format!("alternate {:?}: {n}", a.alternate.label()));
+            }
+        }
+    }
+    out
+}
+
+/// The authorities an absolute-form request target may name: the bound
+/// address, and `localhost` on its port.
+fn own_authorities(addr: SocketAddr) -> Vec<String> {
+    let mut out = vec![addr.to_string(), format!("localhost:{}", addr.port())];
+    if addr.ip().is_unspecified() {
+        out.push(format!("127.0.0.1:{}", addr.port()));
+        out.push(format!("[::1]:{}", addr.port()));
+    }
+    out
 }
 
 struct Serve {

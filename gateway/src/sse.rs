@@ -1,5 +1,6 @@
 //! Downstream SSE framing: the upstream body cut into whole events, each
-//! given the gateway's `id: <stream>:<seq>` line.
+//! given the gateway's `id: <stream>:<seq>` line where the protocol's SDKs
+//! read one.
 //!
 //! The upstream's chunks fall anywhere (mid-line, mid-`\r\n`); a client
 //! that resumes needs ids on event boundaries, and the stream log keeps
@@ -8,9 +9,16 @@
 //! of the SSE grammar (`\n`, `\r\n`, `\r`). [`number`] rewrites one event:
 //! the upstream's own `id:` lines are dropped (a client's `Last-Event-ID`
 //! must name a position in the gateway's log, not the provider's), the
-//! gateway's id goes first, every other byte stays as it came. A block of
-//! comments only (a keepalive) takes a sequence number in the log but gets
-//! no id line, so a client's last event id never points at it.
+//! gateway's id goes first, every other byte stays as it came.
+//!
+//! A block of comments only (a keepalive, `: OPENROUTER PROCESSING`) is
+//! neither numbered nor logged. Once a stream carried an `id:`, an SSE
+//! reader keeps that last event id, and the common readers (the Stainless
+//! decoder of `openai`, `anthropic`, `groq`) then dispatch an event at any
+//! blank line, a comment block's included: an empty event that their JSON
+//! decoding raises on. So where ids are added a comment block is sent as
+//! its comment lines without the blank line ([`comment_lines`]): a reader
+//! skips them and dispatches nothing.
 
 use bytes::{Bytes, BytesMut};
 
@@ -30,6 +38,41 @@ impl Block {
             Block::Event(b) | Block::Comment(b) => b,
         }
     }
+}
+
+/// What becomes of an upstream comment block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Comments {
+    /// It reaches the client as the comment it was.
+    #[default]
+    Pass,
+    /// It is dropped.
+    Drop,
+}
+
+impl Comments {
+    /// Parses `pass` or `drop`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "pass" => Some(Comments::Pass),
+            "drop" => Some(Comments::Drop),
+            _ => None,
+        }
+    }
+}
+
+/// The comment lines of a comment block without its blank lines, so they
+/// reach a reader as comments and dispatch no event; `None` when nothing
+/// is left (a stray blank line).
+pub fn comment_lines(block: &[u8]) -> Option<Bytes> {
+    let mut out = BytesMut::with_capacity(block.len());
+    for (line, term) in lines(block) {
+        if !line.is_empty() {
+            out.extend_from_slice(line);
+            out.extend_from_slice(if term.is_empty() { b"\n" } else { term });
+        }
+    }
+    (!out.is_empty()).then(|| out.freeze())
 }
 
 /// One event was longer than the framer's bound.
@@ -186,7 +229,7 @@ pub fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
 /// to the upstream.
 pub fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
     let (stream, seq) = value.trim().rsplit_once(':')?;
-    if !crate::streams::looks_like_stream_id(stream) {
+    if !crate::identity::looks_like_stream_id(stream) {
         return None;
     }
     Some((stream, seq.parse().ok()?))
@@ -258,8 +301,25 @@ mod tests {
     }
 
     #[test]
+    fn a_comment_block_loses_its_blank_line_only() {
+        assert_eq!(
+            comment_lines(b": keepalive\n\n").as_deref(),
+            Some(&b": keepalive\n"[..])
+        );
+        assert_eq!(
+            comment_lines(b": a\r\n: b\r\n\r\n").as_deref(),
+            Some(&b": a\r\n: b\r\n"[..])
+        );
+        assert_eq!(comment_lines(b"\n"), None);
+        assert_eq!(
+            comment_lines(b": end"),
+            Some(Bytes::from_static(b": end\n"))
+        );
+    }
+
+    #[test]
     fn last_event_id() {
-        let id = crate::streams::new_stream_id();
+        let id = crate::identity::new_stream_id();
         assert_eq!(parse_last_event_id(&format!("{id}:4")), Some((&id[..], 4)));
         assert_eq!(parse_last_event_id("42"), None);
         assert_eq!(parse_last_event_id("abc:4"), None);

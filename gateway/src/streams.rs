@@ -36,7 +36,6 @@
 //! answer; a reconnect on this instance is told where the log stopped).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -45,79 +44,65 @@ use http::HeaderValue;
 use http_body_util::BodyExt as _;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_error_event};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::forward::UpstreamBody;
+use crate::identity::StreamKey;
 use crate::log::{Entry, LogError, StreamLog};
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
-use crate::sse::{Block, Framer, number};
+use crate::sse::{Block, Comments, Framer, comment_lines, number};
 
 /// The longest one event may be before the stream is failed.
 const MAX_EVENT_BYTES: usize = 4 << 20;
 /// Events buffered between the pump and the first client.
 const DIRECT_CAPACITY: usize = 32;
+/// How often a generation with no place in the keep-generating pool asks
+/// the log again whether a reader elsewhere still follows it.
+const REMOTE_RECHECK: Duration = Duration::from_secs(5);
 /// How long one log read waits for an event before it asks again.
 const READ_WAIT: Duration = Duration::from_secs(15);
 /// How long a reader's word that it follows a stream holds: longer than a
 /// read (it is renewed before each), so the instance running the stream
 /// sees a reader on another instance without a gap.
 const READER_LEASE: Duration = Duration::from_secs(40);
-/// Random bytes in a stream id: 128 bits.
-const ID_BYTES: usize = 16;
-/// Length of an id: 16 bytes in unpadded base64url.
-const ID_LEN: usize = 22;
-
-/// A new stream id: 128 random bits, URL-safe.
-pub fn new_stream_id() -> String {
-    let mut raw = [0u8; ID_BYTES];
-    if getrandom::fill(&mut raw).is_err() {
-        // No system randomness: the process cannot make unguessable ids.
-        // Mix the clock and a counter so ids stay unique; they are then
-        // guessable, which only the process's environment can fix.
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        raw[..8].copy_from_slice(&(t as u64).to_le_bytes());
-        raw[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    }
-    base64url(&raw)
-}
-
-fn base64url(raw: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
-    for chunk in raw.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-        }
-    }
-    out
-}
-
-/// Whether `s` has the shape of a stream id (so a `Last-Event-ID` that
-/// does not is the upstream's business).
-pub fn looks_like_stream_id(s: &str) -> bool {
-    s.len() == ID_LEN
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// Resolves once `flag` is raised (or its sender is gone).
 pub(crate) async fn raised(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|s| *s).await;
 }
 
+/// How many of what the registry holds at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// How long a generation goes on after its last reader left.
+    pub(crate) keep_generating: Duration,
+    /// How long a log-truncation note is kept (the log's ttl).
+    pub(crate) ttl: Duration,
+    /// Generations kept going with no reader, at once.
+    pub(crate) max_kept: usize,
+    /// Reconnected readers of one live stream.
+    pub(crate) max_readers_per_stream: usize,
+    /// Reconnected readers in all.
+    pub(crate) max_readers: usize,
+}
+
+/// Why a reconnect was not served.
+#[derive(Debug)]
+pub(crate) enum AttachError {
+    /// The log could not serve it ([`LogError::Unknown`]: no such stream).
+    Log(LogError),
+    /// The stream, or the gateway, has as many readers as it may.
+    Busy,
+}
+
 /// A stream running on this instance.
 struct Live {
     readers: watch::Sender<usize>,
+    /// Reconnected readers now (the first client not counted).
+    reconnects: std::sync::atomic::AtomicUsize,
     protocol: ProtocolKind,
     content_type: HeaderValue,
 }
@@ -135,10 +120,15 @@ pub(crate) struct Streams {
     log: Arc<dyn StreamLog>,
     keep_generating: Duration,
     ttl: Duration,
-    live: Mutex<HashMap<String, Arc<Live>>>,
+    max_readers_per_stream: usize,
+    /// Places of generations going on with no reader.
+    kept: Arc<Semaphore>,
+    /// Places of reconnected readers.
+    readers: Arc<Semaphore>,
+    live: Mutex<HashMap<StreamKey, Arc<Live>>>,
     /// Streams whose log stopped short of the answer: the last seq logged,
     /// and until when the note is kept.
-    truncated: Mutex<HashMap<String, (u64, Instant)>>,
+    truncated: Mutex<HashMap<StreamKey, (u64, Instant)>>,
     metrics: Arc<Metrics>,
     logger: Logger,
     /// Pumps running.
@@ -158,20 +148,32 @@ pub(crate) struct NewStream {
     pub(crate) content_type: HeaderValue,
     pub(crate) logical_id: String,
     pub(crate) permit: OwnedSemaphorePermit,
+    /// The id the client is told (numbering uses it).
+    pub(crate) id: String,
+    /// The name the log keeps it under (logs show its digest).
+    pub(crate) key: StreamKey,
+    /// Whether events carry the gateway's `id:` line.
+    pub(crate) ids: bool,
+    /// What becomes of comment blocks.
+    pub(crate) comments: Comments,
+    /// Bytes already read from `body` (its first frame).
+    pub(crate) first: Bytes,
 }
 
 impl Streams {
     pub(crate) fn new(
         log: Arc<dyn StreamLog>,
-        keep_generating: Duration,
-        ttl: Duration,
+        bounds: Bounds,
         metrics: Arc<Metrics>,
         logger: Logger,
     ) -> Self {
         Streams {
             log,
-            keep_generating,
-            ttl,
+            keep_generating: bounds.keep_generating,
+            ttl: bounds.ttl,
+            max_readers_per_stream: bounds.max_readers_per_stream,
+            kept: Arc::new(Semaphore::new(bounds.max_kept)),
+            readers: Arc::new(Semaphore::new(bounds.max_readers)),
             live: Mutex::new(HashMap::new()),
             truncated: Mutex::new(HashMap::new()),
             metrics,
@@ -197,24 +199,25 @@ impl Streams {
         let _ = self.stop.send(true);
     }
 
-    /// Starts the pump of a new stream: its id and the first client's
-    /// channel of numbered events. Fails when the log will not open it
-    /// (the caller then passes the answer through, not resumable).
+    /// Starts the pump of a new stream: the first client's channel of
+    /// numbered events. Fails when the log will not open it (the caller
+    /// then passes the answer through, not resumable).
     pub(crate) async fn start(
         self: &Arc<Self>,
         new: NewStream,
-    ) -> Result<(String, mpsc::Receiver<Bytes>), (NewStream, LogError)> {
-        let id = new_stream_id();
-        if let Err(e) = self.log.open(&id).await {
+    ) -> Result<mpsc::Receiver<Bytes>, (NewStream, LogError)> {
+        let key = new.key.clone();
+        if let Err(e) = self.log.open(key.as_str()).await {
             return Err((new, e));
         }
         let (tx, rx) = mpsc::channel(DIRECT_CAPACITY);
         let live = Arc::new(Live {
             readers: watch::channel(1).0,
+            reconnects: std::sync::atomic::AtomicUsize::new(0),
             protocol: new.protocol.clone(),
             content_type: new.content_type,
         });
-        lock(&self.live).insert(id.clone(), Arc::clone(&live));
+        lock(&self.live).insert(key.clone(), Arc::clone(&live));
         self.active.send_modify(|n| *n += 1);
         self.metrics.stream_started();
         self.logger.info(
@@ -222,46 +225,68 @@ impl Streams {
             "streaming with a resumable id",
             &[
                 ("logical_id", Field::Str(&new.logical_id)),
-                ("stream_id", Field::Str(&id)),
+                ("stream", Field::Str(key.digest())),
                 ("protocol", Field::Str(new.protocol.name())),
             ],
         );
         let pump = Pump {
             streams: Arc::clone(self),
-            id: id.clone(),
+            id: new.id,
+            key,
             logical_id: new.logical_id,
             protocol: new.protocol,
             live,
             direct: Some(tx),
             logging: true,
+            ids: new.ids,
+            comments: new.comments,
             seq: 0,
-            _permit: new.permit,
+            slot: Some(new.permit),
+            kept: None,
         };
-        tokio::spawn(pump.run(new.body));
-        Ok((id, rx))
+        tokio::spawn(pump.run(new.first, new.body));
+        Ok(rx)
     }
 
-    fn live(&self, id: &str) -> Option<Arc<Live>> {
-        lock(&self.live).get(id).cloned()
+    fn live(&self, key: &StreamKey) -> Option<Arc<Live>> {
+        lock(&self.live).get(key).cloned()
     }
 
-    fn truncated_at(&self, id: &str) -> Option<u64> {
+    fn truncated_at(&self, key: &StreamKey) -> Option<u64> {
         let now = Instant::now();
         let mut t = lock(&self.truncated);
         t.retain(|_, (_, until)| *until > now);
-        t.get(id).map(|(seq, _)| *seq)
+        t.get(key).map(|(seq, _)| *seq)
     }
 
     /// A reconnect after `after`: `Err(LogError::Unknown)` for a stream
     /// the log does not have (never opened, or expired).
     pub(crate) async fn attach(
         self: &Arc<Self>,
-        id: &str,
+        key: &StreamKey,
         after: u64,
         fallback_protocol: ProtocolKind,
-    ) -> Result<Attached, LogError> {
-        let first = self.log.read(id, after, Duration::ZERO).await?;
-        let live = self.live(id);
+    ) -> Result<Attached, AttachError> {
+        let Ok(place) = Arc::clone(&self.readers).try_acquire_owned() else {
+            return Err(AttachError::Busy);
+        };
+        let first = self
+            .log
+            .read(key.as_str(), after, Duration::ZERO)
+            .await
+            .map_err(AttachError::Log)?;
+        let live = self.live(key);
+        if let Some(l) = &live {
+            let max = self.max_readers_per_stream;
+            let taken = l
+                .reconnects
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                });
+            if taken.is_err() {
+                return Err(AttachError::Busy);
+            }
+        }
         let (protocol, content_type) = match &live {
             Some(l) => (l.protocol.clone(), l.content_type.clone()),
             None => (
@@ -277,16 +302,20 @@ impl Streams {
         self.logger.info(
             "downstream_reconnect",
             "serving a reconnect from the stream log",
-            &[("stream_id", Field::Str(id)), ("after", Field::U64(after))],
+            &[
+                ("stream", Field::Str(key.digest())),
+                ("after", Field::U64(after)),
+            ],
         );
         let reader = Reader {
             streams: Arc::clone(self),
-            id: id.to_owned(),
+            key: key.clone(),
             after,
             pending: Some(first),
             protocol,
             done: false,
             local: guard,
+            _place: place,
         };
         let stream = futures_util::stream::unfold(reader, |mut r| async move {
             let chunk = r.next_chunk().await?;
@@ -304,6 +333,7 @@ struct ReaderGuard(Arc<Live>);
 
 impl Drop for ReaderGuard {
     fn drop(&mut self) {
+        self.0.reconnects.fetch_sub(1, Ordering::AcqRel);
         self.0.readers.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
@@ -311,12 +341,14 @@ impl Drop for ReaderGuard {
 /// A reconnect reading the log.
 struct Reader {
     streams: Arc<Streams>,
-    id: String,
+    key: StreamKey,
     after: u64,
     pending: Option<crate::log::Read>,
     protocol: ProtocolKind,
     done: bool,
     local: Option<ReaderGuard>,
+    /// Its place among all reconnected readers.
+    _place: OwnedSemaphorePermit,
 }
 
 impl Reader {
@@ -332,9 +364,16 @@ impl Reader {
                 // A reconnect on another instance than the one running the
                 // stream says, through the log, that it reads.
                 if self.local.is_none() {
-                    let _ = self.streams.log.reading(&self.id, READER_LEASE).await;
+                    let _ = self
+                        .streams
+                        .log
+                        .reading(self.key.as_str(), READER_LEASE)
+                        .await;
                 }
-                self.streams.log.read(&self.id, self.after, READ_WAIT).await
+                self.streams
+                    .log
+                    .read(self.key.as_str(), self.after, READ_WAIT)
+                    .await
             };
             match read {
                 Ok(read) => {
@@ -357,7 +396,7 @@ impl Reader {
                         self.done = true;
                         let short = self
                             .streams
-                            .truncated_at(&self.id)
+                            .truncated_at(&self.key)
                             .is_some_and(|at| self.after >= at);
                         if short {
                             return Some(self.error(
@@ -406,20 +445,29 @@ enum Stop {
 /// The task that reads one upstream answer to its end.
 struct Pump {
     streams: Arc<Streams>,
+    /// The public id, for the `id:` lines.
     id: String,
+    key: StreamKey,
     logical_id: String,
     protocol: ProtocolKind,
     live: Arc<Live>,
     direct: Option<mpsc::Sender<Bytes>>,
     logging: bool,
+    /// Whether events carry `id:` lines.
+    ids: bool,
+    comments: Comments,
     seq: u64,
-    /// The stream's place under `--max-streams`, held to its end.
-    _permit: OwnedSemaphorePermit,
+    /// The first client's place under `--max-streams`, held until it
+    /// leaves.
+    slot: Option<OwnedSemaphorePermit>,
+    /// A place in the pool of generations going on for nobody, held
+    /// from when the last reader left.
+    kept: Option<OwnedSemaphorePermit>,
 }
 
 impl Pump {
-    async fn run(mut self, body: UpstreamBody) {
-        let outcome = self.read(body).await;
+    async fn run(mut self, first: Bytes, body: UpstreamBody) {
+        let outcome = self.read(first, body).await;
         let streams = Arc::clone(&self.streams);
         let (event, msg, failure) = match outcome {
             Ok(None) => ("stream_finished", "stream finished", None),
@@ -451,12 +499,12 @@ impl Pump {
             write_error_event(&self.protocol, &f, &mut out);
             self.emit(Block::Event(Bytes::from(out))).await;
         }
-        if let Err(e) = streams.log.finish(&self.id).await {
+        if let Err(e) = streams.log.finish(self.key.as_str()).await {
             streams.logger.warn(
                 "stream_log_error",
                 "the stream log could not mark the stream finished",
                 &[
-                    ("stream_id", Field::Str(&self.id)),
+                    ("stream", Field::Str(self.key.digest())),
                     ("error", Field::Str(&e.to_string())),
                 ],
             );
@@ -466,11 +514,11 @@ impl Pump {
             msg,
             &[
                 ("logical_id", Field::Str(&self.logical_id)),
-                ("stream_id", Field::Str(&self.id)),
+                ("stream", Field::Str(self.key.digest())),
                 ("events", Field::U64(self.seq)),
             ],
         );
-        lock(&streams.live).remove(&self.id);
+        lock(&streams.live).remove(&self.key);
         streams.metrics.stream_ended();
         // Dropping the channel ends the first client's body.
         drop(self.direct.take());
@@ -479,20 +527,49 @@ impl Pump {
 
     /// Reads the upstream to its end: `Ok(None)` finished, `Ok(Some)` the
     /// failure the recovery layer could not hide, `Err` stopped early.
-    async fn read(&mut self, mut body: UpstreamBody) -> Result<Option<StreamFailure>, Stop> {
+    async fn read(
+        &mut self,
+        first: Bytes,
+        mut body: UpstreamBody,
+    ) -> Result<Option<StreamFailure>, Stop> {
         let mut framer = Framer::new(MAX_EVENT_BYTES);
+        framer.push(&first);
+        loop {
+            match framer.next_block() {
+                Ok(Some(block)) => {
+                    if !self.emit(block).await {
+                        return Err(Stop::Unserved);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Ok(Some(StreamFailure::new(ErrorClass::Server, e.to_string()))),
+            }
+        }
         let mut readers = self.live.readers.subscribe();
         let mut stop = self.streams.stop.subscribe();
         let keep = self.streams.keep_generating;
         let mut idle_since: Option<Instant> = None;
+        let mut remote_reader = false;
         loop {
             let alone = *readers.borrow_and_update() == 0;
             match (alone, idle_since) {
-                (true, None) => idle_since = Some(Instant::now()),
+                (true, None) => {
+                    idle_since = Some(Instant::now());
+                    if self.kept.is_none() {
+                        self.kept = Arc::clone(&self.streams.kept).try_acquire_owned().ok();
+                    }
+                }
                 (false, Some(_)) => idle_since = None,
                 _ => {}
             }
-            let deadline = idle_since.map(|t| t + keep);
+            // Without a place in the pool, a generation nobody reads
+            // stops at once.
+            let window = match (&self.kept, remote_reader) {
+                (Some(_), _) => keep,
+                (None, true) => REMOTE_RECHECK,
+                (None, false) => Duration::ZERO,
+            };
+            let deadline = idle_since.map(|t| t + window);
             let direct = self.direct.clone();
             tokio::select! {
                 frame = body.frame() => match frame {
@@ -549,8 +626,9 @@ impl Pump {
                 } => {
                     // Nobody read here for the window; a reader on another
                     // instance sharing the log keeps it going.
-                    if self.streams.log.has_reader(&self.id).await == Ok(true) {
+                    if self.streams.log.has_reader(self.key.as_str()).await == Ok(true) {
                         idle_since = Some(Instant::now());
+                        remote_reader = true;
                         continue;
                     }
                     return Err(Stop::Abandoned);
@@ -564,47 +642,46 @@ impl Pump {
 
     fn client_left(&mut self) {
         if self.direct.take().is_some() {
+            self.slot = None;
             self.live.readers.send_modify(|n| *n = n.saturating_sub(1));
             self.streams.logger.info(
                 "downstream_disconnected",
                 "the client left; the generation goes on",
                 &[
                     ("logical_id", Field::Str(&self.logical_id)),
-                    ("stream_id", Field::Str(&self.id)),
+                    ("stream", Field::Str(self.key.digest())),
                     ("events", Field::U64(self.seq)),
                 ],
             );
         }
     }
 
-    /// Numbers `block`, logs it, then hands it to the first client.
-    /// `false` when nobody can take it any more.
+    /// Numbers an event, logs it, then hands it to the first client; a
+    /// comment block goes to the first client only, as
+    /// [`Comments`] says. `false` when nobody can take it any more.
     async fn emit(&mut self, block: Block) -> bool {
-        self.seq += 1;
-        let bytes = match &block {
-            Block::Event(b) => number(b, &self.id, self.seq),
-            Block::Comment(b) => b.clone(),
-        };
-        if self.logging {
-            let entry = Entry {
-                seq: self.seq,
-                event: bytes.clone(),
-            };
-            if let Err(e) = self.streams.log.append(&self.id, entry).await {
-                self.logging = false;
-                let until = Instant::now() + self.streams.ttl;
-                lock(&self.streams.truncated).insert(self.id.clone(), (self.seq - 1, until));
-                self.streams.logger.warn(
-                    "stream_log_refused",
-                    "the stream log refused an event; the stream is no longer resumable",
-                    &[
-                        ("stream_id", Field::Str(&self.id)),
-                        ("seq", Field::U64(self.seq)),
-                        ("error", Field::Str(&e.to_string())),
-                    ],
-                );
+        let bytes = match block {
+            Block::Comment(b) => match self.comments {
+                Comments::Drop => return self.logging || self.direct.is_some(),
+                // Without ids the block dispatches nothing in any reader:
+                // it goes as it came.
+                Comments::Pass if !self.ids => b,
+                Comments::Pass => match comment_lines(&b) {
+                    Some(lines) => lines,
+                    None => return self.logging || self.direct.is_some(),
+                },
+            },
+            Block::Event(b) => {
+                self.seq += 1;
+                let bytes = if self.ids {
+                    number(&b, &self.id, self.seq)
+                } else {
+                    b
+                };
+                self.log(bytes.clone()).await;
+                bytes
             }
-        }
+        };
         if let Some(tx) = &self.direct
             && tx.send(bytes).await.is_err()
         {
@@ -612,21 +689,29 @@ impl Pump {
         }
         self.logging || self.direct.is_some()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_url_safe_and_distinct() {
-        let a = new_stream_id();
-        let b = new_stream_id();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), ID_LEN);
-        assert!(looks_like_stream_id(&a), "{a}");
-        assert!(!looks_like_stream_id("short"));
-        assert_eq!(base64url(b"\xff\xff\xff"), "____");
-        assert_eq!(base64url(b"Ma"), "TWE");
+    /// Appends event `self.seq` to the log while the log takes it.
+    async fn log(&mut self, event: Bytes) {
+        if !self.logging {
+            return;
+        }
+        let entry = Entry {
+            seq: self.seq,
+            event,
+        };
+        if let Err(e) = self.streams.log.append(self.key.as_str(), entry).await {
+            self.logging = false;
+            let until = Instant::now() + self.streams.ttl;
+            lock(&self.streams.truncated).insert(self.key.clone(), (self.seq - 1, until));
+            self.streams.logger.warn(
+                "stream_log_refused",
+                "the stream log refused an event; the stream is no longer resumable",
+                &[
+                    ("stream", Field::Str(self.key.digest())),
+                    ("seq", Field::U64(self.seq)),
+                    ("error", Field::Str(&e.to_string())),
+                ],
+            );
+        }
     }
 }

@@ -39,6 +39,7 @@ fn stalled_after_4() -> (Script, Vec<u8>) {
 fn reconnect(url: String, last_event_id: &str) -> Request<Full<Bytes>> {
     Request::post(url)
         .header("content-type", "application/json")
+        .header("authorization", AUTH)
         .header("last-event-id", last_event_id)
         .body(Full::new(Bytes::from_static(CHAT_BODY.as_bytes())))
         .unwrap()

@@ -164,6 +164,13 @@ async fn credentials_reach_the_upstream_untouched_and_never_the_logs() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(v["ts"].is_string() && v["level"].is_string() && v["msg"].is_string());
     }
-    assert!(lines.iter().any(|l| l.contains("\"stream_id\"")));
+    // A stream is named by a short digest, never by its id: whoever
+    // reads the logs cannot reconnect to it.
+    let id = a.stream_id();
+    assert!(lines.iter().any(|l| l.contains("\"stream\"")));
+    for line in lines.iter() {
+        assert!(!line.contains(&id), "the stream id in a log line: {line}");
+        assert!(!line.contains(&id[..8]), "a prefix of the id: {line}");
+    }
     assert!(lines.iter().any(|l| l.contains("\"logical_id\"")));
 }

@@ -34,6 +34,7 @@ fn limits() -> Limits {
         max_entries: 1000,
         max_bytes: 1 << 20,
         max_streams: 10,
+        max_total_bytes: 1 << 30,
         ttl: Duration::from_mins(1),
     }
 }

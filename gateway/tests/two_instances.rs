@@ -97,6 +97,12 @@ impl Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_recovery-gateway"))
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(args)
+            // One secret for the fleet: every instance derives the same
+            // stream keys.
+            .env(
+                "RECOVERY_GATEWAY_STREAM_SECRET",
+                "two-instances-fleet-secret",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -19,11 +19,55 @@ use super::{BoxFuture, Entry, Limits, LogError, Read, StreamLog};
 const READ_BATCH: usize = 1024;
 
 /// Stream logs kept in this process: readable only by this gateway, lost
-/// when it stops. Bounded by its [`Limits`] per stream and in total;
-/// a stream is dropped `ttl` after it finished (or after its last append).
+/// when it stops. Bounded by its [`Limits`] per stream and in total (in
+/// streams and in bytes); a stream is dropped `ttl` after it finished (or
+/// after its last append). At a total bound, finished streams go first,
+/// the longest finished first: a live stream is never dropped for
+/// another, the stream that does not fit becomes unresumable instead (its
+/// first client still gets all of it).
 pub struct MemoryLog {
     limits: Limits,
-    streams: Mutex<HashMap<String, Stream>>,
+    streams: Mutex<Held>,
+}
+
+/// The streams and the bytes they hold.
+#[derive(Default)]
+struct Held {
+    map: HashMap<String, Stream>,
+    bytes: u64,
+}
+
+impl Held {
+    fn remove(&mut self, id: &str) {
+        if let Some(s) = self.map.remove(id) {
+            self.bytes -= s.bytes;
+        }
+    }
+
+    fn drop_expired(&mut self, limits: &Limits, now: Instant) {
+        let before = self.map.len();
+        self.map.retain(|_, s| !s.expired(limits, now));
+        if self.map.len() != before {
+            self.bytes = self.map.values().map(|s| s.bytes).sum();
+        }
+    }
+
+    /// Drops the stream that finished longest ago; `false` when none has.
+    fn evict_finished(&mut self) -> bool {
+        let oldest = self
+            .map
+            .iter()
+            .filter(|(_, s)| s.finished)
+            .min_by_key(|(_, s)| s.touched)
+            .map(|(id, _)| id.clone());
+        match oldest {
+            Some(id) => {
+                self.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 struct Stream {
@@ -48,7 +92,7 @@ impl std::fmt::Debug for MemoryLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryLog")
             .field("limits", &self.limits)
-            .field("streams", &self.lock().len())
+            .field("streams", &self.lock().map.len())
             .finish()
     }
 }
@@ -64,7 +108,7 @@ impl MemoryLog {
     pub fn new(limits: Limits) -> Self {
         MemoryLog {
             limits,
-            streams: Mutex::new(HashMap::new()),
+            streams: Mutex::new(Held::default()),
         }
     }
 
@@ -75,7 +119,12 @@ impl MemoryLog {
 
     /// Streams held now (expired ones included until the next open).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
+    }
+
+    /// Event bytes held now, in all streams.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
     }
 
     /// Whether it holds no stream.
@@ -83,7 +132,7 @@ impl MemoryLog {
         self.len() == 0
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Stream>> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         // The map stays consistent at every await-free step: a panic
         // elsewhere must not make every stream unreadable.
         self.streams.lock().unwrap_or_else(PoisonError::into_inner)
@@ -91,16 +140,17 @@ impl MemoryLog {
 
     fn open_now(&self, id: &str) -> Result<(), LogError> {
         let now = Instant::now();
-        let mut map = self.lock();
-        let limits = self.limits;
-        map.retain(|_, s| !s.expired(&limits, now));
-        if map.contains_key(id) {
+        let mut held = self.lock();
+        held.drop_expired(&self.limits, now);
+        if held.map.contains_key(id) {
             return Err(LogError::Exists);
         }
-        if map.len() >= self.limits.max_streams {
-            return Err(LogError::Full);
+        while held.map.len() >= self.limits.max_streams {
+            if !held.evict_finished() {
+                return Err(LogError::Full);
+            }
         }
-        map.insert(
+        held.map.insert(
             id.to_owned(),
             Stream {
                 entries: Vec::new(),
@@ -116,12 +166,23 @@ impl MemoryLog {
 
     fn append_now(&self, id: &str, entry: Entry) -> Result<(), LogError> {
         let now = Instant::now();
-        let mut map = self.lock();
-        let Some(s) = map.get_mut(id) else {
+        let mut held = self.lock();
+        let len = entry.event.len() as u64;
+        if held.bytes.saturating_add(len) > self.limits.max_total_bytes {
+            held.drop_expired(&self.limits, now);
+            while held.bytes.saturating_add(len) > self.limits.max_total_bytes {
+                if !held.evict_finished() {
+                    break;
+                }
+            }
+        }
+        let over_total = held.bytes.saturating_add(len) > self.limits.max_total_bytes;
+        let held = &mut *held;
+        let Some(s) = held.map.get_mut(id) else {
             return Err(LogError::Unknown);
         };
         if s.expired(&self.limits, now) {
-            map.remove(id);
+            held.remove(id);
             return Err(LogError::Unknown);
         }
         if s.finished {
@@ -137,8 +198,8 @@ impl MemoryLog {
                 s.entries.len()
             )));
         }
-        let len = entry.event.len() as u64;
-        if s.entries.len() as u64 >= self.limits.max_entries
+        if over_total
+            || s.entries.len() as u64 >= self.limits.max_entries
             || s.bytes.saturating_add(len) > self.limits.max_bytes
         {
             s.full = true;
@@ -146,6 +207,7 @@ impl MemoryLog {
             return Err(LogError::StreamFull);
         }
         s.bytes += len;
+        held.bytes += len;
         s.entries.push(entry);
         s.touched = now;
         s.notify.notify_waiters();
@@ -153,8 +215,8 @@ impl MemoryLog {
     }
 
     fn finish_now(&self, id: &str) -> Result<(), LogError> {
-        let mut map = self.lock();
-        let Some(s) = map.get_mut(id) else {
+        let mut held = self.lock();
+        let Some(s) = held.map.get_mut(id) else {
             return Err(LogError::Unknown);
         };
         s.finished = true;
@@ -168,12 +230,12 @@ impl MemoryLog {
         loop {
             let notified = {
                 let now = Instant::now();
-                let mut map = self.lock();
-                let Some(s) = map.get(id) else {
+                let mut held = self.lock();
+                let Some(s) = held.map.get(id) else {
                     return Err(LogError::Unknown);
                 };
                 if s.expired(&self.limits, now) {
-                    map.remove(id);
+                    held.remove(id);
                     return Err(LogError::Unknown);
                 }
                 let start = usize::try_from(after)
@@ -246,6 +308,7 @@ mod tests {
             max_entries: 3,
             max_bytes: 100,
             max_streams: 2,
+            max_total_bytes: 1 << 20,
             ttl: Duration::from_mins(1),
         }
     }

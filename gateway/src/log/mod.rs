@@ -60,9 +60,15 @@ pub struct Limits {
     pub max_entries: u64,
     /// Bytes kept per stream, the same way.
     pub max_bytes: u64,
-    /// Streams kept at once (in memory); past it, opening one fails with
-    /// [`LogError::Full`].
+    /// Streams kept at once (in memory); past it the stream that finished
+    /// longest ago is dropped, and with none finished opening one fails
+    /// with [`LogError::Full`].
     pub max_streams: usize,
+    /// Event bytes kept in all streams at once (in memory); past it the
+    /// streams that finished longest ago are dropped, and with none
+    /// finished the append fails with [`LogError::StreamFull`] (that
+    /// stream is no longer resumable; no other stream is touched).
+    pub max_total_bytes: u64,
     /// How long a stream stays readable after it finished (or after its last
     /// append, if it never finishes).
     pub ttl: Duration,
@@ -74,6 +80,7 @@ impl Default for Limits {
             max_entries: 100_000,
             max_bytes: 16 << 20,
             max_streams: 10_000,
+            max_total_bytes: 256 << 20,
             ttl: Duration::from_mins(5),
         }
     }

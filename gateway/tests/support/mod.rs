@@ -103,16 +103,30 @@ pub async fn send(req: Request<Full<Bytes>>) -> Answer {
     .expect("hung")
 }
 
+/// The credentials the tests' requests carry.
+pub const AUTH: &str = "Bearer sk-test-secret-0123";
+
 pub fn post(url: String, body: &str) -> Request<Full<Bytes>> {
     Request::post(url)
         .header("content-type", "application/json")
-        .header("authorization", "Bearer sk-test-secret-0123")
+        .header("authorization", AUTH)
         .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
         .unwrap()
 }
 
+/// A GET with the tests' credentials (a reconnect must bring the
+/// credentials that created the stream).
 pub fn get(url: String) -> Request<Full<Bytes>> {
-    Request::get(url).body(Full::new(Bytes::new())).unwrap()
+    get_as(url, &[("authorization", AUTH)])
+}
+
+/// A GET with these headers only.
+pub fn get_as(url: String, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut b = Request::get(url);
+    for (n, v) in headers {
+        b = b.header(*n, *v);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
 }
 
 /// The stream without the gateway's `id:` lines.

@@ -113,6 +113,13 @@ impl Alternate {
         self.target.label()
     }
 
+    /// The names of the headers set on every send (never their values):
+    /// what a gateway checks to know whether an alternate holds
+    /// credentials of its own.
+    pub fn header_names(&self) -> impl Iterator<Item = HeaderName> + '_ {
+        self.headers.keys().cloned()
+    }
+
     /// Rewrites a send's head for this alternate: its URL (`url` is what
     /// the machine names, the resume URL included; `original` the
     /// request's own) and headers.
