@@ -314,6 +314,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_total_bound_evicts_finished_streams_first_and_never_a_live_one() {
+        let log = MemoryLog::new(Limits {
+            max_entries: 100,
+            max_bytes: 100,
+            max_streams: 10,
+            max_total_bytes: 20,
+            ttl: Duration::from_mins(1),
+        });
+        log.open("done").await.unwrap();
+        log.append("done", entry(1, "0123456789")).await.unwrap();
+        log.finish("done").await.unwrap();
+        log.open("live").await.unwrap();
+        log.append("live", entry(1, "0123456789")).await.unwrap();
+        assert_eq!(log.bytes(), 20);
+        // A new stream's append needs room: the finished stream goes.
+        log.open("new").await.unwrap();
+        log.append("new", entry(1, "abcdefghij")).await.unwrap();
+        assert_eq!(
+            log.read("done", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        assert_eq!(
+            log.read("live", 0, Duration::ZERO)
+                .await
+                .unwrap()
+                .entries
+                .len(),
+            1
+        );
+        assert_eq!(log.bytes(), 20);
+        // Nothing finished is left: the stream that does not fit is the
+        // one that stops being resumable; the live ones keep everything.
+        assert_eq!(
+            log.append("new", entry(2, "x")).await,
+            Err(LogError::StreamFull)
+        );
+        assert_eq!(
+            log.read("live", 0, Duration::ZERO)
+                .await
+                .unwrap()
+                .entries
+                .len(),
+            1
+        );
+        log.append("live", entry(2, "")).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_stream_count_bound_evicts_the_longest_finished() {
+        let log = MemoryLog::new(limits());
+        log.open("a").await.unwrap();
+        log.finish("a").await.unwrap();
+        log.open("b").await.unwrap();
+        log.open("c").await.unwrap();
+        assert_eq!(
+            log.read("a", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        assert_eq!(log.open("d").await, Err(LogError::Full), "b and c are live");
+    }
+
+    #[tokio::test]
     async fn reads_after_a_sequence_number() {
         let log = MemoryLog::new(limits());
         log.open("s").await.unwrap();
