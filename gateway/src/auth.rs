@@ -4,7 +4,7 @@
 //! upstream with the credentials it brought, and operator credentials in
 //! the configuration (a route's or the default upstream's `headers`, an
 //! alternate's) are honoured only on a loopback listener, which
-//! [`operator_exposure`] enforces at start-up.
+//! the gateway enforces at start-up (it refuses to start otherwise).
 //!
 //! With `[[clients]]` every request but `GET /healthz` must carry a known
 //! client key where its SDK already sends an API key (`authorization:

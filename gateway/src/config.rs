@@ -18,9 +18,9 @@ use recovery_core::protocol::ProtocolKind;
 use serde::Deserialize;
 
 use crate::auth::Client;
+use crate::downstream::numbering::Comments;
 use crate::log::{Limits, StreamLog};
 use crate::logs::Logger;
-use crate::sse::Comments;
 
 /// The environment variable of the stream secret (the file's
 /// `stream_secret`; never a flag, so it stays out of process listings).

@@ -237,7 +237,7 @@ pub(crate) fn request_headers(src: &HeaderMap) -> HeaderMap {
             header::HOST,
             header::CONTENT_LENGTH,
             header::ACCEPT_ENCODING,
-            HeaderName::from_static(crate::handler::RESUMABLE_HEADER),
+            HeaderName::from_static(crate::downstream::RESUMABLE_HEADER),
         ],
     );
     out.insert(

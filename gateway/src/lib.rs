@@ -11,11 +11,13 @@
 //! the stream began), never as a silent truncation.
 //!
 //! Downstream, a streamed SSE answer is resumable: it carries
-//! `x-recovery-stream-id`, each event an `id: <stream>:<seq>` line, every
-//! event is kept in a [`log::StreamLog`] before it is sent, the upstream
+//! `x-recovery-stream-id`, each event an `id: <stream>:<seq>` line where
+//! every official SDK of the protocol reads one (not Gemini's), every event
+//! is kept in a [`log::StreamLog`] before it is sent, the upstream
 //! generation goes on when the client leaves (for a keep-generating
 //! window), and a reconnect with `Last-Event-ID` (or
-//! `GET /streams/<id>?after=<seq>`) gets the rest without gap or duplicate.
+//! `GET /streams/<id>?after=<seq>`) with the credentials that created the
+//! stream gets the rest without gap or duplicate.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,33 +33,38 @@
 //! # }
 //! ```
 //!
-//! Modules, one idea each: [`config`] (flags, environment, TOML),
-//! `routes` (prefix routing and the protocol of a request), `forward` (the
-//! upstream stack and proxy header rules), [`sse`] (downstream event
-//! framing and ids), `streams` (the registry, keep-generating and
-//! reconnects), [`metrics`], [`logs`] (structured lines without secrets),
-//! `server` (listener and graceful shutdown), `handler` (what one request
-//! becomes).
+//! The tree is the request's way: `server` (accept and drain), `stack`
+//! (the server side as one `ServiceBuilder`), `phase` (the mechanism every
+//! phase shares, and the rescue layer: the only place a refusal becomes a
+//! response, `respond`), `phases` (admit, client_auth, reserved, limit,
+//! read_body), `proxy` (route, credentials, the upstream call), `forward`
+//! (the upstream stacks and proxy header rules), `downstream` (first
+//! bytes, the registry, the pump, readers, numbering). Beside them:
+//! [`config`], `routes`, [`auth`] (client keys), `identity` (stream ids,
+//! owners, log keys), [`log`], [`metrics`], [`logs`].
 #![deny(unsafe_code, missing_docs)]
 
 pub mod auth;
 mod body;
 pub mod config;
+mod downstream;
 mod forward;
-mod handler;
 mod identity;
 pub mod log;
 pub mod logs;
 pub mod metrics;
+mod phase;
+mod phases;
+mod proxy;
 mod respond;
 mod routes;
 mod server;
-pub mod sse;
-mod streams;
+mod stack;
 
 pub use config::{
     AlternateRoute, Config, ConfigError, Route, RouteProtocol, Secret, StreamLogChoice,
 };
-pub use handler::{RESUMABLE_HEADER, STREAM_ID_HEADER};
+pub use downstream::numbering::Comments;
+pub use downstream::{RESUMABLE_HEADER, STREAM_ID_HEADER};
 pub use identity::{looks_like_stream_id, new_stream_id};
 pub use server::{Gateway, GatewayError, ShutdownHandle};

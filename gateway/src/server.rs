@@ -22,14 +22,20 @@ use tokio::task::JoinSet;
 
 use crate::auth::{Clients, is_credential, operator_exposure};
 use crate::config::{Config, StreamLogChoice};
+use crate::downstream::{Bounds, Streams, raised};
 use crate::forward::{Shared, Upstream};
-use crate::handler::{BodyRead, State, handle};
 use crate::identity::Keys;
 use crate::log::{MemoryLog, StreamLog};
 use crate::logs::{Field, Logger};
 use crate::metrics::{Metrics, Snapshot};
+use crate::phases::admit::Admit;
+use crate::phases::client_auth::ClientAuth;
+use crate::phases::limit::Limit;
+use crate::phases::read_body::{BodyLimits, ReadBody};
+use crate::phases::reserved::Reserved;
+use crate::proxy::Proxy;
 use crate::routes::Router;
-use crate::streams::{Bounds, Streams, raised};
+use crate::stack::Phases;
 
 /// Why a gateway could not start.
 #[derive(Debug)]
@@ -154,37 +160,59 @@ impl Gateway {
             logger.clone(),
         ));
         metrics.set_bounds(&config);
-        let state = Arc::new(State {
-            router: Router::new(
-                config.routes.clone(),
-                config.upstream.clone(),
-                config.upstream_headers.clone(),
-            ),
-            upstream: Upstream::new(
-                &config.policy,
-                &shared,
-                &config.alternates,
-                &metrics,
-                &logger,
-            ),
-            streams: Arc::clone(&streams),
-            metrics: Arc::clone(&metrics),
-            logger: logger.clone(),
-            permits: Arc::new(Semaphore::new(config.max_streams)),
-            body: BodyRead {
-                max_bytes: config.max_body_bytes,
-                timeout: config.body_read_timeout,
-                min_bytes_per_sec: config.body_min_bytes_per_sec,
+        let router = Router::new(
+            config.routes.clone(),
+            config.upstream.clone(),
+            config.upstream_headers.clone(),
+        );
+        let keys = Arc::new(Keys::new(
+            config.stream_secret.as_ref().map(|s| s.0.as_slice()),
+        ));
+        let phases = Phases {
+            admit: Admit {
+                own_authorities: own_authorities(addr),
             },
-            keys: Keys::new(config.stream_secret.as_ref().map(|s| s.0.as_slice())),
-            clients,
-            comments: config.sse_comments,
-            own_authorities: own_authorities(addr),
-        });
+            client_auth: ClientAuth(clients),
+            reserved: Reserved {
+                metrics: Arc::clone(&metrics),
+                streams: Arc::clone(&streams),
+                keys: Arc::clone(&keys),
+                credential_headers: router.credential_header().to_vec(),
+                logger: logger.clone(),
+            },
+            limit: Limit {
+                slots: Arc::new(Semaphore::new(config.max_streams)),
+                metrics: Arc::clone(&metrics),
+            },
+            read_body: ReadBody {
+                limits: BodyLimits {
+                    max_bytes: config.max_body_bytes,
+                    timeout: config.body_read_timeout,
+                    min_bytes_per_sec: config.body_min_bytes_per_sec,
+                },
+                metrics: Arc::clone(&metrics),
+            },
+            proxy: Proxy {
+                router,
+                upstream: Upstream::new(
+                    &config.policy,
+                    &shared,
+                    &config.alternates,
+                    &metrics,
+                    &logger,
+                ),
+                streams: Arc::clone(&streams),
+                keys,
+                metrics: Arc::clone(&metrics),
+                logger: logger.clone(),
+                comments: config.sse_comments,
+            },
+        };
         let (tx, rx) = watch::channel(false);
         let serve = Serve {
             listener,
-            state,
+            phases,
+            streams: Arc::clone(&streams),
             shutdown: rx,
             header_read_timeout: config.header_read_timeout,
             grace: config.shutdown_grace,
@@ -311,7 +339,8 @@ fn own_authorities(addr: SocketAddr) -> Vec<String> {
 
 struct Serve {
     listener: TcpListener,
-    state: Arc<State>,
+    phases: Phases,
+    streams: Arc<Streams>,
     shutdown: watch::Receiver<bool>,
     header_read_timeout: Duration,
     grace: Duration,
@@ -319,63 +348,72 @@ struct Serve {
 }
 
 impl Serve {
-    async fn run(mut self) {
+    async fn run(self) {
+        let Serve {
+            listener,
+            phases,
+            streams,
+            mut shutdown,
+            header_read_timeout,
+            grace,
+            logger,
+        } = self;
+        let service = crate::stack::server::<Incoming>(phases);
         let mut conns = JoinSet::new();
         // Told to every connection when the shutdown starts.
         let (closing_tx, closing_rx) = watch::channel(false);
         loop {
             tokio::select! {
-                accepted = self.listener.accept() => match accepted {
+                accepted = listener.accept() => match accepted {
                     Ok((stream, _peer)) => {
                         let _ = stream.set_nodelay(true);
                         conns.spawn(connection(
                             stream,
-                            Arc::clone(&self.state),
-                            self.header_read_timeout,
+                            service.clone(),
+                            header_read_timeout,
                             closing_rx.clone(),
                         ));
                     }
                     Err(e) => {
                         // Out of descriptors and the like: back off a little
                         // instead of spinning.
-                        self.logger.warn("accept_error", "cannot accept a connection", &[("error", Field::Str(&e.to_string()))]);
+                        logger.warn("accept_error", "cannot accept a connection", &[("error", Field::Str(&e.to_string()))]);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                () = raised(&mut self.shutdown) => break,
+                () = raised(&mut shutdown) => break,
             }
         }
-        drop(self.listener);
+        drop(listener);
         let _ = closing_tx.send(true);
-        self.logger.info(
+        logger.info(
             "shutdown_started",
             "no longer accepting; waiting for streams in flight",
             &[
                 ("connections", Field::U64(conns.len() as u64)),
-                ("streams", Field::U64(self.state.streams.active() as u64)),
+                ("streams", Field::U64(streams.active() as u64)),
             ],
         );
-        let deadline = tokio::time::Instant::now() + self.grace;
+        let deadline = tokio::time::Instant::now() + grace;
         let drained = tokio::time::timeout_at(deadline, async {
             while conns.join_next().await.is_some() {}
-            self.state.streams.wait_idle().await;
+            streams.wait_idle().await;
         })
         .await
         .is_ok();
         if !drained {
             // Streams still going end with their error event; then the
             // connections left are closed.
-            self.state.streams.stop_all();
-            let _ =
-                tokio::time::timeout(Duration::from_secs(2), self.state.streams.wait_idle()).await;
+            streams.stop_all();
+            let _ = tokio::time::timeout(Duration::from_secs(2), streams.wait_idle()).await;
             let _ = tokio::time::timeout(Duration::from_secs(1), async {
                 while conns.join_next().await.is_some() {}
             })
             .await;
             conns.abort_all();
         }
-        self.logger.info(
+        logger.info(
             "shutdown_finished",
             "gateway stopped",
             &[("graceful", Field::Bool(drained))],
@@ -383,15 +421,23 @@ impl Serve {
     }
 }
 
-async fn connection(
+async fn connection<S>(
     stream: tokio::net::TcpStream,
-    state: Arc<State>,
+    stack: S,
     header_read_timeout: Duration,
     mut closing: watch::Receiver<bool>,
-) {
+) where
+    S: tower_service::Service<
+            hyper::Request<Incoming>,
+            Response = http::Response<crate::body::GatewayBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let service = service_fn(move |req: hyper::Request<Incoming>| {
-        let state = Arc::clone(&state);
-        async move { Ok::<_, Infallible>(handle(state, req).await) }
+        tower::ServiceExt::oneshot(stack.clone(), req)
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

@@ -7,7 +7,7 @@ mod support;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use recovery_gateway::sse::Comments;
+use recovery_gateway::Comments;
 use recovery_gateway::{Route, RouteProtocol};
 use recovery_tests::fault::{FaultProvider, Script, Write};
 use support::*;

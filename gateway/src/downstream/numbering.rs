@@ -31,15 +31,6 @@ pub enum Block {
     Comment(Bytes),
 }
 
-impl Block {
-    /// Its bytes as received.
-    pub fn bytes(&self) -> &Bytes {
-        match self {
-            Block::Event(b) | Block::Comment(b) => b,
-        }
-    }
-}
-
 /// What becomes of an upstream comment block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Comments {

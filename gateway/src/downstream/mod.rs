@@ -1,0 +1,244 @@
+//! What a client reads of an upstream answer.
+//!
+//! The answer's head waits for its first bytes: the recovery layer holds
+//! back everything before commit, so the first bytes it hands out are
+//! committed output (or the end of an answer without any), and a failure
+//! before them is still an HTTP error of its own ([`Refusal::Upstream`]).
+//! Then a streamed SSE answer becomes a resumable stream ([`registry`]: an
+//! id bound to its creator's credentials, a [`pump`] that numbers and logs
+//! each event, [`reader`]s for reconnects); everything else, and a stream
+//! whose client asked for the upstream's bytes exactly, passes through.
+//!
+//! [`Refusal::Upstream`]: crate::respond::Refusal::Upstream
+
+pub(crate) mod numbering;
+mod pump;
+mod reader;
+mod registry;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::BodyExt as _;
+use recovery_core::protocol::error_event::{StreamFailure, write_error_event};
+use recovery_core::protocol::{BodyForm, ProtocolKind};
+use tokio::sync::watch;
+
+pub(crate) use registry::{AttachError, Bounds, NewStream, Streams};
+
+use crate::body::{BoxError, GatewayBody, streaming};
+use crate::forward::UpstreamBody;
+use crate::identity::{Keys, Owner, new_stream_id};
+use crate::logs::{Field, Logger};
+use crate::respond::Refusal;
+use numbering::Comments;
+
+/// The response header naming a resumable stream.
+pub const STREAM_ID_HEADER: &str = "x-recovery-stream-id";
+
+/// The request header that turns the resumable downstream off for one
+/// request (`off`): the client reads the upstream's bytes as they came.
+pub const RESUMABLE_HEADER: &str = "x-recovery-resumable";
+
+/// Resolves once `flag` is raised (or its sender is gone).
+pub(crate) async fn raised(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|s| *s).await;
+}
+
+/// How one answer goes downstream.
+pub(crate) struct Delivery<'a> {
+    pub(crate) streams: &'a std::sync::Arc<Streams>,
+    pub(crate) keys: &'a Keys,
+    pub(crate) logger: &'a Logger,
+    pub(crate) comments: Comments,
+    pub(crate) protocol: ProtocolKind,
+    /// Whether a streamed SSE answer becomes resumable.
+    pub(crate) resumable: bool,
+    /// Whose stream it becomes.
+    pub(crate) owner: Owner,
+    pub(crate) logical_id: String,
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The first bytes of an answer, read before its head goes out.
+async fn first_bytes(body: &mut UpstreamBody) -> Result<Bytes, StreamFailure> {
+    loop {
+        match body.frame().await {
+            None => return Ok(Bytes::new()),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    return Ok(data);
+                }
+            }
+            Some(Err(e)) => {
+                return Err(StreamFailure::of_outcome(
+                    e.outcome(),
+                    e.report().last_status(),
+                ));
+            }
+        }
+    }
+}
+
+/// Whether the gateway adds its `id:` line to the events of `protocol`:
+/// only where every official SDK of the protocol reads SSE `id:` lines.
+/// Google's SDKs read `data:` lines only (google-genai raises on any
+/// other field), so Gemini streams go without; their clients resume with
+/// the `x-recovery-stream-id` header and `GET /streams/<id>?after=<n>`,
+/// `n` the events they received.
+fn adds_event_ids(protocol: &ProtocolKind) -> bool {
+    !matches!(protocol, ProtocolKind::Gemini)
+}
+
+impl Delivery<'_> {
+    /// The client's response to the upstream's `resp`.
+    pub(crate) async fn answer(
+        self,
+        resp: Response<UpstreamBody>,
+    ) -> Result<Response<GatewayBody>, Refusal> {
+        let (parts, mut body) = resp.into_parts();
+        let status = parts.status;
+        self.logger.info(
+            "response",
+            "upstream answered",
+            &[
+                ("logical_id", Field::Str(&self.logical_id)),
+                ("status", Field::U64(u64::from(status.as_u16()))),
+            ],
+        );
+        let first = match first_bytes(&mut body).await {
+            Ok(b) => b,
+            Err(failure) => {
+                self.logger.warn(
+                    "upstream_failed",
+                    "recovery failed before the first token; answering with the provider's error",
+                    &[("logical_id", Field::Str(&self.logical_id))],
+                );
+                return Err(Refusal::Upstream(failure));
+            }
+        };
+        let headers = crate::forward::response_headers(&parts.headers);
+        let content_type = parts.headers.get(CONTENT_TYPE).cloned();
+        let streamed = status.is_success()
+            && BodyForm::of(content_type.as_ref().and_then(|v| v.to_str().ok()))
+                == BodyForm::Stream;
+        let sse =
+            status.is_success() && is_event_stream(&parts.headers) && !self.protocol.is_ndjson();
+        if !(sse && self.resumable) {
+            let body = passthrough(first, body, self.protocol, streamed);
+            return Ok(respond(status, headers, body));
+        }
+        let id = new_stream_id();
+        let new = NewStream {
+            body,
+            key: self.keys.stream_key(&id, &self.owner),
+            ids: adds_event_ids(&self.protocol),
+            comments: self.comments,
+            first,
+            id,
+            protocol: self.protocol.clone(),
+            content_type: content_type
+                .unwrap_or_else(|| HeaderValue::from_static("text/event-stream")),
+            logical_id: self.logical_id.clone(),
+        };
+        let id = new.id.clone();
+        // `start` only fails before it took the body when the log refuses
+        // to open: then the answer cannot be resumed and is passed through.
+        match self.streams.start(new).await {
+            Ok(rx) => {
+                let mut headers = headers;
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    headers.insert(HeaderName::from_static(STREAM_ID_HEADER), v);
+                }
+                let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|b| (Ok(b), rx))
+                });
+                Ok(respond(status, headers, streaming(stream)))
+            }
+            Err((new, e)) => {
+                self.logger.warn(
+                    "stream_log_error",
+                    "the stream log would not open; passing the stream through, not resumable",
+                    &[
+                        ("logical_id", Field::Str(&self.logical_id)),
+                        ("error", Field::Str(&e.to_string())),
+                    ],
+                );
+                let body = passthrough(new.first, new.body, new.protocol, true);
+                Ok(respond(status, headers, body))
+            }
+        }
+    }
+}
+
+fn respond(status: StatusCode, headers: HeaderMap, body: GatewayBody) -> Response<GatewayBody> {
+    let mut out = Response::new(body);
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    out
+}
+
+/// An answer passed through as it comes (NDJSON, whole JSON, error
+/// statuses, a stream not resumable). A failure after bytes went out is
+/// the protocol's error event for a stream (SSE or NDJSON) and an aborted
+/// body otherwise (a whole JSON answer cannot carry an error after its
+/// start).
+fn passthrough(
+    first: Bytes,
+    body: UpstreamBody,
+    protocol: ProtocolKind,
+    streamed: bool,
+) -> GatewayBody {
+    struct Pass {
+        first: Option<Bytes>,
+        body: UpstreamBody,
+        protocol: ProtocolKind,
+        streamed: bool,
+        done: bool,
+    }
+    let state = Pass {
+        first: (!first.is_empty()).then_some(first),
+        body,
+        protocol,
+        streamed,
+        done: false,
+    };
+    streaming(futures_util::stream::unfold(state, |mut s| async move {
+        if let Some(first) = s.first.take() {
+            return Some((Ok(first), s));
+        }
+        loop {
+            if s.done {
+                return None;
+            }
+            match s.body.frame().await {
+                None => return None,
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some((Ok(data), s));
+                    }
+                }
+                Some(Err(e)) => {
+                    s.done = true;
+                    if s.streamed {
+                        let f = StreamFailure::of_outcome(e.outcome(), e.report().last_status());
+                        let mut out = Vec::new();
+                        write_error_event(&s.protocol, &f, &mut out);
+                        return Some((Ok(Bytes::from(out)), s));
+                    }
+                    let err: BoxError = Box::new(e);
+                    return Some((Err(err), s));
+                }
+            }
+        }
+    }))
+}

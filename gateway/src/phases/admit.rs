@@ -1,0 +1,108 @@
+//! What is never forwarded, whatever the route: `CONNECT` and `TRACE`, an
+//! absolute-form target naming another authority, and a path an upstream
+//! could resolve outside the route's base ([`check_path`]).
+
+use std::sync::Arc;
+
+use http::{Method, Request};
+
+use crate::phase::{BoxFuture, Phase, Step};
+use crate::respond::Refusal;
+
+/// The admission phase.
+pub(crate) struct Admit {
+    /// The authorities an absolute-form request target may name.
+    pub(crate) own_authorities: Vec<String>,
+}
+
+impl Admit {
+    fn check<B>(&self, req: &Request<B>) -> Result<(), Refusal> {
+        if req.method() == Method::CONNECT || req.method() == Method::TRACE {
+            return Err(Refusal::MethodNotAllowed(
+                "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+            ));
+        }
+        if let Some(authority) = req.uri().authority()
+            && !self
+                .own_authorities
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(authority.as_str()))
+        {
+            return Err(Refusal::ForeignAuthority);
+        }
+        check_path(req.uri().path())
+    }
+}
+
+impl<B: Send + 'static> Phase<B> for Admit {
+    type Out = B;
+
+    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
+        let checked = self.check(&req).map(|()| Step::next(req));
+        Box::pin(std::future::ready(checked))
+    }
+}
+
+/// Refuses a path an upstream could resolve outside the route's base:
+/// dot segments (`.`, `..`, also percent-encoded, any case), empty
+/// segments (`//`; one trailing `/` is kept), backslashes and encoded
+/// slashes or backslashes.
+pub(crate) fn check_path(path: &str) -> Result<(), Refusal> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(Refusal::BadPath);
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Ok(());
+    }
+    for segment in rest.split('/') {
+        if segment.is_empty() || segment.contains('\\') {
+            return Err(Refusal::BadPath);
+        }
+        let lower = segment.to_ascii_lowercase();
+        if lower.contains("%2f") || lower.contains("%5c") {
+            return Err(Refusal::BadPath);
+        }
+        let decoded = lower.replace("%2e", ".");
+        if decoded == "." || decoded == ".." {
+            return Err(Refusal::BadPath);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_that_could_leave_a_base_are_refused() {
+        for bad in [
+            "/v1/../admin",
+            "/v1/./chat",
+            "/v1/%2e%2e/admin",
+            "/v1/%2E%2e/admin",
+            "/v1/.%2E/admin",
+            "/v1/%2e/x",
+            "/..",
+            "/v1//chat",
+            "//v1",
+            "/v1\\..\\x",
+            "/v1/a%2fb",
+            "/v1/a%5Cb",
+            "v1/chat",
+        ] {
+            assert_eq!(check_path(bad), Err(Refusal::BadPath), "{bad}");
+        }
+        for good in [
+            "/",
+            "/v1/chat/completions",
+            "/v1/models/",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            "/v1/files/file...x",
+            "/v1/a%20b",
+        ] {
+            assert_eq!(check_path(good), Ok(()), "{good}");
+        }
+    }
+}

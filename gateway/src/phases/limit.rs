@@ -1,0 +1,38 @@
+//! The concurrency limit: a slot per forwarded request, taken at once or
+//! refused (`503`, `retry-after: 1`: load is shed, never queued), and held
+//! from the request head to the end of the client's read, so a client that
+//! trickles its body or stops reading holds it only as long as its own
+//! deadlines allow. A generation kept going after its client left holds a
+//! place of the keep-generating pool instead (`downstream`).
+
+use std::sync::Arc;
+
+use http::Request;
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+use crate::phase::{BoxFuture, Phase, Step};
+use crate::respond::Refusal;
+
+/// The limit phase.
+pub(crate) struct Limit {
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl<B: Send + 'static> Phase<B> for Limit {
+    type Out = B;
+
+    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
+        let step = if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(Step::Next {
+                req,
+                hold: Some(Box::new(slot)),
+            })
+        } else {
+            self.metrics.rejected();
+            Err(Refusal::TooManyStreams)
+        };
+        Box::pin(std::future::ready(step))
+    }
+}

@@ -1,0 +1,131 @@
+//! The innermost service: a request that passed every phase goes to its
+//! route's upstream, with the credentials it may spend, through the
+//! recovery stack of its protocol, and its answer goes downstream.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response};
+use recovery_core::protocol::error_event::StreamFailure;
+use tower::ServiceExt as _;
+use tower_recovery::ReportHandle;
+use tower_service::Service;
+
+use crate::auth::Credentials;
+use crate::body::GatewayBody;
+use crate::downstream::numbering::Comments;
+use crate::downstream::{Delivery, RESUMABLE_HEADER, Streams};
+use crate::forward::{Upstream, upstream_request};
+use crate::identity::Keys;
+use crate::logs::{Field, Logger};
+use crate::metrics::Metrics;
+use crate::phase::BoxFuture;
+use crate::respond::Refusal;
+use crate::routes::Router;
+
+/// What the proxy needs.
+pub(crate) struct Proxy {
+    pub(crate) router: Router,
+    pub(crate) upstream: Upstream,
+    pub(crate) streams: Arc<Streams>,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) logger: Logger,
+    pub(crate) comments: Comments,
+}
+
+/// [`Proxy`] as a service (clones share it).
+#[derive(Clone)]
+pub(crate) struct ProxyService(pub(crate) Arc<Proxy>);
+
+impl Service<Request<Bytes>> for ProxyService {
+    type Response = Response<GatewayBody>;
+    type Error = Refusal;
+    type Future = BoxFuture<Result<Response<GatewayBody>, Refusal>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Refusal>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        Box::pin(Arc::clone(&self.0).forward(req))
+    }
+}
+
+impl Proxy {
+    fn credential_headers(&self) -> &[HeaderName] {
+        self.router.credential_header()
+    }
+
+    async fn forward(
+        self: Arc<Self>,
+        req: Request<Bytes>,
+    ) -> Result<Response<GatewayBody>, Refusal> {
+        let target = self
+            .router
+            .target(req.uri().path(), req.uri().query())
+            .ok_or(Refusal::NoRoute)?;
+        let (parts, bytes) = req.into_parts();
+        let credentials = parts
+            .extensions
+            .get::<Credentials>()
+            .cloned()
+            .unwrap_or(Credentials::Own);
+        let resumable = target.resumable
+            && !parts
+                .headers
+                .get(RESUMABLE_HEADER)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"));
+        let owner = self.keys.owner(&parts.headers, self.credential_headers());
+        let protocol = target.protocol.clone();
+        let mut upstream_req =
+            upstream_request(&parts, target.uri, bytes).map_err(|_| Refusal::Unforwardable)?;
+        credentials.apply(upstream_req.headers_mut(), &target.headers);
+        self.metrics.request();
+        self.logger.info(
+            "request",
+            "forwarding upstream",
+            &[
+                ("method", Field::Str(parts.method.as_str())),
+                ("path", Field::Str(parts.uri.path())),
+                ("protocol", Field::Str(protocol.name())),
+            ],
+        );
+        let stack = self.upstream.stack(&protocol);
+        let resp = match stack.oneshot(upstream_req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.logger.warn(
+                    "upstream_failed",
+                    "no upstream response; answering with the provider's error shape",
+                    &[
+                        ("logical_id", Field::Str(&e.report().logical_id)),
+                        ("outcome", Field::Str(e.outcome().name())),
+                    ],
+                );
+                return Err(Refusal::Upstream(StreamFailure::of_outcome(
+                    e.outcome(),
+                    e.report().last_status(),
+                )));
+            }
+        };
+        let logical_id = resp
+            .extensions()
+            .get::<ReportHandle>()
+            .map(|h| h.report().logical_id)
+            .unwrap_or_default();
+        Delivery {
+            streams: &self.streams,
+            keys: &self.keys,
+            logger: &self.logger,
+            comments: self.comments,
+            protocol,
+            resumable,
+            owner,
+            logical_id,
+        }
+        .answer(resp)
+        .await
+    }
+}
