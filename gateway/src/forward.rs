@@ -226,8 +226,8 @@ fn strip(headers: &HeaderMap, also: &[HeaderName]) -> HeaderMap {
 
 /// The headers sent upstream: the client's, less hop-by-hop ones, `host`
 /// (the client's pointed at the gateway), `content-length` (the body is
-/// re-framed) and the gateway's own request header `x-recovery-resumable`.
-/// Credentials pass untouched (a known client's are replaced later). `accept-encoding: identity`
+/// re-framed). Credentials pass untouched (a known client's are replaced
+/// by the proxy, which also takes the gateway's own request headers out). `accept-encoding: identity`
 /// replaces the client's: the gateway reads the stream to recover it, and
 /// a compressed body could not be decoded event by event.
 pub(crate) fn request_headers(src: &HeaderMap) -> HeaderMap {
@@ -237,7 +237,6 @@ pub(crate) fn request_headers(src: &HeaderMap) -> HeaderMap {
             header::HOST,
             header::CONTENT_LENGTH,
             header::ACCEPT_ENCODING,
-            HeaderName::from_static(crate::downstream::RESUMABLE_HEADER),
         ],
     );
     out.insert(

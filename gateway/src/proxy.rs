@@ -81,6 +81,7 @@ impl Proxy {
         let protocol = target.protocol.clone();
         let mut upstream_req =
             upstream_request(&parts, target.uri, bytes).map_err(|_| Refusal::Unforwardable)?;
+        upstream_req.headers_mut().remove(RESUMABLE_HEADER);
         credentials.apply(upstream_req.headers_mut(), &target.headers);
         self.metrics.request();
         self.logger.info(

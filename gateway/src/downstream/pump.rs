@@ -10,16 +10,69 @@ use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_error_event};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::time::Instant;
 
 use super::numbering::{Block, Comments, Framer, comment_lines, number};
 use super::raised;
-use super::registry::{Live, MAX_EVENT_BYTES, REMOTE_RECHECK, Streams, lock};
+use super::registry::{
+    DIRECT_CAPACITY, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
+};
 use crate::forward::UpstreamBody;
 use crate::identity::StreamKey;
 use crate::log::Entry;
+use crate::log::LogError;
 use crate::logs::Field;
+
+impl Streams {
+    /// Starts the pump of a new stream: the first client's channel of
+    /// numbered events. Fails when the log will not open it (the caller
+    /// then passes the answer through, not resumable).
+    pub(crate) async fn start(
+        self: &Arc<Self>,
+        new: NewStream,
+    ) -> Result<mpsc::Receiver<Bytes>, (NewStream, LogError)> {
+        let key = new.key.clone();
+        if let Err(e) = self.log.open(key.as_str()).await {
+            return Err((new, e));
+        }
+        let (tx, rx) = mpsc::channel(DIRECT_CAPACITY);
+        let live = Arc::new(Live {
+            readers: watch::channel(1).0,
+            reconnects: std::sync::atomic::AtomicUsize::new(0),
+            protocol: new.protocol.clone(),
+            content_type: new.content_type,
+        });
+        lock(&self.live).insert(key.clone(), Arc::clone(&live));
+        self.active.send_modify(|n| *n += 1);
+        self.metrics.stream_started();
+        self.logger.info(
+            "stream_started",
+            "streaming with a resumable id",
+            &[
+                ("logical_id", Field::Str(&new.logical_id)),
+                ("stream", Field::Str(key.digest())),
+                ("protocol", Field::Str(new.protocol.name())),
+            ],
+        );
+        let pump = Pump {
+            streams: Arc::clone(self),
+            id: new.id,
+            key,
+            logical_id: new.logical_id,
+            protocol: new.protocol,
+            live,
+            direct: Some(tx),
+            logging: true,
+            ids: new.ids,
+            comments: new.comments,
+            seq: 0,
+            kept: None,
+        };
+        tokio::spawn(pump.run(new.first, new.body));
+        Ok(rx)
+    }
+}
 
 /// Why a pump stopped reading before the upstream ended.
 pub(super) enum Stop {

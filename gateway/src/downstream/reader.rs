@@ -4,15 +4,88 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_error_event};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::registry::{Live, READ_WAIT, READER_LEASE, Streams};
+use super::registry::{AttachError, Attached, Live, READ_WAIT, READER_LEASE, Streams};
 use crate::identity::StreamKey;
 use crate::log::LogError;
+use crate::logs::Field;
+
+impl Streams {
+    /// A reconnect after `after`: `Err(LogError::Unknown)` for a stream
+    /// the log does not have (never opened, or expired).
+    pub(crate) async fn attach(
+        self: &Arc<Self>,
+        key: &StreamKey,
+        after: u64,
+        fallback_protocol: ProtocolKind,
+    ) -> Result<Attached, AttachError> {
+        let Ok(place) = Arc::clone(&self.readers).try_acquire_owned() else {
+            return Err(AttachError::Busy);
+        };
+        let first = self
+            .log
+            .read(key.as_str(), after, Duration::ZERO)
+            .await
+            .map_err(AttachError::Log)?;
+        let live = self.live(key);
+        if let Some(l) = &live {
+            let max = self.max_readers_per_stream;
+            let taken = l
+                .reconnects
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                });
+            if taken.is_err() {
+                return Err(AttachError::Busy);
+            }
+        }
+        let (protocol, content_type) = match &live {
+            Some(l) => (l.protocol.clone(), l.content_type.clone()),
+            None => (
+                fallback_protocol,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+        };
+        let guard = live.map(|l| {
+            l.readers.send_modify(|n| *n += 1);
+            ReaderGuard(l)
+        });
+        self.metrics.reconnect();
+        self.logger.info(
+            "downstream_reconnect",
+            "serving a reconnect from the stream log",
+            &[
+                ("stream", Field::Str(key.digest())),
+                ("after", Field::U64(after)),
+            ],
+        );
+        let reader = Reader {
+            streams: Arc::clone(self),
+            key: key.clone(),
+            after,
+            pending: Some(first),
+            protocol,
+            done: false,
+            local: guard,
+            _place: place,
+        };
+        let stream = futures_util::stream::unfold(reader, |mut r| async move {
+            let chunk = r.next_chunk().await?;
+            Some((Ok(chunk), r))
+        });
+        Ok(Attached {
+            body: crate::body::streaming(stream),
+            content_type,
+        })
+    }
+}
 
 /// Counts a reconnect among the stream's readers while it lives.
 pub(super) struct ReaderGuard(pub(super) Arc<Live>);

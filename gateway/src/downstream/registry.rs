@@ -44,18 +44,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderValue;
 use recovery_core::protocol::ProtocolKind;
-use std::sync::atomic::Ordering;
 
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use super::numbering::Comments;
-use super::pump::Pump;
-use super::reader::{Reader, ReaderGuard};
 use crate::forward::UpstreamBody;
 use crate::identity::StreamKey;
 use crate::log::{LogError, StreamLog};
-use crate::logs::{Field, Logger};
+use crate::logs::Logger;
 use crate::metrics::Metrics;
 
 /// The longest one event may be before the stream is failed.
@@ -197,55 +194,7 @@ impl Streams {
         let _ = self.stop.send(true);
     }
 
-    /// Starts the pump of a new stream: the first client's channel of
-    /// numbered events. Fails when the log will not open it (the caller
-    /// then passes the answer through, not resumable).
-    pub(crate) async fn start(
-        self: &Arc<Self>,
-        new: NewStream,
-    ) -> Result<mpsc::Receiver<Bytes>, (NewStream, LogError)> {
-        let key = new.key.clone();
-        if let Err(e) = self.log.open(key.as_str()).await {
-            return Err((new, e));
-        }
-        let (tx, rx) = mpsc::channel(DIRECT_CAPACITY);
-        let live = Arc::new(Live {
-            readers: watch::channel(1).0,
-            reconnects: std::sync::atomic::AtomicUsize::new(0),
-            protocol: new.protocol.clone(),
-            content_type: new.content_type,
-        });
-        lock(&self.live).insert(key.clone(), Arc::clone(&live));
-        self.active.send_modify(|n| *n += 1);
-        self.metrics.stream_started();
-        self.logger.info(
-            "stream_started",
-            "streaming with a resumable id",
-            &[
-                ("logical_id", Field::Str(&new.logical_id)),
-                ("stream", Field::Str(key.digest())),
-                ("protocol", Field::Str(new.protocol.name())),
-            ],
-        );
-        let pump = Pump {
-            streams: Arc::clone(self),
-            id: new.id,
-            key,
-            logical_id: new.logical_id,
-            protocol: new.protocol,
-            live,
-            direct: Some(tx),
-            logging: true,
-            ids: new.ids,
-            comments: new.comments,
-            seq: 0,
-            kept: None,
-        };
-        tokio::spawn(pump.run(new.first, new.body));
-        Ok(rx)
-    }
-
-    fn live(&self, key: &StreamKey) -> Option<Arc<Live>> {
+    pub(super) fn live(&self, key: &StreamKey) -> Option<Arc<Live>> {
         lock(&self.live).get(key).cloned()
     }
 
@@ -254,73 +203,5 @@ impl Streams {
         let mut t = lock(&self.truncated);
         t.retain(|_, (_, until)| *until > now);
         t.get(key).map(|(seq, _)| *seq)
-    }
-
-    /// A reconnect after `after`: `Err(LogError::Unknown)` for a stream
-    /// the log does not have (never opened, or expired).
-    pub(crate) async fn attach(
-        self: &Arc<Self>,
-        key: &StreamKey,
-        after: u64,
-        fallback_protocol: ProtocolKind,
-    ) -> Result<Attached, AttachError> {
-        let Ok(place) = Arc::clone(&self.readers).try_acquire_owned() else {
-            return Err(AttachError::Busy);
-        };
-        let first = self
-            .log
-            .read(key.as_str(), after, Duration::ZERO)
-            .await
-            .map_err(AttachError::Log)?;
-        let live = self.live(key);
-        if let Some(l) = &live {
-            let max = self.max_readers_per_stream;
-            let taken = l
-                .reconnects
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < max).then_some(n + 1)
-                });
-            if taken.is_err() {
-                return Err(AttachError::Busy);
-            }
-        }
-        let (protocol, content_type) = match &live {
-            Some(l) => (l.protocol.clone(), l.content_type.clone()),
-            None => (
-                fallback_protocol,
-                HeaderValue::from_static("text/event-stream"),
-            ),
-        };
-        let guard = live.map(|l| {
-            l.readers.send_modify(|n| *n += 1);
-            ReaderGuard(l)
-        });
-        self.metrics.reconnect();
-        self.logger.info(
-            "downstream_reconnect",
-            "serving a reconnect from the stream log",
-            &[
-                ("stream", Field::Str(key.digest())),
-                ("after", Field::U64(after)),
-            ],
-        );
-        let reader = Reader {
-            streams: Arc::clone(self),
-            key: key.clone(),
-            after,
-            pending: Some(first),
-            protocol,
-            done: false,
-            local: guard,
-            _place: place,
-        };
-        let stream = futures_util::stream::unfold(reader, |mut r| async move {
-            let chunk = r.next_chunk().await?;
-            Some((Ok(chunk), r))
-        });
-        Ok(Attached {
-            body: crate::body::streaming(stream),
-            content_type,
-        })
     }
 }
