@@ -5,32 +5,17 @@ use std::io;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use recovery_core::call::Cancellation;
 use recovery_core::error::RecoveryError;
 use recovery_core::report::RecoveryReport;
-use tower_recovery::{BoxError, RecoveryBody, ReplayBody, ReportHandle};
+use tower_recovery::{BoxError, RecoveryBody, ReportHandle};
 use tower_service::Service;
 
-/// A hyper-util client for `http://` and `https://` (rustls with the webpki
-/// roots), sending the replayable bodies the recovery layer hands it.
-pub type HttpsClient = Client<HttpsConnector<HttpConnector>, ReplayBody>;
+pub use tower_recovery::https::HttpsClient;
 
-/// The client. Its own re-send of a request that hyper handed back unwritten
-/// (a pooled connection found closed) stays on: nothing was sent, so there
-/// is nothing for recovery to decide, and turned off that request would be
-/// counted as a failed attempt of unknown acceptance.
+/// The client (`tower_recovery::https::client`).
 pub fn https_client() -> HttpsClient {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .expect("the ring provider supports the default protocol versions")
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Client::builder(TokioExecutor::new()).build(connector)
+    tower_recovery::https::client()
 }
 
 /// How one exchange through the recovery stack ended.

@@ -16,10 +16,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
 use recovery_core::lifecycle::{EventKind, LifecycleEvent};
@@ -29,15 +25,13 @@ use recovery_core::timing::AlwaysOnline;
 use tower_layer::Layer as _;
 use tower_recovery::observe::{Observe, ObservedBody};
 use tower_recovery::recovery::Recover;
-use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, ReplayBody, TokioTiming};
+use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, TokioTiming};
 
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
 
-/// The HTTP client under the stacks (`http://` and `https://`, rustls with
-/// the webpki roots). Its own re-send of a request hyper handed back
-/// unwritten stays on: nothing was sent, so recovery has nothing to decide.
-pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, ReplayBody>;
+/// The HTTP client under the stacks (`tower_recovery::https`).
+pub(crate) type HttpsClient = tower_recovery::https::HttpsClient;
 
 /// One protocol's stack.
 pub(crate) type Stack = Recover<Observe<HttpsClient>, TokioTiming, AlwaysOnline>;
@@ -53,16 +47,6 @@ const PROTOCOLS: [ProtocolKind; 5] = [
     ProtocolKind::Gemini,
     ProtocolKind::Ollama,
 ];
-
-fn https_client() -> HttpsClient {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .expect("the ring provider supports the default protocol versions")
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Client::builder(TokioExecutor::new()).build(connector)
-}
 
 /// What the requests of every stack share: the retry budget and the
 /// cooldown store, of this process or of the fleet.
@@ -127,7 +111,7 @@ impl Upstream {
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
-        let client = https_client();
+        let client = tower_recovery::https::client();
         let stacks = PROTOCOLS
             .iter()
             .map(|kind| {

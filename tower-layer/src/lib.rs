@@ -176,6 +176,9 @@
 #![deny(unsafe_code, missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "https")]
+#[cfg_attr(docsrs, doc(cfg(feature = "https")))]
+pub mod https;
 pub mod observe;
 pub mod recovery;
 mod request_body;
