@@ -166,6 +166,39 @@ pub(crate) fn is_credential(name: &HeaderName, extra: &[HeaderName]) -> bool {
     CREDENTIAL_HEADERS.contains(&name.as_str()) || extra.contains(name)
 }
 
+/// Where the configuration holds operator credentials: the credential
+/// headers of the default upstream, of routes and of alternates.
+pub(crate) fn operator_credentials(config: &crate::Config) -> Vec<String> {
+    let extra: Vec<_> = config
+        .routes
+        .iter()
+        .filter_map(|r| r.credential_header.clone())
+        .collect();
+    let names = |h: &http::HeaderMap| -> Vec<String> {
+        h.keys()
+            .filter(|n| is_credential(n, &extra))
+            .map(|n| n.as_str().to_owned())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for n in names(&config.upstream_headers) {
+        out.push(format!("upstream_headers: {n}"));
+    }
+    for r in &config.routes {
+        for n in names(&r.headers) {
+            out.push(format!("route {:?}: {n}", r.prefix));
+        }
+    }
+    for a in &config.alternates {
+        for n in a.alternate.header_names() {
+            if is_credential(&n, &extra) {
+                out.push(format!("alternate {:?}: {n}", a.alternate.label()));
+            }
+        }
+    }
+    out
+}
+
 /// Refuses a listener others can reach that would spend the operator's
 /// credentials for anyone: `Err` with the message naming the fix when
 /// `listen` is not loopback, `[[clients]]` are not configured and `where_`

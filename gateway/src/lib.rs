@@ -33,7 +33,8 @@
 //! # }
 //! ```
 //!
-//! The tree is the request's way: `server` (accept and drain), `stack`
+//! The tree is the request's way: `gateway` (start-up and the running
+//! handle), `server` (accept and drain), `stack`
 //! (the server side as one `ServiceBuilder`), `phase` (the mechanism every
 //! phase shares, and the rescue layer: the only place a refusal becomes a
 //! response, `respond`), `phases` (admit, client_auth, reserved, limit,
@@ -49,6 +50,7 @@ mod body;
 pub mod config;
 mod downstream;
 mod forward;
+mod gateway;
 mod identity;
 pub mod log;
 pub mod logs;
@@ -66,5 +68,5 @@ pub use config::{
 };
 pub use downstream::numbering::Comments;
 pub use downstream::{RESUMABLE_HEADER, STREAM_ID_HEADER};
+pub use gateway::{Gateway, GatewayError, ShutdownHandle};
 pub use identity::{looks_like_stream_id, new_stream_id};
-pub use server::{Gateway, GatewayError, ShutdownHandle};

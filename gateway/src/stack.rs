@@ -3,6 +3,7 @@
 //! response), then each phase (`phases`), then the proxy.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,14 +11,21 @@ use http::{Request, Response};
 use tower::ServiceBuilder;
 use tower_service::Service;
 
+use crate::auth::Clients;
 use crate::body::GatewayBody;
+use crate::config::Config;
+use crate::downstream::Streams;
+use crate::forward::{Shared, Upstream};
+use crate::identity::Keys;
+use crate::metrics::Metrics;
 use crate::phase::{BoxFuture, PhaseLayer, RescueLayer};
-use crate::phases::admit::Admit;
+use crate::phases::admit::{Admit, own_authorities};
 use crate::phases::client_auth::ClientAuth;
 use crate::phases::limit::Limit;
-use crate::phases::read_body::ReadBody;
+use crate::phases::read_body::{BodyLimits, ReadBody};
 use crate::phases::reserved::Reserved;
 use crate::proxy::{Proxy, ProxyService};
+use crate::routes::Router;
 
 /// Every phase and the proxy, as `Gateway::bind` builds them.
 pub(crate) struct Phases {
@@ -27,6 +35,60 @@ pub(crate) struct Phases {
     pub(crate) limit: Limit,
     pub(crate) read_body: ReadBody,
     pub(crate) proxy: Proxy,
+}
+
+/// The phases and the proxy of `config`, on the listener `addr`.
+pub(crate) fn phases(
+    config: &Config,
+    addr: SocketAddr,
+    clients: Clients,
+    shared: &Shared,
+    metrics: &Arc<Metrics>,
+    streams: &Arc<Streams>,
+) -> Phases {
+    let logger = &config.logger;
+    let router = Router::new(
+        config.routes.clone(),
+        config.upstream.clone(),
+        config.upstream_headers.clone(),
+    );
+    let keys = Arc::new(Keys::new(
+        config.stream_secret.as_ref().map(|s| s.0.as_slice()),
+    ));
+    Phases {
+        admit: Admit {
+            own_authorities: own_authorities(addr),
+        },
+        client_auth: ClientAuth(clients),
+        reserved: Reserved {
+            metrics: Arc::clone(metrics),
+            streams: Arc::clone(streams),
+            keys: Arc::clone(&keys),
+            credential_headers: router.credential_header().to_vec(),
+            logger: logger.clone(),
+        },
+        limit: Limit {
+            slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+            metrics: Arc::clone(metrics),
+        },
+        read_body: ReadBody {
+            limits: BodyLimits {
+                max_bytes: config.max_body_bytes,
+                timeout: config.body_read_timeout,
+                min_bytes_per_sec: config.body_min_bytes_per_sec,
+            },
+            metrics: Arc::clone(metrics),
+        },
+        proxy: Proxy {
+            upstream: Upstream::new(&config.policy, shared, &config.alternates, metrics, logger),
+            router,
+            streams: Arc::clone(streams),
+            keys,
+            metrics: Arc::clone(metrics),
+            logger: logger.clone(),
+            comments: config.sse_comments,
+        },
+    }
 }
 
 /// The stack a connection serves requests with.

@@ -43,6 +43,17 @@ impl<B: Send + 'static> Phase<B> for Admit {
     }
 }
 
+/// The authorities an absolute-form request target may name: the bound
+/// address, and `localhost` on its port.
+pub(crate) fn own_authorities(addr: std::net::SocketAddr) -> Vec<String> {
+    let mut out = vec![addr.to_string(), format!("localhost:{}", addr.port())];
+    if addr.ip().is_unspecified() {
+        out.push(format!("127.0.0.1:{}", addr.port()));
+        out.push(format!("[::1]:{}", addr.port()));
+    }
+    out
+}
+
 /// Refuses a path an upstream could resolve outside the route's base:
 /// dot segments (`.`, `..`, also percent-encoded, any case), empty
 /// segments (`//`; one trailing `/` is kept), backslashes and encoded

@@ -1,0 +1,227 @@
+//! A running gateway: start-up (the checks that refuse an unsafe
+//! configuration, the stores, the stack), its address, its counters and
+//! its shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::auth::{Clients, operator_credentials, operator_exposure};
+use crate::config::{Config, StreamLogChoice};
+use crate::downstream::{Bounds, Streams};
+use crate::forward::Shared;
+use crate::log::{MemoryLog, StreamLog};
+use crate::logs::Field;
+use crate::metrics::{Metrics, Snapshot};
+use crate::server::Serve;
+
+/// Why a gateway could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The address could not be bound.
+    Bind(std::io::Error),
+    /// The stream log could not be set up (the text is safe to print).
+    StreamLog(String),
+    /// The fleet's shared stores could not be set up (the text is safe to
+    /// print: no credentials).
+    Fleet(String),
+    /// The configuration would be unsafe on this listener (the text names
+    /// the fix).
+    Unsafe(String),
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GatewayError::Bind(e) => write!(f, "cannot listen: {e}"),
+            GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
+            GatewayError::Fleet(e) => write!(f, "cannot set up the fleet's shared stores: {e}"),
+            GatewayError::Unsafe(e) => write!(f, "refusing to start: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+/// Starts a graceful shutdown of the gateway it came from; clones share it.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle(Arc<watch::Sender<bool>>);
+
+impl ShutdownHandle {
+    /// Stops accepting and lets streams in flight finish within the grace
+    /// period. Returns at once; [`Gateway::wait`] waits for the end.
+    pub fn shutdown(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    addr: SocketAddr,
+    shutdown: ShutdownHandle,
+    metrics: Arc<Metrics>,
+    streams: Arc<Streams>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Streams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("active", &self.active())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
+async fn open_log(config: &Config) -> Result<Arc<dyn StreamLog>, GatewayError> {
+    Ok(match &config.stream_log {
+        StreamLogChoice::Memory => Arc::new(MemoryLog::new(config.log_limits)),
+        StreamLogChoice::Custom(log) => Arc::clone(log),
+        #[cfg(feature = "redis")]
+        StreamLogChoice::Redis(url) => {
+            let log = crate::log::RedisLog::builder(config.log_limits)
+                .connect(url)
+                .await
+                .map_err(|e| GatewayError::StreamLog(e.to_string()))?;
+            Arc::new(log)
+        }
+        #[cfg(not(feature = "redis"))]
+        StreamLogChoice::Redis(_) => {
+            return Err(GatewayError::StreamLog(
+                "this build has no Redis stream log (feature `redis`)".into(),
+            ));
+        }
+    })
+}
+
+/// The retry budget and cooldowns the upstream stacks share: the fleet's
+/// when `fleet_redis` is set.
+fn shared_stores(config: &Config) -> Result<Shared, GatewayError> {
+    match &config.fleet_redis {
+        None => Ok(Shared::local()),
+        #[cfg(feature = "redis")]
+        Some(url) => Shared::fleet(url).map_err(|e| GatewayError::Fleet(e.to_string())),
+        #[cfg(not(feature = "redis"))]
+        Some(_) => Err(GatewayError::Fleet(
+            "this build has no Redis fleet stores (feature `redis`)".into(),
+        )),
+    }
+}
+
+impl Gateway {
+    /// Binds `config.listen` and serves in the background (on the current
+    /// tokio runtime) until [`ShutdownHandle::shutdown`].
+    pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
+        let clients = Clients::new(config.clients.clone());
+        let operator = operator_credentials(&config);
+        operator_exposure(config.listen, &clients, &operator).map_err(GatewayError::Unsafe)?;
+        let log = open_log(&config).await?;
+        let shared = shared_stores(&config)?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(GatewayError::Bind)?;
+        let addr = listener.local_addr().map_err(GatewayError::Bind)?;
+        let metrics = Arc::new(Metrics::default());
+        let logger = config.logger.clone();
+        let streams = Arc::new(Streams::new(
+            log,
+            Bounds {
+                keep_generating: config.keep_generating,
+                ttl: config.log_limits.ttl,
+                max_kept: config.max_kept_streams,
+                max_readers_per_stream: config.max_readers_per_stream,
+                max_readers: config.max_readers,
+            },
+            Arc::clone(&metrics),
+            logger.clone(),
+        ));
+        metrics.set_bounds(&config);
+        let phases = crate::stack::phases(&config, addr, clients, &shared, &metrics, &streams);
+        let (tx, rx) = watch::channel(false);
+        let serve = Serve {
+            listener,
+            phases,
+            streams: Arc::clone(&streams),
+            shutdown: rx,
+            header_read_timeout: config.header_read_timeout,
+            grace: config.shutdown_grace,
+            logger: logger.clone(),
+        };
+        let task = tokio::spawn(serve.run());
+        if !operator.is_empty() && config.clients.is_empty() {
+            logger.info(
+                "operator_credentials",
+                "operator credentials are configured without [[clients]]: any caller of this loopback listener spends them",
+                &[("where", Field::Str(&operator.join(", ")))],
+            );
+        }
+        if config.stream_secret.is_none() && matches!(config.stream_log, StreamLogChoice::Redis(_))
+        {
+            logger.warn(
+                "stream_secret_unset",
+                "no stream_secret: stream keys are this process's own, so another instance on this Redis log cannot serve a reconnect",
+                &[],
+            );
+        }
+        let addr_text = addr.to_string();
+        logger.info(
+            "listening",
+            "gateway listening",
+            &[
+                ("addr", Field::Str(&addr_text)),
+                ("routes", Field::U64(config.routes.len() as u64)),
+                (
+                    "stream_log",
+                    Field::Str(&format!("{:?}", config.stream_log)),
+                ),
+            ],
+        );
+        Ok(Gateway {
+            addr,
+            shutdown: ShutdownHandle(Arc::new(tx)),
+            metrics,
+            streams,
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The counters now.
+    pub fn metrics(&self) -> Snapshot {
+        self.metrics.snapshot()
+    }
+
+    /// Waits until no stream is generating (every upstream read ended).
+    pub async fn wait_streams_idle(&self) {
+        self.streams.wait_idle().await;
+    }
+
+    /// A handle that starts the graceful shutdown.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Starts the graceful shutdown and waits for its end.
+    pub async fn shutdown(self) {
+        self.shutdown.shutdown();
+        self.wait().await;
+    }
+
+    /// Waits until the gateway stopped (after a shutdown was started).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
