@@ -1,0 +1,279 @@
+//! The TOML file: its shape (unknown keys are errors, so a typo is not
+//! ignored) and the conversions of its values.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use recovery_core::policy::RecoveryPolicy;
+use serde::Deserialize;
+
+use super::{AlternateRoute, ConfigError, RouteProtocol, err};
+
+/// The file's shape; unknown keys are errors, so a typo is not ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct File {
+    pub(super) listen: Option<String>,
+    pub(super) upstream: Option<String>,
+    pub(super) stream_log: Option<String>,
+    pub(super) keep_generating_ms: Option<u64>,
+    pub(super) max_streams: Option<usize>,
+    pub(super) max_body_bytes: Option<usize>,
+    pub(super) fleet_redis: Option<String>,
+    pub(super) header_read_timeout_ms: Option<u64>,
+    pub(super) body_read_timeout_ms: Option<u64>,
+    pub(super) body_min_bytes_per_sec: Option<u64>,
+    pub(super) max_kept_streams: Option<usize>,
+    pub(super) max_readers_per_stream: Option<usize>,
+    pub(super) max_readers: Option<usize>,
+    pub(super) shutdown_grace_ms: Option<u64>,
+    pub(super) stream_secret: Option<String>,
+    pub(super) sse_comments: Option<String>,
+    #[serde(default)]
+    pub(super) upstream_headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) clients: Vec<ClientFile>,
+    #[serde(default)]
+    pub(super) policy: PolicyFile,
+    #[serde(default)]
+    pub(super) log: LogFile,
+    #[serde(default)]
+    pub(super) routes: Vec<RouteFile>,
+    #[serde(default)]
+    pub(super) alternates: Vec<AlternateFile>,
+}
+
+/// `[[clients]]`: a caller the gateway knows, by the SHA-256 of its key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClientFile {
+    pub(super) name: String,
+    pub(super) key_hash: String,
+}
+
+/// `[[alternates]]`: where a request of `protocol` may go when its upstream
+/// fails before the first token. A header value `"$NAME"` is read from the
+/// environment variable `NAME`, so keys stay out of the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AlternateFile {
+    pub(super) label: String,
+    pub(super) protocol: String,
+    pub(super) url: String,
+    #[serde(default)]
+    pub(super) model: Option<String>,
+    #[serde(default)]
+    pub(super) headers: std::collections::BTreeMap<String, String>,
+}
+
+/// `[policy]`: the main knobs of [`RecoveryPolicy`]; a missing key keeps
+/// its default. A timeout of 0 turns that watchdog off.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PolicyFile {
+    pub(super) max_attempts: Option<u32>,
+    pub(super) max_resumes: Option<u32>,
+    pub(super) budget_ms: Option<u64>,
+    pub(super) deadline_ms: Option<u64>,
+    pub(super) backoff_base_ms: Option<u64>,
+    pub(super) backoff_ceiling_ms: Option<u64>,
+    pub(super) retry_after_ceiling_ms: Option<u64>,
+    pub(super) head_timeout_ms: Option<u64>,
+    pub(super) idle_timeout_ms: Option<u64>,
+    pub(super) progress_timeout_ms: Option<u64>,
+    pub(super) retryable_statuses: Option<Vec<u16>>,
+    pub(super) idempotency_key: Option<bool>,
+    pub(super) retry_protocol_violations: Option<bool>,
+}
+
+/// `[log]`: the stream log's bounds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LogFile {
+    pub(super) max_entries: Option<u64>,
+    pub(super) max_bytes: Option<u64>,
+    pub(super) max_streams: Option<usize>,
+    pub(super) max_total_bytes: Option<u64>,
+    pub(super) ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RouteFile {
+    pub(super) prefix: String,
+    pub(super) upstream: String,
+    #[serde(default)]
+    pub(super) strip_prefix: bool,
+    #[serde(default)]
+    pub(super) protocol: Option<String>,
+    #[serde(default)]
+    pub(super) resumable: Option<bool>,
+    #[serde(default)]
+    pub(super) headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) credential_header: Option<String>,
+}
+
+pub(super) fn read_file(path: &PathBuf) -> Result<File, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    parse_file(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+}
+
+pub(super) fn parse_file(text: &str) -> Result<File, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        // toml's message spans lines (it quotes the source): keep one.
+        let msg = e.message().replace('\n', " ");
+        ConfigError(match e.span() {
+            Some(span) => {
+                // Counted in bytes: a span is never trusted to fall on a
+                // character boundary.
+                let before = text.as_bytes().get(..span.start).unwrap_or(text.as_bytes());
+                let line = before.split(|&b| b == b'\n').count();
+                format!("line {line}: {msg}")
+            }
+            None => msg,
+        })
+    })
+}
+
+pub(super) fn number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError(format!("{name}: {value:?} is not a valid number")))
+}
+
+/// An upstream URL: absolute `http` or `https`, no query.
+pub fn upstream_uri(value: &str) -> Result<Uri, ConfigError> {
+    let uri: Uri = value
+        .parse()
+        .map_err(|_| ConfigError(format!("upstream {value:?} is not a URL")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.authority().is_some() => {}
+        _ => {
+            return err(format!(
+                "upstream {value:?} must be an http:// or https:// URL"
+            ));
+        }
+    }
+    if uri.query().is_some() {
+        return err(format!("upstream {value:?} must not have a query"));
+    }
+    Ok(uri)
+}
+
+pub(super) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A timeout in ms where 0 means none.
+pub(super) fn watchdog(n: u64) -> Option<Duration> {
+    (n > 0).then(|| ms(n))
+}
+
+/// `value`, or the environment variable it names as `$NAME`.
+pub(super) fn from_env(
+    at: &str,
+    value: String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match value.strip_prefix('$') {
+        Some(var) => env(var).ok_or_else(|| ConfigError(format!("{at}: ${var} is not set"))),
+        None => Ok(value),
+    }
+}
+
+/// Configured headers, `$NAME` values read from `env`, each value marked
+/// sensitive (they are credentials); errors never show a value.
+pub(super) fn header_map(
+    at: &str,
+    headers: std::collections::BTreeMap<String, String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<HeaderMap, ConfigError> {
+    let mut out = HeaderMap::new();
+    for (name, value) in headers {
+        let value = from_env(&format!("{at}: header {name}"), value, env)?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|_| ConfigError(format!("{at}: {name:?} is not a header name")))?;
+        let mut value = HeaderValue::try_from(value)
+            .map_err(|_| ConfigError(format!("{at}: header {name} has an invalid value")))?;
+        value.set_sensitive(true);
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
+/// One `[[alternates]]` entry, its `$NAME` header values read from `env`.
+pub(super) fn alternate(
+    a: AlternateFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AlternateRoute, ConfigError> {
+    let at = format!("alternate {:?}", a.label);
+    let RouteProtocol::Fixed(protocol) = RouteProtocol::parse(&a.protocol)? else {
+        return err(format!("{at}: name its protocol (auto is not one)"));
+    };
+    let bad = |e: recovery_core::failover::TargetError| ConfigError(format!("{at}: {e}"));
+    let mut alt = tower_recovery::Alternate::new(a.label.clone())
+        .and_then(|t| t.url(a.url))
+        .map_err(bad)?;
+    if let Some(model) = a.model {
+        alt = alt.model(model).map_err(bad)?;
+    }
+    for (name, value) in &header_map(&at, a.headers, env)? {
+        alt = alt.header(name.clone(), value.clone());
+    }
+    Ok(AlternateRoute {
+        protocol: protocol.clone(),
+        alternate: alt.protocol(protocol),
+    })
+}
+
+pub(super) fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
+    let base = RecoveryPolicy::default();
+    let mut b = RecoveryPolicy::builder();
+    if let Some(n) = p.max_attempts {
+        let n = NonZeroU32::new(n)
+            .ok_or_else(|| ConfigError("policy.max_attempts must be at least 1".into()))?;
+        b = b.max_attempts(n);
+    }
+    if let Some(n) = p.max_resumes {
+        b = b.max_resumes(n);
+    }
+    if let Some(n) = p.budget_ms {
+        b = b.budget(watchdog(n));
+    }
+    if let Some(n) = p.deadline_ms {
+        b = b.deadline(watchdog(n));
+    }
+    if p.backoff_base_ms.is_some() || p.backoff_ceiling_ms.is_some() {
+        let lo = p.backoff_base_ms.map_or(base.backoff_base(), ms);
+        let hi = p.backoff_ceiling_ms.map_or(base.backoff_ceiling(), ms);
+        b = b.backoff(lo, hi);
+    }
+    if let Some(n) = p.retry_after_ceiling_ms {
+        b = b.retry_after_ceiling(ms(n), base.over_ceiling());
+    }
+    if let Some(n) = p.head_timeout_ms {
+        b = b.head_timeout(watchdog(n));
+    }
+    if let Some(n) = p.idle_timeout_ms {
+        b = b.idle_timeout(watchdog(n));
+    }
+    if let Some(n) = p.progress_timeout_ms {
+        b = b.progress_timeout(watchdog(n));
+    }
+    if let Some(s) = &p.retryable_statuses {
+        b = b.retryable_statuses(s.iter().copied());
+    }
+    if let Some(k) = p.idempotency_key {
+        b = b.idempotency_key(k);
+    }
+    if let Some(v) = p.retry_protocol_violations {
+        b = b.retry_protocol_violations(v);
+    }
+    b.build()
+        .map_err(|e| ConfigError(format!("[policy]: {e}").replace('\n', " ")))
+}

@@ -1,0 +1,254 @@
+//! Configuration: flags, then environment, then a TOML file, then defaults.
+//!
+//! One [`Config`] value describes a gateway; the binary builds it from its
+//! command line ([`parse`]), a program or a test builds it directly. Every
+//! error is a one-line [`ConfigError`]: the binary prints it and exits 2.
+//! Here the values; `args` reads the command line and the environment,
+//! `file` the TOML, `merge` lays one over the other.
+
+mod args;
+mod file;
+mod merge;
+
+pub use args::{Command, HELP, USAGE, parse};
+pub use file::upstream_uri;
+pub use merge::{from_toml, from_toml_with_env};
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, Uri};
+use recovery_core::policy::RecoveryPolicy;
+use recovery_core::protocol::ProtocolKind;
+
+use crate::auth::Client;
+use crate::downstream::numbering::Comments;
+use crate::log::{Limits, StreamLog};
+use crate::logs::Logger;
+
+/// The environment variable of the stream secret (the file's
+/// `stream_secret`; never a flag, so it stays out of process listings).
+pub const STREAM_SECRET_VAR: &str = "RECOVERY_GATEWAY_STREAM_SECRET";
+
+/// The address the gateway listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// A bad flag, variable or file: the text is one line, safe to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+pub(crate) fn err<T>(text: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(text.into()))
+}
+
+/// Which protocol a route's answers speak.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RouteProtocol {
+    /// Guessed from each request's path
+    /// ([`ProtocolChoice::Auto`](recovery_core::protocol::ProtocolChoice::Auto)).
+    #[default]
+    Auto,
+    /// Always this one.
+    Fixed(ProtocolKind),
+}
+
+impl RouteProtocol {
+    /// Parses `openai-chat`, `openai-responses`, `anthropic`, `gemini`,
+    /// `ollama` or `auto`.
+    pub fn parse(name: &str) -> Result<Self, ConfigError> {
+        match name {
+            "auto" => Ok(RouteProtocol::Auto),
+            "openai-chat" => Ok(RouteProtocol::Fixed(ProtocolKind::OpenAiChat)),
+            "openai-responses" => Ok(RouteProtocol::Fixed(ProtocolKind::OpenAiResponses)),
+            "anthropic" => Ok(RouteProtocol::Fixed(ProtocolKind::Anthropic)),
+            "gemini" => Ok(RouteProtocol::Fixed(ProtocolKind::Gemini)),
+            "ollama" => Ok(RouteProtocol::Fixed(ProtocolKind::Ollama)),
+            other => err(format!(
+                "unknown protocol {other:?} (openai-chat, openai-responses, anthropic, gemini, ollama, auto)"
+            )),
+        }
+    }
+}
+
+/// A path prefix served by its own upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The path prefix (`/anthropic`); matches the prefix itself and paths
+    /// under it. The longest matching prefix wins.
+    pub prefix: String,
+    /// The upstream origin, possibly with a base path.
+    pub upstream: Uri,
+    /// Whether the prefix is removed before the path is appended.
+    pub strip_prefix: bool,
+    /// The protocol of its answers.
+    pub protocol: RouteProtocol,
+    /// Whether its SSE answers are resumable (the gateway's ids and
+    /// log); `false`: the client reads the upstream's bytes as they came.
+    pub resumable: bool,
+    /// The operator's headers for this upstream (its API key): sent for
+    /// a known client (`[[clients]]`), or for anyone on a loopback
+    /// listener without `[[clients]]`.
+    pub headers: HeaderMap,
+    /// A credential header of this upstream beside the usual ones
+    /// (`authorization`, `x-api-key`, `x-goog-api-key`, `api-key`): a
+    /// stream belongs to its value too.
+    pub credential_header: Option<HeaderName>,
+}
+
+/// Where a request of one protocol may go when its upstream fails before
+/// the first token ([`tower_recovery::Alternate`]).
+#[derive(Debug, Clone)]
+pub struct AlternateRoute {
+    /// The protocol of the requests it serves (and of its answers).
+    pub protocol: ProtocolKind,
+    /// The alternate: its label, URL, model and headers.
+    pub alternate: tower_recovery::Alternate,
+}
+
+/// Where stream logs are kept.
+#[derive(Clone, Default)]
+pub enum StreamLogChoice {
+    /// In this process ([`MemoryLog`](crate::log::MemoryLog)).
+    #[default]
+    Memory,
+    /// On Redis Streams at this URL (`redis://…`, `redis+unix://…`;
+    /// feature `redis`).
+    Redis(String),
+    /// A log the caller built (shared between gateways in one process, or
+    /// a store of its own).
+    Custom(Arc<dyn StreamLog>),
+}
+
+impl fmt::Debug for StreamLogChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamLogChoice::Memory => f.write_str("memory"),
+            // The URL may carry a password.
+            StreamLogChoice::Redis(_) => f.write_str("redis"),
+            StreamLogChoice::Custom(_) => f.write_str("custom"),
+        }
+    }
+}
+
+impl StreamLogChoice {
+    /// Parses `memory` or a Redis URL.
+    pub fn parse(value: &str) -> Result<Self, ConfigError> {
+        if value == "memory" {
+            Ok(StreamLogChoice::Memory)
+        } else if value.starts_with("redis://")
+            || value.starts_with("rediss://")
+            || value.starts_with("redis+unix://")
+            || value.starts_with("unix://")
+        {
+            Ok(StreamLogChoice::Redis(value.to_owned()))
+        } else {
+            err("--stream-log takes `memory` or a redis://… / redis+unix://… URL")
+        }
+    }
+}
+
+/// A secret from the configuration; `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Everything a gateway needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The listening address (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Where requests that match no route go; without it they get a 404.
+    pub upstream: Option<Uri>,
+    /// Prefix routes, each to its own upstream.
+    pub routes: Vec<Route>,
+    /// Alternates, per protocol, in order.
+    pub alternates: Vec<AlternateRoute>,
+    /// Where stream logs are kept.
+    pub stream_log: StreamLogChoice,
+    /// Bounds of the stream log.
+    pub log_limits: Limits,
+    /// A Redis the instances of a fleet share the upstream's cooldowns and
+    /// retry budget through (`recovery-redis`); `None`: this process's own.
+    pub fleet_redis: Option<String>,
+    /// How long a generation goes on after its last reader left.
+    pub keep_generating: Duration,
+    /// Requests forwarded at once (streams included until they end); past
+    /// it a request gets a 503 with `retry-after`.
+    pub max_streams: usize,
+    /// The largest request body forwarded; past it, a 413.
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request head.
+    pub header_read_timeout: Duration,
+    /// How long a request body may take, at the least.
+    pub body_read_timeout: Duration,
+    /// The rate that earns a body more time than `body_read_timeout`
+    /// (bytes per second; 0: none).
+    pub body_min_bytes_per_sec: u64,
+    /// Generations kept going for clients that left, at once; past it a
+    /// generation whose client left is cancelled at once.
+    pub max_kept_streams: usize,
+    /// Reconnected readers of one stream at once.
+    pub max_readers_per_stream: usize,
+    /// Reconnected readers in all, at once.
+    pub max_readers: usize,
+    /// The operator's headers for the default upstream.
+    pub upstream_headers: HeaderMap,
+    /// Known clients; empty: requests spend their own credentials.
+    pub clients: Vec<Client>,
+    /// The secret stream keys are derived with (every instance on one
+    /// Redis log needs the same); `None`: drawn per process.
+    pub stream_secret: Option<Secret>,
+    /// What becomes of upstream SSE comment blocks.
+    pub sse_comments: Comments,
+    /// How long a graceful shutdown waits for streams in flight.
+    pub shutdown_grace: Duration,
+    /// The recovery policy of the upstream leg.
+    pub policy: RecoveryPolicy,
+    /// Where structured log lines go.
+    pub logger: Logger,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            upstream: None,
+            routes: Vec::new(),
+            alternates: Vec::new(),
+            stream_log: StreamLogChoice::Memory,
+            log_limits: Limits::default(),
+            fleet_redis: None,
+            keep_generating: Duration::from_mins(1),
+            max_streams: 1024,
+            max_body_bytes: 8 << 20,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            body_min_bytes_per_sec: 64 << 10,
+            max_kept_streams: 256,
+            max_readers_per_stream: 4,
+            max_readers: 1024,
+            upstream_headers: HeaderMap::new(),
+            clients: Vec::new(),
+            stream_secret: None,
+            sse_comments: Comments::Pass,
+            shutdown_grace: Duration::from_secs(30),
+            policy: RecoveryPolicy::default(),
+            logger: Logger::Stderr,
+        }
+    }
+}
