@@ -55,7 +55,7 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    fn status(&self) -> StatusCode {
+    fn status(&self, protocol: &ProtocolKind) -> StatusCode {
         match self {
             Refusal::NoRoute | Refusal::StreamNotFound => StatusCode::NOT_FOUND,
             Refusal::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -71,8 +71,13 @@ impl Refusal {
             }
             Refusal::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
-            Refusal::Upstream(f) => match f.class {
-                ErrorClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            // Anthropic's own word for overloaded is 529, which its SDK
+            // raises as `OverloadedError`; the others say 503.
+            Refusal::Upstream(f) => match (f.class, protocol) {
+                (ErrorClass::Overloaded, ProtocolKind::Anthropic) => {
+                    StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+                }
+                (ErrorClass::Overloaded, _) => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::BAD_GATEWAY,
             },
         }
@@ -151,7 +156,7 @@ impl Refusal {
 
     /// The response, in the error shape of `protocol`.
     pub(crate) fn respond(&self, protocol: &ProtocolKind) -> Response<GatewayBody> {
-        let status = self.status();
+        let status = self.status(protocol);
         // Recovery's own failures keep core's shapes (and classes).
         let body = if let Refusal::Upstream(f) = self {
             error_body(protocol, f, status.as_u16())
@@ -245,8 +250,14 @@ mod tests {
         let resp = Refusal::MethodNotAllowed("GET").respond(&ProtocolKind::OpenAiChat);
         assert_eq!(resp.headers()[ALLOW], "GET");
         let failure = StreamFailure::new(ErrorClass::Overloaded, "recovery failed: x");
-        let resp = Refusal::Upstream(failure).respond(&ProtocolKind::Anthropic);
-        assert_eq!(resp.status(), 503);
+        let resp = Refusal::Upstream(failure.clone()).respond(&ProtocolKind::Anthropic);
+        assert_eq!(resp.status(), 529, "Anthropic's overloaded");
+        assert_eq!(
+            Refusal::Upstream(failure.clone())
+                .respond(&ProtocolKind::OpenAiChat)
+                .status(),
+            503
+        );
         assert_eq!(body(resp).await["error"]["type"], "overloaded_error");
     }
 }
