@@ -9,6 +9,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::budget::AttemptAllowance;
 use crate::policy::RecoveryPolicy;
+use crate::protocol::ProtocolKind;
 
 #[derive(Debug, Default)]
 struct CancelState {
@@ -94,6 +95,7 @@ pub struct RecoveryCall {
     allowance: Option<AttemptAllowance>,
     logical_id: Option<u64>,
     stream_body: bool,
+    protocol: Option<ProtocolKind>,
 }
 
 impl RecoveryCall {
@@ -107,6 +109,19 @@ impl RecoveryCall {
     pub fn with_policy(mut self, policy: RecoveryPolicy) -> Self {
         self.policy = Some(Arc::new(policy));
         self
+    }
+
+    /// Decodes this call's answer as `protocol` instead of the layer's (one
+    /// layer in front of several protocols: a gateway's upstream leg).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: ProtocolKind) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+
+    /// The per-call protocol, if any.
+    pub fn protocol(&self) -> Option<&ProtocolKind> {
+        self.protocol.as_ref()
     }
 
     /// Streams the request body through once instead of buffering it (a body

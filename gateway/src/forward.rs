@@ -1,12 +1,12 @@
-//! The upstream leg: a hyper-util client with rustls under `RecoveryLayer`
-//! and `ObserveLayer`, one stack per protocol, and the header rules of a
-//! proxy.
+//! The upstream leg: `tower_recovery::https`'s client under
+//! `RecoveryLayer` and `ObserveLayer`, one stack for every protocol (each
+//! request names its own), and the header rules of a proxy.
 //!
 //! Every decision (replay before commit, resume, the typed failure after)
 //! is the recovery layer's, the same as for a library user: this module
-//! only builds the stack and the request. The stacks share one retry
-//! budget and one cooldown store, so the protocol a request speaks does not
-//! change how much the gateway may retry an origin.
+//! only builds the stack and the request. One stack means one retry budget
+//! and one cooldown store, so the protocol a request speaks does not change
+//! how much the gateway may retry an origin.
 
 use crate::config::AlternateRoute;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use http::{Request, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
+use recovery_core::call::RecoveryCall;
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
 use recovery_core::lifecycle::{EventKind, LifecycleEvent};
 use recovery_core::policy::RecoveryPolicy;
@@ -33,20 +34,11 @@ use crate::metrics::Metrics;
 /// The HTTP client under the stacks (`tower_recovery::https`).
 pub(crate) type HttpsClient = tower_recovery::https::HttpsClient;
 
-/// One protocol's stack.
+/// The upstream stack.
 pub(crate) type Stack = Recover<Observe<HttpsClient>, TokioTiming, AlwaysOnline>;
 
 /// The body of an upstream answer as the stack hands it out.
 pub(crate) type UpstreamBody = RecoveryBody<ObservedBody<Incoming>>;
-
-/// The protocols a request can be decoded as.
-const PROTOCOLS: [ProtocolKind; 5] = [
-    ProtocolKind::OpenAiChat,
-    ProtocolKind::OpenAiResponses,
-    ProtocolKind::Anthropic,
-    ProtocolKind::Gemini,
-    ProtocolKind::Ollama,
-];
 
 /// What the requests of every stack share: the retry budget and the
 /// cooldown store, of this process or of the fleet.
@@ -94,16 +86,18 @@ impl Shared {
     }
 }
 
-/// The stacks, one per protocol, over one connection pool.
+/// The one upstream stack: every request names its protocol on its call
+/// ([`RecoveryCall::with_protocol`]), and each alternate serves the
+/// requests of its own protocol only.
 pub(crate) struct Upstream {
-    stacks: Vec<(ProtocolKind, Stack)>,
+    stack: Stack,
 }
 
 impl Upstream {
-    /// Stacks with `policy`, counting into `metrics` and logging lifecycle
-    /// events (names, ids and statuses only) to `logger`. Every stack
-    /// shares one retry budget and one cooldown store: this process's, or
-    /// the fleet's (`shared`).
+    /// The stack with `policy`, counting into `metrics` and logging
+    /// lifecycle events (names, ids and statuses only) to `logger`, with
+    /// one retry budget and one cooldown store: this process's, or the
+    /// fleet's (`shared`).
     pub(crate) fn new(
         policy: &RecoveryPolicy,
         shared: &Shared,
@@ -111,39 +105,34 @@ impl Upstream {
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
-        let client = tower_recovery::https::client();
-        let stacks = PROTOCOLS
-            .iter()
-            .map(|kind| {
-                let metrics = Arc::clone(metrics);
-                let logger = logger.clone();
-                let layer = RecoveryLayer::new(policy.clone()).with_protocol(kind.clone());
-                let layer = alternates
-                    .iter()
-                    .filter(|a| a.protocol == *kind)
-                    .fold(layer, |l, a| l.with_alternate(a.alternate.clone()));
-                let layer = shared
-                    .apply(layer)
-                    .with_cooldowns(Arc::clone(&shared.cooldowns))
-                    .on_event(move |e| {
-                        metrics.on_event(e);
-                        log_event(&logger, e);
-                    });
-                let stack = layer.layer(ObserveLayer::new(kind.clone()).layer(client.clone()));
-                (kind.clone(), stack)
-            })
-            .collect();
-        Upstream { stacks }
+        let metrics = Arc::clone(metrics);
+        let logger = logger.clone();
+        let layer = alternates.iter().fold(
+            RecoveryLayer::new(policy.clone()).with_protocol(ProtocolKind::OpenAiChat),
+            |l, a| l.with_alternate(a.alternate.clone().serving(a.protocol.clone())),
+        );
+        let layer = shared
+            .apply(layer)
+            .with_cooldowns(Arc::clone(&shared.cooldowns))
+            .on_event(move |e| {
+                metrics.on_event(e);
+                log_event(&logger, e);
+            });
+        let observe = ObserveLayer::new(ProtocolKind::OpenAiChat);
+        Upstream {
+            stack: layer.layer(observe.layer(tower_recovery::https::client())),
+        }
     }
 
-    /// The stack that decodes `kind`.
-    pub(crate) fn stack(&self, kind: &ProtocolKind) -> Stack {
-        self.stacks
-            .iter()
-            .find(|(k, _)| k == kind)
-            .or(self.stacks.first())
-            .map(|(_, s)| s.clone())
-            .expect("one stack per protocol")
+    /// A request to the stack, decoded as `protocol`.
+    pub(crate) fn call(
+        &self,
+        mut req: Request<Full<Bytes>>,
+        protocol: &ProtocolKind,
+    ) -> tower::util::Oneshot<Stack, Request<Full<Bytes>>> {
+        req.extensions_mut()
+            .insert(RecoveryCall::new().with_protocol(protocol.clone()));
+        tower::ServiceExt::oneshot(self.stack.clone(), req)
     }
 }
 

@@ -8,7 +8,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use recovery_core::protocol::error_event::StreamFailure;
-use tower::ServiceExt as _;
 use tower_recovery::ReportHandle;
 use tower_service::Service;
 
@@ -93,8 +92,7 @@ impl Proxy {
                 ("protocol", Field::Str(protocol.name())),
             ],
         );
-        let stack = self.upstream.stack(&protocol);
-        let resp = match stack.oneshot(upstream_req).await {
+        let resp = match self.upstream.call(upstream_req, &protocol).await {
             Ok(resp) => resp,
             Err(e) => {
                 self.logger.warn(

@@ -220,3 +220,87 @@ async fn fo_every_target_overloaded_fails_naming_each() {
         assert_eq!(provider.count_path(path), 1, "{path}");
     }
 }
+
+/// One layer in front of two protocols (a gateway's upstream leg): each
+/// call names its protocol, and each alternate serves only the requests
+/// of its own. An Anthropic call whose primary is overloaded goes to the
+/// Anthropic alternate, decoded as Anthropic, never to the OpenAI one.
+#[tokio::test]
+async fn fo_a_call_names_its_protocol_and_only_its_alternates_serve_it() {
+    const MESSAGES: &str = "/v1/messages";
+    let primary = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(MESSAGES, vec![overloaded()])
+            .path(CHAT, vec![overloaded()]),
+    )
+    .await
+    .unwrap();
+    let claude = FaultProvider::start(
+        ScriptSet::new(vec![]).path(MESSAGES, vec![sse("anthropic/happy.sse")]),
+    )
+    .await
+    .unwrap();
+    let openai = FaultProvider::start(
+        ScriptSet::new(vec![]).path(CHAT, vec![sse("openai-chat/happy-usage.sse")]),
+    )
+    .await
+    .unwrap();
+    let layer = RecoveryLayer::new(RecoveryPolicy::default())
+        .with_alternate(
+            Alternate::new("openai-b")
+                .unwrap()
+                .url(openai.url(CHAT))
+                .unwrap()
+                .serving(ProtocolKind::OpenAiChat),
+        )
+        .with_alternate(
+            Alternate::new("anthropic-b")
+                .unwrap()
+                .url(claude.url(MESSAGES))
+                .unwrap()
+                .serving(ProtocolKind::Anthropic),
+        );
+    let client: Client<HttpConnector, ReplayBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    // The layer's own protocol (and the observer's) is OpenAI Chat.
+    let svc = layer
+        .with_protocol(ProtocolKind::OpenAiChat)
+        .layer(ObserveLayer::new(ProtocolKind::OpenAiChat).layer(client));
+    let mut req = Request::post(primary.url(MESSAGES))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    req.extensions_mut()
+        .insert(recovery_core::call::RecoveryCall::new().with_protocol(ProtocolKind::Anthropic));
+    let d = tokio::time::timeout(LIMIT, async {
+        support::read_to_end(svc.clone().oneshot(req).await.expect("a response")).await
+    })
+    .await
+    .expect("no hang");
+    assert_eq!(d.status, 200);
+    assert!(d.body_error.is_none(), "{:?}", d.body_error);
+    assert_eq!(d.bytes, fixture("anthropic/happy.sse"));
+    let report = d.report.expect("report");
+    assert!(
+        matches!(report.outcome, Some(Outcome::Completed { .. })),
+        "decoded as Anthropic: {:?}",
+        report.outcome
+    );
+    assert_eq!(report.served_by.as_deref(), Some("anthropic-b"));
+    assert_eq!(openai.count(), 0, "the OpenAI alternate never serves it");
+    assert_eq!(claude.count(), 1);
+
+    // A call of the layer's own protocol uses the OpenAI alternate only.
+    let req = Request::post(primary.url(CHAT))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let d = tokio::time::timeout(LIMIT, async {
+        support::read_to_end(svc.oneshot(req).await.expect("a response")).await
+    })
+    .await
+    .expect("no hang");
+    assert_eq!(d.bytes, fixture("openai-chat/happy-usage.sse"));
+    assert_eq!(d.report.unwrap().served_by.as_deref(), Some("openai-b"));
+    assert_eq!(claude.count(), 1);
+}

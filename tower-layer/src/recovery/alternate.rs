@@ -39,6 +39,8 @@ pub struct Alternate {
     headers: HeaderMap,
     removed: Vec<HeaderName>,
     pub(crate) map_body: Option<MapBody>,
+    /// The protocol of the requests it may serve; `None`: any.
+    pub(crate) serves: Option<ProtocolKind>,
 }
 
 /// A caller's rewrite of a request body for one alternate.
@@ -54,6 +56,7 @@ impl Alternate {
             headers: HeaderMap::new(),
             removed: Vec::new(),
             map_body: None,
+            serves: None,
         })
     }
 
@@ -106,6 +109,22 @@ impl Alternate {
     pub fn without_header(mut self, name: HeaderName) -> Self {
         self.removed.push(name);
         self
+    }
+
+    /// Considers this alternate only for requests of `protocol` (the
+    /// layer's, or the call's own,
+    /// [`RecoveryCall::with_protocol`](recovery_core::call::RecoveryCall::with_protocol)):
+    /// one layer in front of several protocols keeps each protocol's
+    /// alternates to its own requests.
+    #[must_use]
+    pub fn serving(mut self, protocol: ProtocolKind) -> Self {
+        self.serves = Some(protocol);
+        self
+    }
+
+    /// Whether a request decoded as `protocol` may go here.
+    pub(crate) fn serves(&self, protocol: &ProtocolKind) -> bool {
+        self.serves.as_ref().is_none_or(|p| p == protocol)
     }
 
     /// The label reports and events carry.
@@ -181,6 +200,7 @@ impl fmt::Debug for Alternate {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("removed", &self.removed)
             .field("map_body", &self.map_body.is_some())
+            .field("serves", &self.serves)
             .finish()
     }
 }

@@ -68,8 +68,12 @@ pub(crate) struct Origin {
     pub(crate) head: http::request::Parts,
     /// The request's URL, as the machine was given it.
     pub(crate) url: String,
-    /// This request's own targets, when an alternate maps its body.
+    /// This request's own targets, when an alternate maps its body or
+    /// some alternates do not serve its protocol.
     pub(crate) targets: Option<Vec<Target>>,
+    /// The layer's alternates this request may use, in order: the
+    /// machine's target `i` is the layer's alternate `alternates[i - 1]`.
+    pub(crate) alternates: Vec<usize>,
     pub(crate) body: Bytes,
     /// The body when it could not be buffered: sent once.
     pub(crate) once: Option<ReplayBody>,
@@ -417,7 +421,8 @@ where
             .ex
             .target()
             .checked_sub(1)
-            .and_then(|i| self.hooks.alternates.get(i));
+            .and_then(|i| self.origin.alternates.get(i))
+            .and_then(|&i| self.hooks.alternates.get(i));
         let mut req = match kind {
             SendKind::Original => match alternate {
                 None => {
@@ -515,7 +520,11 @@ where
         }
         req.extensions_mut().insert(self.origin.call.clone());
         req.extensions_mut().insert(SendCredit);
-        if alternate.is_some_and(|alt| alt.target.protocol().is_some()) {
+        // The observer inside decodes this send as the machine's protocol
+        // when it is not the layer's: an alternate's own, or the call's.
+        if alternate.is_some_and(|alt| alt.target.protocol().is_some())
+            || self.origin.call.protocol().is_some()
+        {
             req.extensions_mut()
                 .insert(super::SendProtocol(self.ex.protocol().clone()));
         }

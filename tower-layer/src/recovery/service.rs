@@ -12,6 +12,7 @@ use recovery_core::cooldown;
 use recovery_core::error::RecoveryError;
 use recovery_core::exchange::{Exchange, RequestFacts};
 use recovery_core::outcome::ReplayDisabled;
+use recovery_core::protocol::ProtocolChoice;
 use tower_service::Service;
 
 use super::body::RecoveryBody;
@@ -150,7 +151,12 @@ where
     let url = head.uri.to_string();
     let request = RequestFacts::new(head.method.as_str(), &url, &bytes);
     let now = hooks.surroundings.now();
-    let mut ex = Exchange::new(policy, &hooks.protocol, request, allowance, logical_id, now)
+    // A call may name its own protocol (one layer before several).
+    let protocol = match call.protocol() {
+        Some(kind) => ProtocolChoice::Fixed(kind.clone()),
+        None => hooks.protocol.clone(),
+    };
+    let mut ex = Exchange::new(policy, &protocol, request, allowance, logical_id, now)
         .with_admission_hook(hooks.admission.is_some())
         .with_resumable_sse(hooks.sse_resumable)
         .with_continuation_hook(hooks.continuation.is_some())
@@ -165,25 +171,33 @@ where
         };
         ex = ex.with_cooldown(Arc::clone(store), key);
     }
-    // Alternates that map the body get this request's body now, so the
-    // machine judges each target by what it will be sent.
-    let targets = hooks
-        .alternates
-        .iter()
-        .any(|a| a.map_body.is_some())
-        .then(|| {
-            hooks
-                .alternates
-                .iter()
-                .map(|a| match &a.map_body {
+    // The alternates this request may use, in order (the machine's target
+    // `i` is `alternates[i - 1]`); those that map the body get this
+    // request's body now, so the machine judges each target by what it
+    // will be sent.
+    let kind = protocol.resolve(&url);
+    let alternates: Vec<usize> = (0..hooks.alternates.len())
+        .filter(|&i| hooks.alternates[i].serves(&kind))
+        .collect();
+    let own_targets = alternates.len() != hooks.alternates.len()
+        || alternates
+            .iter()
+            .any(|&i| hooks.alternates[i].map_body.is_some());
+    let targets = own_targets.then(|| {
+        alternates
+            .iter()
+            .map(|&i| {
+                let a = &hooks.alternates[i];
+                match &a.map_body {
                     Some(map) => a.target.clone().with_body(map(&bytes)),
                     None => a.target.clone(),
-                })
-                .collect::<Vec<_>>()
-        });
-    if !hooks.targets.is_empty() {
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    if !alternates.is_empty() {
         let own = targets.as_deref().unwrap_or(&hooks.targets);
-        ex = ex.with_alternates(request, &hooks.protocol, own);
+        ex = ex.with_alternates(request, &protocol, own);
     }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
@@ -194,6 +208,7 @@ where
         head,
         url,
         targets,
+        alternates,
         body: bytes,
         once,
         call,
