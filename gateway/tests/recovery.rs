@@ -6,12 +6,6 @@ mod support;
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
 use support::*;
 
-fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(write)
-}
-
 #[tokio::test]
 async fn reset_before_the_first_token_is_replayed_once_and_invisible() {
     let name = "openai-chat/happy-usage.sse";

@@ -9,17 +9,11 @@ use http::Request;
 use http_body_util::Full;
 use recovery_gateway::Comments;
 use recovery_gateway::{Route, RouteProtocol};
-use recovery_tests::fault::{FaultProvider, Script, Write};
+use recovery_tests::fault::{FaultProvider, Write};
 use support::*;
 
 const GEMINI: &str = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse";
 const GEMINI_BODY: &str = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
-
-fn sse(write: Write) -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(write)
-}
 
 #[tokio::test]
 async fn gemini_streams_carry_no_ids_and_resume_by_the_events_received() {

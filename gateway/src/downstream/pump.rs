@@ -172,17 +172,8 @@ impl Pump {
         mut body: UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
         let mut framer = Framer::new(MAX_EVENT_BYTES);
-        framer.push(&first);
-        loop {
-            match framer.next_block() {
-                Ok(Some(block)) => {
-                    if !self.emit(block).await {
-                        return Err(Stop::Unserved);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => return Ok(Some(StreamFailure::new(ErrorClass::Server, e.to_string()))),
-            }
+        if let Some(end) = self.forward(&mut framer, &first).await {
+            return end;
         }
         let mut readers = self.live.readers.subscribe();
         let mut stop = self.streams.stop.subscribe();
@@ -214,19 +205,8 @@ impl Pump {
                 frame = body.frame() => match frame {
                     Some(Ok(frame)) => {
                         let Ok(data) = frame.into_data() else { continue };
-                        framer.push(&data);
-                        loop {
-                            match framer.next_block() {
-                                Ok(Some(block)) => {
-                                    if !self.emit(block).await {
-                                        return Err(Stop::Unserved);
-                                    }
-                                }
-                                Ok(None) => break,
-                                Err(e) => {
-                                    return Ok(Some(StreamFailure::new(ErrorClass::Server, e.to_string())));
-                                }
-                            }
+                        if let Some(end) = self.forward(&mut framer, &data).await {
+                            return end;
                         }
                     }
                     Some(Err(e)) => {
@@ -274,6 +254,32 @@ impl Pump {
                 }
                 () = raised(&mut stop) => {
                     return Err(Stop::Shutdown);
+                }
+            }
+        }
+    }
+
+    /// Cuts `data` into blocks and emits each whole one; `Some` when the
+    /// stream must end here (an event over the bound, nobody to take it).
+    async fn forward(
+        &mut self,
+        framer: &mut Framer,
+        data: &[u8],
+    ) -> Option<Result<Option<StreamFailure>, Stop>> {
+        framer.push(data);
+        loop {
+            match framer.next_block() {
+                Ok(Some(block)) => {
+                    if !self.emit(block).await {
+                        return Some(Err(Stop::Unserved));
+                    }
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    return Some(Ok(Some(StreamFailure::new(
+                        ErrorClass::Server,
+                        e.to_string(),
+                    ))));
                 }
             }
         }

@@ -28,6 +28,13 @@ pub const RESPONSES: &str = "/v1/responses";
 pub const CHAT_BODY: &str =
     r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
+/// An SSE answer of these writes.
+pub fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> recovery_tests::fault::Script {
+    recovery_tests::fault::Script::ok()
+        .header("content-type", "text/event-stream")
+        .write(write)
+}
+
 pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
 }
