@@ -9,10 +9,12 @@
 mod limits;
 mod ndjson;
 mod sse;
+mod sse_blocks;
 mod violation;
 
 pub use limits::Limits;
 pub(crate) use ndjson::{NdjsonDecoder, NdjsonItem, NdjsonSink};
 pub(crate) use sse::data_value_start;
 pub(crate) use sse::{SseDecoder, SseItem, SseSink};
+pub use sse_blocks::{EventTooLarge, SseBlock, SseBlocks, block_lines};
 pub use violation::ProtocolViolation;

@@ -1,12 +1,9 @@
-//! Downstream SSE framing: the upstream body cut into whole events, each
-//! given the gateway's `id: <stream>:<seq>` line where the protocol's SDKs
-//! read one.
+//! Downstream numbering: each whole event (cut by core's
+//! [`SseBlocks`](recovery_core::wire::SseBlocks)) given the gateway's
+//! `id: <stream>:<seq>` line where the protocol's SDKs read one.
 //!
-//! The upstream's chunks fall anywhere (mid-line, mid-`\r\n`); a client
-//! that resumes needs ids on event boundaries, and the stream log keeps
-//! whole events. The [`Framer`] buffers up to one event (bounded) and
-//! hands out blocks ending in a blank line, accepting the three line ends
-//! of the SSE grammar (`\n`, `\r\n`, `\r`). [`number`] rewrites one event:
+//! A client that resumes needs ids on event boundaries, and the stream log
+//! keeps whole events. [`number`] rewrites one event:
 //! the upstream's own `id:` lines are dropped (a client's `Last-Event-ID`
 //! must name a position in the gateway's log, not the provider's), the
 //! gateway's id goes first, every other byte stays as it came.
@@ -21,15 +18,7 @@
 //! skips them and dispatches nothing.
 
 use bytes::{Bytes, BytesMut};
-
-/// A whole block of the stream, its blank line included.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Block {
-    /// An event (at least one field line).
-    Event(Bytes),
-    /// Comment lines only (`: keepalive`), or a stray blank line.
-    Comment(Bytes),
-}
+use recovery_core::wire::block_lines as lines;
 
 /// What becomes of an upstream comment block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,129 +53,6 @@ pub fn comment_lines(block: &[u8]) -> Option<Bytes> {
         }
     }
     (!out.is_empty()).then(|| out.freeze())
-}
-
-/// One event was longer than the framer's bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventTooLarge;
-
-impl std::fmt::Display for EventTooLarge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an upstream event is larger than the gateway's event bound")
-    }
-}
-
-impl std::error::Error for EventTooLarge {}
-
-/// Cuts a byte stream into SSE blocks.
-#[derive(Debug)]
-pub struct Framer {
-    buf: BytesMut,
-    /// Where the line being scanned starts.
-    line_start: usize,
-    /// Where scanning resumes.
-    scan: usize,
-    max_event: usize,
-}
-
-impl Framer {
-    /// A framer holding at most `max_event` bytes of an unfinished event.
-    pub fn new(max_event: usize) -> Self {
-        Framer {
-            buf: BytesMut::new(),
-            line_start: 0,
-            scan: 0,
-            max_event,
-        }
-    }
-
-    /// Adds bytes; whole blocks are then taken with [`Framer::next_block`].
-    pub fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
-    }
-
-    /// The next whole block, if one is complete. Errs when the unfinished
-    /// event is over the bound.
-    pub fn next_block(&mut self) -> Result<Option<Block>, EventTooLarge> {
-        let buf = &self.buf[..];
-        let mut i = self.scan;
-        while i < buf.len() {
-            let b = buf[i];
-            if b != b'\n' && b != b'\r' {
-                i += 1;
-                continue;
-            }
-            let end = if b == b'\r' {
-                match buf.get(i + 1) {
-                    Some(b'\n') => i + 2,
-                    Some(_) => i + 1,
-                    // A `\r` last: it may be the first half of `\r\n`.
-                    None => break,
-                }
-            } else {
-                i + 1
-            };
-            if i == self.line_start {
-                // A blank line: the block ends after it.
-                let block = self.buf.split_to(end).freeze();
-                self.line_start = 0;
-                self.scan = 0;
-                return Ok(Some(classify(block)));
-            }
-            self.line_start = end;
-            i = end;
-        }
-        self.scan = i;
-        if self.buf.len() > self.max_event {
-            return Err(EventTooLarge);
-        }
-        Ok(None)
-    }
-
-    /// What is left at the end of the body: an event the upstream did not
-    /// close with a blank line, closed here so the client dispatches it.
-    pub fn finish(&mut self) -> Option<Block> {
-        if self.buf.is_empty() {
-            return None;
-        }
-        let mut rest = std::mem::take(&mut self.buf);
-        self.line_start = 0;
-        self.scan = 0;
-        let ends_line = matches!(rest.last(), Some(b'\n' | b'\r'));
-        if !ends_line {
-            rest.extend_from_slice(b"\n");
-        }
-        rest.extend_from_slice(b"\n");
-        Some(classify(rest.freeze()))
-    }
-}
-
-/// Lines of `block` with their terminators.
-fn lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    let mut rest = block;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let at = rest.iter().position(|b| *b == b'\n' || *b == b'\r');
-        let (line, term_len) = match at {
-            None => (rest, 0),
-            Some(i) if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') => (&rest[..i], 2),
-            Some(i) => (&rest[..i], 1),
-        };
-        let term = &rest[line.len()..line.len() + term_len];
-        rest = &rest[line.len() + term_len..];
-        Some((line, term))
-    })
-}
-
-fn classify(block: Bytes) -> Block {
-    let only_comments = lines(&block).all(|(line, _)| line.is_empty() || line[0] == b':');
-    if only_comments {
-        Block::Comment(block)
-    } else {
-        Block::Event(block)
-    }
 }
 
 /// Whether `line` is an `id` field.
@@ -229,51 +95,6 @@ pub fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn all(chunks: &[&[u8]]) -> Vec<Block> {
-        let mut f = Framer::new(1 << 20);
-        let mut out = Vec::new();
-        for c in chunks {
-            f.push(c);
-            while let Some(b) = f.next_block().unwrap() {
-                out.push(b);
-            }
-        }
-        out.extend(f.finish());
-        out
-    }
-
-    #[test]
-    fn any_split_gives_the_same_blocks() {
-        let text: &[u8] = b": ping\n\ndata: a\r\n\r\nevent: x\rdata: b\r\rdata: c\n\ndata: tail";
-        let whole = all(&[text]);
-        assert_eq!(
-            whole,
-            vec![
-                Block::Comment(Bytes::from_static(b": ping\n\n")),
-                Block::Event(Bytes::from_static(b"data: a\r\n\r\n")),
-                Block::Event(Bytes::from_static(b"event: x\rdata: b\r\r")),
-                Block::Event(Bytes::from_static(b"data: c\n\n")),
-                Block::Event(Bytes::from_static(b"data: tail\n\n")),
-            ]
-        );
-        for i in 0..text.len() {
-            for j in i..text.len() {
-                assert_eq!(
-                    all(&[&text[..i], &text[i..j], &text[j..]]),
-                    whole,
-                    "{i} {j}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn bounded() {
-        let mut f = Framer::new(8);
-        f.push(b"data: 0123456789");
-        assert_eq!(f.next_block(), Err(EventTooLarge));
-    }
 
     #[test]
     fn numbering_replaces_the_upstream_id() {

@@ -13,7 +13,9 @@ use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_erro
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::time::Instant;
 
-use super::numbering::{Block, Comments, Framer, comment_lines, number};
+use recovery_core::wire::{SseBlock, SseBlocks};
+
+use super::numbering::{Comments, comment_lines, number};
 use super::raised;
 use super::registry::{
     DIRECT_CAPACITY, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
@@ -136,7 +138,7 @@ impl Pump {
         if let Some(f) = failure {
             let mut out = Vec::new();
             write_error_event(&self.protocol, &f, &mut out);
-            self.emit(Block::Event(Bytes::from(out))).await;
+            self.emit(SseBlock::Event(Bytes::from(out))).await;
         }
         if let Err(e) = streams.log.finish(self.key.as_str()).await {
             streams.logger.warn(
@@ -171,7 +173,7 @@ impl Pump {
         first: Bytes,
         mut body: UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
-        let mut framer = Framer::new(MAX_EVENT_BYTES);
+        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
         if let Some(end) = self.forward(&mut framer, &first).await {
             return end;
         }
@@ -263,7 +265,7 @@ impl Pump {
     /// stream must end here (an event over the bound, nobody to take it).
     async fn forward(
         &mut self,
-        framer: &mut Framer,
+        framer: &mut SseBlocks,
         data: &[u8],
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
         framer.push(data);
@@ -303,9 +305,9 @@ impl Pump {
     /// Numbers an event, logs it, then hands it to the first client; a
     /// comment block goes to the first client only, as
     /// [`Comments`] says. `false` when nobody can take it any more.
-    async fn emit(&mut self, block: Block) -> bool {
+    async fn emit(&mut self, block: SseBlock) -> bool {
         let bytes = match block {
-            Block::Comment(b) => match self.comments {
+            SseBlock::Comment(b) => match self.comments {
                 Comments::Drop => return self.logging || self.direct.is_some(),
                 // Without ids the block dispatches nothing in any reader:
                 // it goes as it came.
@@ -315,7 +317,7 @@ impl Pump {
                     None => return self.logging || self.direct.is_some(),
                 },
             },
-            Block::Event(b) => {
+            SseBlock::Event(b) => {
                 self.seq += 1;
                 let bytes = if self.ids {
                     number(&b, &self.id, self.seq)

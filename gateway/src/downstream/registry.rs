@@ -6,7 +6,7 @@
 //!
 //! A streamed SSE answer gets an id and a pump task. The pump reads the
 //! upstream (through the recovery layer), cuts it into whole events
-//! ([`super::numbering::Framer`]), numbers them, appends each to the
+//! (core's `SseBlocks`), numbers them, appends each to the
 //! [`StreamLog`] and only then hands it to the client that asked
 //! (a bounded channel: a slow client slows the upstream read, as it would
 //! without the gateway). A reconnect reads the log after its last id and
