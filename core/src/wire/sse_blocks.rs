@@ -55,7 +55,7 @@ impl SseBlocks {
         }
     }
 
-    /// Adds bytes; whole blocks are then taken with [`Framer::next_block`].
+    /// Adds bytes; whole blocks are then taken with [`SseBlocks::next_block`].
     pub fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
     }
