@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # The Python environment of the gateway's SDK tests: a virtualenv at
-# target/python-venv with the official `openai` package, pinned. Idempotent:
-# when the venv already has that version it only prints the interpreter.
-# Prints the interpreter's path as its last line.
+# target/python-venv with the official SDKs, pinned (openai, anthropic,
+# google-genai, ollama, mistralai, groq). Idempotent: when the venv already
+# has those versions it only prints the interpreter. Prints the
+# interpreter's path as its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OPENAI_VERSION="3.57.0"
+PINS=(
+  "openai==3.57.0"
+  "anthropic==2.16.0"
+  "google-genai==3.6.1"
+  "ollama==0.6.3"
+  "mistralai==3.7.0"
+  "groq==1.7.0"
+)
 VENV="target/python-venv"
 PY="$VENV/bin/python"
 
 has_pinned() {
-  [ -x "$PY" ] && "$PY" - "$OPENAI_VERSION" <<'PYEOF' >/dev/null 2>&1
+  [ -x "$PY" ] && "$PY" - "${PINS[@]}" <<'PYEOF' >/dev/null 2>&1
 import sys
-import openai
-sys.exit(0 if openai.__version__ == sys.argv[1] else 1)
+from importlib.metadata import version
+sys.exit(0 if all(version(p.split("==")[0]) == p.split("==")[1] for p in sys.argv[1:]) else 1)
 PYEOF
 }
 
@@ -38,6 +46,6 @@ if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
   python3 -m venv "$VENV"
 fi
-"$PY" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
-has_pinned || { echo "setup-python: openai==$OPENAI_VERSION did not install" >&2; exit 1; }
+"$PY" -m pip install --quiet --disable-pip-version-check "${PINS[@]}"
+has_pinned || { echo "setup-python: ${PINS[*]} did not all install" >&2; exit 1; }
 echo "$PWD/$PY"

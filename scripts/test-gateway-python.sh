@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The gateway under the official OpenAI Python SDK: builds recovery-gateway
-# and the fault provider, starts both on 127.0.0.1 (port 0), runs
-# gateway/tests/python with the venv of scripts/setup-python.sh, stops both.
+# The gateway under the official Python SDKs (openai, anthropic,
+# google-genai, ollama, mistralai, groq): builds recovery-gateway and the
+# fault provider, starts both on 127.0.0.1 (port 0), runs gateway/tests/python
+# with the venv of scripts/setup-python.sh, stops both.
 # Exits non-zero when a test fails or the gateway does not stop cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,14 @@ provider_pid=$!
 provider_url="$(first_url "$work/provider.out" "$provider_pid")" || {
   echo "fault-provider did not start:" >&2; cat "$work/provider.err" >&2; exit 1; }
 
-"$BIN/recovery-gateway" --listen 127.0.0.1:0 --upstream "$provider_url" \
+# Every SDK case that recovers spends a retry: the suite runs them back to
+# back, so the shared retry budget gets a larger reserve than the default.
+cat >"$work/gateway.toml" <<'TOML'
+[retry_budget]
+min_retries_per_sec = 100
+TOML
+
+"$BIN/recovery-gateway" --listen 127.0.0.1:0 --upstream "$provider_url" --config "$work/gateway.toml" \
   >"$work/gateway.out" 2>"$work/gateway.err" &
 gateway_pid=$!
 gateway_url="$(first_url "$work/gateway.out" "$gateway_pid")" || {

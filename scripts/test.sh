@@ -44,7 +44,7 @@ step "native tests"
 cargo test --workspace
 cargo test -p recovery-tests --features tracing --test tracing_spans
 
-step "gateway under the OpenAI Python SDK (pinned openai, fault provider upstream)"
+step "gateway under the official Python SDKs (pinned openai, anthropic, google-genai, ollama, mistralai, groq; fault provider upstream)"
 bash scripts/setup-python.sh && bash scripts/test-gateway-python.sh
 
 step "without a runtime feature, a layer needs an explicit timing"

@@ -55,25 +55,24 @@ enum Budget {
 
 impl Shared {
     /// This process's own (the in-memory stores).
-    pub(crate) fn local() -> Self {
+    pub(crate) fn local(budget: RetryBudgetConfig) -> Self {
         Shared {
             cooldowns: Arc::new(Cooldowns::new()),
-            budget: Budget::Local(RetryBudget::new(RetryBudgetConfig::default())),
+            budget: Budget::Local(RetryBudget::new(budget)),
         }
     }
 
     /// The fleet's, through the Redis at `url` (connected in the
     /// background; local until it is up, and while it is down).
     #[cfg(feature = "redis")]
-    pub(crate) fn fleet(url: &str) -> Result<Self, tower_recovery::redis::RedisStoreError> {
+    pub(crate) fn fleet(
+        url: &str,
+        budget: RetryBudgetConfig,
+    ) -> Result<Self, tower_recovery::redis::RedisStoreError> {
         use tower_recovery::redis::{RedisBudget, RedisCooldowns, RedisOptions};
         Ok(Shared {
             cooldowns: Arc::new(RedisCooldowns::connect(url, RedisOptions::default())?),
-            budget: Budget::Fleet(RedisBudget::connect(
-                url,
-                RetryBudgetConfig::default(),
-                RedisOptions::default(),
-            )?),
+            budget: Budget::Fleet(RedisBudget::connect(url, budget, RedisOptions::default())?),
         })
     }
 

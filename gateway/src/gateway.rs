@@ -102,9 +102,11 @@ async fn open_log(config: &Config) -> Result<Arc<dyn StreamLog>, GatewayError> {
 /// when `fleet_redis` is set.
 fn shared_stores(config: &Config) -> Result<Shared, GatewayError> {
     match &config.fleet_redis {
-        None => Ok(Shared::local()),
+        None => Ok(Shared::local(config.retry_budget)),
         #[cfg(feature = "redis")]
-        Some(url) => Shared::fleet(url).map_err(|e| GatewayError::Fleet(e.to_string())),
+        Some(url) => {
+            Shared::fleet(url, config.retry_budget).map_err(|e| GatewayError::Fleet(e.to_string()))
+        }
         #[cfg(not(feature = "redis"))]
         Some(_) => Err(GatewayError::Fleet(
             "this build has no Redis fleet stores (feature `redis`)".into(),

@@ -40,6 +40,8 @@ pub(super) struct File {
     #[serde(default)]
     pub(super) log: LogFile,
     #[serde(default)]
+    pub(super) retry_budget: RetryBudgetFile,
+    #[serde(default)]
     pub(super) routes: Vec<RouteFile>,
     #[serde(default)]
     pub(super) alternates: Vec<AlternateFile>,
@@ -86,6 +88,16 @@ pub(super) struct PolicyFile {
     pub(super) retryable_statuses: Option<Vec<u16>>,
     pub(super) idempotency_key: Option<bool>,
     pub(super) retry_protocol_violations: Option<bool>,
+}
+
+/// `[retry_budget]`: the budget every request shares (20 % of requests
+/// plus 1 retry/s over 10 s by default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RetryBudgetFile {
+    pub(super) percent: Option<f64>,
+    pub(super) min_retries_per_sec: Option<u32>,
+    pub(super) ttl_ms: Option<u64>,
 }
 
 /// `[log]`: the stream log's bounds.

@@ -22,6 +22,7 @@ pub(super) fn build(
     addresses(&mut c, layer, &file)?;
     bounds(&mut c, layer, &file)?;
     c.policy = policy(&file.policy)?;
+    retry_budget(&mut c, &file)?;
     log_limits(&mut c, &file);
     credentials(&mut c, &file, env)?;
     upstreams(&mut c, file, env)?;
@@ -161,6 +162,27 @@ fn credentials(
             name: client.name.clone(),
             key_hash,
         });
+    }
+    Ok(())
+}
+
+/// The shared retry budget.
+fn retry_budget(c: &mut Config, file: &File) -> Result<(), ConfigError> {
+    let b = &file.retry_budget;
+    if let Some(p) = b.percent {
+        if !(0.0..=10.0).contains(&p) {
+            return err("retry_budget.percent must be between 0 and 10 (0.2 = 20 %)");
+        }
+        c.retry_budget.percent = p;
+    }
+    if let Some(n) = b.min_retries_per_sec {
+        c.retry_budget.min_retries_per_sec = n;
+    }
+    if let Some(n) = b.ttl_ms {
+        if n == 0 {
+            return err("retry_budget.ttl_ms must be at least 1");
+        }
+        c.retry_budget.ttl = ms(n);
     }
     Ok(())
 }

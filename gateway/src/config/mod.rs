@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Uri};
+use recovery_core::budget::RetryBudgetConfig;
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 
@@ -219,6 +220,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The recovery policy of the upstream leg.
     pub policy: RecoveryPolicy,
+    /// The retry budget every request of the gateway (or of the fleet,
+    /// with `fleet_redis`) shares: a bound on retry storms.
+    pub retry_budget: RetryBudgetConfig,
     /// Where structured log lines go.
     pub logger: Logger,
 }
@@ -248,6 +252,7 @@ impl Default for Config {
             sse_comments: Comments::Pass,
             shutdown_grace: Duration::from_secs(30),
             policy: RecoveryPolicy::default(),
+            retry_budget: RetryBudgetConfig::default(),
             logger: Logger::Stderr,
         }
     }

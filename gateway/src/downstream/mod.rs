@@ -94,7 +94,8 @@ async fn first_bytes(body: &mut UpstreamBody) -> Result<Bytes, StreamFailure> {
 /// Google's SDKs read `data:` lines only (google-genai raises on any
 /// other field), so Gemini streams go without; their clients resume with
 /// the `x-recovery-stream-id` header and `GET /streams/<id>?after=<n>`,
-/// `n` the events they received.
+/// `n` the events they received. Those SDKs raise on a comment line too
+/// (google-genai parses it as JSON), so there comment blocks are dropped.
 fn adds_event_ids(protocol: &ProtocolKind) -> bool {
     !matches!(protocol, ProtocolKind::Gemini)
 }

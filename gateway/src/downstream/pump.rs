@@ -308,10 +308,10 @@ impl Pump {
     async fn emit(&mut self, block: SseBlock) -> bool {
         let bytes = match block {
             SseBlock::Comment(b) => match self.comments {
+                // Where the protocol's SDKs read `data:` lines only (no
+                // ids: Gemini), a comment line is one they raise on.
                 Comments::Drop => return self.logging || self.direct.is_some(),
-                // Without ids the block dispatches nothing in any reader:
-                // it goes as it came.
-                Comments::Pass if !self.ids => b,
+                Comments::Pass if !self.ids => return self.logging || self.direct.is_some(),
                 Comments::Pass => match comment_lines(&b) {
                     Some(lines) => lines,
                     None => return self.logging || self.direct.is_some(),
