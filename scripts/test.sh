@@ -44,8 +44,8 @@ step "native tests"
 cargo test --workspace
 cargo test -p recovery-tests --features tracing --test tracing_spans
 
-step "gateway under the official Python SDKs (pinned openai, anthropic, google-genai, ollama, mistralai, groq; fault provider upstream)"
-bash scripts/setup-python.sh && bash scripts/test-gateway-python.sh
+step "gateway under the official SDKs (Python: openai, anthropic, google-genai, ollama, mistralai, groq; JS: openai, @anthropic-ai/sdk, @google/genai; pinned; fault provider upstream)"
+bash scripts/setup-python.sh && bash scripts/test-gateway-sdks.sh
 
 step "without a runtime feature, a layer needs an explicit timing"
 # RecoveryLayer::new does not exist without `tokio` (a doctest that must

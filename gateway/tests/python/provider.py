@@ -3,7 +3,7 @@
 Each test loads scripts under a path prefix of its own (merged with
 ``POST /__fault/script?merge``) and reads the provider's counters after.
 Environment: ``RECOVERY_GATEWAY_URL`` and ``FAULT_PROVIDER_URL`` (set by
-``scripts/test-gateway-python.sh``).
+``scripts/test-gateway-sdks.sh``).
 """
 
 import json

@@ -8,7 +8,7 @@ reads the provider's counters afterwards. The SDK never retries on its own:
 whatever was recovered, the gateway recovered.
 
 Environment: ``RECOVERY_GATEWAY_URL`` and ``FAULT_PROVIDER_URL`` (set by
-``scripts/test-gateway-python.sh``).
+``scripts/test-gateway-sdks.sh``).
 """
 
 import json

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The gateway under the official Python SDKs (openai, anthropic,
-# google-genai, ollama, mistralai, groq): builds recovery-gateway and the
-# fault provider, starts both on 127.0.0.1 (port 0), runs gateway/tests/python
-# with the venv of scripts/setup-python.sh, stops both.
+# The gateway under the official SDKs: Python (openai, anthropic,
+# google-genai, ollama, mistralai, groq; the venv of scripts/setup-python.sh)
+# and JS (openai, @anthropic-ai/sdk, @google/genai; gateway/tests/js, pinned
+# by its package-lock). Builds recovery-gateway and the fault provider,
+# starts both on 127.0.0.1 (port 0), runs gateway/tests/python and
+# gateway/tests/js against them, stops both.
 # Exits non-zero when a test fails or the gateway does not stop cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="target/python-venv/bin/python"
 [ -x "$PY" ] || { echo "run scripts/setup-python.sh first" >&2; exit 2; }
+JS="gateway/tests/js"
+if [ ! -d "$JS/node_modules" ] || [ "$JS/package-lock.json" -nt "$JS/node_modules/.package-lock.json" ]; then
+  npm ci --prefix "$JS" --no-audit --no-fund --loglevel=error
+fi
 
 cargo build -p recovery-gateway -p recovery-tests --bin recovery-gateway --bin fault-provider
 BIN="${CARGO_TARGET_DIR:-target}/debug"
@@ -67,6 +73,8 @@ status=0
 export PYTHONDONTWRITEBYTECODE=1
 RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
   "$PY" -m unittest discover -s gateway/tests/python -v || status=$?
+(cd "$JS" && RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
+  node --test) || status=$?
 
 if [ "$status" -ne 0 ]; then
   echo "--- gateway log (last 60 lines)" >&2
