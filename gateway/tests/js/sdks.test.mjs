@@ -173,6 +173,15 @@ for (const sdk of SDKS) {
       assert.equal(await sends(path("reset-after")), 1);
     });
 
+    test("a failure on every attempt before output is the SDK's API error", async () => {
+      await load({ [path("all-overloaded")]: Array(8).fill(sdk.overloaded) });
+      await assert.rejects(sdk.read(prefix("all-overloaded")), (e) => {
+        assert.ok(e instanceof sdk.apiError, `${e?.constructor?.name}: ${e}`);
+        return true;
+      });
+      assert.ok((await sends(path("all-overloaded"))) >= 2, "retried before giving up");
+    });
+
     test("comment blocks mid-stream are harmless", async () => {
       const data = fixture(sdk.fixture);
       const at = eventEnds(data)[1];

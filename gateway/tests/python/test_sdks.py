@@ -10,6 +10,8 @@ Every SDK gets the same cases, each on a path prefix of its own:
   protocol has one, else the provider's 503): the whole answer, once;
 - a reset after the first token: the SDK raises its own API error type
   with the gateway's message, after the prefix;
+- the overloaded error on every attempt: the SDK's API error (the gateway
+  answers an HTTP error in the provider's shape, never a schema error);
 - comment blocks mid-stream: the whole answer, no exception;
 - a reconnect with the `x-recovery-stream-id` header (SSE protocols): the
   rest of the stream with the same key, the 404 of an unknown id with
@@ -128,6 +130,18 @@ class SdkCases:
         self.assertIn("recovery failed", str(raised.exception) + repr(getattr(raised.exception, "body", "")))
         self.assertEqual(sends(path), 1, "never replayed after a token was out")
 
+    def api_error_before_output(self):
+        """What the SDK raises for an HTTP error answered before any byte."""
+        return self.api_error()
+
+    def test_4b_a_failure_on_every_attempt_before_output_is_the_sdks_api_error(self):
+        path = self.path("all-overloaded")
+        load({path: [self.OVERLOADED] * 8})
+        with self.assertRaises(self.api_error_before_output()) as raised:
+            self.read(self.prefix("all-overloaded"))
+        self.assertNotIn("validation", str(raised.exception).lower())
+        self.assertGreaterEqual(sends(path), 2, "retried before giving up")
+
     def test_5_comment_blocks_mid_stream_are_harmless(self):
         path = self.path("comments")
         data = fixture_bytes(self.FIXTURE)
@@ -219,6 +233,10 @@ class Mistral(OpenAiChat):
 
     def api_error(self):
         return mistralai.client.errors.MistralError
+
+    def api_error_before_output(self):
+        # An HTTP error: its API error type, never a schema error.
+        return mistralai.client.errors.SDKError
 
 
 class OpenAiResponses(SdkCases, unittest.TestCase):
