@@ -8,69 +8,19 @@ reads the provider's counters afterwards. The SDK never retries on its own:
 whatever was recovered, the gateway recovered.
 
 Environment: ``RECOVERY_GATEWAY_URL`` and ``FAULT_PROVIDER_URL`` (set by
-``scripts/test-gateway-sdks.sh``).
+``scripts/test-gateway-sdks.sh``); the provider's control endpoint is
+``provider.py``.
 """
 
 import json
-import os
-import pathlib
 import unittest
-import urllib.request
 
 import openai
 from openai import OpenAI
 
-GATEWAY = os.environ["RECOVERY_GATEWAY_URL"].rstrip("/")
-PROVIDER = os.environ["FAULT_PROVIDER_URL"].rstrip("/")
-FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures"
-SSE = {"content-type": "text/event-stream"}
+from provider import GATEWAY, SSE, event_ends, fixture_bytes, load, received, sends
+
 CHAT_FIXTURE = "openai-chat/happy-usage.sse"
-
-
-def control(method, path, body=None):
-    """A call to the provider's control endpoint; its JSON answer."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{PROVIDER}/__fault/{path}",
-        data=data,
-        method=method,
-        headers={"content-type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        text = response.read().decode()
-    return json.loads(text) if text else None
-
-
-def load(paths):
-    """Adds (or replaces) the scripts of these paths, counters kept."""
-    control("POST", "script?merge", {"paths": paths})
-
-
-def sends(path):
-    """How many requests the provider received on `path`."""
-    return control("GET", "count")["paths"].get(path, 0)
-
-
-def received(path):
-    """The requests the provider received on `path`, in order."""
-    return [
-        r for r in control("GET", "requests") if r["target"].split("?")[0] == path
-    ]
-
-
-def fixture_bytes(name):
-    return (FIXTURES / name).read_bytes()
-
-
-def event_ends(data):
-    """Offsets just past each SSE event (its blank line) of `data`."""
-    ends, start = [], 0
-    while True:
-        at = data.find(b"\n\n", start)
-        if at < 0:
-            return ends
-        ends.append(at + 2)
-        start = at + 2
 
 
 def client(prefix):

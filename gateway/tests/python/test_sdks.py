@@ -432,8 +432,10 @@ class GoogleGenai(SdkCases, unittest.TestCase):
     def expected(self):
         return sse_text(fixture_bytes(self.FIXTURE), ["candidates", 0, "content", "parts", 0, "text"])
 
-    def read(self, prefix):
-        client = google.genai.Client(
+    def stream(self, prefix):
+        # The client closes its connections when it is collected: it is
+        # kept for as long as the test reads the stream.
+        self.client = client = google.genai.Client(
             api_key=KEY,
             http_options=google.genai.types.HttpOptions(
                 base_url=f"{GATEWAY}{prefix}",
@@ -441,22 +443,17 @@ class GoogleGenai(SdkCases, unittest.TestCase):
                 retry_options=google.genai.types.HttpRetryOptions(attempts=1),
             ),
         )
-        stream = client.models.generate_content_stream(model="gemini-x", contents="hi")
+        return client.models.generate_content_stream(model="gemini-x", contents="hi")
+
+    def read(self, prefix):
+        stream = self.stream(prefix)
         return "".join(chunk.text or "" for chunk in stream)
 
     def api_error(self):
         return google.genai.errors.APIError
 
     def read_first(self, prefix, n):
-        client = google.genai.Client(
-            api_key=KEY,
-            http_options=google.genai.types.HttpOptions(
-                base_url=f"{GATEWAY}{prefix}",
-                api_version="v1beta",
-                retry_options=google.genai.types.HttpRetryOptions(attempts=1),
-            ),
-        )
-        stream = client.models.generate_content_stream(model="gemini-x", contents="hi")
+        stream = self.stream(prefix)
         chunks = first_n(stream, n)
         stream.close()
         headers = chunks[0].sdk_http_response.headers or {}
