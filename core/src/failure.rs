@@ -429,3 +429,22 @@ pub enum PermanentCause {
     /// The server vetoed retries (`x-should-retry: false`).
     ServerVetoed,
 }
+
+impl fmt::Display for PermanentCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PermanentCause::Status { status } => write!(f, "status {status}"),
+            PermanentCause::Redirect { status } => write!(f, "redirect {status}, not followed"),
+            PermanentCause::Tls => f.write_str("TLS error"),
+            PermanentCause::Provider { code: Some(code) } => write!(f, "provider error {code}"),
+            PermanentCause::Provider { code: None } => f.write_str("provider error"),
+            PermanentCause::Unsuccessful { reason } => {
+                write!(f, "unsuccessful terminal {reason:?}")
+            }
+            PermanentCause::Protocol { violation } => write!(f, "protocol violation {violation}"),
+            PermanentCause::ObserverRejected => f.write_str("the wire observer refused"),
+            PermanentCause::NotReady => f.write_str("the inner service was not ready"),
+            PermanentCause::ServerVetoed => f.write_str("the server vetoed retries"),
+        }
+    }
+}

@@ -226,7 +226,7 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Completed { proof } => write!(f, "completed ({proof} proof)"),
             Outcome::Unsuccessful { reason } => write!(f, "unsuccessful terminal ({reason:?})"),
-            Outcome::Permanent { cause } => write!(f, "permanent failure ({cause:?})"),
+            Outcome::Permanent { cause } => write!(f, "permanent failure ({cause})"),
             Outcome::NotRetryable { category, status } => match status {
                 Some(s) => write!(f, "{category} failure with status {s} is not retryable"),
                 None => write!(f, "{category} failure is not retryable"),

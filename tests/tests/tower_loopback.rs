@@ -208,6 +208,44 @@ async fn pt5_transient_error_before_output_is_replayed_invisibly() {
 }
 
 #[tokio::test]
+async fn a_permanent_stream_error_before_output_is_the_answer() {
+    // The provider's own stream through its error event, then the typed
+    // error, with the text the npm package gives too (its fetch case
+    // `permanent_error_in_stream_before_commit_is_the_answer`).
+    let start = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+        "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",",
+        "\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n"
+    );
+    let error = concat!(
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",",
+        "\"message\":\"prompt is too long\"}}\n\n"
+    );
+    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            sse(Write::text(format!("{start}{error}"))),
+            sse(Write::fixture("anthropic/happy.sse")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let run = run(&provider, ProtocolKind::Anthropic, policy()).await;
+    assert_eq!(run.status, 200);
+    assert_eq!(
+        String::from_utf8(run.body).unwrap(),
+        format!("{start}{error}")
+    );
+    let error = run.body_error.expect("the body ends with the typed error");
+    assert_eq!(
+        error.to_string(),
+        "recovery failed: permanent failure (provider error invalid_request_error) (1 attempt(s), last status 200)"
+    );
+    assert_eq!(provider.count_path(PATH), 1, "never resent");
+    assert_eq!(run.events.last().map(String::as_str), Some("exhausted"));
+}
+
+#[tokio::test]
 async fn bd1_cut_after_first_semantic_event_is_interrupted_not_replayed() {
     let happy = fixture("openai-chat/happy-usage.sse");
     // The first two events: the role-only chunk and the first content chunk.

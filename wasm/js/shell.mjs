@@ -410,11 +410,30 @@ const snake = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
 const name = (v) => (typeof v === 'object' && v !== null ? Object.keys(v)[0] ?? snake(v) : snake(v));
 
 /** The text of an outcome (the Rust `Display` of `Outcome`). */
+/**
+ * Mirrors core's `Display` of `PermanentCause`, whose fields the outcome
+ * carries beside its `cause` tag.
+ */
+function permanentText(c) {
+  switch (c.cause) {
+    case 'status': return `status ${c.status}`;
+    case 'redirect': return `redirect ${c.status}, not followed`;
+    case 'tls': return 'TLS error';
+    case 'provider': return c.code == null ? 'provider error' : `provider error ${c.code}`;
+    case 'unsuccessful': return `unsuccessful terminal ${name(c.reason)}`;
+    case 'protocol': return `protocol violation ${name(c.violation)}`;
+    case 'observer_rejected': return 'the wire observer refused';
+    case 'not_ready': return 'the inner service was not ready';
+    case 'server_vetoed': return 'the server vetoed retries';
+    default: return snake(c.cause);
+  }
+}
+
 function outcomeText(o) {
   switch (o.outcome) {
     case 'completed': return `completed (${o.proof} proof)`;
     case 'unsuccessful': return `unsuccessful terminal (${name(o.reason)})`;
-    case 'permanent': return `permanent failure (${name(o.cause)})`;
+    case 'permanent': return `permanent failure (${permanentText(o)})`;
     case 'not_retryable': return o.status == null ? `${o.category} failure is not retryable` : `${o.category} failure with status ${o.status} is not retryable`;
     case 'exhausted': return `exhausted after ${o.attempts} attempt(s)`;
     case 'alternates_exhausted': return `every target failed before output (${o.targets.join(', ')}) after ${o.attempts} attempt(s)`;

@@ -1282,6 +1282,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if source.provider_error_seen()
             && let Some(error) = source.provider_error()
         {
+            // Held with the rest: if no attempt follows, the provider's own
+            // error is the answer.
+            if self.gate.is_none() {
+                self.out.push_back(Chunk::Read(chunk));
+            }
             let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
             let failure = self.enrich(failure);
             self.attempt_failed(env, failure);
@@ -1734,6 +1739,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.plan()
     }
 
+    /// Whether the attempt that failed streamed a provider's error event
+    /// before commit, held here with what came before it.
+    fn shows_stream_error(&self) -> bool {
+        !self.responded
+            && self.gate.is_none()
+            && !self.out.is_empty()
+            && self.status.is_some_and(|s| (200..300).contains(&s))
+            && self.engine.last_failure().is_some_and(|f| {
+                matches!(f.kind, FailureKind::Provider { .. }) && f.phase == Phase::Streaming
+            })
+    }
+
     /// Carries out what the engine decided after a failure. A final HTTP
     /// error response is kept through a park or an admission wait (it is
     /// the answer if no send follows), and released once one does.
@@ -1776,6 +1793,15 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 });
                 self.stage = Stage::Admission { limit, request };
                 self.release = !keep;
+            }
+            Action::Fail(outcome) if !keep && self.shows_stream_error() => {
+                // A final in-stream error before commit is handed out as
+                // the provider streamed it, through its error event, then
+                // the request fails: a client's SDK raises the provider's
+                // own error, with its type and message.
+                self.respond_due = true;
+                self.release = true;
+                self.end(Err(outcome));
             }
             Action::Fail(outcome) => {
                 // A final HTTP error is returned as that response.

@@ -12,8 +12,9 @@ Every SDK gets the same cases, each on a path prefix of its own:
   protocol has one, else the provider's 503): the whole answer, once;
 - a reset after the first token: the SDK raises its own API error type
   with the gateway's message, after the prefix;
-- the overloaded error on every attempt: the SDK's API error (the gateway
-  answers an HTTP error in the provider's shape, never a schema error);
+- the overloaded error on every attempt: the last attempt is the answer
+  as the provider sent it, so the SDK raises the provider's own error
+  with its message (never a schema error);
 - comment blocks mid-stream: the whole answer, no exception;
 - a reconnect with the `x-recovery-stream-id` header (SSE protocols): the
   rest of the stream with the same key (`GET /streams/<id>?after=<events
@@ -90,6 +91,8 @@ class SdkCases:
     SEP = b"\n\n"
     #: the fault before the first token, as one script
     OVERLOADED = None
+    #: the provider's message in it
+    OVERLOADED_MESSAGE = "Overloaded"
     #: what the gateway resumes: None, or the header that carries the key
     RECONNECT_AUTH = None
 
@@ -150,17 +153,17 @@ class SdkCases:
         """What the SDK raises for an HTTP error answered before any byte."""
         return self.api_error()
 
-    def test_4b_a_failure_on_every_attempt_before_output_is_the_sdks_api_error(self):
+    def test_4b_a_failure_on_every_attempt_before_output_is_the_providers_error(self):
         path = self.path("all-overloaded")
         load({path: [self.OVERLOADED] * 8})
         with self.assertRaises(self.api_error_before_output()) as raised:
             self.read(self.prefix("all-overloaded"))
         self.assertNotIn("validation", str(raised.exception).lower())
         self.assertGreaterEqual(sends(path), 2, "retried before giving up")
-        # An HTTP error of the gateway's own (5xx); that it is the
-        # provider's overloaded status (503, Anthropic's 529) needs the
-        # report to keep the provider's error code (not yet).
-        self.assertGreaterEqual(status_of(raised.exception), 500, str(raised.exception))
+        # The last attempt is the answer as the provider sent it (its HTTP
+        # error, or its stream through the error event): the SDK raises
+        # the provider's own error, with its message.
+        self.assertIn(self.OVERLOADED_MESSAGE, str(raised.exception) + repr(getattr(raised.exception, "body", "")))
 
     def test_5_comment_blocks_mid_stream_are_harmless(self):
         path = self.path("comments")
@@ -300,8 +303,8 @@ class Groq(OpenAiChat):
 
 class Mistral(OpenAiChat):
     """mistralai reads the OpenAI-shaped stream; its every error is a
-    `MistralError`. Before the first token the gateway's answer is an HTTP
-    error, which it raises as `SDKError` with the body; after it, no
+    `MistralError`. Mistral says "overloaded" with an HTTP 503, which it
+    raises as `SDKError` with the body; after the first token, no
     in-stream shape is a `SDKError` to this SDK (it validates each event as
     a completion chunk), so the error event reaches it as a
     `ResponseValidationError` whose body carries the message."""
@@ -327,6 +330,11 @@ class Mistral(OpenAiChat):
         return sid, "".join(
             c.delta.content for e in events for c in e.data.choices if isinstance(c.delta.content, str)
         )
+
+    # Mistral's API answers overload with an HTTP status, not in-stream.
+    OVERLOADED = {"status": 503, "headers": {"content-type": "application/json"},
+                  "body": ['{"object":"error","message":"Service unavailable","type":"service_unavailable","code":"1000"}']}
+    OVERLOADED_MESSAGE = "Service unavailable"
 
     def api_error_before_output(self):
         # An HTTP error: its API error type, never a schema error.
@@ -360,6 +368,21 @@ class OpenAiResponses(SdkCases, unittest.TestCase):
 
     def api_error(self):
         return openai.APIError
+
+    def test_4b_a_failure_on_every_attempt_before_output_is_the_providers_error(self):
+        # openai-python raises on an `error` event only when it nests an
+        # `error` object, which the provider's event here does not: the
+        # SDK yields the provider's event, with its message, then raises
+        # on the gateway's final error event.
+        path = self.path("all-overloaded")
+        load({path: [self.OVERLOADED] * 8})
+        client = openai.OpenAI(base_url=f"{GATEWAY}{self.prefix('all-overloaded')}/v1", api_key=KEY, max_retries=0, timeout=30)
+        seen = []
+        with self.assertRaises(openai.APIError):
+            for event in client.responses.create(model="m", input="hi", stream=True):
+                seen.append((event.type, getattr(event, "message", None)))
+        self.assertIn(("error", self.OVERLOADED_MESSAGE), seen)
+        self.assertGreaterEqual(sends(path), 2, "retried before giving up")
 
     def read_first(self, prefix, n):
         client = openai.OpenAI(base_url=f"{GATEWAY}{prefix}/v1", api_key=KEY, max_retries=0, timeout=30)
@@ -424,6 +447,7 @@ class GoogleGenai(SdkCases, unittest.TestCase):
     PATH = "/v1beta/models/gemini-x:streamGenerateContent"
     FIXTURE = "gemini/lf-happy.sse"
     OVERLOADED = {"headers": SSE, "body": [{"fixture": "gemini/error-chunk.sse"}]}
+    OVERLOADED_MESSAGE = "The model is overloaded"
     CUT_AFTER = 0
     HEAD_EVENTS = 0
     RECONNECT_AUTH = ("x-goog-api-key", KEY)
@@ -491,6 +515,7 @@ class Ollama(SdkCases, unittest.TestCase):
     # free text that says nothing of waiting: the gateway does not replay it.)
     OVERLOADED = {"status": 503, "headers": {"content-type": "application/json"},
                   "body": ['{"error":"server busy, please try again. maximum pending requests exceeded"}']}
+    OVERLOADED_MESSAGE = "server busy"
     # The in-stream error of tests/fixtures/ollama/error-midstream.ndjson,
     # before any output.
 

@@ -186,15 +186,17 @@ export async function runVector(bind, wasm, v) {
   // A cooldown another request learned, in force as this one starts.
   if (v.cooldownMs != null) rfetch.cooldowns.note(url, init.body, v.cooldownMs);
 
-  // The consumer: reads a committed body to its end, or stops (cancels its
-  // read) once the played body has nothing more for it.
+  // The consumer: reads the answer's body to its end, or stops (cancels
+  // its read) once the played body has nothing more for it.
   let done = false;
   let reader = null;
   const delivered = [];
   (async () => {
     try {
       const res = await rfetch(url, init);
-      if (res.recovery.report().committed_attempt != null) {
+      // Whatever answer came is read: a committed one, a final HTTP error,
+      // or a final in-stream error as the provider streamed it.
+      if (res.body) {
         reader = res.body.getReader();
         for (;;) {
           const { done: end, value } = await reader.read();

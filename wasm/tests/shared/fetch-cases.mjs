@@ -303,6 +303,27 @@ export const cases = {
     equal(await count(t, p), 2, 'sends');
   },
 
+  async permanent_error_in_stream_before_commit_is_the_answer(t) {
+    // The provider's own stream through its error event, then the typed
+    // error: an SDK reading the body raises the provider's error. The
+    // message is core's text, word for word (tower-layer's
+    // `a_permanent_stream_error_before_output_is_the_answer` checks the same).
+    const p = path('anthropic-permanent').replace('/v1/chat/completions', '/v1/messages');
+    const start = 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":5,"output_tokens":0}}}\n\n';
+    const error = 'event: error\ndata: {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}\n\n';
+    await load(t, { [p]: [sse([start + error]), happy()] });
+    const r = run(t, { protocol: 'anthropic' }, `${t.FAULT}${p}`);
+    const res = await r.rfetch(r.url, post);
+    equal(res.status, 200, 'the provider\'s status');
+    const got = await drain(res);
+    equal(got.text, start + error, 'the provider\'s stream through its error event');
+    check(got.error, 'then the body fails');
+    equal(got.error.message, 'recovery failed: permanent failure (provider error invalid_request_error) (1 attempt(s), last status 200)', 'message');
+    equal(res.recovery.outcome().outcome, 'permanent', 'outcome');
+    r.oneTerminal();
+    equal(await count(t, p), 1, 'never resent');
+  },
+
   async holdback_cap_commits_early_and_forbids_replay(t) {
     const p = path('holdback-cap');
     const cut = sse([': pad pad pad pad pad pad pad pad pad pad pad pad\n\n', { text: ': more\n\n', stall: true }], { ending: 'rst' });
