@@ -333,7 +333,7 @@ async fn session_inner(
         tokio::select! {
             message = messages.next() => match message {
                 Some(message) => shared.receive(message.get_payload_bytes()),
-                None => return Err(LinkError::Redis),
+                None => return Err(LinkError::closed()),
             },
             () = shared.wake.notified() => write_pending(shared, link, &mut conn, &sha).await?,
             _ = ping.tick() => {

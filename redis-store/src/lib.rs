@@ -2,7 +2,9 @@
 //! cooldowns ([`RedisCooldowns`], a
 //! [`CooldownStore`](recovery_core::cooldown::CooldownStore)) and the retry
 //! budget ([`RedisBudget`], a
-//! [`BudgetStore`](recovery_core::budget::BudgetStore)).
+//! [`BudgetStore`](recovery_core::budget::BudgetStore)); and the log of
+//! streamed answers a fleet of gateways shares so any of them can serve a
+//! client's reconnect ([`RedisStreamLog`]).
 //!
 //! Why: a fleet of agents on one provider key meets one set of limits. A
 //! `Retry-After` learned by one process is news for all of them, and a
@@ -41,6 +43,9 @@
 //! | `{prefix}cooldown:{key}` | string, `PX` = the wait | one cooldown per origin and model |
 //! | `{prefix}cooldowns` | pub/sub channel | `{instance} {wait_ms} {key}` when a wait grew |
 //! | `{prefix}budget:{name}` | hash `d{slot}`, `w{slot}` | a budget's deposits and withdrawals per slot |
+//! | `{prefix}stream:{id}` | stream, entries `0-{seq}` and the end marker `1-0` | a logged stream's events |
+//! | `{prefix}meta:{id}` | hash `last`, `bytes`, `state` | a logged stream's state |
+//! | `{prefix}reader:{id}` | string, `PX` = the lease | a reader follows the stream |
 #![deny(unsafe_code, missing_docs)]
 
 mod budget;
@@ -48,9 +53,13 @@ mod cooldowns;
 mod error;
 mod link;
 mod options;
+mod stream_log;
 
 pub use budget::RedisBudget;
 pub use cooldowns::RedisCooldowns;
 pub use error::{RedactedUrl, RedisStoreError};
 pub use link::LinkStatus;
 pub use options::{Clock, RedisOptions};
+pub use stream_log::{
+    RedisStreamLog, StreamBounds, StreamEntry, StreamLogBuilder, StreamLogError, StreamRead,
+};

@@ -2,6 +2,7 @@
 //! with a bounded backoff, and ending with the store.
 
 use std::collections::hash_map::RandomState;
+use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -14,18 +15,89 @@ use tokio::sync::watch;
 
 use crate::RedisOptions;
 
-/// Why a session with Redis ended.
+/// Why a connect or a command failed.
 #[derive(Debug)]
 pub(crate) enum LinkError {
     /// Redis answered with an error, or the connection failed.
-    Redis,
+    Redis(Refused),
     /// A connect or a command took longer than its timeout.
     Timeout,
 }
 
+/// What Redis refused, said safely: the kind of failure or the server's
+/// error code, never the URL or a password.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// Safe to log and to show a client.
+    pub(crate) text: &'static str,
+    /// The server's error code (`NOSCRIPT`, `WRONGPASS`, ...), if any.
+    pub(crate) code: Option<String>,
+    /// The connection may be broken: open another.
+    pub(crate) breaks: bool,
+}
+
+impl LinkError {
+    /// A connection that ended on its own (a subscription closed).
+    pub(crate) fn closed() -> Self {
+        LinkError::Redis(Refused {
+            text: "redis connection lost",
+            code: None,
+            breaks: true,
+        })
+    }
+
+    /// Whether the connection it came on may be broken.
+    pub(crate) fn breaks_connection(&self) -> bool {
+        match self {
+            LinkError::Redis(r) => r.breaks,
+            LinkError::Timeout => true,
+        }
+    }
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::Redis(Refused {
+                text,
+                code: Some(code),
+                ..
+            }) => write!(f, "{text} ({code})"),
+            LinkError::Redis(r) => f.write_str(r.text),
+            LinkError::Timeout => f.write_str("redis timed out"),
+        }
+    }
+}
+
 impl From<RedisError> for LinkError {
-    fn from(_: RedisError) -> Self {
-        LinkError::Redis
+    fn from(e: RedisError) -> Self {
+        if e.is_timeout() {
+            return LinkError::Timeout;
+        }
+        let text = if e.is_connection_refusal() {
+            "redis connection refused"
+        } else if e.is_connection_dropped() {
+            "redis connection lost"
+        } else if e.code().is_some() {
+            "redis answered with an error"
+        } else if e.is_io_error() {
+            "redis i/o error"
+        } else {
+            "redis command failed"
+        };
+        LinkError::Redis(Refused {
+            text,
+            // A code is a word of the protocol (`NOAUTH`, `WRONGPASS`),
+            // never the detail that may follow it.
+            code: e
+                .code()
+                .filter(|c| c.len() <= 32 && c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
+                .map(str::to_owned),
+            breaks: e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_unrecoverable_error()
+                || e.is_connection_refusal(),
+        })
     }
 }
 
@@ -188,6 +260,41 @@ impl Link {
         Ok(tokio::time::timeout(limit, connect)
             .await
             .map_err(|_| LinkError::Timeout)??)
+    }
+
+    /// A connection of its own for commands that block (`XREAD BLOCK`):
+    /// no response timeout, the caller bounds each command. `None` when
+    /// `deadline` comes first.
+    pub(crate) async fn blocking(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<MultiplexedConnection>, LinkError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.options.connect_timeout))
+            .set_response_timeout(None);
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        let limit = tokio::time::Instant::now() + self.options.connect_timeout;
+        match tokio::time::timeout_at(limit.min(deadline), connect).await {
+            Ok(conn) => Ok(Some(conn?)),
+            Err(_) if deadline <= limit => Ok(None),
+            Err(_) => Err(LinkError::Timeout),
+        }
+    }
+
+    /// Runs `script` (`EVALSHA`, loading it when Redis does not know it)
+    /// within the command timeout.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+        script: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, LinkError> {
+        Ok(
+            tokio::time::timeout(self.options.command_timeout, script.invoke_async::<T>(conn))
+                .await
+                .map_err(|_| LinkError::Timeout)??,
+        )
     }
 
     /// A connection subscribed to `channel`.
