@@ -134,10 +134,9 @@ impl BodyForm {
     /// `text/event-stream`, `application/x-ndjson` and a missing header
     /// among it, is read as the protocol's stream.
     pub fn of(content_type: Option<&str>) -> BodyForm {
-        let Some(value) = content_type else {
+        let Some(media) = content_type.map(media_type) else {
             return BodyForm::Stream;
         };
-        let media = value.split(';').next().unwrap_or("").trim();
         let is = |name: &str| media.eq_ignore_ascii_case(name);
         let json_suffix = media.len() > 5
             && media.is_char_boundary(media.len() - 5)
@@ -148,6 +147,19 @@ impl BodyForm {
             BodyForm::Stream
         }
     }
+
+    /// Whether a body with this `Content-Type` header value is an SSE
+    /// stream (`text/event-stream`, any case, any parameters): a proxy
+    /// that frames events itself asks this of the answer, where
+    /// [`BodyForm::of`] reads NDJSON and a missing header as streams too.
+    pub fn is_event_stream(content_type: Option<&str>) -> bool {
+        content_type.is_some_and(|v| media_type(v).eq_ignore_ascii_case("text/event-stream"))
+    }
+}
+
+/// The media type of a `Content-Type` value: before any `;`, trimmed.
+fn media_type(value: &str) -> &str {
+    value.split(';').next().unwrap_or("").trim()
 }
 
 impl fmt::Display for ProtocolKind {
@@ -215,6 +227,18 @@ mod tests {
             assert_eq!(BodyForm::of(Some(ct)), BodyForm::Stream, "{ct}");
         }
         assert_eq!(BodyForm::of(None), BodyForm::Stream);
+        for ct in ["text/event-stream", " Text/Event-Stream ; charset=utf-8"] {
+            assert!(BodyForm::is_event_stream(Some(ct)), "{ct}");
+        }
+        for ct in [
+            "application/x-ndjson",
+            "text/event-streams",
+            "",
+            "text/plain",
+        ] {
+            assert!(!BodyForm::is_event_stream(Some(ct)), "{ct}");
+        }
+        assert!(!BodyForm::is_event_stream(None));
     }
 
     #[test]

@@ -59,14 +59,6 @@ pub(crate) struct Delivery<'a> {
     pub(crate) logical_id: String,
 }
 
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
-}
-
 /// The first bytes of an answer, read before its head goes out.
 async fn first_bytes(body: &mut UpstreamBody) -> Result<Bytes, StreamFailure> {
     loop {
@@ -129,11 +121,10 @@ impl Delivery<'_> {
         };
         let headers = crate::forward::response_headers(&parts.headers);
         let content_type = parts.headers.get(CONTENT_TYPE).cloned();
-        let streamed = status.is_success()
-            && BodyForm::of(content_type.as_ref().and_then(|v| v.to_str().ok()))
-                == BodyForm::Stream;
+        let media = content_type.as_ref().and_then(|v| v.to_str().ok());
+        let streamed = status.is_success() && BodyForm::of(media) == BodyForm::Stream;
         let sse =
-            status.is_success() && is_event_stream(&parts.headers) && !self.protocol.is_ndjson();
+            status.is_success() && BodyForm::is_event_stream(media) && !self.protocol.is_ndjson();
         if !(sse && self.resumable) {
             let body = passthrough(first, body, self.protocol, streamed);
             return Ok(respond(status, headers, body));
