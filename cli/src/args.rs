@@ -28,6 +28,7 @@ pub const HELP: &str = "
 Options:
   --protocol NAME              the wire protocol of the answer (required)
   --max-attempts N             physical sends, first included (default 3)
+  --attempts-per-target N      sends a target gets before alternates take over (default 1)
   --budget-ms N                time for recovery after the first failure (default 60000)
   --retry-after-ceiling-ms N   the longest Retry-After honoured; longer ones fail (default 60000)
   --head-timeout-ms N          from a send to its response head (default 300000)
@@ -104,6 +105,8 @@ pub struct RecoverArgs {
     pub protocol: ProtocolKind,
     /// `--max-attempts`: physical sends, first included.
     pub max_attempts: Option<NonZeroU32>,
+    /// `--attempts-per-target`: sends a target gets before the next one.
+    pub attempts_per_target: Option<NonZeroU32>,
     /// `--budget-ms`: the recovery budget.
     pub budget: Option<Duration>,
     /// `--retry-after-ceiling-ms`: the largest `Retry-After` honoured.
@@ -137,6 +140,9 @@ impl RecoverArgs {
         if let Some(n) = self.max_attempts {
             b = b.max_attempts(n);
         }
+        if let Some(n) = self.attempts_per_target {
+            b = b.attempts_per_target(n);
+        }
         if let Some(budget) = self.budget {
             b = b.budget(Some(budget));
         }
@@ -157,6 +163,15 @@ impl RecoverArgs {
             .retry_protocol_violations(self.retry_protocol_violations);
         b.build().map_err(|e| usage(format!("invalid policy: {e}")))
     }
+}
+
+/// A count from 1: `--max-attempts`, `--attempts-per-target`.
+fn count(flag: &str, value: &str) -> Result<NonZeroU32, UsageError> {
+    let n = number(flag, value)?;
+    u32::try_from(n)
+        .ok()
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| usage(format!("{flag} must be between 1 and {}", u32::MAX)))
 }
 
 fn number(flag: &str, value: &str) -> Result<u64, UsageError> {
@@ -205,6 +220,7 @@ fn url(value: &str) -> Result<Uri, UsageError> {
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
     let mut protocol = None;
     let mut max_attempts = None;
+    let mut attempts_per_target = None;
     let mut budget = None;
     let mut retry_after_ceiling = None;
     let mut head_timeout = None;
@@ -255,6 +271,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         let known = [
             "--protocol",
             "--max-attempts",
+            "--attempts-per-target",
             "--budget-ms",
             "--retry-after-ceiling-ms",
             "--head-timeout-ms",
@@ -298,16 +315,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
                         .map_err(|_| usage(format!("unknown protocol {value:?}")))?,
                 );
             }
-            "--max-attempts" => {
-                let n = number(&flag, &value)?;
-                let n = u32::try_from(n)
-                    .ok()
-                    .and_then(NonZeroU32::new)
-                    .ok_or_else(|| {
-                        usage(format!("--max-attempts must be between 1 and {}", u32::MAX))
-                    })?;
-                max_attempts = Some(n);
-            }
+            "--max-attempts" => max_attempts = Some(count(&flag, &value)?),
+            "--attempts-per-target" => attempts_per_target = Some(count(&flag, &value)?),
             "--budget-ms" => budget = Some(millis(&flag, &value)?),
             "--retry-after-ceiling-ms" => {
                 retry_after_ceiling = Some(Duration::from_millis(number(&flag, &value)?));
@@ -330,6 +339,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let parsed = RecoverArgs {
         protocol,
         max_attempts,
+        attempts_per_target,
         budget,
         retry_after_ceiling,
         head_timeout,
@@ -376,6 +386,7 @@ mod tests {
             "anthropic",
             "--max-attempts",
             "5",
+            "--attempts-per-target=2",
             "--budget-ms=2000",
             "--retry-after-ceiling-ms",
             "0",
@@ -404,6 +415,7 @@ mod tests {
         assert_eq!(a.events, Some(PathBuf::from("ev.jsonl")));
         let p = a.policy().unwrap();
         assert_eq!(p.max_attempts().get(), 5);
+        assert_eq!(p.attempts_per_target().get(), 2);
         assert_eq!(p.idle_timeout(), Some(Duration::from_millis(300)));
         assert_eq!(p.head_timeout(), Some(Duration::from_secs(4)));
         assert_eq!(p.progress_timeout(), Some(Duration::from_secs(9)));
@@ -454,6 +466,13 @@ mod tests {
                 "sse",
                 "--max-attempts",
                 "99999999999",
+                "http://h/",
+            ],
+            &[
+                "--protocol",
+                "sse",
+                "--attempts-per-target",
+                "0",
                 "http://h/",
             ],
             &["--protocol", "sse", "--budget-ms", "0", "http://h/"],

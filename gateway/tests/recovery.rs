@@ -273,3 +273,58 @@ async fn an_overloaded_upstream_fails_over_to_the_alternate_of_its_protocol() {
     assert_eq!(auth.as_deref(), Some(&b"Bearer sk-backup"[..]));
     gw.shutdown().await;
 }
+
+/// `[policy] attempts_per_target = 2`: a `429` whose `Retry-After` the
+/// request may wait is waited out on the primary, which then answers; the
+/// alternate is never sent to.
+#[tokio::test]
+async fn attempts_per_target_retries_the_primary_before_the_alternate() {
+    let name = "openai-chat/happy-usage.sse";
+    let backup = "/backup/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    Script::status(429)
+                        .header("retry-after-ms", "150")
+                        .header("content-type", "application/json")
+                        .write(Write::text(r#"{"error":{"type":"rate_limit_error"}}"#)),
+                    sse(Write::fixture(name)),
+                ],
+            )
+            .path(backup, vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "[policy]\nmax_attempts = 3\nattempts_per_target = 2\n\
+         [[alternates]]\nlabel = \"backup\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
+        provider.url(backup)
+    );
+    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
+    assert_eq!(from_file.policy.attempts_per_target().get(), 2);
+    let (mut config, _) = config(&provider);
+    config.alternates = from_file.alternates;
+    config.policy = from_file.policy;
+    let gw = gateway(config).await;
+    let started = std::time::Instant::now();
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(150),
+        "the Retry-After was waited out"
+    );
+    assert_eq!(
+        provider.count_path(CHAT),
+        2,
+        "the primary got its two sends"
+    );
+    assert_eq!(
+        provider.count_path(backup),
+        0,
+        "the alternate was never sent to"
+    );
+    gw.shutdown().await;
+}

@@ -76,6 +76,7 @@ pub(super) struct AlternateFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct PolicyFile {
     pub(super) max_attempts: Option<u32>,
+    pub(super) attempts_per_target: Option<u32>,
     pub(super) max_resumes: Option<u32>,
     pub(super) budget_ms: Option<u64>,
     pub(super) deadline_ms: Option<u64>,
@@ -250,6 +251,11 @@ pub(super) fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
         let n = NonZeroU32::new(n)
             .ok_or_else(|| ConfigError("policy.max_attempts must be at least 1".into()))?;
         b = b.max_attempts(n);
+    }
+    if let Some(n) = p.attempts_per_target {
+        let n = NonZeroU32::new(n)
+            .ok_or_else(|| ConfigError("policy.attempts_per_target must be at least 1".into()))?;
+        b = b.attempts_per_target(n);
     }
     if let Some(n) = p.max_resumes {
         b = b.max_resumes(n);
