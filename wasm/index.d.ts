@@ -152,6 +152,13 @@ export interface RecoveringFetchOptions {
   progressTimeoutMs?: number | null;
   /** Bound from a send to its response head; `null` for none (default 300000). */
   headTimeoutMs?: number | null;
+  /**
+   * Bound from a streamed answer's head to its first semantic fragment,
+   * before commit; `null` for none (the default). Past it the attempt is
+   * released and the next send goes to the next alternate, else the same
+   * target.
+   */
+  firstTokenTimeoutMs?: number | null;
   /** The endpoint is an SSE server that honours `Last-Event-ID` (such as recovery-gateway, whatever SSE protocol it relays): a broken stream is resumed from the last delivered id. */
   resumableSse?: boolean;
   /**

@@ -34,6 +34,8 @@ Options:
   --head-timeout-ms N          from a send to its response head (default 300000)
   --idle-timeout-ms N          a body silent this long has stalled (default 300000)
   --progress-timeout-ms N      no output, keepalives aside, this long has stalled (default 600000)
+  --first-token-timeout-ms N   from a streamed head to its first token, before any output:
+                               past it the attempt is dropped and sent again (default off)
   --resumable-sse              the endpoint resumes an SSE stream from Last-Event-ID
                                (OpenAI Responses background streams need nothing)
   --idempotency-key            one Idempotency-Key on every send, replay and resume
@@ -117,6 +119,8 @@ pub struct RecoverArgs {
     pub idle_timeout: Option<Duration>,
     /// `--progress-timeout-ms`: the stall watchdog on semantic progress.
     pub progress_timeout: Option<Duration>,
+    /// `--first-token-timeout-ms`: head to first token, before commit.
+    pub first_token_timeout: Option<Duration>,
     /// `--resumable-sse`: the endpoint resumes from `Last-Event-ID`.
     pub resumable_sse: bool,
     /// `--idempotency-key`: one `Idempotency-Key` on every send.
@@ -157,6 +161,9 @@ impl RecoverArgs {
         }
         if let Some(progress) = self.progress_timeout {
             b = b.progress_timeout(Some(progress));
+        }
+        if let Some(first) = self.first_token_timeout {
+            b = b.first_token_timeout(Some(first));
         }
         b = b
             .idempotency_key(self.idempotency_key)
@@ -226,6 +233,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
     let mut head_timeout = None;
     let mut idle_timeout = None;
     let mut progress_timeout = None;
+    let mut first_token_timeout = None;
     let mut resumable_sse = false;
     let mut idempotency_key = false;
     let mut retry_protocol_violations = false;
@@ -277,6 +285,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--head-timeout-ms",
             "--idle-timeout-ms",
             "--progress-timeout-ms",
+            "--first-token-timeout-ms",
             "--header",
             "--events",
             "--report",
@@ -324,6 +333,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             "--head-timeout-ms" => head_timeout = Some(millis(&flag, &value)?),
             "--idle-timeout-ms" => idle_timeout = Some(millis(&flag, &value)?),
             "--progress-timeout-ms" => progress_timeout = Some(millis(&flag, &value)?),
+            "--first-token-timeout-ms" => first_token_timeout = Some(millis(&flag, &value)?),
             "--header" => headers.push(header(&value)?),
             "--events" => events = Some(PathBuf::from(value)),
             "--report" => report = Some(PathBuf::from(value)),
@@ -345,6 +355,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         head_timeout,
         idle_timeout,
         progress_timeout,
+        first_token_timeout,
         resumable_sse,
         idempotency_key,
         retry_protocol_violations,
@@ -395,6 +406,8 @@ mod tests {
             "--head-timeout-ms=4000",
             "--progress-timeout-ms",
             "9000",
+            "--first-token-timeout-ms",
+            "7000",
             "--header",
             "x-api-key: sk-1",
             "--header",
@@ -419,6 +432,7 @@ mod tests {
         assert_eq!(p.idle_timeout(), Some(Duration::from_millis(300)));
         assert_eq!(p.head_timeout(), Some(Duration::from_secs(4)));
         assert_eq!(p.progress_timeout(), Some(Duration::from_secs(9)));
+        assert_eq!(p.first_token_timeout(), Some(Duration::from_secs(7)));
         // Left out, the default bounds stand: nothing hangs.
         let d = ok(&["--protocol", "ollama", "http://127.0.0.1:1/"])
             .policy()

@@ -182,6 +182,8 @@ pub struct PolicySpec {
     pub idle_timeout_ms: Option<u64>,
     /// Progress timeout (`null`: none).
     pub progress_timeout_ms: Option<u64>,
+    /// First-token timeout (`null`: none, the default).
+    pub first_token_timeout_ms: Option<u64>,
     /// A protocol violation before any output is replayed.
     pub retry_protocol_violations: bool,
     /// Every send carries an `Idempotency-Key`.
@@ -207,6 +209,7 @@ impl Default for PolicySpec {
             head_timeout_ms: p.head_timeout().map(ms),
             idle_timeout_ms: p.idle_timeout().map(ms),
             progress_timeout_ms: p.progress_timeout().map(ms),
+            first_token_timeout_ms: p.first_token_timeout().map(ms),
             retry_protocol_violations: p.retry_protocol_violations(),
             idempotency_key: p.idempotency_key(),
             attempts_per_target: p.attempts_per_target().get(),
@@ -230,6 +233,7 @@ impl PolicySpec {
             .head_timeout(self.head_timeout_ms.map(ms))
             .idle_timeout(self.idle_timeout_ms.map(ms))
             .progress_timeout(self.progress_timeout_ms.map(ms))
+            .first_token_timeout(self.first_token_timeout_ms.map(ms))
             .retry_protocol_violations(self.retry_protocol_violations)
             .idempotency_key(self.idempotency_key)
             .attempts_per_target(

@@ -102,6 +102,9 @@ pub enum Stall {
     Idle,
     /// No semantic fragment for the progress timeout (keepalives do not count).
     Progress,
+    /// No semantic fragment within the first-token timeout after the head,
+    /// before commit.
+    FirstToken,
 }
 
 /// Kinds of transport failure a driver can tell apart.

@@ -175,6 +175,7 @@ pub struct RecoveryPolicy {
     pub(crate) endpoint: Endpoint,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) progress_timeout: Option<Duration>,
+    pub(crate) first_token_timeout: Option<Duration>,
     pub(crate) head_timeout: Option<Duration>,
 }
 
@@ -208,6 +209,7 @@ impl Default for RecoveryPolicy {
             endpoint: Endpoint::Remote,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             progress_timeout: Some(DEFAULT_PROGRESS_TIMEOUT),
+            first_token_timeout: None,
             head_timeout: Some(DEFAULT_HEAD_TIMEOUT),
         }
     }
@@ -309,6 +311,11 @@ impl RecoveryPolicy {
     /// Stall watchdog: longest time without a semantic fragment.
     pub fn progress_timeout(&self) -> Option<Duration> {
         self.progress_timeout
+    }
+    /// Longest wait, from the head of a streamed answer, for its first
+    /// semantic fragment before commit (off by default).
+    pub fn first_token_timeout(&self) -> Option<Duration> {
+        self.first_token_timeout
     }
     /// Longest wait for a response head.
     pub fn head_timeout(&self) -> Option<Duration> {
@@ -500,6 +507,24 @@ impl PolicyBuilder {
             return self.fail(PolicyError::ZeroDuration("progress timeout"));
         }
         self.policy.progress_timeout = t;
+        self
+    }
+
+    /// Longest wait, from the head of a streamed answer, for its first
+    /// semantic fragment (text, reasoning, a tool-call fragment); off by
+    /// default. Past it, before commit, the attempt fails as a stall
+    /// ([`Stall::FirstToken`](crate::failure::Stall::FirstToken)): it is
+    /// released at once, so the provider stops generating, and the next send
+    /// goes to the next target when there is one, else to the same target,
+    /// under every bound a replay has. A provider that holds a request
+    /// 20 s before its first token, where another answers in one, is left
+    /// in the time the caller chose. After commit it has no effect (the
+    /// idle and progress watchdogs bound a committed stream).
+    pub fn first_token_timeout(mut self, t: Option<Duration>) -> Self {
+        if t.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("first-token timeout"));
+        }
+        self.policy.first_token_timeout = t;
         self
     }
 

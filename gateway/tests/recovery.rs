@@ -328,3 +328,42 @@ async fn attempts_per_target_retries_the_primary_before_the_alternate() {
     );
     gw.shutdown().await;
 }
+
+/// `[policy] first_token_timeout_ms`: a primary that sends its head and a
+/// role chunk, then nothing, is left at the timeout for the alternate,
+/// whose whole answer the client gets once.
+#[tokio::test]
+async fn no_first_token_in_time_moves_to_the_alternate() {
+    let name = "openai-chat/happy-usage.sse";
+    let backup = "/backup/v1/chat/completions";
+    let role = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(CHAT, vec![sse(Write::text(role)).ending(Ending::Stall)])
+            .path(backup, vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "[policy]\nfirst_token_timeout_ms = 200\n\
+         [[alternates]]\nlabel = \"backup\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
+        provider.url(backup)
+    );
+    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
+    let (mut config, _) = config(&provider);
+    config.alternates = from_file.alternates;
+    config.policy = from_file.policy;
+    let gw = gateway(config).await;
+    let started = std::time::Instant::now();
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200);
+    assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
+    assert!(
+        (std::time::Duration::from_millis(200)..std::time::Duration::from_secs(5)).contains(&took),
+        "answered after {took:?}"
+    );
+    assert_eq!(provider.count_path(CHAT), 1);
+    assert_eq!(provider.count_path(backup), 1);
+    gw.shutdown().await;
+}

@@ -246,6 +246,70 @@ async fn a_permanent_stream_error_before_output_is_the_answer() {
 }
 
 #[tokio::test]
+async fn a_first_token_timeout_closes_the_attempt_at_once() {
+    // The head and a role chunk, then nothing: at the first-token timeout
+    // the attempt's connection is closed at once (the provider stops
+    // generating). One attempt allowed, so the request then fails; the
+    // replay and the move to an alternate are vectors ft1 and ft2.
+    let role = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![]).path(PATH, vec![sse(Write::text(role)).ending(Ending::Stall)]),
+    )
+    .await
+    .unwrap();
+    let policy = RecoveryPolicy::builder()
+        .max_attempts(NonZeroU32::MIN)
+        .first_token_timeout(Some(Duration::from_millis(150)))
+        .build()
+        .unwrap();
+    let events: Events = Arc::default();
+    let mut svc = stack(
+        RecoveryLayer::new(policy),
+        ProtocolKind::OpenAiChat,
+        &events,
+    );
+    let req = Request::post(provider.url(PATH))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap();
+    let watch = async {
+        provider.wait_for_stalls(1).await;
+        let stalled = std::time::Instant::now();
+        provider.wait_until(|s| s.open_connections == 0).await;
+        stalled.elapsed()
+    };
+    let (result, closed_after) =
+        tokio::time::timeout(LIMIT, async { tokio::join!(svc.call(req), watch) })
+            .await
+            .expect("hung");
+    let error = result.expect_err("no token in time, no attempt left");
+    assert!(
+        error.to_string().contains("exhausted after 1 attempt(s)"),
+        "{error}"
+    );
+    // A stall ended it, at the first-token timeout (the idle watchdog's
+    // default is 300 s).
+    let names: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::to_string(&e.kind).unwrap())
+        .collect();
+    assert!(
+        names.iter().any(|e| e.contains(r#""reason":"stall""#)),
+        "{names:?}"
+    );
+    let ended = error.report().attempts[0].ended_ms.expect("ended");
+    assert!((150..450).contains(&ended), "ended at {ended} ms");
+    // The decision comes at 150 ms; the close follows it at once.
+    assert!(
+        closed_after < Duration::from_millis(450),
+        "the stalled connection closed {closed_after:?} after the stall began"
+    );
+    assert_eq!(provider.count_path(PATH), 1);
+}
+
+#[tokio::test]
 async fn bd1_cut_after_first_semantic_event_is_interrupted_not_replayed() {
     let happy = fixture("openai-chat/happy-usage.sse");
     // The first two events: the role-only chunk and the first content chunk.

@@ -61,7 +61,7 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget',
+  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation', 'cooldownKey'];
@@ -169,6 +169,7 @@ function client(wasm, options, available) {
     if (v === undefined || FUNCTIONS.includes(key) || key === 'signal') continue;
     switch (key) {
       case 'budgetMs': case 'deadlineMs': case 'idleTimeoutMs': case 'progressTimeoutMs': case 'headTimeoutMs':
+      case 'firstTokenTimeoutMs':
         nullable(key, v);
         continue;
       case 'retryBudget':

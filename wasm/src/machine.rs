@@ -203,8 +203,9 @@ mod slot {
     pub const IDEMPOTENCY_KEY: usize = 22;
     pub const NO_COOLDOWNS: usize = 23;
     pub const ATTEMPTS_PER_TARGET: usize = 24;
+    pub const FIRST_TOKEN_TIMEOUT_MS: usize = 25;
     #[cfg(test)]
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 26;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -406,6 +407,9 @@ impl Client {
         }
         if let Some(v) = bound(n(slot::HEAD_TIMEOUT_MS)) {
             b = b.head_timeout(v);
+        }
+        if let Some(v) = bound(n(slot::FIRST_TOKEN_TIMEOUT_MS)) {
+            b = b.first_token_timeout(v);
         }
         let terminal = if !sse_data.is_empty() {
             Some(SseTerminal::Data(sse_data.to_owned()))

@@ -330,6 +330,10 @@ pub const CHECKS_PER_TIMEOUT: u32 = 16;
 struct Watch {
     idle: Option<Duration>,
     progress: Option<Duration>,
+    first_token: Option<Duration>,
+    /// The first semantic fragment is due by then (a streamed answer's
+    /// head came, nothing committed yet).
+    first_token_by: Option<Instant>,
     /// No activity after this (as of the last check).
     idle_since: Instant,
     /// No new semantic fragment after this (as of the last check).
@@ -481,6 +485,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let watch = Watch {
             idle: policy.idle_timeout(),
             progress: policy.progress_timeout(),
+            first_token: policy.first_token_timeout(),
+            first_token_by: None,
             idle_since: now,
             progress_since: now,
             checked_at: now,
@@ -814,10 +820,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
     }
 
-    /// Plans the stall timers' next deadlines for the stage: an idle or
-    /// progress timeout, or, when chunks came since the last check, the
-    /// next check if it comes first.
+    /// Plans the stall timers' next deadlines for the stage: an idle,
+    /// progress or first-token timeout, or, when chunks came since the last
+    /// check, the next check if it comes first.
     fn plan_watch(&mut self) {
+        let first_token = match self.stage {
+            Stage::Streaming if !self.committed => self.watch.first_token_by,
+            _ => None,
+        };
         let (idle, progress) = match self.stage {
             Stage::ErrorBody(_) => (self.watch.idle, None),
             Stage::Draining => (Some(DRAIN_GRACE), None),
@@ -842,6 +852,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             let check = w.checked_at + Watch::granularity(f);
             w.due_quiet.map_or(check, |d| d.min(check))
         });
+        if let Some(by) = first_token {
+            // Whatever came: only a semantic fragment (a commit) stops it.
+            w.due_quiet = Some(w.due_quiet.map_or(by, |d| d.min(by)));
+            w.due_active = Some(w.due_active.map_or(by, |d| d.min(by)));
+        }
     }
 
     /// Restarts the stall timers at `now` for the stage just entered.
@@ -1115,6 +1130,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
         }
         self.stage = Stage::Streaming;
+        // A streamed answer's first token is due; a whole JSON answer has
+        // its output only at its end, bounded by the other watchdogs.
+        self.watch.first_token_by = self
+            .watch
+            .first_token
+            .filter(|_| form == BodyForm::Stream)
+            .map(|d| now + d);
         self.restart_watch(now);
     }
 
@@ -1319,6 +1341,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.respond_due = !self.responded;
         }
         self.committed = self.engine.is_committed();
+        if self.watch.first_token_by.take().is_some() {
+            self.plan_watch();
+        }
     }
 
     /// Event-granular delivery: only complete, new events are queued.
@@ -1460,7 +1485,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     .watch
                     .idle
                     .is_some_and(|d| now >= self.watch.idle_since + d);
-                let stall = if idle_due {
+                let first_token_due =
+                    !self.committed && self.watch.first_token_by.is_some_and(|by| now >= by);
+                let stall = if first_token_due {
+                    Stall::FirstToken
+                } else if idle_due {
                     Stall::Idle
                 } else {
                     Stall::Progress

@@ -208,6 +208,7 @@ mod tests {
             &path,
             "max_streams = 5\nmax_body_bytes = 10\nkeep_generating_ms = 7\n\
              [policy]\nmax_attempts = 4\nattempts_per_target = 2\nidle_timeout_ms = 0\n\
+             first_token_timeout_ms = 10000\n\
              [[routes]]\nprefix = \"/a/\"\nupstream = \"https://api.anthropic.com\"\nstrip_prefix = true\nprotocol = \"anthropic\"\n",
         )
         .unwrap();
@@ -221,6 +222,10 @@ mod tests {
         assert_eq!(c.keep_generating, Duration::from_millis(7));
         assert_eq!(c.policy.max_attempts().get(), 4);
         assert_eq!(c.policy.attempts_per_target().get(), 2);
+        assert_eq!(
+            c.policy.first_token_timeout(),
+            Some(Duration::from_secs(10))
+        );
         assert_eq!(c.policy.idle_timeout(), None);
         assert_eq!(c.routes[0].prefix, "/a");
         assert!(c.routes[0].strip_prefix);

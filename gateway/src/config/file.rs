@@ -86,6 +86,7 @@ pub(super) struct PolicyFile {
     pub(super) head_timeout_ms: Option<u64>,
     pub(super) idle_timeout_ms: Option<u64>,
     pub(super) progress_timeout_ms: Option<u64>,
+    pub(super) first_token_timeout_ms: Option<u64>,
     pub(super) retryable_statuses: Option<Vec<u16>>,
     pub(super) idempotency_key: Option<bool>,
     pub(super) retry_protocol_violations: Option<bool>,
@@ -282,6 +283,9 @@ pub(super) fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
     }
     if let Some(n) = p.progress_timeout_ms {
         b = b.progress_timeout(watchdog(n));
+    }
+    if let Some(n) = p.first_token_timeout_ms {
+        b = b.first_token_timeout(watchdog(n));
     }
     if let Some(s) = &p.retryable_statuses {
         b = b.retryable_statuses(s.iter().copied());

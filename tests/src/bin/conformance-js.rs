@@ -97,6 +97,7 @@ fn options(v: &Vector) -> Value {
         "headTimeoutMs": p.head_timeout_ms,
         "idleTimeoutMs": p.idle_timeout_ms,
         "progressTimeoutMs": p.progress_timeout_ms,
+        "firstTokenTimeoutMs": p.first_token_timeout_ms,
         "protocol": v.protocol_name(),
         "resumableSse": v.resumable_sse,
         "retryProtocolViolations": p.retry_protocol_violations,
