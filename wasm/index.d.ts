@@ -17,7 +17,7 @@ export interface LifecycleEvent {
     | 'completed' | 'exhausted' | 'interrupted' | 'cancelled';
   /**
    * Event-specific fields (`category`, `phase`, `reason`, `status`, `delay_ms`, `cause`, `trigger`, `outcome`,
-   * `attempts`, ...; `target` on `attempt_started` and `from` / `to` on `failover` when the request has alternates).
+   * `attempts`, ...; `target` on `attempt_started` and `from` / `to` / `reason` on `failover` when the request has alternates).
    */
   [field: string]: unknown;
 }
@@ -102,6 +102,12 @@ export interface Alternate {
   model?: string;
   /** The protocol its answers speak (default: the request's). */
   protocol?: ProtocolName;
+  /**
+   * Its model's context window, in tokens: a prompt too long for a target
+   * moves to the next alternate whose window is larger (or, when none
+   * after it declares one, to the next alternate).
+   */
+  contextWindow?: number;
   /**
    * Headers set on every send to it (its API key). A send to another origin
    * goes without the request's own credentials (`authorization`,

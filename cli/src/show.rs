@@ -97,7 +97,7 @@ pub fn describe(event: &LifecycleEvent, style: Style) -> String {
                 if *resume { " (resume)" } else { "" }
             ),
         ),
-        EventKind::Failover { from, to } => (
+        EventKind::Failover { from, to, .. } => (
             YELLOW,
             "⇄",
             format!("failing over from {from} to {to} (no output yet)"),

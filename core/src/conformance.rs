@@ -85,6 +85,9 @@ pub struct AlternateSpec {
     /// The protocol its answers speak (default: the request's).
     #[serde(default)]
     pub protocol: Option<String>,
+    /// Its declared context window, in tokens.
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 impl AlternateSpec {
@@ -100,6 +103,9 @@ impl AlternateSpec {
         if let Some(p) = &self.protocol {
             let kind: ProtocolKind = p.parse().map_err(|_| format!("unknown protocol {p:?}"))?;
             t = t.with_protocol(kind.into());
+        }
+        if let Some(tokens) = self.context_window {
+            t = t.with_context_window(tokens);
         }
         Ok(t)
     }

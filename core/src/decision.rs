@@ -103,6 +103,9 @@ pub struct AttemptState {
     /// Alternates not tried yet; `None` when the request has none
     /// ([`crate::failover`]).
     pub alternates_left: Option<u32>,
+    /// An alternate after the current target may take a longer prompt
+    /// (its declared context window is larger, or none is declared).
+    pub larger_window_left: bool,
 }
 
 impl AttemptState {
@@ -123,6 +126,7 @@ impl AttemptState {
             cancelled: false,
             target_sends: 1,
             alternates_left: None,
+            larger_window_left: false,
         }
     }
 }
@@ -339,7 +343,14 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     let replayable_violation = policy.retry_protocol_violations()
         && !semantic
         && matches!(failure.kind, FailureKind::Protocol { .. });
-    if !replayable_violation && let Err(outcome) = eligibility(policy, failure) {
+    // A prompt too long for this target is never sent to it again; before
+    // output it moves to a target that may take it, when one is left.
+    let context = failure.is_context_overflow();
+    let to_larger_window = context && !semantic && state.larger_window_left;
+    if !replayable_violation
+        && !to_larger_window
+        && let Err(outcome) = eligibility(policy, failure)
+    {
         // A failure that ends a committed stream is reported as an
         // interruption when it is a transport-level or not-selected one; the
         // typed terminal (unsuccessful, permanent, protocol) stands as it is.
@@ -401,7 +412,7 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
     // for a wait the request may not give, hands over to the next one at
     // once; its hint is about itself, not the next target.
     let switch = match state.alternates_left {
-        Some(left) if !resume && left > 0 => share_spent || refused.is_some(),
+        Some(left) if !resume && left > 0 => share_spent || refused.is_some() || to_larger_window,
         _ => false,
     };
     if !switch && let Some(outcome) = refused {

@@ -65,6 +65,8 @@ pub struct Recovery {
     targets: Vec<String>,
     /// The target the next (or current) send goes to.
     target: usize,
+    /// Each target's declared context window, in the order of `targets`.
+    windows: Vec<Option<u64>>,
 }
 
 /// Formats a logical id the way events and reports show it.
@@ -104,6 +106,7 @@ impl Recovery {
             outcome: None,
             targets: Vec::new(),
             target: 0,
+            windows: Vec::new(),
         }
     }
 
@@ -128,16 +131,48 @@ impl Recovery {
         self.targets.get(self.target).cloned()
     }
 
-    /// Moves the next send to the next target.
+    /// Moves the next send to the next target: the next one, or for a
+    /// prompt too long for the current one, the next that may take it.
     fn switch_target(&mut self, now: Instant) {
         let from = self.target_label().unwrap_or_default();
-        self.target += 1;
+        let reason = self
+            .last_failure
+            .as_ref()
+            .map_or(FailureReason::Transient, |f| self.reason_for(f));
+        let next = match reason {
+            FailureReason::ContextLength => self.larger_window_target(),
+            _ => None,
+        };
+        self.target = next.unwrap_or(self.target + 1);
         self.state.target_sends = 0;
         if let Some(left) = self.state.alternates_left.as_mut() {
-            *left = left.saturating_sub(1);
+            *left = (self.targets.len().saturating_sub(self.target + 1)) as u32;
         }
         let to = self.target_label().unwrap_or_default();
-        self.emit(now, EventKind::Failover { from, to });
+        self.emit(now, EventKind::Failover { from, to, reason });
+    }
+
+    /// Declares each target's context window in tokens (`None`: not
+    /// declared), in the order of [`Recovery::with_targets`].
+    #[must_use]
+    pub fn with_context_windows(mut self, windows: Vec<Option<u64>>) -> Self {
+        self.windows = windows;
+        self
+    }
+
+    /// The target after the current one that may take a prompt too long
+    /// for it: the first whose declared context window is larger than the
+    /// current one's (an undeclared current window counts as 0), or, when
+    /// none after it declares one, the next target.
+    fn larger_window_target(&self) -> Option<usize> {
+        let rest = self.target + 1..self.targets.len();
+        let window = |i: usize| self.windows.get(i).copied().flatten();
+        if rest.clone().all(|i| window(i).is_none()) {
+            return rest.clone().next();
+        }
+        let current = window(self.target).unwrap_or(0);
+        rest.into_iter()
+            .find(|&i| window(i).is_some_and(|w| w > current))
     }
 
     /// Uses a cross-request retry budget; this request deposits into it.
@@ -559,6 +594,9 @@ impl Recovery {
     }
 
     fn reason_for(&self, failure: &Failure) -> FailureReason {
+        if failure.is_context_overflow() {
+            return FailureReason::ContextLength;
+        }
         if matches!(failure.kind, FailureKind::Unsuccessful { .. }) {
             return FailureReason::UnsuccessfulTerminal;
         }
@@ -711,6 +749,7 @@ impl Recovery {
             ));
         };
         self.state.attempts_left = self.allowance.remaining();
+        self.state.larger_window_left = self.larger_window_target().is_some();
         let action = decide(DecisionInput {
             policy: &self.policy,
             state: &self.state,

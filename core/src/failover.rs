@@ -95,6 +95,7 @@ pub struct Target {
     model: Option<String>,
     protocol: Option<ProtocolChoice>,
     body: Option<Bytes>,
+    context_window: Option<u64>,
 }
 
 impl Target {
@@ -115,6 +116,7 @@ impl Target {
             model: None,
             protocol: None,
             body: None,
+            context_window: None,
         })
     }
 
@@ -168,6 +170,20 @@ impl Target {
     pub fn with_protocol(mut self, protocol: ProtocolChoice) -> Self {
         self.protocol = Some(protocol);
         self
+    }
+
+    /// Declares the model's context window, in tokens: a prompt too long
+    /// for a target moves to the next one whose window is larger (or, when
+    /// none after it declares one, to the next one).
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// The declared context window, in tokens.
+    pub fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 
     /// The safe name reports and events carry.

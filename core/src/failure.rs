@@ -342,6 +342,13 @@ impl Failure {
         self.progress.blocks_replay() || self.unfinished.may_be_semantic
     }
 
+    /// Whether the provider said the prompt is longer than the target's
+    /// context window ([`CONTEXT_LENGTH_EXCEEDED`](crate::safe::CONTEXT_LENGTH_EXCEEDED)).
+    pub fn is_context_overflow(&self) -> bool {
+        matches!(&self.kind, FailureKind::Provider { error }
+            if error.code.as_ref().is_some_and(|c| c.as_str() == crate::safe::CONTEXT_LENGTH_EXCEEDED))
+    }
+
     /// Sets the status the failure came with (e.g. an in-stream error in a 200).
     #[must_use]
     pub fn with_status(mut self, status: u16) -> Self {

@@ -97,6 +97,8 @@ pub enum EventKind {
         from: String,
         /// The target the next send goes to.
         to: String,
+        /// Why: the reason of the failure that moved it.
+        reason: FailureReason,
     },
     /// The wait is over; the next send follows.
     RetryStarted,

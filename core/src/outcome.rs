@@ -297,6 +297,9 @@ pub enum FailureReason {
     Stall,
     /// The caller cancelled.
     Cancelled,
+    /// The prompt is longer than the target's context window: never sent
+    /// to it again.
+    ContextLength,
 }
 
 pub(crate) mod millis {

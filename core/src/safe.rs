@@ -70,7 +70,13 @@ pub const PROVIDER_CODE_ALLOWLIST: &[&str] = &[
     "model_not_found",
     "insufficient_quota",
     "overloaded_error",
+    CONTEXT_LENGTH_EXCEEDED,
 ];
+
+/// The code a provider error is given when it says the prompt is longer
+/// than the model's context window, whatever the provider's own words
+/// (OpenAI's code, Anthropic's "prompt is too long", Gemini's token count).
+pub const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
 
 /// The provider code, when it is on [`PROVIDER_CODE_ALLOWLIST`].
 pub fn allowlisted_code(raw: &str) -> Option<SafeToken> {

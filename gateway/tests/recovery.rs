@@ -367,3 +367,43 @@ async fn no_first_token_in_time_moves_to_the_alternate() {
     assert_eq!(provider.count_path(backup), 1);
     gw.shutdown().await;
 }
+
+/// A `400 context_length_exceeded` is never resent to its upstream
+/// (`attempts_per_target = 2` notwithstanding): the request goes to the
+/// alternate at once, whose whole answer the client gets.
+#[tokio::test]
+async fn a_prompt_too_long_moves_to_the_alternate_at_once() {
+    let name = "openai-chat/happy-usage.sse";
+    let large = "/large/v1/chat/completions";
+    let too_long = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    Script::status(400)
+                        .header("content-type", "application/json")
+                        .write(Write::text(too_long)),
+                ],
+            )
+            .path(large, vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "[policy]\nmax_attempts = 3\nattempts_per_target = 2\n\
+         [[alternates]]\nlabel = \"large\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\ncontext_window = 128000\n",
+        provider.url(large)
+    );
+    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
+    let (mut config, _) = config(&provider);
+    config.alternates = from_file.alternates;
+    config.policy = from_file.policy;
+    let gw = gateway(config).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
+    assert_eq!(provider.count_path(CHAT), 1, "never resent to the primary");
+    assert_eq!(provider.count_path(large), 1);
+    gw.shutdown().await;
+}

@@ -286,6 +286,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         if let Some(p) = &a.protocol {
             alt = alt.protocol(p.parse().map_err(|_| format!("unknown protocol {p}"))?);
         }
+        if let Some(tokens) = a.context_window {
+            alt = alt.context_window(tokens);
+        }
         layer = layer.with_alternate(alt);
     }
     if let Some(c) = v.continuation.clone() {

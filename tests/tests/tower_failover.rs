@@ -142,7 +142,7 @@ async fn fo_primary_overloaded_another_provider_serves() {
         .collect();
     assert_eq!(targets, [Some("primary"), Some("anthropic")]);
     let switched = events.lock().unwrap().iter().any(|e| {
-        matches!(&e.kind, EventKind::Failover { from, to } if from == "primary" && to == "anthropic")
+        matches!(&e.kind, EventKind::Failover { from, to, .. } if from == "primary" && to == "anthropic")
     });
     assert!(switched, "a failover event names both targets");
 }

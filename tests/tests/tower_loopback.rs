@@ -219,7 +219,7 @@ async fn a_permanent_stream_error_before_output_is_the_answer() {
     );
     let error = concat!(
         "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",",
-        "\"message\":\"prompt is too long\"}}\n\n"
+        "\"message\":\"max_tokens: must be at least 1\"}}\n\n"
     );
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,

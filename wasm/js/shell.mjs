@@ -287,7 +287,7 @@ function client(wasm, options, available) {
     throw optionError(RangeError, `invalid recovery policy: ${text}`);
   }
   for (const [i, a] of alternates.entries()) {
-    const refused = c.alternate(a.label, a.url, a.model, a.protocol);
+    const refused = c.alternate(a.label, a.url, a.model, a.protocol, a.contextWindow);
     if (refused !== 0) {
       c.free();
       throw range(`alternates[${i}].${ALTERNATE_ERRORS[refused]}`, ALTERNATE_TEXTS[refused]);
@@ -304,13 +304,13 @@ const ALTERNATE_TEXTS = [
   'must be 1 to 256 characters, none of them a control character',
 ];
 
-/** Checks one entry of `alternates`: `{ label, url, model, protocol, headers, body }`. */
+/** Checks one entry of `alternates`: `{ label, url, model, protocol, contextWindow, headers, body }`. */
 function alternate(a, i, available) {
   const at = `alternates[${i}]`;
   if (a === null || typeof a !== 'object' || Array.isArray(a)) {
     throw shape(`\`${at}\`: expected an object, got ${kindOf(a)}`);
   }
-  const out = { label: '', url: '', model: '', protocol: -1, headers: [], body: undefined };
+  const out = { label: '', url: '', model: '', protocol: -1, contextWindow: -1, headers: [], body: undefined };
   for (const [k, x] of Object.entries(a)) {
     if (x === undefined || x === null) continue;
     switch (k) {
@@ -325,6 +325,11 @@ function alternate(a, i, available) {
         out.protocol = PROTOCOLS.indexOf(p);
         break;
       }
+      case 'contextWindow':
+        expect(`${at}.contextWindow`, x, 'number', 'a number');
+        if (!Number.isSafeInteger(x) || x < 1) throw range(`${at}.contextWindow`, 'must be a whole number of tokens, at least 1');
+        out.contextWindow = x;
+        break;
       case 'headers':
         try {
           out.headers = [...new Headers(x)];

@@ -479,9 +479,17 @@ impl Client {
 
     /// Adds an alternate, after those added before ([`recovery_core::failover`]):
     /// `url` and `model` empty when not given, `protocol` an index of the
-    /// protocol names or -1 for the request's own. Answers 0, or why it is
+    /// protocol names or -1 for the request's own, `context_window` its
+    /// declared window in tokens or -1 for none. Answers 0, or why it is
     /// refused: 1 the label, 2 the URL, 3 the model.
-    pub fn alternate(&mut self, label: &str, url: &str, model: &str, protocol: i32) -> u32 {
+    pub fn alternate(
+        &mut self,
+        label: &str,
+        url: &str,
+        model: &str,
+        protocol: i32,
+        context_window: f64,
+    ) -> u32 {
         let target = Target::new(label)
             .map_err(|_| 1)
             .and_then(|t| match url {
@@ -504,6 +512,9 @@ impl Client {
                             .parse()
                             .map_or(ProtocolChoice::Auto, ProtocolChoice::Fixed),
                     });
+                }
+                if context_window >= 1.0 && context_window.is_finite() {
+                    t = t.with_context_window(context_window as u64);
                 }
                 self.alternates.push(t);
                 0
@@ -1205,14 +1216,20 @@ mod tests {
     #[test]
     fn an_alternate_is_sent_its_own_url_and_body_after_a_529() {
         let mut c = client(&[]);
-        assert_eq!(c.alternate("bad label", "", "", -1), 1);
-        assert_eq!(c.alternate("b", "ftp://x", "", -1), 2);
-        assert_eq!(c.alternate("b", "", "\u{1}", -1), 3);
+        assert_eq!(c.alternate("bad label", "", "", -1, -1.0), 1);
+        assert_eq!(c.alternate("b", "ftp://x", "", -1, -1.0), 2);
+        assert_eq!(c.alternate("b", "", "\u{1}", -1, -1.0), 3);
         assert_eq!(
-            c.alternate("claude", "https://api.anthropic.com/v1/messages", "c-3", 3),
+            c.alternate(
+                "claude",
+                "https://api.anthropic.com/v1/messages",
+                "c-3",
+                3,
+                200_000.0
+            ),
             0
         );
-        assert_eq!(c.alternate("local", "/alt", "", -1), 0);
+        assert_eq!(c.alternate("local", "/alt", "", -1, -1.0), 0);
         let body = br#"{"model":"gpt","messages":[]}"#;
         let own = br#"{"max_tokens":5}"#;
         let mut m = c.start(

@@ -567,8 +567,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             ),
         };
         let mut labels = vec![crate::failover::PRIMARY.to_owned()];
+        let mut windows = vec![None];
         self.targets.push(primary);
         for t in alternates {
+            windows.push(t.context_window());
             let url = t.rewrite_url(request.url).into_owned();
             let body = t.rewrite_body(request.body);
             self.targets.push(TargetFacts {
@@ -579,7 +581,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             });
             labels.push(t.label().to_owned());
         }
-        self.engine = self.engine.with_targets(labels);
+        self.engine = self
+            .engine
+            .with_targets(labels)
+            .with_context_windows(windows);
         self
     }
 

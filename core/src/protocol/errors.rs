@@ -4,7 +4,47 @@
 use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
 use crate::progress::{ProviderError, Transience};
-use crate::safe::allowlisted_code;
+use crate::safe::{CONTEXT_LENGTH_EXCEEDED, allowlisted_code};
+
+/// Codes and types that say the prompt is longer than the model's context
+/// window: OpenAI's (and the OpenAI-compatible servers that copy it),
+/// llama.cpp's server.
+const CONTEXT_CODES: &[&str] = &[
+    "context_length_exceeded",
+    "exceed_context_size_error",
+    "model_context_window_exceeded",
+];
+
+/// Whether a provider error says the prompt does not fit the model's
+/// context window: by its code or type, or by the words of its message
+/// (read as a bounded, case-folded prefix, never kept): Anthropic's
+/// "prompt is too long: N tokens > M maximum", Gemini's "The input token
+/// count (N) exceeds the maximum number of tokens allowed", vLLM's,
+/// DeepSeek's and OpenRouter's "maximum context length is N tokens",
+/// Mistral's "too large for model with N maximum context length",
+/// llama.cpp's "exceeds the available context size".
+pub fn says_context_overflow<'t>(
+    codes: impl IntoIterator<Item = &'t str>,
+    message: Option<&str>,
+) -> bool {
+    if codes.into_iter().any(|c| CONTEXT_CODES.contains(&c)) {
+        return true;
+    }
+    let Some(message) = message else {
+        return false;
+    };
+    let mut end = message.len().min(512);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let m = message[..end].to_ascii_lowercase();
+    m.contains("prompt is too long")
+        || m.contains("maximum context length")
+        || m.contains("exceeds the available context size")
+        || (m.contains("context length") && m.contains("exceed"))
+        || (m.contains("context window") && m.contains("exceed"))
+        || (m.contains("input token count") && m.contains("exceeds the maximum"))
+}
 
 /// What a provider error code or type says about retrying, when it says
 /// anything: the codes OpenAI, Anthropic, Gemini and Ollama document for
@@ -73,10 +113,23 @@ pub(crate) fn classify_error_value<'a, V: JsonView<'a>>(
             transience: by_hint(),
         };
     }
-    let [code, kind, status] = err.fields(["code", "type", "status"]);
+    let [code, kind, status, message] = err.fields(["code", "type", "status", "message"]);
     let code_text = code.and_then(JsonView::text);
     let type_text = kind.and_then(JsonView::text);
     let status_text = status.and_then(JsonView::text);
+    if says_context_overflow(
+        [&code_text, &type_text]
+            .into_iter()
+            .flatten()
+            .map(AsRef::as_ref),
+        message.and_then(JsonView::text).as_deref(),
+    ) {
+        return ProviderError {
+            code: allowlisted_code(CONTEXT_LENGTH_EXCEEDED),
+            status: status_hint,
+            transience: Transience::Permanent,
+        };
+    }
     let numeric = code
         .and_then(JsonView::as_u64)
         .and_then(|n| u16::try_from(n).ok());

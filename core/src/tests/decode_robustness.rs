@@ -574,6 +574,73 @@ fn dc2_adversarial_streams_stay_bounded() {
     assert_eq!(err, Some(ProtocolViolation::EventTooLarge { cap }));
 }
 
+/// Every provider's way of saying "the prompt is longer than the model's
+/// context window" is one safe code, `context_length_exceeded`, permanent;
+/// the words of other errors are not mistaken for it.
+#[test]
+fn context_length_errors_of_every_provider_are_one_code() {
+    let cases: [(ProtocolKind, u16, &[u8]); 7] = [
+        (
+            chat(),
+            400,
+            br#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+        ),
+        (
+            ProtocolKind::Anthropic,
+            400,
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        ),
+        (
+            ProtocolKind::Gemini,
+            400,
+            br#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+        ),
+        (
+            chat(),
+            400,
+            br#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens. Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            chat(),
+            400,
+            br#"{"object":"error","message":"Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length","type":"invalid_request_message_order","code":"3051"}"#,
+        ),
+        (
+            chat(),
+            400,
+            br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
+        ),
+        (
+            ProtocolKind::OpenAiResponses,
+            400,
+            br#"{"error":{"message":"Your input exceeds the context window of this model.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#,
+        ),
+    ];
+    for (kind, status, body) in cases {
+        let e = classify_error_body(&kind, Some(status), body).unwrap();
+        assert_eq!(
+            e.code.as_ref().map(crate::safe::SafeToken::as_str),
+            Some("context_length_exceeded"),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(e.transience, Transience::Permanent);
+    }
+    for body in [
+        &br#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","code":null}}"#[..],
+        br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#,
+        br#"{"error":{"code":400,"message":"Request contains an invalid argument.","status":"INVALID_ARGUMENT"}}"#,
+    ] {
+        let e = classify_error_body(&chat(), Some(400), body).unwrap();
+        assert_ne!(
+            e.code.as_ref().map(crate::safe::SafeToken::as_str),
+            Some("context_length_exceeded"),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
 #[test]
 fn st4_error_bodies() {
     let openai = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;

@@ -148,7 +148,7 @@ fn the_switch_is_announced_with_both_labels() {
     let failover = r
         .drain_events()
         .find_map(|e| match e.kind {
-            EventKind::Failover { from, to } => Some((from, to)),
+            EventKind::Failover { from, to, .. } => Some((from, to)),
             _ => None,
         })
         .unwrap();

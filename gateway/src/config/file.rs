@@ -66,6 +66,9 @@ pub(super) struct AlternateFile {
     pub(super) url: String,
     #[serde(default)]
     pub(super) model: Option<String>,
+    /// The model's context window, in tokens.
+    #[serde(default)]
+    pub(super) context_window: Option<u64>,
     #[serde(default)]
     pub(super) headers: std::collections::BTreeMap<String, String>,
 }
@@ -235,6 +238,11 @@ pub(super) fn alternate(
         .map_err(bad)?;
     if let Some(model) = a.model {
         alt = alt.model(model).map_err(bad)?;
+    }
+    match a.context_window {
+        Some(0) => return err(format!("{at}: context_window must be at least 1 token")),
+        Some(tokens) => alt = alt.context_window(tokens),
+        None => {}
     }
     for (name, value) in &header_map(&at, a.headers, env)? {
         alt = alt.header(name.clone(), value.clone());

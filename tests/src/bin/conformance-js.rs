@@ -105,7 +105,19 @@ fn options(v: &Vector) -> Value {
         "attemptsPerTarget": p.attempts_per_target,
     });
     if !v.alternates.is_empty() {
-        o["alternates"] = serde_json::to_value(&v.alternates).unwrap_or_default();
+        o["alternates"] = v
+            .alternates
+            .iter()
+            .map(|a| {
+                json!({
+                    "label": a.label,
+                    "url": a.url,
+                    "model": a.model,
+                    "protocol": a.protocol,
+                    "contextWindow": a.context_window,
+                })
+            })
+            .collect();
     }
     if let Some(t) = &v.sse_terminal {
         o["sseTerminal"] = serde_json::to_value(t).unwrap_or_default();

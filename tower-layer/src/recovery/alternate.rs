@@ -73,6 +73,16 @@ impl Alternate {
         Ok(self)
     }
 
+    /// Declares this alternate's context window, in tokens: a prompt too
+    /// long for a target (`context_length_exceeded`, "prompt is too long",
+    /// ...) moves to the next alternate whose window is larger, or to the
+    /// next one when none after it declares a window.
+    #[must_use]
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.target = self.target.with_context_window(tokens);
+        self
+    }
+
     /// Sends the request's body as `map` rewrites it (an alternate that
     /// speaks another protocol takes the request in its own shape); the
     /// model of [`Alternate::model`] is set after. Called once per request

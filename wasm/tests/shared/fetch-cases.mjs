@@ -310,7 +310,7 @@ export const cases = {
     // `a_permanent_stream_error_before_output_is_the_answer` checks the same).
     const p = path('anthropic-permanent').replace('/v1/chat/completions', '/v1/messages');
     const start = 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":5,"output_tokens":0}}}\n\n';
-    const error = 'event: error\ndata: {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}\n\n';
+    const error = 'event: error\ndata: {"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be at least 1"}}\n\n';
     await load(t, { [p]: [sse([start + error]), happy()] });
     const r = run(t, { protocol: 'anthropic' }, `${t.FAULT}${p}`);
     const res = await r.rfetch(r.url, post);
