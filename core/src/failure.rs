@@ -343,7 +343,7 @@ impl Failure {
     }
 
     /// Whether the provider said the prompt is longer than the target's
-    /// context window ([`CONTEXT_LENGTH_EXCEEDED`](crate::safe::CONTEXT_LENGTH_EXCEEDED)).
+    /// context window (the code `context_length_exceeded`).
     pub fn is_context_overflow(&self) -> bool {
         matches!(&self.kind, FailureKind::Provider { error }
             if error.code.as_ref().is_some_and(|c| c.as_str() == crate::safe::CONTEXT_LENGTH_EXCEEDED))

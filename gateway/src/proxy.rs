@@ -81,6 +81,8 @@ impl Proxy {
         let mut upstream_req =
             upstream_request(&parts, target.uri, bytes).map_err(|_| Refusal::Unforwardable)?;
         upstream_req.headers_mut().remove(RESUMABLE_HEADER);
+        // Kept on every send of the request, to an alternate too.
+        upstream_req.extensions_mut().insert(target.http2);
         credentials.apply(upstream_req.headers_mut(), &target.headers);
         self.metrics.request();
         self.logger.info(

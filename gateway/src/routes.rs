@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderName, Uri};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
 
-use crate::config::{Route, RouteProtocol};
+use crate::config::{Http2, Route, RouteProtocol};
 
 /// The upstream of one request.
 #[derive(Debug, Clone)]
@@ -17,6 +17,8 @@ pub(crate) struct Target {
     pub(crate) resumable: bool,
     /// The operator's headers for this upstream (credentials).
     pub(crate) headers: HeaderMap,
+    /// The HTTP version its sends may use.
+    pub(crate) http2: Http2,
 }
 
 /// The routing table.
@@ -26,6 +28,7 @@ pub(crate) struct Router {
     routes: Vec<Route>,
     default: Option<Uri>,
     default_headers: HeaderMap,
+    default_http2: Http2,
     /// The credential headers routes name, beside the usual ones.
     credential_headers: Vec<HeaderName>,
 }
@@ -35,6 +38,7 @@ impl Router {
         mut routes: Vec<Route>,
         default: Option<Uri>,
         default_headers: HeaderMap,
+        default_http2: Http2,
     ) -> Self {
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         let mut credential_headers: Vec<HeaderName> = routes
@@ -47,6 +51,7 @@ impl Router {
             routes,
             default,
             default_headers,
+            default_http2,
             credential_headers,
         }
     }
@@ -65,7 +70,7 @@ impl Router {
     /// The target of a request to `path` (and `query`), or `None` when no
     /// route matches and there is no default upstream.
     pub(crate) fn target(&self, path: &str, query: Option<&str>) -> Option<Target> {
-        let (base, rest, protocol, resumable, headers) =
+        let (base, rest, protocol, resumable, headers, http2) =
             match self.routes.iter().find(|r| Self::matches(&r.prefix, path)) {
                 Some(r) => {
                     let rest = if r.strip_prefix && r.prefix != "/" {
@@ -73,7 +78,14 @@ impl Router {
                     } else {
                         path
                     };
-                    (&r.upstream, rest, &r.protocol, r.resumable, &r.headers)
+                    (
+                        &r.upstream,
+                        rest,
+                        &r.protocol,
+                        r.resumable,
+                        &r.headers,
+                        r.http2,
+                    )
                 }
                 None => (
                     self.default.as_ref()?,
@@ -81,6 +93,7 @@ impl Router {
                     &RouteProtocol::Auto,
                     true,
                     &self.default_headers,
+                    self.default_http2,
                 ),
             };
         let base_path = base.path().trim_end_matches('/');
@@ -105,6 +118,7 @@ impl Router {
             protocol,
             resumable,
             headers: headers.clone(),
+            http2,
         })
     }
 }
@@ -122,6 +136,7 @@ mod tests {
             resumable: true,
             headers: HeaderMap::new(),
             credential_header: None,
+            http2: Http2::Off,
         }
     }
 
@@ -139,6 +154,7 @@ mod tests {
             ],
             Some("https://default".parse().unwrap()),
             HeaderMap::new(),
+            Http2::Off,
         );
         let t = r.target("/a/b/x", Some("k=1")).unwrap();
         assert_eq!(t.uri.to_string(), "http://two:2/base/x?k=1");
@@ -154,7 +170,7 @@ mod tests {
             "http://one:1/"
         );
         assert!(
-            Router::new(vec![], None, HeaderMap::new())
+            Router::new(vec![], None, HeaderMap::new(), Http2::Off)
                 .target("/x", None)
                 .is_none()
         );

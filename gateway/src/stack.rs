@@ -51,6 +51,7 @@ pub(crate) fn phases(
         config.routes.clone(),
         config.upstream.clone(),
         config.upstream_headers.clone(),
+        config.upstream_http2,
     );
     let keys = Arc::new(Keys::new(
         config.stream_secret.as_ref().map(|s| s.0.as_slice()),

@@ -32,6 +32,8 @@ pub(super) struct File {
     pub(super) stream_secret: Option<String>,
     pub(super) sse_comments: Option<String>,
     #[serde(default)]
+    pub(super) http2: Option<Http2File>,
+    #[serde(default)]
     pub(super) upstream_headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub(super) clients: Vec<ClientFile>,
@@ -131,6 +133,29 @@ pub(super) struct RouteFile {
     pub(super) headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub(super) credential_header: Option<String>,
+    #[serde(default)]
+    pub(super) http2: Option<Http2File>,
+}
+
+/// `http2 = true | false | "auto"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Http2File {
+    On(bool),
+    Named(String),
+}
+
+impl Http2File {
+    pub(super) fn mode(&self, at: &str) -> Result<super::Http2, ConfigError> {
+        match self {
+            Http2File::On(true) => Ok(super::Http2::Always),
+            Http2File::On(false) => Ok(super::Http2::Off),
+            Http2File::Named(s) if s.eq_ignore_ascii_case("auto") => Ok(super::Http2::Auto),
+            Http2File::Named(s) => Err(ConfigError(format!(
+                "{at}http2: {s:?} is not true, false or \"auto\""
+            ))),
+        }
+    }
 }
 
 pub(super) fn read_file(path: &PathBuf) -> Result<File, ConfigError> {

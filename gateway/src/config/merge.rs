@@ -148,6 +148,9 @@ fn credentials(
             .ok_or_else(|| ConfigError(format!("sse_comments: {v:?} is not pass or drop")))?;
     }
     c.upstream_headers = header_map("upstream_headers", file.upstream_headers.clone(), env)?;
+    if let Some(mode) = &file.http2 {
+        c.upstream_http2 = mode.mode("")?;
+    }
     for client in &file.clients {
         let key_hash = Client::parse_hash(&client.key_hash).ok_or_else(|| {
             ConfigError(format!(
@@ -246,6 +249,10 @@ fn upstreams(
             protocol: RouteProtocol::parse(r.protocol.as_deref().unwrap_or("auto"))?,
             resumable: r.resumable.unwrap_or(true),
             credential_header,
+            http2: match &r.http2 {
+                Some(mode) => mode.mode(&format!("{at}: "))?,
+                None => super::Http2::Off,
+            },
         });
     }
     Ok(())

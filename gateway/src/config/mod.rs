@@ -18,6 +18,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+pub use tower_recovery::https::Http2;
 
 use http::{HeaderMap, HeaderName, Uri};
 use recovery_core::budget::RetryBudgetConfig;
@@ -104,6 +105,8 @@ pub struct Route {
     /// (`authorization`, `x-api-key`, `x-goog-api-key`, `api-key`): a
     /// stream belongs to its value too.
     pub credential_header: Option<HeaderName>,
+    /// The HTTP version its sends may use.
+    pub http2: Http2,
 }
 
 /// Where a request of one protocol may go when its upstream fails before
@@ -209,6 +212,8 @@ pub struct Config {
     pub max_readers: usize,
     /// The operator's headers for the default upstream.
     pub upstream_headers: HeaderMap,
+    /// The HTTP version sends to the default upstream may use.
+    pub upstream_http2: Http2,
     /// Known clients; empty: requests spend their own credentials.
     pub clients: Vec<Client>,
     /// The secret stream keys are derived with (every instance on one
@@ -247,6 +252,7 @@ impl Default for Config {
             max_readers_per_stream: 4,
             max_readers: 1024,
             upstream_headers: HeaderMap::new(),
+            upstream_http2: Http2::Off,
             clients: Vec::new(),
             stream_secret: None,
             sse_comments: Comments::Pass,
