@@ -1,9 +1,18 @@
-//! Counters, fed by the recovery layer's lifecycle events, served as
-//! Prometheus text (format 0.0.4) on `GET /metrics`.
+//! Counters and histograms, fed by the recovery layer's lifecycle events,
+//! served as Prometheus text (format 0.0.4) on `GET /metrics`.
 //!
 //! Plain atomics: every label set is known in advance (the four terminal
 //! events), so there is no map to lock on the hot path and the output's
 //! cardinality is fixed.
+//!
+//! The two latency histograms follow the OpenTelemetry GenAI client
+//! conventions, named as OpenTelemetry's Prometheus exporter names them
+//! (dots to underscores, the unit `s` as `_seconds`):
+//! `gen_ai.client.inference.duration` (from the request to its terminal
+//! event; `error_type` names a terminal other than `completed`) and
+//! `gen_ai.client.inference.time_to_first_chunk` (to the commit: the first
+//! output the client receives, after the hold-back of a replayable
+//! prefix).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +35,9 @@ pub struct Metrics {
     streams_active: AtomicU64,
     rejected: AtomicU64,
     body_timeouts: AtomicU64,
+    /// Request durations, one histogram per terminal outcome.
+    durations: [Histogram; 4],
+    time_to_first_chunk: Histogram,
     /// The configured bounds, by name, shown as gauges.
     bounds: std::sync::OnceLock<Vec<(&'static str, u64)>>,
 }
@@ -77,10 +89,12 @@ impl Metrics {
             }
             EventKind::Committed { .. } => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
+                self.time_to_first_chunk.observe(event.at);
             }
             kind if kind.is_terminal() => {
                 if let Some(i) = OUTCOMES.iter().position(|o| *o == kind.name()) {
                     self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+                    self.durations[i].observe(event.at);
                 }
             }
             _ => {}
@@ -242,6 +256,26 @@ impl Metrics {
              recovery_gateway_streams_active {}\n",
             s.streams_active
         );
+        let name = "gen_ai_client_inference_duration_seconds";
+        let _ = write!(
+            out,
+            "# HELP {name} GenAI inference duration: from the request to its end (OpenTelemetry gen_ai.client.inference.duration).\n\
+             # TYPE {name} histogram\n"
+        );
+        for (outcome, h) in OUTCOMES.iter().zip(&self.durations) {
+            let label = match *outcome {
+                "completed" => String::new(),
+                other => format!("error_type=\"{other}\""),
+            };
+            h.render(&mut out, name, &label);
+        }
+        let name = "gen_ai_client_inference_time_to_first_chunk_seconds";
+        let _ = write!(
+            out,
+            "# HELP {name} Time to the first output the client receives, after hold-back (OpenTelemetry gen_ai.client.inference.time_to_first_chunk).\n\
+             # TYPE {name} histogram\n"
+        );
+        self.time_to_first_chunk.render(&mut out, name, "");
         if let Some(bounds) = self.bounds.get() {
             let _ = write!(
                 out,
@@ -253,6 +287,56 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+/// Bucket bounds in seconds: the OpenTelemetry GenAI conventions'
+/// advice for durations, from 10 ms to about 82 s, doubling.
+const BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// A fixed-bucket histogram on atomics: per-bucket counts (not yet
+/// cumulative), the count and the sum in microseconds.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Writes the series of `name` with `label` (empty: none).
+    fn render(&self, out: &mut String, name: &str, label: &str) {
+        let sep = if label.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (bound, n) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{label}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {count}");
+        let braces = if label.is_empty() {
+            String::new()
+        } else {
+            format!("{{{label}}}")
+        };
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{braces} {sum}");
+        let _ = writeln!(out, "{name}_count{braces} {count}");
     }
 }
 
@@ -278,5 +362,32 @@ mod tests {
             assert_eq!(text.lines().filter(|l| *l == name).count(), 1, "{name}");
         }
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn histograms_count_into_their_buckets() {
+        let h = Histogram::default();
+        h.observe(std::time::Duration::from_millis(15));
+        h.observe(std::time::Duration::from_millis(300));
+        h.observe(std::time::Duration::from_secs(100));
+        let mut out = String::new();
+        h.render(&mut out, "x_seconds", "error_type=\"exhausted\"");
+        for line in [
+            "x_seconds_bucket{error_type=\"exhausted\",le=\"0.01\"} 0",
+            "x_seconds_bucket{error_type=\"exhausted\",le=\"0.02\"} 1",
+            "x_seconds_bucket{error_type=\"exhausted\",le=\"0.32\"} 2",
+            "x_seconds_bucket{error_type=\"exhausted\",le=\"81.92\"} 2",
+            "x_seconds_bucket{error_type=\"exhausted\",le=\"+Inf\"} 3",
+            "x_seconds_sum{error_type=\"exhausted\"} 100.315",
+            "x_seconds_count{error_type=\"exhausted\"} 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+        let mut bare = String::new();
+        Histogram::default().render(&mut bare, "y", "");
+        assert!(
+            bare.contains("y_bucket{le=\"+Inf\"} 0\ny_sum 0\ny_count 0\n"),
+            "{bare}"
+        );
     }
 }

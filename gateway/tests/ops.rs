@@ -50,9 +50,25 @@ async fn healthz_and_metrics_move() {
         "recovery_gateway_resumes_total 0",
         "recovery_gateway_downstream_reconnects_total 0",
         "recovery_gateway_streams_active 0",
+        "gen_ai_client_inference_duration_seconds_count 1",
+        "gen_ai_client_inference_duration_seconds_bucket{le=\"+Inf\"} 1",
+        "gen_ai_client_inference_duration_seconds_count{error_type=\"exhausted\"} 0",
+        "gen_ai_client_inference_time_to_first_chunk_seconds_count 1",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+    // The first chunk came after the replay, and before the end.
+    let sum = |name: &str| -> f64 {
+        let prefix = format!("{name}_sum ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first = sum("gen_ai_client_inference_time_to_first_chunk_seconds");
+    let total = sum("gen_ai_client_inference_duration_seconds");
+    assert!(first > 0.0 && first <= total, "first {first} s, total {total} s");
     let wrong = send(post(gw.url("/healthz"), "{}")).await;
     assert_eq!(wrong.status, 405);
     gw.shutdown().await;
