@@ -16,7 +16,7 @@ export interface LifecycleEvent {
     | 'delay_scheduled' | 'failover' | 'retry_started' | 'resume_started' | 'parked_offline' | 'committed'
     | 'completed' | 'exhausted' | 'interrupted' | 'cancelled';
   /**
-   * Event-specific fields (`category`, `phase`, `reason`, `status`, `delay_ms`, `cause`, `trigger`, `outcome`,
+   * Event-specific fields (`category`, `phase`, `reason`, `status`, `stall` (which watchdog, on a timed-out attempt), `delay_ms`, `cause`, `trigger`, `outcome`,
    * `attempts`, ...; `target` on `attempt_started` and `from` / `to` / `reason` on `failover` when the request has alternates).
    */
   [field: string]: unknown;

@@ -107,6 +107,7 @@ pub fn describe(event: &LifecycleEvent, style: Style) -> String {
             phase,
             reason,
             status,
+            ..
         } => (
             YELLOW,
             "✗",

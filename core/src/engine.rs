@@ -665,6 +665,10 @@ impl Recovery {
                 phase,
                 reason,
                 status: failure.status,
+                stall: match failure.kind {
+                    FailureKind::Timeout { stall } => Some(stall),
+                    _ => None,
+                },
             },
         );
         self.state.first_failure_at.get_or_insert(now);
@@ -733,6 +737,7 @@ impl Recovery {
                     phase: wire_phase,
                     reason: FailureReason::Cancelled,
                     status: self.report.attempts.last().and_then(|a| a.status),
+                    stall: None,
                 },
             );
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::decision::DelayCause;
-use crate::failure::{Category, Phase};
+use crate::failure::{Category, Phase, Stall};
 use crate::outcome::{CancelPhase, FailureReason, Outcome};
 use crate::progress::Proof;
 
@@ -71,6 +71,10 @@ pub enum EventKind {
         reason: FailureReason,
         /// The response status, if a head arrived.
         status: Option<u16>,
+        /// Which watchdog fired, for a stall (`head`, `idle`, `progress`,
+        /// `first_token`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stall: Option<Stall>,
     },
     /// The admission hook was asked.
     AdmissionPending,

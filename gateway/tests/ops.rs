@@ -68,7 +68,10 @@ async fn healthz_and_metrics_move() {
     };
     let first = sum("gen_ai_client_inference_time_to_first_chunk_seconds");
     let total = sum("gen_ai_client_inference_duration_seconds");
-    assert!(first > 0.0 && first <= total, "first {first} s, total {total} s");
+    assert!(
+        first > 0.0 && first <= total,
+        "first {first} s, total {total} s"
+    );
     let wrong = send(post(gw.url("/healthz"), "{}")).await;
     assert_eq!(wrong.status, 405);
     gw.shutdown().await;

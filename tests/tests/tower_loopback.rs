@@ -287,8 +287,8 @@ async fn a_first_token_timeout_closes_the_attempt_at_once() {
         error.to_string().contains("exhausted after 1 attempt(s)"),
         "{error}"
     );
-    // A stall ended it, at the first-token timeout (the idle watchdog's
-    // default is 300 s).
+    // The first-token watchdog ended it, at its timeout (the idle
+    // watchdog's default is 300 s).
     let names: Vec<String> = events
         .lock()
         .unwrap()
@@ -296,7 +296,9 @@ async fn a_first_token_timeout_closes_the_attempt_at_once() {
         .map(|e| serde_json::to_string(&e.kind).unwrap())
         .collect();
     assert!(
-        names.iter().any(|e| e.contains(r#""reason":"stall""#)),
+        names
+            .iter()
+            .any(|e| e.contains(r#""reason":"stall""#) && e.contains(r#""stall":"first_token""#)),
         "{names:?}"
     );
     let ended = error.report().attempts[0].ended_ms.expect("ended");
