@@ -12,8 +12,8 @@
 
 use std::fmt;
 
+use crate::json::{JsonView, Lazy};
 use crate::protocol::ProtocolKind;
-use crate::protocol::json::{JsonView, Lazy};
 
 /// Most text kept per field (4 MiB); past it the prefix is marked truncated.
 pub const MAX_PREFIX: usize = 4 << 20;

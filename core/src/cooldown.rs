@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::protocol::json::{JsonKind, JsonView, Lazy};
+use crate::json::{JsonKind, JsonView, Lazy};
 use crate::timing::Instant;
 
 /// Where the requests of one client (a layer and its clones, one recovering

@@ -31,8 +31,8 @@ use std::fmt;
 
 use bytes::Bytes;
 
+use crate::json::{JsonKind, JsonView, Lazy};
 use crate::protocol::ProtocolChoice;
-use crate::protocol::json::{JsonKind, JsonView, Lazy};
 
 /// The label of the target a request names itself, when alternates are set.
 pub const PRIMARY: &str = "primary";

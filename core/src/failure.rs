@@ -379,7 +379,7 @@ impl Failure {
                 transport: TransportKind::Tls,
             } => Some(PermanentCause::Tls),
             FailureKind::Redirect { status } => Some(PermanentCause::Redirect { status: *status }),
-            FailureKind::Status { status } => (crate::policy::NEVER_RETRYABLE.contains(status)
+            FailureKind::Status { status } => (NEVER_RETRYABLE.contains(status)
                 || (400..500).contains(status) && !matches!(status, 408 | 409 | 429))
             .then_some(PermanentCause::Status { status: *status }),
             FailureKind::Provider { error } if error.transience == Transience::Permanent => {
@@ -399,6 +399,10 @@ impl Failure {
         }
     }
 }
+
+/// Statuses that can never be retried, whatever the caller selects:
+/// bad request, unauthorized, forbidden, not found, too large, unprocessable.
+pub const NEVER_RETRYABLE: &[u16] = &[400, 401, 403, 404, 413, 422];
 
 /// Why a failure is permanent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

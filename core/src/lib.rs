@@ -242,6 +242,7 @@ mod backoff;
 mod decision;
 mod engine;
 mod http_date;
+pub(crate) mod json;
 mod retry_after;
 mod safe;
 

@@ -12,9 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::failure::Category;
 
-/// Statuses that can never be retried, whatever the caller selects:
-/// bad request, unauthorized, forbidden, not found, too large, unprocessable.
-pub const NEVER_RETRYABLE: &[u16] = &[400, 401, 403, 404, 413, 422];
+pub use crate::failure::NEVER_RETRYABLE;
 
 /// Whether a status may be selected as retryable at all: 408, 409, 429 and
 /// 5xx.

@@ -8,9 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::json::{JsonView, Lazy};
 use crate::progress::ResumeCursor;
 use crate::protocol::ProtocolKind;
-use crate::protocol::json::{JsonView, Lazy};
 
 /// Whether a protocol offers a capability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

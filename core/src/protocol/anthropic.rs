@@ -1,8 +1,8 @@
 //! Anthropic Messages streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage};
+use crate::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 
@@ -304,7 +304,7 @@ impl Protocol for Anthropic {
                 class
             }
             #[cfg(feature = "serde_json")]
-            Decode::Reference => self.event(&super::json::parse_reference(frame.data)?, ev),
+            Decode::Reference => self.event(&crate::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

@@ -5,9 +5,9 @@
 #[cfg(feature = "anthropic")]
 use super::anthropic::{block_kind, stop_terminal};
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
 use super::{Evidence, SemanticOptions};
+use crate::json::{JsonKind, JsonView, Lazy};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 

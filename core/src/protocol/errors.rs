@@ -1,8 +1,8 @@
 //! Classifying provider errors (in-stream events and HTTP error bodies) into
 //! transient, permanent or unknown, keeping only allowlisted codes.
 
-use super::json::{JsonKind, JsonView, Lazy};
 use super::kind::ProtocolKind;
+use crate::json::{JsonKind, JsonView, Lazy};
 use crate::progress::{ProviderError, Transience};
 use crate::safe::{CONTEXT_LENGTH_EXCEEDED, allowlisted_code};
 

@@ -2,11 +2,11 @@
 //! no sentinel, finish reasons per candidate.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Tape};
 use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
     semantic_or_n, token, usage, with_json,
 };
+use crate::json::{JsonKind, JsonView, Tape};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 

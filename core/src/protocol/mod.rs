@@ -17,7 +17,6 @@ mod errors;
 #[cfg(feature = "gemini")]
 mod gemini;
 mod generic;
-pub(crate) mod json;
 mod kind;
 #[cfg(feature = "ollama")]
 mod ollama;
@@ -239,20 +238,18 @@ macro_rules! with_json {
     ($tape:expr, $data:expr, $decode:expr, |$root:ident| $body:expr) => {
         match $decode {
             $crate::protocol::Decode::Fast => match $tape.parse($data) {
-                Ok($crate::protocol::json::Parsed::Tape($root)) => $body,
-                Ok($crate::protocol::json::Parsed::Lazy($root)) => $body,
+                Ok($crate::json::Parsed::Tape($root)) => $body,
+                Ok($crate::json::Parsed::Lazy($root)) => $body,
                 Err(e) => Err(e),
             },
             #[cfg(feature = "serde_json")]
-            $crate::protocol::Decode::Reference => {
-                match $crate::protocol::json::parse_reference($data) {
-                    Ok(value) => {
-                        let $root = &value;
-                        $body
-                    }
-                    Err(e) => Err(e),
+            $crate::protocol::Decode::Reference => match $crate::json::parse_reference($data) {
+                Ok(value) => {
+                    let $root = &value;
+                    $body
                 }
-            }
+                Err(e) => Err(e),
+            },
         }
     };
 }

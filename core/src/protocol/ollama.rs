@@ -1,11 +1,11 @@
 //! Ollama `/api/chat` and `/api/generate` NDJSON streams.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::usage::OllamaMetrics;
 use super::{
     Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note, semantic_or_n, token, usage,
 };
+use crate::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use crate::progress::{Proof, SemanticKind, Terminal, Transience, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 
@@ -255,7 +255,7 @@ impl Protocol for Ollama {
                 class
             }
             #[cfg(feature = "serde_json")]
-            Decode::Reference => Self::line(&super::json::parse_reference(frame.data)?, ev),
+            Decode::Reference => Self::line(&crate::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

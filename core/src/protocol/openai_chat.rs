@@ -1,11 +1,11 @@
 //! OpenAI Chat Completions streams (and the compatible dialects).
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use super::{
     ChoiceEnd, Choices, Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note,
     semantic_or_n, token, usage,
 };
+use crate::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
 use crate::progress::{
     Proof, ProviderError, SemanticKind, Terminal, Transience, UnsuccessfulReason,
 };
@@ -364,7 +364,7 @@ impl Protocol for OpenAiChat {
                 class
             }
             #[cfg(feature = "serde_json")]
-            Decode::Reference => self.chunk(&super::json::parse_reference(frame.data)?, ev),
+            Decode::Reference => self.chunk(&crate::json::parse_reference(frame.data)?, ev),
         };
         Ok(EventInfo::of(class?))
     }

@@ -1,8 +1,8 @@
 //! OpenAI Responses streams: named events with sequence numbers.
 
 use super::errors::classify_error_value;
-use super::json::{JsonKind, JsonView, Tape};
 use super::{Decode, EventClass, EventInfo, Evidence, Frame, Protocol, token, usage, with_json};
+use crate::json::{JsonKind, JsonView, Tape};
 use crate::progress::{Proof, SemanticKind, Terminal, UnsuccessfulReason};
 use crate::wire::ProtocolViolation;
 

@@ -1,6 +1,6 @@
 //! Reading provider usage objects into [`Usage`], keeping absent fields absent.
 
-use super::json::JsonView;
+use crate::json::JsonView;
 use crate::progress::Usage;
 
 fn set<'a, V: JsonView<'a>>(slot: &mut Option<u64>, v: Option<V>) {

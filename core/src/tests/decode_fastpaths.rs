@@ -20,9 +20,9 @@
 
 use super::decode_support as support;
 
+use crate::json::{Parsed, Tape, parse_reference};
 use crate::observer::ObserverConfig;
 use crate::protocol::ProtocolKind;
-use crate::protocol::json::{Parsed, Tape, parse_reference};
 use proptest::prelude::*;
 use serde_json::Value;
 use support::{reference, run_with};

@@ -530,7 +530,7 @@ proptest! {
     /// serde_json accepts.
     #[test]
     fn validator_agrees_with_serde_json(doc in "[ \\[\\]{}\":,0-9a-z.eE+\\-\\\\u]{0,40}") {
-        use crate::protocol::json::parse_reference;
+        use crate::json::parse_reference;
         prop_assert_eq!(fast_verdict(doc.as_bytes()), parse_reference(doc.as_bytes()).err(), "{}", doc);
     }
 }
@@ -538,7 +538,7 @@ proptest! {
 /// The fast validators' verdict on `doc` (`None`: valid): the lazy one and
 /// a fresh tape must agree.
 fn fast_verdict(doc: &[u8]) -> Option<ProtocolViolation> {
-    use crate::protocol::json::{Lazy, Tape};
+    use crate::json::{Lazy, Tape};
     let lazy = Lazy::parse(doc).err();
     let tape = Tape::default().parse(doc).err();
     assert_eq!(
@@ -552,7 +552,7 @@ fn fast_verdict(doc: &[u8]) -> Option<ProtocolViolation> {
 
 #[test]
 fn validator_edge_cases_match_serde_json() {
-    use crate::protocol::json::parse_reference;
+    use crate::json::parse_reference;
     let cases: &[&str] = &[
         "{}",
         "[]",

@@ -1,7 +1,7 @@
 //! `json::unescape` decodes exactly the string literals `serde_json` decodes,
 //! to the same text, and refuses the rest.
 
-use crate::protocol::json::unescape;
+use crate::json::unescape;
 use proptest::prelude::*;
 
 fn reference(literal: &[u8]) -> Option<String> {
