@@ -274,6 +274,16 @@ async fn an_overloaded_upstream_fails_over_to_the_alternate_of_its_protocol() {
     gw.shutdown().await;
 }
 
+/// A gateway on `provider` with the `[policy]` and `[[alternates]]` of
+/// `toml` (no environment).
+async fn gateway_with(provider: &FaultProvider, toml: &str) -> recovery_gateway::Gateway {
+    let from_file = recovery_gateway::config::from_toml_with_env(toml, &|_: &str| None).unwrap();
+    let (mut config, _) = config(provider);
+    config.alternates = from_file.alternates;
+    config.policy = from_file.policy;
+    gateway(config).await
+}
+
 /// `[policy] attempts_per_target = 2`: a `429` whose `Retry-After` the
 /// request may wait is waited out on the primary, which then answers; the
 /// alternate is never sent to.
@@ -302,12 +312,7 @@ async fn attempts_per_target_retries_the_primary_before_the_alternate() {
          [[alternates]]\nlabel = \"backup\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
         provider.url(backup)
     );
-    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
-    assert_eq!(from_file.policy.attempts_per_target().get(), 2);
-    let (mut config, _) = config(&provider);
-    config.alternates = from_file.alternates;
-    config.policy = from_file.policy;
-    let gw = gateway(config).await;
+    let gw = gateway_with(&provider, &text).await;
     let started = std::time::Instant::now();
     let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
     assert_eq!(answer.status, 200);
@@ -349,11 +354,7 @@ async fn no_first_token_in_time_moves_to_the_alternate() {
          [[alternates]]\nlabel = \"backup\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
         provider.url(backup)
     );
-    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
-    let (mut config, _) = config(&provider);
-    config.alternates = from_file.alternates;
-    config.policy = from_file.policy;
-    let gw = gateway(config).await;
+    let gw = gateway_with(&provider, &text).await;
     let started = std::time::Instant::now();
     let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
     let took = started.elapsed();
@@ -395,11 +396,7 @@ async fn a_prompt_too_long_moves_to_the_alternate_at_once() {
          [[alternates]]\nlabel = \"large\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\ncontext_window = 128000\n",
         provider.url(large)
     );
-    let from_file = recovery_gateway::config::from_toml_with_env(&text, &|_: &str| None).unwrap();
-    let (mut config, _) = config(&provider);
-    config.alternates = from_file.alternates;
-    config.policy = from_file.policy;
-    let gw = gateway(config).await;
+    let gw = gateway_with(&provider, &text).await;
     let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
