@@ -10,14 +10,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame};
 use recovery_core::call::{Cancelled, RecoveryCall, SendCredit};
 use recovery_core::error::{Evidence, RecoveryError};
-use recovery_core::exchange::{Chunk, Env, Exchange, Io, Send as SendKind};
+use recovery_core::exchange::{Chunk, Exchange, Io, Send as SendKind};
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
@@ -27,8 +26,9 @@ use recovery_core::timing::Instant;
 use super::Alternate;
 use super::classify;
 use super::continuation::ContinuationContext;
-use super::layer::Hooks;
+use super::hooks::Hooks;
 use super::report::ReportHandle;
+use super::surroundings::{Alarm, Timer};
 use crate::BoxError;
 use crate::observe::{ObserveError, ObserveHandle};
 use crate::request_body::ReplayBody;
@@ -36,25 +36,8 @@ use crate::request_body::ReplayBody;
 /// The header that carries the machine's idempotency key.
 const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
 
-/// A connectivity wait (or any one-shot wait), boxed so the driver is
-/// generic over the response body only.
-pub(crate) type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// The driver's one sleep.
-pub(crate) trait Alarm: Send {
-    fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()>;
-    /// Whether it elapsed, when the timer can tell without a poll.
-    fn has_elapsed(&self) -> Option<bool>;
-}
-
 /// A send on its way: the inner service's response.
 pub(crate) type Sent<B> = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
-
-/// The clocks, sleeps and connectivity of a layer, object-safe.
-pub(crate) trait Surroundings: Env + Send + Sync {
-    fn sleep(&self, d: Duration) -> Box<dyn Alarm>;
-    fn wait_online(&self) -> Timer;
-}
 
 /// A clone of the inner service, for one send: readiness, then the call.
 pub(crate) trait Sender<B>: Send {
@@ -357,7 +340,7 @@ where
                     }
                 }
                 Io::AskAdmission(request) => {
-                    let ctx = super::layer::AdmissionContext {
+                    let ctx = super::hooks::AdmissionContext {
                         logical_id: request.logical_id,
                         next_attempt: request.next_attempt,
                         failure: request.failure,

@@ -1,123 +1,28 @@
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-
-use std::time::Duration;
 
 use recovery_core::budget::{BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
-use recovery_core::exchange::AdmissionAnswer;
-use recovery_core::failover::Target;
-use recovery_core::failure::Failure;
-use recovery_core::lifecycle::{LifecycleEvent, LifecycleObserver};
+use recovery_core::lifecycle::LifecycleEvent;
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
-use recovery_core::timing::{AlwaysOnline, Connectivity, Timing};
+use recovery_core::timing::AlwaysOnline;
 use tower_layer::Layer;
 
 use super::alternate::Alternate;
 use super::bounds::{DriverConnectivity, DriverTiming};
 use super::continuation::ContinuationHook;
-use super::driver::{Alarm, Surroundings, Timer};
+use super::hooks::{AdmissionHook, Config, Hooks};
 use super::service::Recover;
+use super::surroundings::surroundings;
 use super::wire::WireObserver;
-
-/// What an admission hook is told about the resend it is asked to allow.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct AdmissionContext {
-    /// The logical request.
-    pub logical_id: String,
-    /// The send number the resend would be.
-    pub next_attempt: u32,
-    /// The failure that prompted it (safe evidence only).
-    pub failure: Failure,
-}
-
-/// An async hook that allows or rejects ambiguous resends.
-pub type AdmissionHook = Arc<
-    dyn Fn(AdmissionContext) -> Pin<Box<dyn Future<Output = AdmissionAnswer> + Send>> + Send + Sync,
->;
-
-/// A caller's cooldown key: from a request's head and buffered body.
-pub(crate) type CooldownKey = Arc<dyn Fn(&http::request::Parts, &[u8]) -> String + Send + Sync>;
-
-/// What every request through a layer shares, whatever the layer's timing
-/// and connectivity types: the driver is generic over the response body only.
-#[derive(Clone)]
-pub(crate) struct Hooks {
-    pub(crate) policy: RecoveryPolicy,
-    pub(crate) protocol: ProtocolChoice,
-    pub(crate) surroundings: Arc<dyn Surroundings>,
-    pub(crate) observer: Arc<dyn LifecycleObserver + Send + Sync>,
-    pub(crate) admission: Option<AdmissionHook>,
-    pub(crate) retry_budget: Option<Arc<dyn BudgetStore>>,
-    pub(crate) cooldowns: Option<Arc<dyn CooldownStore>>,
-    pub(crate) cooldown_key: Option<CooldownKey>,
-    /// Where a request may go instead before commit, in order.
-    pub(crate) alternates: Vec<Alternate>,
-    /// Their targets, as the machine takes them.
-    pub(crate) targets: Vec<Target>,
-    pub(crate) wire: Option<Arc<dyn WireObserver>>,
-    pub(crate) sse_resumable: bool,
-    pub(crate) continuation: Option<ContinuationHook>,
-}
-
-#[derive(Clone)]
-pub(crate) struct Config<T, C> {
-    pub(crate) timing: T,
-    pub(crate) connectivity: C,
-    pub(crate) hooks: Arc<Hooks>,
-}
-
-/// A layer's timing and connectivity, as the driver uses them.
-impl<T, C> Surroundings for (T, C)
-where
-    T: Timing<Sleep: Send + 'static> + Send + Sync,
-    C: Connectivity<Online: Send + 'static> + Send + Sync,
-{
-    fn sleep(&self, d: Duration) -> Box<dyn Alarm> {
-        Box::new(Sleeping {
-            sleep: Box::pin(self.0.sleep(d)),
-            elapsed: T::has_elapsed,
-        })
-    }
-    fn wait_online(&self) -> Timer {
-        Box::pin(self.1.wait_until_online())
-    }
-}
-
-/// A sleep of the layer's timing as the driver's alarm.
-struct Sleeping<S> {
-    sleep: Pin<Box<S>>,
-    elapsed: fn(&S) -> Option<bool>,
-}
-
-impl<S: Future<Output = ()> + Send> Alarm for Sleeping<S> {
-    fn poll_elapsed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.sleep.as_mut().poll(cx)
-    }
-
-    fn has_elapsed(&self) -> Option<bool> {
-        (self.elapsed)(&self.sleep)
-    }
-}
-
-fn surroundings<T, C>(timing: &T, connectivity: &C) -> Arc<dyn Surroundings>
-where
-    T: DriverTiming,
-    C: DriverConnectivity,
-{
-    Arc::new((timing.clone(), connectivity.clone()))
-}
 
 /// Applies [`Recover`] to a service. Put it outermost: outside the
 /// [`ObserveLayer`](crate::ObserveLayer), limits and the HTTP client, and turn
 /// off the client's own retries.
 ///
-/// `T` is the [`Timing`] (clocks, sleeps, jitter) and `C` the
-/// [`Connectivity`]. With the `tokio` feature (on by default) `T` defaults
+/// `T` is the [`Timing`](recovery_core::timing::Timing) (clocks, sleeps, jitter) and `C` the
+/// [`Connectivity`](recovery_core::timing::Connectivity). With the `tokio` feature (on by default) `T` defaults
 /// to [`TokioTiming`](crate::TokioTiming) and [`RecoveryLayer::new`] builds
 /// one; without it there is no default clock, and a layer is built with
 /// [`RecoveryLayer::with_timing`] (a clock that never wakes would turn every
@@ -131,8 +36,8 @@ pub struct RecoveryLayer<T = crate::TokioTiming, C = AlwaysOnline> {
 /// [`ObserveLayer`](crate::ObserveLayer), limits and the HTTP client, and turn
 /// off the client's own retries.
 ///
-/// `T` is the [`Timing`] (clocks, sleeps, jitter) and `C` the
-/// [`Connectivity`]. Without the `tokio` feature there is no default clock:
+/// `T` is the [`Timing`](recovery_core::timing::Timing) (clocks, sleeps, jitter) and `C` the
+/// [`Connectivity`](recovery_core::timing::Connectivity). Without the `tokio` feature there is no default clock:
 /// build the layer with [`RecoveryLayer::with_timing`]. `RecoveryLayer::new`
 /// does not exist then, so code that relied on a default clock fails to
 /// compile instead of hanging on its first wait:

@@ -19,7 +19,7 @@ use super::body::RecoveryBody;
 use super::bounds::{InnerService, StreamBody};
 use super::driver::{Driver, Origin, Sender, Sent};
 use super::future::ResponseFuture;
-use super::layer::{Config, Hooks};
+use super::hooks::{Config, Hooks};
 use crate::BoxError;
 use crate::request_body::{Buffered, ReplayBody, buffer};
 
