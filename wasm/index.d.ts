@@ -165,6 +165,12 @@ export interface RecoveringFetchOptions {
    * target.
    */
   firstTokenTimeoutMs?: number | null;
+  /**
+   * The context window, in tokens, of the endpoint a request is sent to: a
+   * prompt too long for it moves only to an alternate whose declared
+   * `contextWindow` is larger.
+   */
+  contextWindow?: number;
   /** The endpoint is an SSE server that honours `Last-Event-ID` (such as recovery-gateway, whatever SSE protocol it relays): a broken stream is resumed from the last delivered id. */
   resumableSse?: boolean;
   /**

@@ -96,6 +96,7 @@ pub struct RecoveryCall {
     logical_id: Option<u64>,
     stream_body: bool,
     protocol: Option<ProtocolKind>,
+    context_window: Option<u64>,
 }
 
 impl RecoveryCall {
@@ -122,6 +123,20 @@ impl RecoveryCall {
     /// The per-call protocol, if any.
     pub fn protocol(&self) -> Option<&ProtocolKind> {
         self.protocol.as_ref()
+    }
+
+    /// Declares the context window, in tokens, of the endpoint this call is
+    /// sent to: a prompt too long for it moves only to an alternate whose
+    /// declared window is larger ([`crate::failover::Target::with_context_window`]).
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// The declared context window of this call's own endpoint.
+    pub fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 
     /// Streams the request body through once instead of buffering it (a body

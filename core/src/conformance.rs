@@ -68,6 +68,9 @@ pub struct Vector {
     /// The request's alternates, in order ([`crate::failover`]).
     #[serde(default)]
     pub alternates: Vec<AlternateSpec>,
+    /// The declared context window of the request's own target, in tokens.
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 /// An alternate of a vector's request.

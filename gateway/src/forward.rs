@@ -123,14 +123,19 @@ impl Upstream {
         }
     }
 
-    /// A request to the stack, decoded as `protocol`.
+    /// A request to the stack, decoded as `protocol`, sent to an upstream
+    /// whose declared context window is `context_window`.
     pub(crate) fn call(
         &self,
         mut req: Request<Full<Bytes>>,
         protocol: &ProtocolKind,
+        context_window: Option<u64>,
     ) -> tower::util::Oneshot<Stack, Request<Full<Bytes>>> {
-        req.extensions_mut()
-            .insert(RecoveryCall::new().with_protocol(protocol.clone()));
+        let mut call = RecoveryCall::new().with_protocol(protocol.clone());
+        if let Some(tokens) = context_window {
+            call = call.with_context_window(tokens);
+        }
+        req.extensions_mut().insert(call);
         tower::ServiceExt::oneshot(self.stack.clone(), req)
     }
 }

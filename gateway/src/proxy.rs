@@ -94,7 +94,11 @@ impl Proxy {
                 ("protocol", Field::Str(protocol.name())),
             ],
         );
-        let resp = match self.upstream.call(upstream_req, &protocol).await {
+        let resp = match self
+            .upstream
+            .call(upstream_req, &protocol, target.context_window)
+            .await
+        {
             Ok(resp) => resp,
             Err(e) => {
                 self.logger.warn(

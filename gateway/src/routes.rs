@@ -19,6 +19,8 @@ pub(crate) struct Target {
     pub(crate) headers: HeaderMap,
     /// The HTTP version its sends may use.
     pub(crate) http2: Http2,
+    /// Its declared context window, in tokens.
+    pub(crate) context_window: Option<u64>,
 }
 
 /// The routing table.
@@ -29,6 +31,7 @@ pub(crate) struct Router {
     default: Option<Uri>,
     default_headers: HeaderMap,
     default_http2: Http2,
+    default_window: Option<u64>,
     /// The credential headers routes name, beside the usual ones.
     credential_headers: Vec<HeaderName>,
 }
@@ -39,6 +42,7 @@ impl Router {
         default: Option<Uri>,
         default_headers: HeaderMap,
         default_http2: Http2,
+        default_window: Option<u64>,
     ) -> Self {
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         let mut credential_headers: Vec<HeaderName> = routes
@@ -52,6 +56,7 @@ impl Router {
             default,
             default_headers,
             default_http2,
+            default_window,
             credential_headers,
         }
     }
@@ -70,7 +75,7 @@ impl Router {
     /// The target of a request to `path` (and `query`), or `None` when no
     /// route matches and there is no default upstream.
     pub(crate) fn target(&self, path: &str, query: Option<&str>) -> Option<Target> {
-        let (base, rest, protocol, resumable, headers, http2) =
+        let (base, rest, protocol, resumable, headers, http2, context_window) =
             match self.routes.iter().find(|r| Self::matches(&r.prefix, path)) {
                 Some(r) => {
                     let rest = if r.strip_prefix && r.prefix != "/" {
@@ -85,6 +90,7 @@ impl Router {
                         r.resumable,
                         &r.headers,
                         r.http2,
+                        r.context_window,
                     )
                 }
                 None => (
@@ -94,6 +100,7 @@ impl Router {
                     true,
                     &self.default_headers,
                     self.default_http2,
+                    self.default_window,
                 ),
             };
         let base_path = base.path().trim_end_matches('/');
@@ -119,6 +126,7 @@ impl Router {
             resumable,
             headers: headers.clone(),
             http2,
+            context_window,
         })
     }
 }
@@ -137,6 +145,7 @@ mod tests {
             headers: HeaderMap::new(),
             credential_header: None,
             http2: Http2::Off,
+            context_window: None,
         }
     }
 
@@ -155,6 +164,7 @@ mod tests {
             Some("https://default".parse().unwrap()),
             HeaderMap::new(),
             Http2::Off,
+            None,
         );
         let t = r.target("/a/b/x", Some("k=1")).unwrap();
         assert_eq!(t.uri.to_string(), "http://two:2/base/x?k=1");
@@ -170,7 +180,7 @@ mod tests {
             "http://one:1/"
         );
         assert!(
-            Router::new(vec![], None, HeaderMap::new(), Http2::Off)
+            Router::new(vec![], None, HeaderMap::new(), Http2::Off, None)
                 .target("/x", None)
                 .is_none()
         );

@@ -281,6 +281,7 @@ async fn gateway_with(provider: &FaultProvider, toml: &str) -> recovery_gateway:
     let (mut config, _) = config(provider);
     config.alternates = from_file.alternates;
     config.policy = from_file.policy;
+    config.upstream_context_window = from_file.upstream_context_window;
     gateway(config).await
 }
 
@@ -401,6 +402,46 @@ async fn a_prompt_too_long_moves_to_the_alternate_at_once() {
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
     assert_eq!(provider.count_path(CHAT), 1, "never resent to the primary");
+    assert_eq!(provider.count_path(large), 1);
+    gw.shutdown().await;
+}
+
+/// The default upstream declares its context window: a prompt too long for
+/// it skips the alternate with a smaller window for the larger one.
+#[tokio::test]
+async fn a_prompt_too_long_skips_an_alternate_with_a_smaller_window() {
+    let name = "openai-chat/happy-usage.sse";
+    let small = "/small/v1/chat/completions";
+    let large = "/large/v1/chat/completions";
+    let too_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 8192 maximum"}}"#;
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    Script::status(400)
+                        .header("content-type", "application/json")
+                        .write(Write::text(too_long)),
+                ],
+            )
+            .path(small, vec![sse(Write::fixture(name))])
+            .path(large, vec![sse(Write::fixture(name))]),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "context_window = 8192\n\
+         [[alternates]]\nlabel = \"small\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\ncontext_window = 4096\n\
+         [[alternates]]\nlabel = \"large\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\ncontext_window = 128000\n",
+        provider.url(small),
+        provider.url(large)
+    );
+    let gw = gateway_with(&provider, &text).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(without_ids(&answer.text()).as_bytes(), &fixture(name)[..]);
+    assert_eq!(provider.count_path(CHAT), 1);
+    assert_eq!(provider.count_path(small), 0, "a smaller window is skipped");
     assert_eq!(provider.count_path(large), 1);
     gw.shutdown().await;
 }

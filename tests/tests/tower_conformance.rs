@@ -317,8 +317,11 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         .uri(url)
         .body(Full::new(Bytes::from(request.body)))
         .unwrap();
-    req.extensions_mut()
-        .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
+    let mut call = RecoveryCall::new().with_cancellation(cancel.clone());
+    if let Some(tokens) = v.context_window {
+        call = call.with_context_window(tokens);
+    }
+    req.extensions_mut().insert(call);
     let mut delivered = Vec::new();
     let report = if observe {
         let mut svc = layer.layer(ObserveLayer::new(protocol).layer(player.clone()));

@@ -61,7 +61,7 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs',
+  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs', 'contextWindow',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation', 'cooldownKey'];
@@ -220,6 +220,11 @@ function client(wasm, options, available) {
         break;
       case 'attemptsPerTarget':
         if (whole(key, v, 4294967295) === 0) throw range(key, 'must be at least 1');
+        n[slot(key)] = v;
+        break;
+      case 'contextWindow':
+        expect(key, v, 'number', 'a number');
+        if (!Number.isSafeInteger(v) || v < 1) throw range(key, 'must be a whole number of tokens, at least 1');
         n[slot(key)] = v;
         break;
       case 'overCeiling':

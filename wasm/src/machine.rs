@@ -204,8 +204,9 @@ mod slot {
     pub const NO_COOLDOWNS: usize = 23;
     pub const ATTEMPTS_PER_TARGET: usize = 24;
     pub const FIRST_TOKEN_TIMEOUT_MS: usize = 25;
+    pub const CONTEXT_WINDOW: usize = 26;
     #[cfg(test)]
-    pub const COUNT: usize = 26;
+    pub const COUNT: usize = 27;
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -301,6 +302,8 @@ pub struct Client {
     cooldowns: Option<Arc<Cooldowns>>,
     /// Where a request may go instead before commit, in order.
     alternates: Vec<Target>,
+    /// The declared context window of the request's own endpoint.
+    context_window: Option<u64>,
     error: u32,
     error_detail: u32,
     error_field: String,
@@ -446,6 +449,9 @@ impl Client {
             cooldowns: (!given(n(slot::NO_COOLDOWNS)).is_some_and(set))
                 .then(|| Arc::new(Cooldowns::new())),
             alternates: Vec::new(),
+            context_window: given(n(slot::CONTEXT_WINDOW))
+                .filter(|v| *v >= 1.0 && v.is_finite())
+                .map(|v| v as u64),
             error: 0,
             error_detail: 0,
             error_field: String::new(),
@@ -582,11 +588,13 @@ impl Client {
             }
         }
         if !targets.is_empty() {
-            ex = ex.with_alternates(
-                RequestFacts::new(method, url, body),
-                &self.protocol,
-                &targets,
-            );
+            ex = ex
+                .with_alternates(
+                    RequestFacts::new(method, url, body),
+                    &self.protocol,
+                    &targets,
+                )
+                .with_context_window(self.context_window);
         }
         Machine {
             ex,

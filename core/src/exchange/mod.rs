@@ -588,6 +588,16 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self
     }
 
+    /// Declares the context window, in tokens, of the request's own target
+    /// (after [`Exchange::with_alternates`]; without alternates it changes
+    /// nothing): a prompt too long for it moves only to an alternate whose
+    /// declared window is larger.
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: Option<u64>) -> Self {
+        self.engine.declare_own_window(tokens);
+        self
+    }
+
     /// The target the current (or next) send goes to: 0 for the request as
     /// it was given, `i` for alternate `i` ([`Exchange::with_alternates`]).
     pub fn target(&self) -> usize {

@@ -248,6 +248,8 @@ pub struct VectorSetup {
     pub cooldown_ms: Option<u64>,
     /// The request's alternates.
     pub alternates: Vec<crate::failover::Target>,
+    /// The request's own target's declared context window.
+    pub context_window: Option<u64>,
 }
 
 impl Script {
@@ -947,11 +949,13 @@ pub fn run(script: Script) -> Run {
         ex = ex.with_cooldown(store.clone(), key.clone());
     }
     if let Some(v) = &script.vector {
-        ex = ex.with_alternates(
-            request,
-            &ProtocolChoice::Fixed(v.protocol.clone()),
-            &v.alternates,
-        );
+        ex = ex
+            .with_alternates(
+                request,
+                &ProtocolChoice::Fixed(v.protocol.clone()),
+                &v.alternates,
+            )
+            .with_context_window(v.context_window);
     }
     let mut d = Driver {
         ex,

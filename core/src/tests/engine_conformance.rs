@@ -55,6 +55,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         continuation: v.continuation.clone(),
         cooldown_ms: v.cooldown_ms,
         alternates: v.targets().map_err(|e| format!("{}: {e}", v.name))?,
+        context_window: v.context_window,
     });
     let run = script.run();
     let mut observed = Observed {

@@ -34,6 +34,8 @@ pub(super) struct File {
     #[serde(default)]
     pub(super) http2: Option<Http2File>,
     #[serde(default)]
+    pub(super) context_window: Option<u64>,
+    #[serde(default)]
     pub(super) upstream_headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub(super) clients: Vec<ClientFile>,
@@ -135,6 +137,8 @@ pub(super) struct RouteFile {
     pub(super) credential_header: Option<String>,
     #[serde(default)]
     pub(super) http2: Option<Http2File>,
+    #[serde(default)]
+    pub(super) context_window: Option<u64>,
 }
 
 /// `http2 = true | false | "auto"`.

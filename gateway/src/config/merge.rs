@@ -151,6 +151,10 @@ fn credentials(
     if let Some(mode) = &file.http2 {
         c.upstream_http2 = mode.mode("")?;
     }
+    if file.context_window == Some(0) {
+        return err("context_window must be at least 1 token");
+    }
+    c.upstream_context_window = file.context_window;
     for client in &file.clients {
         let key_hash = Client::parse_hash(&client.key_hash).ok_or_else(|| {
             ConfigError(format!(
@@ -252,6 +256,10 @@ fn upstreams(
             http2: match &r.http2 {
                 Some(mode) => mode.mode(&format!("{at}: "))?,
                 None => super::Http2::Off,
+            },
+            context_window: match r.context_window {
+                Some(0) => return err(format!("{at}: context_window must be at least 1 token")),
+                other => other,
             },
         });
     }

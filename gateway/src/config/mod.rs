@@ -107,6 +107,9 @@ pub struct Route {
     pub credential_header: Option<HeaderName>,
     /// The HTTP version its sends may use.
     pub http2: Http2,
+    /// Its model's context window, in tokens: a prompt too long for it
+    /// moves only to an alternate whose declared window is larger.
+    pub context_window: Option<u64>,
 }
 
 /// Where a request of one protocol may go when its upstream fails before
@@ -214,6 +217,8 @@ pub struct Config {
     pub upstream_headers: HeaderMap,
     /// The HTTP version sends to the default upstream may use.
     pub upstream_http2: Http2,
+    /// The default upstream's context window, in tokens.
+    pub upstream_context_window: Option<u64>,
     /// Known clients; empty: requests spend their own credentials.
     pub clients: Vec<Client>,
     /// The secret stream keys are derived with (every instance on one
@@ -253,6 +258,7 @@ impl Default for Config {
             max_readers: 1024,
             upstream_headers: HeaderMap::new(),
             upstream_http2: Http2::Off,
+            upstream_context_window: None,
             clients: Vec::new(),
             stream_secret: None,
             sse_comments: Comments::Pass,

@@ -103,6 +103,7 @@ fn options(v: &Vector) -> Value {
         "retryProtocolViolations": p.retry_protocol_violations,
         "idempotencyKey": p.idempotency_key,
         "attemptsPerTarget": p.attempts_per_target,
+        "contextWindow": v.context_window,
     });
     if !v.alternates.is_empty() {
         o["alternates"] = v

@@ -197,7 +197,9 @@ where
     });
     if !alternates.is_empty() {
         let own = targets.as_deref().unwrap_or(&hooks.targets);
-        ex = ex.with_alternates(request, &protocol, own);
+        ex = ex
+            .with_alternates(request, &protocol, own)
+            .with_context_window(call.context_window());
     }
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
