@@ -238,11 +238,7 @@ async fn an_overloaded_upstream_fails_over_to_the_alternate_of_its_protocol() {
         ScriptSet::new(vec![])
             .path(
                 CHAT,
-                vec![
-                    Script::status(529)
-                        .header("content-type", "application/json")
-                        .write(Write::text(r#"{"error":{"type":"overloaded_error"}}"#)),
-                ],
+                vec![json_error(529, r#"{"error":{"type":"overloaded_error"}}"#)],
             )
             .path(backup, vec![sse(Write::fixture(name))]),
     )
@@ -285,6 +281,13 @@ async fn gateway_with(provider: &FaultProvider, toml: &str) -> recovery_gateway:
     gateway(config).await
 }
 
+/// A `status` answer with a JSON error body.
+fn json_error(status: u16, body: &str) -> Script {
+    Script::status(status)
+        .header("content-type", "application/json")
+        .write(Write::text(body))
+}
+
 /// `[policy] attempts_per_target = 2`: a `429` whose `Retry-After` the
 /// request may wait is waited out on the primary, which then answers; the
 /// alternate is never sent to.
@@ -297,10 +300,8 @@ async fn attempts_per_target_retries_the_primary_before_the_alternate() {
             .path(
                 CHAT,
                 vec![
-                    Script::status(429)
-                        .header("retry-after-ms", "150")
-                        .header("content-type", "application/json")
-                        .write(Write::text(r#"{"error":{"type":"rate_limit_error"}}"#)),
+                    json_error(429, r#"{"error":{"type":"rate_limit_error"}}"#)
+                        .header("retry-after-ms", "150"),
                     sse(Write::fixture(name)),
                 ],
             )
@@ -380,14 +381,7 @@ async fn a_prompt_too_long_moves_to_the_alternate_at_once() {
     let too_long = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
     let provider = FaultProvider::start(
         ScriptSet::new(vec![])
-            .path(
-                CHAT,
-                vec![
-                    Script::status(400)
-                        .header("content-type", "application/json")
-                        .write(Write::text(too_long)),
-                ],
-            )
+            .path(CHAT, vec![json_error(400, too_long)])
             .path(large, vec![sse(Write::fixture(name))]),
     )
     .await
@@ -416,14 +410,7 @@ async fn a_prompt_too_long_skips_an_alternate_with_a_smaller_window() {
     let too_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 8192 maximum"}}"#;
     let provider = FaultProvider::start(
         ScriptSet::new(vec![])
-            .path(
-                CHAT,
-                vec![
-                    Script::status(400)
-                        .header("content-type", "application/json")
-                        .write(Write::text(too_long)),
-                ],
-            )
+            .path(CHAT, vec![json_error(400, too_long)])
             .path(small, vec![sse(Write::fixture(name))])
             .path(large, vec![sse(Write::fixture(name))]),
     )
