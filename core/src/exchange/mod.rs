@@ -1145,12 +1145,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
         }
         self.stage = Stage::Streaming;
-        // A streamed answer's first token is due; a whole JSON answer has
-        // its output only at its end, bounded by the other watchdogs.
+        // A streamed answer's first token is due, before commit (a resume
+        // continues a committed answer); a whole JSON answer has its output
+        // only at its end, bounded by the other watchdogs.
         self.watch.first_token_by = self
             .watch
             .first_token
-            .filter(|_| form == BodyForm::Stream)
+            .filter(|_| form == BodyForm::Stream && !self.committed)
             .map(|d| now + d);
         self.restart_watch(now);
     }
