@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::budget::AttemptAllowance;
+use crate::continuation::Prefill;
 use crate::policy::RecoveryPolicy;
 use crate::protocol::ProtocolKind;
 
@@ -97,6 +98,7 @@ pub struct RecoveryCall {
     stream_body: bool,
     protocol: Option<ProtocolKind>,
     context_window: Option<u64>,
+    prefill: Option<Prefill>,
 }
 
 impl RecoveryCall {
@@ -137,6 +139,23 @@ impl RecoveryCall {
     /// The declared context window of this call's own endpoint.
     pub fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    /// Declares that the endpoint this call is sent to continues an
+    /// assistant message it is given, in the form `prefill`
+    /// ([`crate::continuation`]): a committed answer cut after text only is
+    /// sent there again with the delivered text as that message, and the
+    /// continuation is spliced after it (bounded by the policy's
+    /// `max_resumes`).
+    #[must_use]
+    pub fn with_prefill(mut self, prefill: Prefill) -> Self {
+        self.prefill = Some(prefill);
+        self
+    }
+
+    /// The declared prefill form of this call's own endpoint.
+    pub fn prefill(&self) -> Option<Prefill> {
+        self.prefill
     }
 
     /// Streams the request body through once instead of buffering it (a body

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::continuation::{Prefill, UnknownPrefill};
 use crate::failure::{Failure, Phase, TransportKind};
 use crate::outcome::CancelPhase;
 use crate::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
@@ -71,6 +72,10 @@ pub struct Vector {
     /// The declared context window of the request's own target, in tokens.
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// The prefill form the request's own target continues with
+    /// ([`crate::continuation::Prefill`] by name).
+    #[serde(default)]
+    pub prefill: Option<String>,
 }
 
 /// An alternate of a vector's request.
@@ -91,6 +96,9 @@ pub struct AlternateSpec {
     /// Its declared context window, in tokens.
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// The prefill form it continues with.
+    #[serde(default)]
+    pub prefill: Option<String>,
 }
 
 impl AlternateSpec {
@@ -109,6 +117,9 @@ impl AlternateSpec {
         }
         if let Some(tokens) = self.context_window {
             t = t.with_context_window(tokens);
+        }
+        if let Some(p) = &self.prefill {
+            t = t.with_prefill(p.parse().map_err(|e: UnknownPrefill| e.to_string())?);
         }
         Ok(t)
     }
@@ -145,6 +156,14 @@ impl Vector {
             },
             other => other,
         })
+    }
+
+    /// The prefill form of the request's own target.
+    pub fn own_prefill(&self) -> Result<Option<Prefill>, String> {
+        self.prefill
+            .as_deref()
+            .map(|p| p.parse().map_err(|e: UnknownPrefill| e.to_string()))
+            .transpose()
     }
 
     /// The request's alternates.
@@ -561,6 +580,9 @@ pub struct Expected {
     /// The target whose answer reached the caller.
     #[serde(default)]
     pub served_by: Option<String>,
+    /// Each send's body, as text.
+    #[serde(default)]
+    pub bodies: Option<Vec<String>>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -595,6 +617,8 @@ pub struct Observed {
     pub targets: Vec<Option<String>>,
     /// The report's serving target.
     pub served_by: Option<String>,
+    /// Each send's body.
+    pub bodies: Vec<String>,
 }
 
 impl Observed {
@@ -689,6 +713,11 @@ impl Expected {
         }
         if self.served_by.is_some() && o.served_by != self.served_by {
             return differ("served_by", &self.served_by, &o.served_by);
+        }
+        if let Some(b) = &self.bodies
+            && &o.bodies != b
+        {
+            return differ("bodies", b, &o.bodies);
         }
         Ok(())
     }

@@ -67,6 +67,9 @@ pub struct Recovery {
     target: usize,
     /// Each target's declared context window, in the order of `targets`.
     windows: Vec<Option<u64>>,
+    /// The interruption a prefill continuation stands in for: if the
+    /// continuation ends the request after all, this is its outcome.
+    continuing_from: Option<Outcome>,
 }
 
 /// Formats a logical id the way events and reports show it.
@@ -107,6 +110,7 @@ impl Recovery {
             targets: Vec::new(),
             target: 0,
             windows: Vec::new(),
+            continuing_from: None,
         }
     }
 
@@ -479,6 +483,40 @@ impl Recovery {
         )
     }
 
+    /// A prefill continuation of the committed stream will answer
+    /// `failure` (its resume was decided), sent to target `target`. Should
+    /// the continuation end the request after all (the target refuses a
+    /// prefill, or fails), the request fails with the interruption
+    /// `failure` is: a target's refusal of a prefill says nothing about the
+    /// answer the consumer holds.
+    pub fn continue_by_prefill(
+        &mut self,
+        now: Instant,
+        failure: &Failure,
+        online: bool,
+        target: usize,
+    ) {
+        let mut state = self.state.clone();
+        state.resume_possible = false;
+        state.attempts_left = self.allowance.remaining();
+        state.first_failure_at.get_or_insert(now);
+        let action = decide(DecisionInput {
+            policy: &self.policy,
+            state: &state,
+            failure,
+            online,
+            now,
+            jitter: Fraction::ZERO,
+        });
+        if let Action::Fail(outcome) = action {
+            self.continuing_from = Some(outcome);
+        }
+        if target != self.target && target < self.targets.len() {
+            self.target = target;
+            self.state.target_sends = 0;
+        }
+    }
+
     /// Before a send, a cooldown of `wait` is in force for the request's
     /// target (another request learned it): what the send does about it.
     /// A wait and a switch are announced; a refusal ends the request.
@@ -781,6 +819,9 @@ impl Recovery {
                 // failed resume, whatever the resume request's own failure.
                 let resumed = self.report.attempts.last().is_some_and(|a| a.resume);
                 let outcome = match outcome {
+                    _ if resumed && self.continuing_from.is_some() => {
+                        self.continuing_from.clone().unwrap_or(outcome)
+                    }
                     Outcome::Permanent { .. }
                     | Outcome::NotRetryable { .. }
                     | Outcome::Protocol { .. }

@@ -31,7 +31,8 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use crate::json::{JsonKind, JsonView, Lazy};
+use crate::continuation::Prefill;
+use crate::json::{Edits, JsonKind, JsonView, Lazy, write_json_string};
 use crate::protocol::ProtocolChoice;
 
 /// The label of the target a request names itself, when alternates are set.
@@ -96,6 +97,7 @@ pub struct Target {
     protocol: Option<ProtocolChoice>,
     body: Option<Bytes>,
     context_window: Option<u64>,
+    prefill: Option<Prefill>,
 }
 
 impl Target {
@@ -117,6 +119,7 @@ impl Target {
             protocol: None,
             body: None,
             context_window: None,
+            prefill: None,
         })
     }
 
@@ -184,6 +187,22 @@ impl Target {
     /// The declared context window, in tokens.
     pub fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    /// Declares that this target continues an assistant message it is
+    /// given, in the form `prefill` ([`crate::continuation`]): a committed
+    /// answer that was cut, text only, is sent here again with the
+    /// delivered text as that message, when the serving target declares
+    /// no prefill of its own, and the continuation is spliced after it.
+    #[must_use]
+    pub fn with_prefill(mut self, prefill: Prefill) -> Self {
+        self.prefill = Some(prefill);
+        self
+    }
+
+    /// The declared prefill form, if any.
+    pub fn prefill(&self) -> Option<Prefill> {
+        self.prefill
     }
 
     /// The safe name reports and events carry.
@@ -279,52 +298,9 @@ fn with_model<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
     }
     let mut literal = Vec::with_capacity(model.len() + 2);
     write_json_string(&mut literal, model);
-    // A value's bytes are a slice of `body`: its offset is where it starts.
-    let offset = |part: &[u8]| part.as_ptr() as usize - body.as_ptr() as usize;
-    let (at, len, insert) = match root.get("model") {
-        Some(old) => (offset(old.as_bytes()), old.as_bytes().len(), false),
-        None => (offset(root.as_bytes()) + 1, 0, true),
-    };
-    let mut out = Vec::with_capacity(body.len() + literal.len() + 10);
-    out.extend_from_slice(&body[..at]);
-    if insert {
-        out.extend_from_slice(b"\"model\":");
-        out.extend_from_slice(&literal);
-        let empty = root.as_bytes()[1..]
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_none_or(|b| *b == b'}');
-        if !empty {
-            out.push(b',');
-        }
-    } else {
-        out.extend_from_slice(&literal);
-    }
-    out.extend_from_slice(&body[at + len..]);
-    Cow::Owned(out)
-}
-
-/// Writes `s` as a JSON string literal.
-fn write_json_string(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    for c in s.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            c if (c as u32) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let n = c as usize;
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[n >> 4]);
-                out.push(HEX[n & 15]);
-            }
-            c => {
-                let mut buf = [0; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            }
-        }
-    }
-    out.push(b'"');
+    let mut edits = Edits::new(body);
+    edits.set(root, "model", &literal);
+    Cow::Owned(edits.apply())
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! |---|---|
 //! | [`policy`], [`lifecycle`], [`report`], [`outcome`], [`error`] | configuring, watching and reading the result |
 //! | [`failure`], [`progress`] | the evidence a report and an error carry |
-//! | [`protocol`], [`resume`], [`continuation`] | which protocol an answer speaks, what it can resume, the continuation hook's input |
+//! | [`protocol`], [`resume`], [`continuation`] | which protocol an answer speaks, what it can resume, how a committed answer is continued (the hook's input, a declared prefill) |
 //! | [`exchange`], [`observer`], [`timing`], [`budget`], [`cooldown`], [`call`], [`wire`] | writing a driver: the machine, the decoder, clocks, shared budgets and cooldowns, cancellation, decoder limits |
 //!
 //! # Features

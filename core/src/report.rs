@@ -99,6 +99,9 @@ pub enum SeamStrategy {
     LastEventId,
     /// A caller continuation hook (prompt-level).
     Continuation,
+    /// A declared prefill: the delivered text sent back as the final
+    /// assistant message (prompt-level).
+    Prefill,
 }
 
 /// Where a resumed stream joins the delivered prefix.

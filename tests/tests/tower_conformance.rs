@@ -128,6 +128,7 @@ struct Player {
     played: Arc<Vec<Played>>,
     sends: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<String>>>,
+    bodies: Arc<Mutex<Vec<String>>>,
     net: ScriptedConnectivity,
     stop: Arc<Stop>,
     cancel: Cancellation,
@@ -142,7 +143,7 @@ impl Service<Request<ReplayBody>> for Player {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<ReplayBody>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReplayBody>) -> Self::Future {
         let n = self.sends.fetch_add(1, Ordering::SeqCst);
         let mut line = format!("{} {}", req.method(), req.uri().path_and_query().unwrap());
         if let Some(id) = req.headers().get("last-event-id") {
@@ -152,6 +153,16 @@ impl Service<Request<ReplayBody>> for Player {
             line = format!("{line} idempotency-key={}", key.to_str().unwrap());
         }
         self.requests.lock().unwrap().push(line);
+        // A buffered body is ready at once.
+        let mut body = Vec::new();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        while let Poll::Ready(Some(Ok(frame))) = Pin::new(req.body_mut()).poll_frame(&mut cx) {
+            body.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
+        }
+        self.bodies
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(&body).into_owned());
         let p = self.played[n.min(self.played.len() - 1)].clone();
         let (net, stop, cancel) = (
             self.net.clone(),
@@ -289,6 +300,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         if let Some(tokens) = a.context_window {
             alt = alt.context_window(tokens);
         }
+        if let Some(p) = &a.prefill {
+            alt = alt.prefill(p.parse().map_err(|e| format!("{e}"))?);
+        }
         layer = layer.with_alternate(alt);
     }
     if let Some(c) = v.continuation.clone() {
@@ -308,6 +322,7 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         played: Arc::new(played),
         sends: Arc::default(),
         requests: Arc::default(),
+        bodies: Arc::default(),
         net,
         stop: Arc::clone(&stop),
         cancel: cancel.clone(),
@@ -320,6 +335,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     let mut call = RecoveryCall::new().with_cancellation(cancel.clone());
     if let Some(tokens) = v.context_window {
         call = call.with_context_window(tokens);
+    }
+    if let Some(p) = v.own_prefill()? {
+        call = call.with_prefill(p);
     }
     req.extensions_mut().insert(call);
     let mut delivered = Vec::new();
@@ -348,6 +366,7 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
             .iter()
             .map(|r| r.replace(&report.logical_id, "{id}"))
             .collect(),
+        bodies: player.bodies.lock().unwrap().clone(),
         cooldown_left_ms: cooldowns
             .remaining(&key, clock.now())
             .map_or(0, |d| d.as_millis() as u64),

@@ -661,6 +661,8 @@ struct Outgoing {
     method: String,
     header: Option<(&'static str, String)>,
     with_body: bool,
+    /// The body the machine wrote (a prefill continuation).
+    body: Vec<u8>,
 }
 
 /// One logical request.
@@ -947,7 +949,8 @@ impl Machine {
         self.ex.protocol().name().to_owned()
     }
 
-    /// Action 1: 0 the original request, 1 a resume, 2 the continuation;
+    /// Action 1: 0 the original request, 1 a resume, 2 the continuation,
+    /// 3 a prefill continuation (its body: [`Machine::send_body`]);
     /// above the low byte, the alternate it goes to (0: the request's own
     /// endpoint; see [`Machine::retarget`]).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendKind))]
@@ -985,6 +988,16 @@ impl Machine {
             }
             None => String::new(),
         }
+    }
+
+    /// Action 1 of a prefill continuation (kind 3): the body to send, in
+    /// place of the request's (taken: a second call answers nothing).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendBody))]
+    pub fn send_body(&mut self) -> Vec<u8> {
+        self.send
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.body))
+            .unwrap_or_default()
     }
 
     /// Action 1 of a resume: whether the original body goes again (without
@@ -1049,6 +1062,7 @@ impl Machine {
                         method: String::new(),
                         header: None,
                         with_body: true,
+                        body: Vec::new(),
                     },
                     SendKind::Resume(r) => Outgoing {
                         kind: 1,
@@ -1056,6 +1070,7 @@ impl Machine {
                         method: r.method.clone(),
                         header: r.header.clone(),
                         with_body: r.with_body,
+                        body: Vec::new(),
                     },
                     SendKind::Continuation => Outgoing {
                         kind: 2,
@@ -1063,6 +1078,15 @@ impl Machine {
                         method: String::new(),
                         header: None,
                         with_body: true,
+                        body: Vec::new(),
+                    },
+                    SendKind::Prefill(body) => Outgoing {
+                        kind: 3,
+                        url: String::new(),
+                        method: String::new(),
+                        header: None,
+                        with_body: true,
+                        body: body.to_vec(),
                     },
                 });
                 action::SEND

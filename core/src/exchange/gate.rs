@@ -4,6 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use crate::continuation::splice::Splice;
 use crate::observer::{EventEnd, ObserverConfig, StreamObserver};
 use crate::progress::ResumeCursor;
 use crate::protocol::ProtocolKind;
@@ -12,7 +13,8 @@ use crate::wire::{Limits, ProtocolViolation};
 /// Forwards a stream one complete event at a time, dropping events a
 /// resumed server repeats (at or below the resume cursor) and, for a
 /// continuation, the new generation's own preamble (everything before its
-/// first semantic event).
+/// first semantic event), its events then rewritten to run on from the
+/// delivered stream ([`Splice`]).
 #[derive(Debug)]
 pub(crate) struct Gate {
     observer: StreamObserver,
@@ -20,6 +22,7 @@ pub(crate) struct Gate {
     /// Stream offset of `pending`'s first byte.
     offset: u64,
     skip_until_semantic: bool,
+    splice: Option<Box<Splice>>,
 }
 
 impl Gate {
@@ -38,12 +41,15 @@ impl Gate {
             pending: BytesMut::new(),
             offset: 0,
             skip_until_semantic: false,
+            splice: None,
         }
     }
 
-    /// A gate for a continuation's stream: its preamble is dropped.
-    pub(crate) fn splicing(mut self) -> Self {
+    /// A gate for a continuation's stream: its preamble is dropped, the
+    /// rest rewritten by `splice`.
+    pub(crate) fn splicing(mut self, splice: Splice) -> Self {
         self.skip_until_semantic = true;
+        self.splice = Some(Box::new(splice));
         self
     }
 
@@ -67,7 +73,10 @@ impl Gate {
             self.offset = end;
             self.skip_until_semantic &= !semantic;
             if !duplicate && !self.skip_until_semantic && !event.is_empty() {
-                out(event);
+                out(match self.splice.as_mut() {
+                    Some(splice) => splice.rewrite(event),
+                    None => event,
+                });
             }
         }
         Ok(())

@@ -83,7 +83,8 @@ pub use decoded::{Decoded, SelfDecoded};
 #[cfg(doc)]
 use crate::budget::RetryBudget;
 use crate::budget::{AttemptAllowance, BudgetStore};
-use crate::continuation::DeliveredPrefix;
+use crate::continuation::splice::Splice;
+use crate::continuation::{DeliveredPrefix, Prefill, prefill_body};
 use crate::cooldown::CooldownStore;
 use crate::decision::Action;
 use crate::engine::{CooldownStep, Recovery};
@@ -218,6 +219,11 @@ pub enum Send {
     Resume(ResumeRequest),
     /// The continuation the caller's hook returned.
     Continuation,
+    /// A declared prefill continuation of the committed answer on
+    /// [`Exchange::target`]: that target's request (URL, headers) with this
+    /// body, which carries the delivered text as the final assistant
+    /// message ([`crate::continuation::Prefill`]).
+    Prefill(Bytes),
 }
 
 /// What an admission hook is asked about.
@@ -389,8 +395,43 @@ struct Resumption {
     prefix: Option<DeliveredPrefix>,
     /// The hook gave a continuation for the next send.
     continuation_ready: bool,
-    /// The gate for the next attempt's stream: `(after_sequence, splicing)`.
-    next_gate: Option<(Option<u64>, bool)>,
+    /// The targets that continue a prefill, by index (0: the request's
+    /// own), with the body each sends.
+    prefill: Vec<Option<(Prefill, Bytes)>>,
+    /// A prefill continuation is the next send: its body and the splice of
+    /// its stream.
+    prefill_ready: Option<(Bytes, Box<Splice>)>,
+    /// The gate for the next attempt's stream: the sequence it resumes
+    /// after, and the splice of a continuation.
+    next_gate: Option<(Option<u64>, Option<Box<Splice>>)>,
+}
+
+impl Resumption {
+    fn new(native: bool) -> Box<Self> {
+        Box::new(Resumption {
+            native,
+            hook: false,
+            cursor: ResumeCursor::default(),
+            prefix: None,
+            continuation_ready: false,
+            prefill: Vec::new(),
+            prefill_ready: None,
+            next_gate: None,
+        })
+    }
+
+    /// Whether some target continues a prefill.
+    fn prefills(&self) -> bool {
+        self.prefill.iter().any(Option::is_some)
+    }
+
+    /// Declares target `i`'s prefill form and the body it sends.
+    fn declare_prefill(&mut self, i: usize, prefill: Prefill, body: &[u8]) {
+        if self.prefill.len() <= i {
+            self.prefill.resize_with(i + 1, || None);
+        }
+        self.prefill[i] = Some((prefill, Bytes::copy_from_slice(body)));
+    }
 }
 
 /// The machine of one logical request. See the module docs.
@@ -497,16 +538,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         };
         let background = crate::resume::is_background_stream(request.body);
         let native = native_resume(&protocol, false, background);
-        let resumption = native.then(|| {
-            Box::new(Resumption {
-                native,
-                hook: false,
-                cursor: ResumeCursor::default(),
-                prefix: None,
-                continuation_ready: false,
-                next_gate: None,
-            })
-        });
+        let resumption = native.then(|| Resumption::new(native));
         Exchange {
             engine: Recovery::new(policy, allowance, logical_id, now),
             protocol,
@@ -569,10 +601,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let mut labels = vec![crate::failover::PRIMARY.to_owned()];
         let mut windows = vec![None];
         self.targets.push(primary);
-        for t in alternates {
+        for (i, t) in alternates.iter().enumerate() {
             windows.push(t.context_window());
             let url = t.rewrite_url(request.url).into_owned();
             let body = t.rewrite_body(request.body);
+            if let Some(prefill) = t.prefill() {
+                self.resumption_mut().declare_prefill(i + 1, prefill, &body);
+                self.keep_prefix();
+            }
             self.targets.push(TargetFacts {
                 protocol: t.protocol().unwrap_or(protocol).resolve(&url),
                 background: crate::resume::is_background_stream(&body),
@@ -687,35 +723,50 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// can continue is offered to it ([`Io::AskContinuation`]).
     #[must_use]
     pub fn with_continuation_hook(mut self, installed: bool) -> Self {
-        let protocol = self.protocol.clone();
-        let r = self.resumption_mut();
-        r.hook = installed;
-        r.prefix = installed.then(|| DeliveredPrefix::new(protocol));
+        self.resumption_mut().hook = installed;
+        if installed {
+            self.keep_prefix();
+        }
         self.drop_idle_resumption();
         self
     }
 
     fn resumption_mut(&mut self) -> &mut Resumption {
-        self.resumption.get_or_insert_with(|| {
-            Box::new(Resumption {
-                native: false,
-                hook: false,
-                cursor: ResumeCursor::default(),
-                prefix: None,
-                continuation_ready: false,
-                next_gate: None,
-            })
-        })
+        self.resumption
+            .get_or_insert_with(|| Resumption::new(false))
     }
 
     fn drop_idle_resumption(&mut self) {
         if self
             .resumption
             .as_ref()
-            .is_some_and(|r| !r.native && !r.hook)
+            .is_some_and(|r| !r.native && !r.hook && !r.prefills())
         {
             self.resumption = None;
         }
+    }
+
+    /// Keeps what the consumer receives, for a continuation.
+    fn keep_prefix(&mut self) {
+        let protocol = self.protocol.clone();
+        let r = self.resumption_mut();
+        if r.prefix.is_none() {
+            r.prefix = Some(DeliveredPrefix::new(protocol));
+        }
+    }
+
+    /// Declares how the request's own target continues a committed answer
+    /// from a prefill of the delivered text ([`crate::continuation`]);
+    /// `request` is what [`Exchange::new`] was given. Alternates declare
+    /// theirs on their [`crate::failover::Target`].
+    #[must_use]
+    pub fn with_prefill(mut self, request: RequestFacts<'_>, prefill: Option<Prefill>) -> Self {
+        if let Some(prefill) = prefill {
+            self.resumption_mut()
+                .declare_prefill(0, prefill, request.body);
+            self.keep_prefix();
+        }
+        self
     }
 
     /// The protocol the answer is decoded as.
@@ -1000,7 +1051,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             .is_some_and(|a| a.resume);
         if !resumed {
             if let Some(r) = self.resumption.as_mut() {
-                r.next_gate = Some((None, false));
+                r.next_gate = Some((None, None));
             }
             return Some(Io::Send(Send::Original));
         }
@@ -1024,7 +1075,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     ResumePlan::ResponsesBackground { .. } => SeamStrategy::ResponsesBackground,
                     ResumePlan::LastEventId { .. } => SeamStrategy::LastEventId,
                 };
-                r.next_gate = Some((plan.after_sequence(), false));
+                r.next_gate = Some((plan.after_sequence(), None));
                 if let Ok(request) = plan.request(&self.method, &self.url) {
                     self.engine.record_seam(strategy, delivered);
                     Some(Io::Send(Send::Resume(request)))
@@ -1035,10 +1086,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }
             None if r.continuation_ready => {
                 r.continuation_ready = false;
-                r.next_gate = Some((None, true));
+                let facts = r.prefix.as_ref().map(|p| p.seam.clone());
+                let splice = Splice::new(&self.protocol, facts.unwrap_or_default(), "");
+                r.next_gate = Some((None, Some(Box::new(splice))));
                 self.engine
                     .record_seam(SeamStrategy::Continuation, delivered);
                 Some(Io::Send(Send::Continuation))
+            }
+            None if r.prefill_ready.is_some() => {
+                let (body, splice) = r.prefill_ready.take()?;
+                r.next_gate = Some((None, Some(splice)));
+                self.engine.record_seam(SeamStrategy::Prefill, delivered);
+                Some(Io::Send(Send::Prefill(body)))
             }
             None => {
                 self.resume_impossible(env);
@@ -1140,9 +1199,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 form,
             ))),
         });
-        if let Some((after, splicing)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
+        if let Some((after, splice)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
             let gate = Gate::new(&self.protocol, self.limits, after);
-            self.gate = Some(Box::new(if splicing { gate.splicing() } else { gate }));
+            self.gate = Some(Box::new(match splice {
+                Some(splice) => gate.splicing(*splice),
+                None => gate,
+            }));
         }
         self.stage = Stage::Streaming;
         // A streamed answer's first token is due, before commit (a resume
@@ -1164,12 +1226,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let native = native_resume(&protocol, sse, self.background);
         if let Some(r) = self.resumption.as_mut() {
             r.native = native;
-            if r.prefix.is_some() {
+            // What was delivered was read as the protocol it spoke; a
+            // target that speaks another starts its own prefix.
+            if r.prefix.is_some() && protocol != self.protocol {
                 r.prefix = Some(DeliveredPrefix::new(protocol.clone()));
             }
         } else if native {
             self.resumption_mut().native = true;
-            self.resumption_mut().next_gate = Some((None, false));
+            self.resumption_mut().next_gate = Some((None, None));
         }
         self.protocol = protocol;
     }
@@ -1756,15 +1820,56 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             };
             let native = self.plan_after(cursor.as_ref()).is_some();
             let hook = self.resumption.as_ref().is_some_and(|r| r.hook);
-            if !native && hook && self.engine.would_resume(now, &failure, env.online()) {
+            let continued = !native
+                && self.resumption.is_some()
+                && self.engine.would_resume(now, &failure, env.online());
+            if continued && hook {
                 self.stage = Stage::Continuation(Box::new(failure));
                 return;
             }
-            self.engine.set_resume_possible(native);
+            let prefilled = continued && self.prepare_prefill(now, &failure, env.online());
+            self.engine.set_resume_possible(native || prefilled);
         }
         let action = self.engine.fail(now, failure, env.online(), env.jitter());
         self.committed = self.engine.is_committed();
         self.act(env, action);
+    }
+
+    /// A committed answer was cut and would be resumed: when what the
+    /// consumer has is text only and the serving target (or the next one
+    /// speaking the same protocol) declares a prefill, the continuation's
+    /// body is written and the engine told where it goes. `false` when no
+    /// prefill can continue it.
+    fn prepare_prefill(&mut self, now: Instant, failure: &Failure, online: bool) -> bool {
+        let serving = self.engine.target();
+        let protocol = self.protocol.clone();
+        let targets = &self.targets;
+        let Some(r) = self.resumption.as_mut() else {
+            return false;
+        };
+        let Some(prefix) = r.prefix.as_ref().filter(|p| p.is_text_only()) else {
+            return false;
+        };
+        let speaks = |i: usize| targets.get(i).map_or(i == 0, |t| t.protocol == protocol);
+        let found = r
+            .prefill
+            .iter()
+            .enumerate()
+            .skip(serving)
+            .filter(|(i, _)| speaks(*i))
+            .find_map(|(i, p)| {
+                let (prefill, body) = p.as_ref()?;
+                let prefilled = prefill_body(body, &protocol, *prefill, &prefix.text)?;
+                Some((i, prefilled))
+            });
+        let Some((target, prefilled)) = found else {
+            return false;
+        };
+        let splice = Splice::new(&protocol, prefix.seam.clone(), &prefilled.trimmed);
+        r.prefill_ready = Some((Bytes::from(prefilled.body), Box::new(splice)));
+        self.engine
+            .continue_by_prefill(now, failure, online, target);
+        true
     }
 
     /// Folds `cursor` into the request's cursor; the plan it allows.

@@ -250,6 +250,8 @@ pub struct VectorSetup {
     pub alternates: Vec<crate::failover::Target>,
     /// The request's own target's declared context window.
     pub context_window: Option<u64>,
+    /// The request's own target's prefill form.
+    pub prefill: Option<crate::continuation::Prefill>,
 }
 
 impl Script {
@@ -318,6 +320,8 @@ pub struct Run {
     pub delivered: Vec<u8>,
     /// Each send as `METHOD path[ last-event-id=<id>]`.
     pub requests: Vec<String>,
+    /// Each send's body.
+    pub bodies: Vec<String>,
     /// What a vector run's cooldown store held for the request's key at
     /// its end.
     pub cooldown_left: Duration,
@@ -592,6 +596,7 @@ struct Driver {
     waits_seen: usize,
     delivered: Vec<u8>,
     requests: Vec<String>,
+    bodies: Vec<String>,
 }
 
 impl Driver {
@@ -737,18 +742,42 @@ impl Driver {
                 .and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()))
                 .unwrap_or_else(|| url.to_owned())
         };
-        let (method, url) = match &self.script.vector {
+        let (method, url, body) = match &self.script.vector {
             Some(v) => match self.ex.target().checked_sub(1) {
                 Some(i) => (
                     v.request.method.clone(),
                     v.alternates[i].rewrite_url(&v.request.path).into_owned(),
+                    String::from_utf8_lossy(
+                        &v.alternates[i].rewrite_body(v.request.body.as_bytes()),
+                    )
+                    .into_owned(),
                 ),
-                None => (v.request.method.clone(), v.request.path.clone()),
+                None => (
+                    v.request.method.clone(),
+                    v.request.path.clone(),
+                    v.request.body.clone(),
+                ),
             },
-            None => ("POST".to_owned(), "/v1/chat/completions".to_owned()),
+            None => (
+                "POST".to_owned(),
+                "/v1/chat/completions".to_owned(),
+                String::new(),
+            ),
         };
+        self.bodies.push(match &kind {
+            Send::Original => body,
+            Send::Resume(r) if r.with_body => body,
+            Send::Resume(_) => String::new(),
+            Send::Continuation => self
+                .script
+                .vector
+                .as_ref()
+                .and_then(|v| v.continuation.as_ref())
+                .map_or_else(String::new, |c| c.body.clone()),
+            Send::Prefill(b) => String::from_utf8_lossy(b).into_owned(),
+        });
         self.requests.push(match kind {
-            Send::Original => format!("{method} {url}"),
+            Send::Original | Send::Prefill(_) => format!("{method} {url}"),
             Send::Resume(r) => match &r.header {
                 Some((name, value)) => format!("{} {} {name}={value}", r.method, path(&r.url)),
                 None => format!("{} {}", r.method, path(&r.url)),
@@ -957,6 +986,9 @@ pub fn run(script: Script) -> Run {
             )
             .with_context_window(v.context_window);
     }
+    if let Some(v) = &script.vector {
+        ex = ex.with_prefill(request, v.prefill);
+    }
     let mut d = Driver {
         ex,
         chunks,
@@ -974,6 +1006,7 @@ pub fn run(script: Script) -> Run {
         waits_seen: 0,
         delivered: Vec::new(),
         requests: Vec::new(),
+        bodies: Vec::new(),
     };
     for turn in 0.. {
         let io = d.ex.poll(&d.env);
@@ -1033,6 +1066,7 @@ pub fn run(script: Script) -> Run {
         timing: d.env.0.clone(),
         delivered: d.delivered,
         requests: d.requests,
+        bodies: d.bodies,
         cooldown_left: cooldown
             .and_then(|(store, key)| store.remaining(&key, d.env.0.now()))
             .unwrap_or_default(),

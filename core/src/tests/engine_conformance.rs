@@ -56,6 +56,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         cooldown_ms: v.cooldown_ms,
         alternates: v.targets().map_err(|e| format!("{}: {e}", v.name))?,
         context_window: v.context_window,
+        prefill: v.own_prefill().map_err(|e| format!("{}: {e}", v.name))?,
     });
     let run = script.run();
     let mut observed = Observed {
@@ -63,6 +64,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         sends: run.send_count(),
         delivered: run.delivered.clone(),
         requests: run.requests.clone(),
+        bodies: run.bodies.clone(),
         cooldown_left_ms: run.cooldown_left.as_millis() as u64,
         ..Observed::default()
     };

@@ -83,6 +83,17 @@ impl Alternate {
         self
     }
 
+    /// Declares that this alternate continues an assistant message it is
+    /// given, in the form `prefill`: a committed answer cut after text only,
+    /// whose own endpoint declares no prefill, is continued here with the
+    /// delivered text as that message (same protocol only), the
+    /// continuation spliced after it.
+    #[must_use]
+    pub fn prefill(mut self, prefill: recovery_core::continuation::Prefill) -> Self {
+        self.target = self.target.with_prefill(prefill);
+        self
+    }
+
     /// Sends the request's body as `map` rewrites it (an alternate that
     /// speaks another protocol takes the request in its own shape); the
     /// model of [`Alternate::model`] is set after. Called once per request

@@ -428,6 +428,21 @@ where
                     Request::from_parts(head, ReplayBody::full(body))
                 }
             },
+            SendKind::Prefill(body) => {
+                let origin = &self.origin;
+                let mut head = origin.head.clone();
+                if let Some(alt) = alternate {
+                    let url = alt.target.rewrite_url(&origin.url);
+                    if alt.head(&mut head, &url, &origin.url).is_err() {
+                        return self.fail_send(FailureKind::ObserverRejected);
+                    }
+                }
+                if head.headers.contains_key(http::header::CONTENT_LENGTH) {
+                    head.headers
+                        .insert(http::header::CONTENT_LENGTH, body.len().into());
+                }
+                Request::from_parts(head, ReplayBody::full(body))
+            }
             SendKind::Resume(resume) => {
                 let origin = &self.origin;
                 let mut head = origin.head.clone();

@@ -201,6 +201,7 @@ where
             .with_alternates(request, &protocol, own)
             .with_context_window(call.context_window());
     }
+    ex = ex.with_prefill(request, call.prefill());
     if let Some(reason) = replay {
         ex = ex.without_replay(reason);
     }

@@ -1,12 +1,12 @@
-//! The delivered prefix as structured data, for caller continuation hooks.
+//! What the consumer already has, rebuilt from the delivered events.
 //!
-//! When no provider-native resume exists, a caller may continue a broken
-//! answer at the prompt level (an Anthropic assistant prefill, a "continue"
-//! turn). The hook needs what the consumer already has: the text, the
-//! reasoning and the tool-call fragments delivered so far. This module
-//! rebuilds them from the delivered events with the crate's own JSON
-//! reader (no `serde_json`, so the wasm package has it too): it runs only
-//! when a hook is installed, off the fast path.
+//! A continuation (the caller's hook, or a declared prefill) needs the
+//! text, the reasoning and the tool-call fragments delivered so far, and a
+//! splice needs the few facts that let the next generation run on without
+//! a gap: the stream's chunk id, the last content block's index, the usage
+//! already reported. They are read with the crate's own JSON reader (no
+//! `serde_json`, so the wasm package has it too), only when a continuation
+//! is possible, off the fast path.
 //!
 //! The prefix holds response text, so its `Debug` shows sizes only.
 
@@ -30,6 +30,21 @@ pub struct DeliveredPrefix {
     pub tool_fragments: Vec<String>,
     /// A field hit [`MAX_PREFIX`]; the prefix is incomplete.
     pub truncated: bool,
+    /// What a splice needs to run the next generation on.
+    pub(crate) seam: SeamFacts,
+}
+
+/// What a continuation's stream is rewritten with so that it runs on from
+/// the delivered one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SeamFacts {
+    /// The chunk id the delivered stream carries (OpenAI Chat `id`).
+    pub(crate) chunk_id: Option<String>,
+    /// The index of the last content block delivered (Anthropic).
+    pub(crate) block_index: Option<u64>,
+    /// Output tokens the delivered stream already reported (Anthropic's
+    /// `message_start` / `message_delta` usage).
+    pub(crate) output_tokens: Option<u64>,
 }
 
 impl fmt::Debug for DeliveredPrefix {
@@ -60,7 +75,19 @@ impl DeliveredPrefix {
             reasoning: String::new(),
             tool_fragments: Vec::new(),
             truncated: false,
+            seam: SeamFacts::default(),
         }
+    }
+
+    /// Whether only text was delivered (no reasoning, no tool-call
+    /// fragment), all of it kept: what a prefill may continue. Reasoning
+    /// and tool calls are never continued: a model cannot be handed half
+    /// of them back.
+    pub fn is_text_only(&self) -> bool {
+        !self.text.is_empty()
+            && self.reasoning.is_empty()
+            && self.tool_fragments.is_empty()
+            && !self.truncated
     }
 
     /// Takes delivered bytes: whole events (SSE events, NDJSON lines), as
@@ -121,6 +148,9 @@ impl DeliveredPrefix {
         match self.kind {
             #[cfg(feature = "openai-chat")]
             ProtocolKind::OpenAiChat => {
+                if self.seam.chunk_id.is_none() {
+                    self.seam.chunk_id = s(v.get("id"));
+                }
                 for choice in items(v.get("choices")) {
                     let Some(d) = choice.get("delta") else {
                         continue;
@@ -138,6 +168,20 @@ impl DeliveredPrefix {
             #[cfg(feature = "anthropic")]
             ProtocolKind::Anthropic => {
                 let kind = s(v.get("type"));
+                if let Some(i) = v.get("index").and_then(JsonView::as_u64) {
+                    self.seam.block_index = Some(i);
+                }
+                let usage = match kind.as_deref() {
+                    Some("message_start") => v.get("message").and_then(|m| m.get("usage")),
+                    Some("message_delta") => v.get("usage"),
+                    _ => None,
+                };
+                if let Some(n) = usage
+                    .and_then(|u| u.get("output_tokens"))
+                    .and_then(JsonView::as_u64)
+                {
+                    self.seam.output_tokens = Some(n);
+                }
                 match kind.as_deref() {
                     Some("content_block_delta") => {
                         let d = v.get("delta");
