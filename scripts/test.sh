@@ -62,6 +62,9 @@ bash scripts/cli-install-check.sh
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 
+step "Python package recovery-llm (the wheel from maturin, every conformance vector, openai/anthropic/httpx in-process)"
+bash scripts/test-python.sh
+
 step "wasm package (Node, Chromium page + worker, workerd, real SDKs, types)"
 bash scripts/setup-wasm.sh
 bash scripts/test-wasm.sh

@@ -1,0 +1,161 @@
+"""The options every recovering transport takes, documented once."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+from ._shell import DEFAULT, Platform
+
+__all__ = ["Configured"]
+
+Event = Mapping[str, Any]
+Millis = Union[int, float]
+
+
+class Configured:
+    """A recovering transport: every request sent through it is one logical
+    request run by the Recovery engine (a replay before the first token, a
+    resume or a typed error after it, never a silent short answer).
+
+    ``transport`` is the transport requests are sent through (by default a
+    new ``HTTPTransport()`` / ``AsyncHTTPTransport()``). Turn the SDK's own
+    retries off (``max_retries=0``): this transport retries, within its
+    policy.
+
+    Policy (the names and meanings of the gateway's ``[policy]`` and the npm
+    package's options; an option left out keeps the engine's default;
+    durations in milliseconds; ``None`` turns a timeout or a bound off, 0 is
+    refused with ``ValueError``):
+    ``max_attempts`` (3, the first send included), ``backoff_base_ms`` (500),
+    ``backoff_ceiling_ms`` (8000), ``budget_ms`` (60000, from the first
+    failure), ``deadline_ms`` (none, from the start), ``retry_after_ceiling_ms``
+    (60000; a ``Retry-After`` above it is refused, never shortened, unless
+    ``over_ceiling="backoff"``), ``retryable_statuses`` (408, 429, 500, 502,
+    503, 504, 529), ``retryable_categories``, ``endpoint`` (``"remote"``, or
+    ``"local"``: an ambiguous resend then needs ``admission``),
+    ``max_resumes`` (1), ``head_timeout_ms`` (300000), ``idle_timeout_ms``
+    (300000), ``progress_timeout_ms`` (600000), ``first_token_timeout_ms``
+    (none), ``retry_protocol_violations`` (False), ``idempotency_key``
+    (False), ``attempts_per_target`` (1), ``replay_body_cap``,
+    ``holdback_cap``, ``evidence_cap`` (bytes).
+
+    What the requests of this transport share: ``retry_budget`` (the default
+    budget, 20 % of requests plus 1 retry/s over 10 s; ``None`` for none, or
+    ``{"ttl_ms", "min_retries_per_sec", "percent"}``) and ``cooldowns``
+    (True: a ``Retry-After`` one request learns holds the others bound for
+    the same origin and model; ``cooldown_key(url, body_text)`` names the key
+    yourself).
+
+    ``protocol``: ``"auto"`` (guessed from the URL), ``"openai-chat"``,
+    ``"openai-responses"``, ``"anthropic"``, ``"gemini"``, ``"ollama"`` or
+    ``"sse"`` (with ``sse_terminal={"data": "[DONE]"}`` or ``{"event":
+    "end"}``). ``resumable_sse``: the endpoint resumes an SSE stream from
+    ``Last-Event-ID``. ``alternates``: where a request may go instead
+    before its first token, in order: dicts (or objects) with ``label``,
+    ``url`` (absolute, or a path on the request's origin), ``model``,
+    ``protocol``, ``context_window``, ``headers`` and ``body`` (str, bytes,
+    or a callable of the request's body text); ``context_window`` the
+    request's own declared window, in tokens.
+
+    Callbacks: ``on_event(event)`` gets each lifecycle event as a dict (the
+    documented JSON form: ``event``, ``logical_id``, ``attempt_id``,
+    ``wire_attempt``, ``at_ms`` and the event's fields); ``on_status(status)``
+    each change of the request's status (``"in_progress"``,
+    ``"reconnecting"``, ``"completed"``, ``"failed"``, ``"cancelled"``, ...);
+    ``admission(context)`` answers ``"allow"``/``"reject"`` (or True/False,
+    or an awaitable of them, async only) for an ambiguous resend;
+    ``continuation({"delivered": prefix, "request": request})`` returns a
+    request (an httpx ``Request`` or ``{"url", "method", "headers",
+    "body"}``) that continues a committed answer no native resume can, or
+    None. A callback that raises changes nothing.
+
+    After the first byte reaches the caller, a failure surfaces from the
+    response stream as ``RecoveryError`` (a ``ReadError``: each SDK raises
+    its own connection error from it), with ``.outcome`` and ``.report``;
+    before it, the caller gets a normal response, the provider's final
+    error response as it came, or ``RecoveryError``. Each response's
+    ``extensions["recovery_report"]`` is its report (a live mapping);
+    ``transport.last_report`` the last request's.
+    """
+
+    def __init__(
+        self,
+        transport: Any = None,
+        *,
+        max_attempts: int = DEFAULT,
+        backoff_base_ms: Millis = DEFAULT,
+        backoff_ceiling_ms: Millis = DEFAULT,
+        budget_ms: Optional[Millis] = DEFAULT,
+        deadline_ms: Optional[Millis] = DEFAULT,
+        retry_after_ceiling_ms: Millis = DEFAULT,
+        over_ceiling: str = DEFAULT,
+        retryable_statuses: Iterable[int] = DEFAULT,
+        retryable_categories: Iterable[str] = DEFAULT,
+        endpoint: str = DEFAULT,
+        max_resumes: int = DEFAULT,
+        head_timeout_ms: Optional[Millis] = DEFAULT,
+        idle_timeout_ms: Optional[Millis] = DEFAULT,
+        progress_timeout_ms: Optional[Millis] = DEFAULT,
+        first_token_timeout_ms: Optional[Millis] = DEFAULT,
+        retry_protocol_violations: bool = DEFAULT,
+        idempotency_key: bool = DEFAULT,
+        attempts_per_target: int = DEFAULT,
+        replay_body_cap: int = DEFAULT,
+        holdback_cap: int = DEFAULT,
+        evidence_cap: int = DEFAULT,
+        retry_budget: Union[None, bool, Mapping[str, Any]] = DEFAULT,
+        cooldowns: bool = DEFAULT,
+        protocol: str = "auto",
+        sse_terminal: Optional[Mapping[str, str]] = DEFAULT,
+        resumable_sse: bool = False,
+        alternates: Optional[Sequence[Any]] = None,
+        context_window: Optional[int] = DEFAULT,
+        on_event: Optional[Callable[[Event], Any]] = None,
+        on_status: Optional[Callable[[str], Any]] = None,
+        admission: Optional[Callable[[Event], Any]] = None,
+        continuation: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+        cooldown_key: Optional[Callable[[str, str], str]] = None,
+        _platform: Optional[Platform] = None,
+    ) -> None:
+        values = {
+            "max_attempts": max_attempts,
+            "backoff_base_ms": backoff_base_ms,
+            "backoff_ceiling_ms": backoff_ceiling_ms,
+            "budget_ms": budget_ms,
+            "deadline_ms": deadline_ms,
+            "retry_after_ceiling_ms": retry_after_ceiling_ms,
+            "over_ceiling": over_ceiling,
+            "retryable_statuses": retryable_statuses,
+            "retryable_categories": retryable_categories,
+            "endpoint": endpoint,
+            "max_resumes": max_resumes,
+            "head_timeout_ms": head_timeout_ms,
+            "idle_timeout_ms": idle_timeout_ms,
+            "progress_timeout_ms": progress_timeout_ms,
+            "first_token_timeout_ms": first_token_timeout_ms,
+            "retry_protocol_violations": retry_protocol_violations,
+            "idempotency_key": idempotency_key,
+            "attempts_per_target": attempts_per_target,
+            "replay_body_cap": replay_body_cap,
+            "holdback_cap": holdback_cap,
+            "evidence_cap": evidence_cap,
+            "retry_budget": retry_budget,
+            "cooldowns": cooldowns,
+            "protocol": protocol,
+            "sse_terminal": sse_terminal,
+            "resumable_sse": resumable_sse,
+            "context_window": context_window,
+        }
+        hooks = {
+            "on_event": on_event,
+            "on_status": on_status,
+            "admission": admission,
+            "continuation": continuation,
+            "cooldown_key": cooldown_key,
+        }
+        self._setup(transport, values, hooks, alternates, _platform)  # type: ignore[attr-defined]
+
+    @property
+    def policy(self) -> Mapping[str, Any]:
+        """The policy in force: every knob's value (ms; None when off)."""
+        return self._options.client.policy()  # type: ignore[attr-defined]

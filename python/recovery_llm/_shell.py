@@ -1,0 +1,1141 @@
+"""The Python shell of recovery_llm: everything that touches the platform.
+
+The Rust module (``recovery_llm._machine``, one ``Machine`` per logical
+request) decides every step from plain values; this shell does what it
+answers with an inner httpx2 (or httpx) transport, its byte streams, the
+clock and the caller's callbacks, and tells the machine what happened. It
+decides nothing: whatever it decided on its own would be a defect.
+
+The same code serves httpx2 and legacy httpx: each public transport class
+names its ``_http`` module.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import ssl
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, AsyncIterator, Callable, Optional
+
+import anyio
+
+from . import _machine as M
+
+SEND = M.SEND
+AWAIT_HEAD = M.AWAIT_HEAD
+READ = M.READ
+RELEASE = M.RELEASE
+RESPOND = M.RESPOND
+RESPOND_ERROR = M.RESPOND_ERROR
+DELIVER = M.DELIVER
+SLEEP = M.SLEEP
+WAIT_ONLINE = M.WAIT_ONLINE
+ASK_ADMISSION = M.ASK_ADMISSION
+AWAIT_ADMISSION = M.AWAIT_ADMISSION
+ASK_CONTINUATION = M.ASK_CONTINUATION
+END_OK = M.END_OK
+END_ERR = M.END_ERR
+DELIVER_THIS = M.DELIVER_THIS
+EVENTS = M.EVENTS
+DEADLINE = M.DEADLINE
+FLAGS = EVENTS | DEADLINE
+
+# Headers that describe a request body, dropped with it on a resume.
+BODY_HEADERS = ("content-type", "content-length", "transfer-encoding")
+# How long a wait for connectivity sleeps before it looks again.
+ONLINE_POLL_S = 1.0
+
+
+class _Default:
+    """The value of an option left out: the policy's default."""
+
+    def __repr__(self) -> str:
+        return "default"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+DEFAULT: Any = _Default()
+
+# The policy knobs, by their names in the gateway's [policy] and the
+# conformance vectors (the npm options in snake_case).
+POLICY_KNOBS = (
+    "max_attempts",
+    "backoff_base_ms",
+    "backoff_ceiling_ms",
+    "budget_ms",
+    "deadline_ms",
+    "retry_after_ceiling_ms",
+    "over_ceiling",
+    "retryable_statuses",
+    "retryable_categories",
+    "endpoint",
+    "max_resumes",
+    "head_timeout_ms",
+    "idle_timeout_ms",
+    "progress_timeout_ms",
+    "first_token_timeout_ms",
+    "retry_protocol_violations",
+    "idempotency_key",
+    "attempts_per_target",
+    "replay_body_cap",
+    "holdback_cap",
+    "evidence_cap",
+    "retry_budget",
+    "cooldowns",
+    "context_window",
+    "sse_terminal",
+    "resumable_sse",
+    "protocol",
+)
+
+
+class RecoveryErrorMixin:
+    """What a recovery failure carries, whatever httpx it is raised through.
+
+    ``outcome`` and ``report`` are the typed outcome and the report as dicts
+    (the documented JSON forms of the Rust types); ``committed`` says whether
+    a response had reached the caller.
+    """
+
+    outcome: Optional[dict]
+    report: dict
+    committed: bool
+
+    def _fill(self, outcome: Optional[dict], report: dict, committed: bool) -> None:
+        self.outcome = outcome
+        self.report = report
+        self.committed = committed
+
+
+class Platform:
+    """The clocks, ids and connectivity the shell gives the machine.
+
+    Tests replace it (a virtual clock); ``now`` is the clock that sleeps and
+    timeouts use: ``time.monotonic`` for the sync transports, the event
+    loop's clock for the async ones.
+    """
+
+    jitter: Optional[float] = None
+
+    def __init__(self, asynchronous: bool) -> None:
+        self.now: Callable[[], float] = anyio.current_time if asynchronous else time.monotonic
+
+    def wall(self) -> float:
+        return time.time()
+
+    def id(self) -> int:
+        return random.getrandbits(64)
+
+    def online(self) -> bool:
+        return True
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class ReportView(Mapping):
+    """The report of one request as it stands now (a read-only mapping;
+    ``dict(view)`` copies it)."""
+
+    def __init__(self, machine: Any) -> None:
+        self._m = machine
+
+    def _get(self) -> dict:
+        return self._m.report()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return f"ReportView({self._get()!r})"
+
+
+def _cause_kind(exc: BaseException) -> str:
+    """The transport kind an exception's cause chain shows."""
+    seen = 0
+    e: Optional[BaseException] = exc
+    while e is not None and seen < 8:
+        if isinstance(e, socket.gaierror):
+            return "dns"
+        if isinstance(e, ConnectionRefusedError):
+            return "refused"
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return "tls"
+        if isinstance(e, (ConnectionResetError, BrokenPipeError)):
+            return "reset"
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return ""
+
+
+def evidence(http: Any, exc: BaseException, streaming: bool) -> "tuple[str, str]":
+    """Maps an exception of the inner transport to the failure evidence the
+    machine takes: a transport kind and a phase. An inner transport that
+    knows better says so on the exception (``recovery_evidence = (kind,
+    phase)``)."""
+    given = getattr(exc, "recovery_evidence", None)
+    if isinstance(given, tuple) and len(given) == 2:
+        return given
+    kind = _cause_kind(exc)
+    if streaming:
+        if isinstance(exc, http.RemoteProtocolError):
+            return kind or "closed", "streaming"
+        return kind or ("reset" if isinstance(exc, http.ReadError) else "other"), "streaming"
+    if isinstance(exc, (http.ConnectError, http.ConnectTimeout)):
+        return kind or "other", "connecting"
+    if isinstance(exc, (http.WriteError, http.WriteTimeout)):
+        return kind or "other", "sending"
+    if isinstance(exc, http.RemoteProtocolError):
+        return kind or "closed", "awaiting_headers"
+    if isinstance(exc, (http.ReadError, http.ReadTimeout)):
+        return kind or "reset", "awaiting_headers"
+    return kind or "other", "unknown"
+
+
+class Options:
+    """A transport's options, checked once; what its requests share."""
+
+    def __init__(self, http: Any, given: dict, hooks: dict, alternates: Any, platform: Platform) -> None:
+        alts = []
+        self.alternate_headers: list = []
+        self.alternate_bodies: list = []
+        for i, a in enumerate(alternates or ()):
+            if not isinstance(a, Mapping):
+                a = {k: getattr(a, k) for k in ("label", "url", "model", "protocol", "context_window", "headers", "body") if hasattr(a, k)}
+            unknown = set(a) - {"label", "url", "model", "protocol", "context_window", "headers", "body"}
+            if unknown:
+                raise TypeError(f"unknown recovery option `alternates[{i}].{sorted(unknown)[0]}`")
+            alts.append({k: a.get(k) for k in ("label", "url", "model", "protocol", "context_window")})
+            self.alternate_headers.append(list(http.Headers(a.get("headers") or {}).multi_items()))
+            body = a.get("body")
+            if body is not None and not (isinstance(body, (str, bytes)) or callable(body)):
+                raise TypeError(f"invalid recovery option `alternates[{i}].body`: expected str, bytes or a callable")
+            self.alternate_bodies.append(body)
+        for name, hook in hooks.items():
+            if hook is not None and not callable(hook):
+                raise TypeError(f"invalid recovery option `{name}`: expected a callable")
+        self.client = M.Client(given, alts, platform.jitter)
+        self.hooks = hooks
+        self.platform = platform
+        self.http = http
+
+    def bodies(self, body: Optional[bytes]) -> Optional[list]:
+        if not self.alternate_bodies:
+            return None
+        out = []
+        for own in self.alternate_bodies:
+            if callable(own):
+                own = own((body or b"").decode("utf-8", "replace"))
+            if isinstance(own, str):
+                own = own.encode()
+            if own is not None and not isinstance(own, bytes):
+                raise TypeError("an alternate's body callable must return str or bytes")
+            out.append(own)
+        return out
+
+
+def given_options(values: dict) -> dict:
+    """The options the caller gave (every other one keeps its default)."""
+    return {k: v for k, v in values.items() if v is not DEFAULT}
+
+
+def read_timeouts(original: Any, head_left: Optional[float]) -> dict:
+    """The inner request's timeouts: the caller's connect, write and pool
+    timeouts, none longer than the machine's head deadline; reads bounded by
+    the shell."""
+    t = dict(original or {})
+    for name in ("connect", "write", "pool"):
+        v = t.get(name)
+        if head_left is not None:
+            v = head_left if v is None else min(v, head_left)
+        t[name] = v
+    t["read"] = head_left
+    return t
+
+
+class Exchange:
+    """One logical request: its machine, what it sends and what it holds.
+    The I/O is the subclasses' (sync or async)."""
+
+    def __init__(self, options: Options, request: Any, body: Optional[bytes]) -> None:
+        self.o = options
+        self.http = options.http
+        self.p = options.platform
+        self.request = request
+        self.url = str(request.url)
+        self.method = request.method
+        self.headers = [(k, v) for k, v in request.headers.multi_items()]
+        self.body = body
+        self.extensions = dict(request.extensions)
+        hooks = options.hooks
+        key = None
+        if hooks.get("cooldown_key"):
+            key = hooks["cooldown_key"](self.url, (body or b"").decode("utf-8", "replace"))
+            if not isinstance(key, str) or not key:
+                raise TypeError("cooldown_key must return a non-empty str")
+        self.m = options.client.start(
+            self.method,
+            self.url,
+            body,
+            self.p.now(),
+            self.p.wall(),
+            self.p.id(),
+            admission=hooks.get("admission") is not None,
+            continuation=hooks.get("continuation") is not None,
+            bodies=options.bodies(body),
+            key=key,
+        )
+        self.on_event = hooks.get("on_event")
+        self.on_status = hooks.get("on_status")
+        self.action = 0
+        self.deadline: Optional[float] = None
+        self.inner: Any = None  # the attempt's response
+        self.it: Any = None  # its byte iterator
+        self.sent: Any = None  # the request of the send in flight
+        self.head: Any = None
+        self.continuation_request: Any = None
+        self.cause: Optional[BaseException] = None
+        self.ended = False
+        self.cancelled = False
+        self.report = ReportView(self.m)
+
+    # -- machine plumbing -------------------------------------------------
+
+    def take(self, code: int) -> int:
+        if code & EVENTS:
+            self.flush()
+        if code & DEADLINE:
+            self.deadline = self.m.deadline()
+        self.action = code & 0xFF
+        return code
+
+    def flush(self) -> None:
+        for event, status in self.m.events():
+            if self.on_event is not None:
+                try:
+                    self.on_event(event)
+                except Exception:  # a throwing callback changes nothing
+                    pass
+            if status is not None and self.on_status is not None:
+                try:
+                    self.on_status(status)
+                except Exception:
+                    pass
+
+    def failure(self, error_class: Any) -> BaseException:
+        """The typed error of a request that failed."""
+        m = self.m
+        text = m.error_text() or "recovery failed"
+        e = error_class(text, request=self.request)
+        e._fill(m.outcome(), m.report(), m.committed())
+        if self.cause is not None:
+            e.__cause__ = self.cause
+        return e
+
+    # -- what a send carries ----------------------------------------------
+
+    def outgoing(self) -> Any:
+        """The request the machine asked for, or None when it cannot be
+        made (the machine is told)."""
+        kind, target, url, method, header, with_body = self.m.send_info()
+        spec_url, spec_headers, spec_body = self.url, self.headers, self.body
+        if target > 0:
+            names = [n for n, _ in self.headers]
+            out = self.m.retarget(self.url, self.body or b"", names)
+            if out is not None:
+                spec_url, left, new_body = out
+                own = self.o.alternate_headers[target - 1]
+                own_names = {n for n, _ in own}
+                dropped = set(left) | own_names
+                spec_headers = [(n, v) for n, v in self.headers if n not in dropped] + own
+                spec_headers = [(n, v) for n, v in spec_headers if n != "content-length"]
+                spec_body = None if self.body is None else bytes(new_body)
+        if kind == 1:
+            hname = header[0] if header else None
+            headers = [
+                (n, v)
+                for n, v in spec_headers
+                if n != hname and (with_body or n not in BODY_HEADERS)
+            ]
+            if header:
+                headers.append(header)
+            spec = (url, method, headers, spec_body if with_body else None)
+        elif kind == 2:
+            c = self.continuation_request
+            self.continuation_request = None
+            if c is None:
+                return None
+            c_body = c.content if c.method not in ("GET", "HEAD") else None
+            spec = (str(c.url), c.method, list(c.headers.multi_items()), c_body)
+        elif kind == 0:
+            spec = (spec_url, self.method, spec_headers, spec_body)
+        else:
+            return None
+        url, method, headers, body = spec
+        headers = [(n, v) for n, v in headers if n not in ("accept-encoding",)]
+        # The machine reads the body's bytes: none compressed.
+        headers.append(("accept-encoding", "identity"))
+        has_key = any(n == "idempotency-key" for n, _ in headers)
+        key = self.m.idempotency_key(has_key)
+        if key:
+            headers.append(("idempotency-key", key))
+        if body is not None:
+            headers = [(n, v) for n, v in headers if n not in ("content-length", "transfer-encoding")]
+        ext = {k: v for k, v in self.extensions.items() if k != "timeout"}
+        d = self.deadline
+        head_left = None if d is None else max(d - self.p.now(), 0.001)
+        ext["timeout"] = read_timeouts(self.extensions.get("timeout"), head_left)
+        return self.http.Request(method, url, headers=headers, content=body, extensions=ext)
+
+    def head_pairs(self, response: Any) -> list:
+        return list(response.headers.multi_items())
+
+    def response_extensions(self, head: Any) -> dict:
+        ext = {k: v for k, v in head.extensions.items() if k != "network_stream"}
+        ext["recovery_report"] = self.report
+        ext["recovery"] = self
+        return ext
+
+    @property
+    def outcome(self) -> Optional[dict]:
+        """The outcome once the request ended (a dict), else None."""
+        return self.m.outcome()
+
+    @property
+    def protocol(self) -> str:
+        """The protocol the answer is decoded as."""
+        return self.m.protocol()
+
+
+# ----------------------------------------------------------------- sync
+
+
+class SyncExchange(Exchange):
+    """The I/O of one request for a sync transport."""
+
+    def __init__(self, options: Options, request: Any, body: Optional[bytes], inner: Any, error_class: Any) -> None:
+        super().__init__(options, request, body)
+        self.transport = inner
+        self.error_class = error_class
+
+    def release(self) -> None:
+        inner, self.inner, self.it = self.inner, None, None
+        self.sent = None
+        if inner is not None:
+            try:
+                inner.close()
+            except Exception:
+                pass
+
+    def cancel(self) -> None:
+        """The consumer closed the body (or the caller gave up)."""
+        if self.ended or self.cancelled:
+            self.release()
+            return
+        self.cancelled = True
+        self.take(self.m.on_cancel(self.p.now()))
+        self.release()
+        while self.action in (RELEASE, DELIVER):
+            self.take(self.m.poll(self.p.now()))
+        self.ended = True
+
+    def send(self) -> None:
+        self.release()
+        self.head = None
+        req = self.outgoing()
+        if req is None:
+            self.take(self.m.on_error(self.p.now(), "other", "sending"))
+            return
+        self.sent = req
+        self.take(self.m.on_sent(self.p.now()))
+
+    def await_head(self) -> None:
+        req, self.sent = self.sent, None
+        if req is None:
+            self.take(self.m.on_error(self.p.now(), "other", "unknown"))
+            return
+        try:
+            response = self.transport.handle_request(req)
+        except self.http.TimeoutException as e:
+            self.cause = e
+            self.timed_out(False, e)
+            return
+        except Exception as e:
+            self.cause = e
+            kind, phase = evidence(self.http, e, False)
+            self.take(self.m.on_error(self.p.now(), kind, phase))
+            return
+        self.inner = response
+        self.head = response
+        code = self.m.on_head(self.p.now(), response.status_code, self.head_pairs(response))
+        # Reads of the body are bounded by the machine's quiet window: the
+        # connection is only given up when a stall is certain.
+        timeouts = req.extensions.get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = self.m.read_slack(True)
+        self.it = iter(response.stream)
+        self.take(code)
+
+    def timed_out(self, streaming: bool, e: BaseException) -> None:
+        """A read or the head timed out: the connection is gone. The machine
+        judges its timers when they are due; a wait with nothing due left is
+        the failure the exception shows."""
+        if streaming:
+            self.it = None
+        d = self.deadline
+        now = self.p.now()
+        if d is not None and d <= now:
+            self.take(self.m.on_timeout(d))
+        self.take(self.m.on_timeout(self.p.now()))
+        while self.action in (READ, AWAIT_HEAD) and not self.ended:
+            d = self.deadline
+            if d is None:
+                kind, phase = evidence(self.http, e, streaming)
+                self.take(self.m.on_error(self.p.now(), kind, phase))
+                return
+            left = d - self.p.now()
+            if left > 0:
+                self.p.sleep(left)
+            self.take(self.m.on_timeout(self.p.now()))
+
+    def read(self) -> Optional[bytes]:
+        it = self.it
+        if it is None:
+            self.take(self.m.on_end(self.p.now()))
+            return None
+        try:
+            chunk = next(it)
+        except StopIteration:
+            self.it = None
+            self.take(self.m.on_end(self.p.now()))
+            return None
+        except self.http.TimeoutException as e:
+            self.cause = e
+            self.timed_out(True, e)
+            return None
+        except Exception as e:
+            self.cause = e
+            self.it = None
+            kind, phase = evidence(self.http, e, True)
+            self.take(self.m.on_error(self.p.now(), kind, phase))
+            return None
+        now = self.p.now()
+        code = self.m.on_chunk(now, chunk)
+        if code & FLAGS:
+            self.take(code)
+        else:
+            self.action = code & 0xFF
+        d = self.deadline
+        if d is not None and now >= d:
+            self.take(self.m.on_timeout(now))
+        return chunk if code & DELIVER_THIS else None
+
+    def next(self) -> Any:
+        """Runs the machine until it has something for the caller: the
+        response (``("respond", head)``), the final error response
+        (``("error", head)``), a chunk (bytes), ``None`` at the end, or a
+        raised error."""
+        while True:
+            a = self.action
+            if a == READ:
+                if self.ended:
+                    return None
+                chunk = self.read()
+                if chunk is not None:
+                    return chunk
+            elif a == 0:
+                self.take(self.m.poll(self.p.now()))
+            elif a == SEND:
+                self.send()
+            elif a == AWAIT_HEAD:
+                self.await_head()
+            elif a == RELEASE:
+                self.release()
+                self.take(self.m.poll(self.p.now()))
+            elif a == RESPOND:
+                head, self.head = self.head, None
+                self.take(self.m.poll(self.p.now()))
+                if head is None:
+                    raise self.end_failure()
+                return ("respond", head)
+            elif a == RESPOND_ERROR:
+                head, self.head = self.head, None
+                self.ended = True
+                if head is None:
+                    raise self.end_failure()
+                return ("error", head)
+            elif a == DELIVER:
+                chunk = self.m.deliver()
+                self.take(self.m.poll(self.p.now()))
+                if chunk:
+                    return chunk
+            elif a in (SLEEP, AWAIT_ADMISSION):
+                d = self.deadline
+                if d is not None:
+                    left = d - self.p.now()
+                    if left > 0:
+                        self.p.sleep(left)
+                    self.take(self.m.on_timeout(self.p.now()))
+                else:
+                    self.take(self.m.poll(self.p.now()))
+            elif a == WAIT_ONLINE:
+                self.wait_online()
+            elif a == ASK_ADMISSION:
+                self.ask_admission()
+            elif a == ASK_CONTINUATION:
+                self.ask_continuation()
+            elif a == END_OK:
+                self.ended = True
+                self.release()
+                return None
+            else:
+                raise self.end_failure()
+
+    def end_failure(self) -> BaseException:
+        self.ended = True
+        self.release()
+        return self.failure(self.error_class)
+
+    def wait_online(self) -> None:
+        d = self.deadline
+        left = ONLINE_POLL_S if d is None else min(ONLINE_POLL_S, d - self.p.now())
+        if left > 0:
+            self.p.sleep(left)
+        if self.p.online():
+            self.take(self.m.on_online(self.p.now()))
+        elif d is not None and self.p.now() >= d:
+            self.take(self.m.on_timeout(self.p.now()))
+
+    def ask_admission(self) -> None:
+        context = self.m.admission_request()
+        try:
+            value = self.o.hooks["admission"](context)
+        except Exception:
+            value = None
+        self.take(self.m.on_admission(self.p.now(), admission_answer(value)))
+
+    def ask_continuation(self) -> None:
+        prefix = self.m.prefix()
+        hook = self.o.hooks.get("continuation")
+        given = None
+        if hook is not None:
+            given = hook({"delivered": prefix, "request": self.copy_request()})
+        self.continuation_request = self.as_request(given)
+        self.take(self.m.on_continuation(self.p.now(), self.continuation_request is not None))
+
+    def copy_request(self) -> Any:
+        return self.http.Request(self.method, self.url, headers=self.headers, content=self.body)
+
+    def as_request(self, given: Any) -> Any:
+        if given is None:
+            return None
+        if isinstance(given, self.http.Request):
+            given.read()
+            return given
+        if isinstance(given, Mapping):
+            return self.http.Request(
+                given.get("method", "POST"),
+                given["url"],
+                headers=given.get("headers"),
+                content=given.get("body"),
+            )
+        raise TypeError("the continuation hook returns a Request, a dict or None")
+
+
+def admission_answer(value: Any) -> str:
+    if value is True or value == "allow":
+        return "allow"
+    if value is False or value == "reject":
+        return "reject"
+    return "unresolved"
+
+
+class SyncBody:
+    """The stitched body of a committed response."""
+
+    def __init__(self, ex: SyncExchange) -> None:
+        self.ex = ex
+
+    def __iter__(self) -> Iterator[bytes]:
+        ex = self.ex
+        try:
+            while True:
+                chunk = ex.next()
+                if chunk is None:
+                    return
+                if isinstance(chunk, tuple):
+                    continue
+                yield chunk
+        finally:
+            if not ex.ended:
+                ex.cancel()
+
+    def close(self) -> None:
+        self.ex.cancel()
+
+
+class SyncErrorBody:
+    """The body of the final error response: what the machine held, then the
+    rest as the server sends it."""
+
+    def __init__(self, held: list, inner: Any, it: Any) -> None:
+        self.held = held
+        self.inner = inner
+        self.it = it
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.held
+        if self.it is not None:
+            yield from self.it
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+class SyncShell:
+    """The body of ``RecoveringTransport`` (httpx2 and httpx)."""
+
+    _http: Any
+    _error: Any
+
+    def _setup(self, transport: Any, values: dict, hooks: dict, alternates: Any, platform: Optional[Platform]) -> None:
+        self._transport = transport if transport is not None else self._http.HTTPTransport()
+        self._options = Options(self._http, given_options(values), hooks, alternates, platform or Platform(False))
+        self._last: Optional[Exchange] = None
+
+    @property
+    def last_report(self) -> Optional[Mapping]:
+        """The report of the last request this transport started (live while
+        it streams), or None."""
+        return None if self._last is None else self._last.report
+
+    @property
+    def inner(self) -> Any:
+        """The transport the requests are sent through."""
+        return self._transport
+
+    def cooldown_remaining(self, url: str, body: bytes = b"") -> float:
+        """How long sends to ``url`` with ``body`` must still wait (seconds),
+        by the cooldowns this transport's requests share."""
+        p = self._options.platform
+        return self._options.client.cooldown(url, body, None, p.now()) / 1000.0
+
+    def note_cooldown(self, url: str, body: bytes, seconds: float) -> None:
+        """Notes that the endpoint of ``url`` with ``body`` asked for no sends
+        during ``seconds`` (as a learned ``Retry-After`` is)."""
+        p = self._options.platform
+        self._options.client.cooldown(url, body, None, p.now(), seconds * 1000.0)
+
+    def handle_request(self, request: Any) -> Any:
+        body = request.read()
+        ex = SyncExchange(self._options, request, body, self._transport, self._error)
+        self._last = ex
+        try:
+            first = ex.next()
+        except BaseException:
+            if not ex.ended:
+                ex.cancel()
+            raise
+        kind, head = first
+        if kind == "error":
+            held = list(ex.m.take_held())
+            inner, it = ex.inner, ex.it
+            ex.inner = ex.it = None
+            return self._http.Response(
+                status_code=head.status_code,
+                headers=head.headers,
+                stream=self._error_stream(held, inner, it),
+                extensions=ex.response_extensions(head),
+            )
+        return self._http.Response(
+            status_code=head.status_code,
+            headers=[(k, v) for k, v in head.headers.multi_items() if k not in ("content-length",)],
+            stream=self._body_stream(ex),
+            extensions=ex.response_extensions(head),
+        )
+
+    def _body_stream(self, ex: SyncExchange) -> Any:
+        http = self._http
+
+        class Body(SyncBody, http.SyncByteStream):
+            pass
+
+        return Body(ex)
+
+    def _error_stream(self, held: list, inner: Any, it: Any) -> Any:
+        http = self._http
+
+        class Body(SyncErrorBody, http.SyncByteStream):
+            pass
+
+        return Body(held, inner, it)
+
+    def close(self) -> None:
+        self._transport.close()
+
+
+# ----------------------------------------------------------------- async
+
+
+class AsyncExchange(Exchange):
+    """The I/O of one request for an async transport (anyio: asyncio or
+    trio)."""
+
+    def __init__(self, options: Options, request: Any, body: Optional[bytes], inner: Any, error_class: Any) -> None:
+        super().__init__(options, request, body)
+        self.transport = inner
+        self.error_class = error_class
+
+    async def release(self) -> None:
+        inner, self.inner, self.it = self.inner, None, None
+        self.sent = None
+        if inner is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await inner.aclose()
+                except Exception:
+                    pass
+
+    async def cancel(self) -> None:
+        if self.ended or self.cancelled:
+            await self.release()
+            return
+        self.cancelled = True
+        self.take(self.m.on_cancel(self.p.now()))
+        await self.release()
+        while self.action in (RELEASE, DELIVER):
+            self.take(self.m.poll(self.p.now()))
+        self.ended = True
+
+    def send(self) -> None:
+        self.head = None
+        req = self.outgoing()
+        if req is None:
+            self.take(self.m.on_error(self.p.now(), "other", "sending"))
+            return
+        self.sent = req
+        self.take(self.m.on_sent(self.p.now()))
+
+    async def await_head(self) -> None:
+        req, self.sent = self.sent, None
+        if req is None:
+            self.take(self.m.on_error(self.p.now(), "other", "unknown"))
+            return
+        timeouts = req.extensions["timeout"]
+        timeouts["read"] = None
+        d = self.deadline
+        response = None
+        with anyio.CancelScope(deadline=d if d is not None else float("inf")) as scope:
+            try:
+                response = await self.transport.handle_async_request(req)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as e:
+                self.cause = e
+                kind, phase = evidence(self.http, e, False)
+                self.take(self.m.on_error(self.p.now(), kind, phase))
+                return
+        if scope.cancelled_caught or response is None:
+            await self.expire(False)
+            return
+        self.inner = response
+        self.head = response
+        self.it = response.stream.__aiter__()
+        self.take(self.m.on_head(self.p.now(), response.status_code, self.head_pairs(response)))
+
+    async def expire(self, streaming: bool) -> None:
+        """A wait reached its bound: the machine judges its timers (the
+        check of its stall timers at the deadline first, when reads came
+        since the last one). A read cut off by it is gone: the connection
+        is released when the machine says so, else it is the failure."""
+        d = self.deadline
+        slack = self.m.read_slack(False)
+        if slack is not None and d is not None and d <= self.p.now():
+            self.take(self.m.on_timeout(d))
+        self.take(self.m.on_timeout(self.p.now()))
+        if streaming:
+            self.it = None
+        while self.action in (READ, AWAIT_HEAD) and not self.ended:
+            d = self.deadline
+            if d is None:
+                self.take(self.m.on_error(self.p.now(), "other", "streaming" if streaming else "unknown"))
+                return
+            await anyio.sleep_until(d)
+            self.take(self.m.on_timeout(self.p.now()))
+
+    async def read(self) -> Optional[bytes]:
+        it = self.it
+        if it is None:
+            self.take(self.m.on_end(self.p.now()))
+            return None
+        d = self.deadline
+        if d is not None:
+            slack = self.m.read_slack(False)
+            if slack is not None:
+                d += slack
+        chunk = None
+        with anyio.CancelScope(deadline=d if d is not None else float("inf")) as scope:
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                self.it = None
+                self.take(self.m.on_end(self.p.now()))
+                return None
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as e:
+                self.cause = e
+                self.it = None
+                kind, phase = evidence(self.http, e, True)
+                self.take(self.m.on_error(self.p.now(), kind, phase))
+                return None
+        if scope.cancelled_caught:
+            await self.expire(True)
+            return None
+        now = self.p.now()
+        code = self.m.on_chunk(now, chunk)
+        if code & FLAGS:
+            self.take(code)
+        else:
+            self.action = code & 0xFF
+        dl = self.deadline
+        if dl is not None and now >= dl:
+            self.take(self.m.on_timeout(now))
+        return chunk if code & DELIVER_THIS else None
+
+    async def next(self) -> Any:
+        """The async twin of ``SyncExchange.next``."""
+        while True:
+            a = self.action
+            if a == READ:
+                if self.ended:
+                    return None
+                chunk = await self.read()
+                if chunk is not None:
+                    return chunk
+            elif a == 0:
+                self.take(self.m.poll(self.p.now()))
+            elif a == SEND:
+                await self.release()
+                self.send()
+            elif a == AWAIT_HEAD:
+                await self.await_head()
+            elif a == RELEASE:
+                await self.release()
+                self.take(self.m.poll(self.p.now()))
+            elif a == RESPOND:
+                head, self.head = self.head, None
+                self.take(self.m.poll(self.p.now()))
+                if head is None:
+                    raise await self.end_failure()
+                return ("respond", head)
+            elif a == RESPOND_ERROR:
+                head, self.head = self.head, None
+                self.ended = True
+                if head is None:
+                    raise await self.end_failure()
+                return ("error", head)
+            elif a == DELIVER:
+                chunk = self.m.deliver()
+                self.take(self.m.poll(self.p.now()))
+                if chunk:
+                    return chunk
+            elif a in (SLEEP, AWAIT_ADMISSION):
+                d = self.deadline
+                if d is not None:
+                    await anyio.sleep_until(d)
+                    self.take(self.m.on_timeout(self.p.now()))
+                else:
+                    self.take(self.m.poll(self.p.now()))
+            elif a == WAIT_ONLINE:
+                await self.wait_online()
+            elif a == ASK_ADMISSION:
+                await self.ask_admission()
+            elif a == ASK_CONTINUATION:
+                await self.ask_continuation()
+            elif a == END_OK:
+                self.ended = True
+                await self.release()
+                return None
+            else:
+                raise await self.end_failure()
+
+    async def end_failure(self) -> BaseException:
+        self.ended = True
+        await self.release()
+        return self.failure(self.error_class)
+
+    async def wait_online(self) -> None:
+        d = self.deadline
+        until = self.p.now() + ONLINE_POLL_S
+        if d is not None:
+            until = min(until, d)
+        await anyio.sleep_until(until)
+        if self.p.online():
+            self.take(self.m.on_online(self.p.now()))
+        elif d is not None and self.p.now() >= d:
+            self.take(self.m.on_timeout(self.p.now()))
+
+    async def ask_admission(self) -> None:
+        context = self.m.admission_request()
+        d = self.deadline
+        value = None
+        with anyio.CancelScope(deadline=d if d is not None else float("inf")) as scope:
+            try:
+                value = self.o.hooks["admission"](context)
+                if hasattr(value, "__await__"):
+                    value = await value
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception:
+                value = None
+        if scope.cancelled_caught:
+            self.take(self.m.on_timeout(self.p.now()))
+            return
+        self.take(self.m.on_admission(self.p.now(), admission_answer(value)))
+
+    async def ask_continuation(self) -> None:
+        prefix = self.m.prefix()
+        hook = self.o.hooks.get("continuation")
+        given = None
+        if hook is not None:
+            given = hook({"delivered": prefix, "request": self.copy_request()})
+            if hasattr(given, "__await__"):
+                given = await given
+        self.continuation_request = await self.as_request(given)
+        self.take(self.m.on_continuation(self.p.now(), self.continuation_request is not None))
+
+    def copy_request(self) -> Any:
+        return self.http.Request(self.method, self.url, headers=self.headers, content=self.body)
+
+    async def as_request(self, given: Any) -> Any:
+        if given is None:
+            return None
+        if isinstance(given, self.http.Request):
+            await given.aread()
+            return given
+        if isinstance(given, Mapping):
+            return self.http.Request(
+                given.get("method", "POST"),
+                given["url"],
+                headers=given.get("headers"),
+                content=given.get("body"),
+            )
+        raise TypeError("the continuation hook returns a Request, a dict or None")
+
+
+class AsyncBody:
+    """The stitched body of a committed response (async)."""
+
+    def __init__(self, ex: AsyncExchange) -> None:
+        self.ex = ex
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        ex = self.ex
+        try:
+            while True:
+                chunk = await ex.next()
+                if chunk is None:
+                    return
+                if isinstance(chunk, tuple):
+                    continue
+                yield chunk
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await ex.cancel()
+            raise
+        finally:
+            if not ex.ended:
+                with anyio.CancelScope(shield=True):
+                    await ex.cancel()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.ex.cancel()
+
+
+class AsyncErrorBody:
+    def __init__(self, held: list, inner: Any, it: Any) -> None:
+        self.held = held
+        self.inner = inner
+        self.it = it
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.held:
+            yield chunk
+        if self.it is not None:
+            async for chunk in self.it:
+                yield chunk
+
+    async def aclose(self) -> None:
+        if self.inner is not None:
+            await self.inner.aclose()
+
+
+class AsyncShell:
+    """The body of ``AsyncRecoveringTransport`` (httpx2 and httpx)."""
+
+    _http: Any
+    _error: Any
+
+    def _setup(self, transport: Any, values: dict, hooks: dict, alternates: Any, platform: Optional[Platform]) -> None:
+        self._transport = transport if transport is not None else self._http.AsyncHTTPTransport()
+        self._options = Options(self._http, given_options(values), hooks, alternates, platform or Platform(True))
+        self._last: Optional[Exchange] = None
+
+    last_report = SyncShell.last_report
+    inner = SyncShell.inner
+    cooldown_remaining = SyncShell.cooldown_remaining
+    note_cooldown = SyncShell.note_cooldown
+
+    async def handle_async_request(self, request: Any) -> Any:
+        body = await request.aread()
+        ex = AsyncExchange(self._options, request, body, self._transport, self._error)
+        self._last = ex
+        try:
+            first = await ex.next()
+        except BaseException:
+            if not ex.ended:
+                with anyio.CancelScope(shield=True):
+                    await ex.cancel()
+            raise
+        kind, head = first
+        http = self._http
+        if kind == "error":
+            held = list(ex.m.take_held())
+            inner, it = ex.inner, ex.it
+            ex.inner = ex.it = None
+
+            class ErrorBody(AsyncErrorBody, http.AsyncByteStream):
+                pass
+
+            return http.Response(
+                status_code=head.status_code,
+                headers=head.headers,
+                stream=ErrorBody(held, inner, it),
+                extensions=ex.response_extensions(head),
+            )
+
+        class Body(AsyncBody, http.AsyncByteStream):
+            pass
+
+        return http.Response(
+            status_code=head.status_code,
+            headers=[(k, v) for k, v in head.headers.multi_items() if k not in ("content-length",)],
+            stream=Body(ex),
+            extensions=ex.response_extensions(head),
+        )
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()

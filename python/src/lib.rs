@@ -1,0 +1,1314 @@
+//! `recovery_llm._machine`: the machine of one logical request as the
+//! Python shell (`recovery_llm`) drives it. Plain numbers, strings and bytes
+//! in, an action code out; every decision is
+//! `recovery_core::exchange::Exchange`'s, and this module only translates
+//! between Python values and the machine, as `recovery-wasm` does for
+//! JavaScript.
+//!
+//! Every input takes the shell's monotonic clock reading `now` (seconds, a
+//! float: `time.monotonic()`, or the event loop's clock) and answers the next
+//! action at once (the machine is polled inside), so a steady stream costs
+//! one call per chunk. The wall clock is the one read when the request
+//! started, moved on by the monotonic clock; jitter draws come from a
+//! generator seeded with the request's random id (or a pinned fraction).
+//!
+//! The answer is an action code (low byte) with flags:
+//!
+//! | code | action | payload |
+//! |---:|---|---|
+//! | 1 | send | [`Machine::send_info`], [`Machine::retarget`], [`Machine::idempotency_key`] |
+//! | 2 | await the head | |
+//! | 3 | read the body | |
+//! | 4 | release the attempt's response | |
+//! | 5 | respond (commit) with the head | |
+//! | 6 | respond with the final HTTP error | [`Machine::take_held`] |
+//! | 7 | deliver | [`Machine::deliver`] |
+//! | 8 | sleep until [`Machine::deadline`] | |
+//! | 9 | wait until online | |
+//! | 10 | ask the admission hook | [`Machine::admission_request`] |
+//! | 11 | await the admission hook | |
+//! | 12 | ask the continuation hook | [`Machine::prefix`] |
+//! | 13 | end: completed | |
+//! | 14 | end: failed | [`Machine::outcome`], [`Machine::error_text`] |
+//!
+//! | flag | meaning |
+//! |---:|---|
+//! | `0x100` | (from `on_chunk`) hand the chunk just given to the consumer first |
+//! | `0x200` | lifecycle events are waiting ([`Machine::events`]) |
+//! | `0x400` | the deadline moved ([`Machine::deadline`]) |
+//!
+//! # Unsafe code
+//!
+//! None: the workspace's `unsafe_code = "forbid"` holds for this crate too
+//! (PyO3's macros expand to calls into PyO3, whose own FFI is its
+//! business).
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
+use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
+use recovery_core::error::{Evidence, RecoveryError};
+use recovery_core::exchange::{
+    AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Env, Exchange, Head, Io, RequestFacts,
+    Send as SendKind,
+};
+use recovery_core::failover::Target;
+use recovery_core::failure::{Category, Failure, Phase, TransportKind};
+use recovery_core::outcome::ReplayDisabled;
+use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
+use recovery_core::timing::{Fraction, Instant};
+use recovery_core::{Endpoint, OverCeiling, RecoveryPolicy, RecoveryStatus};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Action codes (see the module docs).
+pub mod action {
+    /// Send a request.
+    pub const SEND: u32 = 1;
+    /// Await the response head.
+    pub const AWAIT_HEAD: u32 = 2;
+    /// Read the next chunk.
+    pub const READ: u32 = 3;
+    /// Release the attempt's response.
+    pub const RELEASE: u32 = 4;
+    /// Respond with the committed head.
+    pub const RESPOND: u32 = 5;
+    /// Respond with the final HTTP error.
+    pub const RESPOND_ERROR: u32 = 6;
+    /// Deliver a chunk.
+    pub const DELIVER: u32 = 7;
+    /// Sleep until the deadline.
+    pub const SLEEP: u32 = 8;
+    /// Wait until online.
+    pub const WAIT_ONLINE: u32 = 9;
+    /// Ask the admission hook.
+    pub const ASK_ADMISSION: u32 = 10;
+    /// Await the admission hook's answer.
+    pub const AWAIT_ADMISSION: u32 = 11;
+    /// Ask the continuation hook.
+    pub const ASK_CONTINUATION: u32 = 12;
+    /// The request completed.
+    pub const END_OK: u32 = 13;
+    /// The request failed.
+    pub const END_ERR: u32 = 14;
+    /// Hand the chunk just given to the consumer first.
+    pub const DELIVER_THIS: u32 = 0x100;
+    /// Lifecycle events are waiting.
+    pub const EVENTS: u32 = 0x200;
+    /// The deadline moved.
+    pub const DEADLINE: u32 = 0x400;
+}
+
+/// The protocol names the `protocol` option takes.
+const PROTOCOLS: [&str; 7] = [
+    "auto",
+    "openai-chat",
+    "openai-responses",
+    "anthropic",
+    "gemini",
+    "ollama",
+    "sse",
+];
+
+/// Failure categories by their snake_case names.
+const CATEGORIES: [(&str, Category); 6] = [
+    ("transport", Category::Transport),
+    ("http", Category::Http),
+    ("provider_response", Category::ProviderResponse),
+    ("protocol", Category::Protocol),
+    ("cancellation", Category::Cancellation),
+    ("client_timeout", Category::ClientTimeout),
+];
+
+/// About 285 years: the largest duration an option may name.
+const MAX_MS: f64 = 9e12;
+
+/// A monotonic reading in seconds as an [`Instant`] (microsecond grain).
+fn instant(seconds: f64) -> Instant {
+    Instant::from_origin(Duration::from_micros((seconds.max(0.0) * 1e6) as u64))
+}
+
+/// An [`Instant`] as seconds on the shell's clock.
+fn seconds(at: Instant) -> f64 {
+    at.saturating_since(Instant::from_origin(Duration::ZERO))
+        .as_micros() as f64
+        / 1e6
+}
+
+fn invalid(field: &str, reason: &str) -> PyErr {
+    PyValueError::new_err(format!("invalid recovery option `{field}`: {reason}"))
+}
+
+fn wrong_type(field: &str, what: &str, v: &Bound<'_, PyAny>) -> PyErr {
+    let got = v
+        .get_type()
+        .name()
+        .map_or_else(|_| String::from("?"), |n| n.to_string());
+    PyTypeError::new_err(format!(
+        "invalid recovery option `{field}`: expected {what}, got {got}"
+    ))
+}
+
+/// A whole number (not a bool) from `lo` to `hi`.
+fn whole(field: &str, v: &Bound<'_, PyAny>, lo: u64, hi: u64) -> PyResult<u64> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(wrong_type(field, "an int", v));
+    }
+    let n: i128 = v.extract().map_err(|_| wrong_type(field, "an int", v))?;
+    if n < i128::from(lo) || n > i128::from(hi) {
+        return Err(invalid(
+            field,
+            &format!("{n} is out of range ({lo} to {hi})"),
+        ));
+    }
+    Ok(n as u64)
+}
+
+/// A duration in milliseconds (an int or a float); `positive`: 0 refused.
+fn millis(field: &str, v: &Bound<'_, PyAny>, positive: bool) -> PyResult<Duration> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(wrong_type(field, "a number of milliseconds", v));
+    }
+    let n: f64 = v
+        .extract()
+        .map_err(|_| wrong_type(field, "a number of milliseconds", v))?;
+    if !n.is_finite() || !(0.0..=MAX_MS).contains(&n) {
+        return Err(invalid(
+            field,
+            &format!("{n} is not a duration in milliseconds (0 to {MAX_MS:e})"),
+        ));
+    }
+    if positive && n == 0.0 {
+        return Err(invalid(
+            field,
+            "must be greater than zero (None turns a timeout off)",
+        ));
+    }
+    Ok(Duration::from_micros((n * 1000.0) as u64))
+}
+
+/// An optional bound: `None` turns it off.
+fn bound(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<Duration>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        millis(field, v, true).map(Some)
+    }
+}
+
+fn flag(field: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !v.is_instance_of::<PyBool>() {
+        return Err(wrong_type(field, "a bool", v));
+    }
+    v.extract()
+}
+
+fn text(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    if !v.is_instance_of::<PyString>() {
+        return Err(wrong_type(field, "a str", v));
+    }
+    v.extract()
+}
+
+fn variant<'a>(field: &str, v: &Bound<'_, PyAny>, names: &[&'a str]) -> PyResult<&'a str> {
+    let s = text(field, v)?;
+    names
+        .iter()
+        .find(|n| **n == s.as_str())
+        .copied()
+        .ok_or_else(|| {
+            invalid(
+                field,
+                &format!("unknown value {s:?} ({})", names.join(", ")),
+            )
+        })
+}
+
+/// A protocol name (`auto` or a [`ProtocolKind`]).
+fn protocol_choice(field: &str, v: &Bound<'_, PyAny>) -> PyResult<ProtocolChoice> {
+    let name = text(field, v)?.trim().to_ascii_lowercase();
+    if name == "auto" {
+        return Ok(ProtocolChoice::Auto);
+    }
+    if !PROTOCOLS.contains(&name.as_str()) {
+        return Err(invalid(
+            field,
+            &format!("unknown protocol {name:?} ({})", PROTOCOLS.join(", ")),
+        ));
+    }
+    name.parse::<ProtocolKind>()
+        .map(ProtocolChoice::Fixed)
+        .map_err(|_| invalid(field, &format!("unknown protocol {name:?}")))
+}
+
+/// The options of a transport, read into a policy and the rest.
+struct Options {
+    policy: RecoveryPolicy,
+    protocol: ProtocolChoice,
+    resumable_sse: bool,
+    budget: Option<Arc<dyn BudgetStore>>,
+    cooldowns: bool,
+    context_window: Option<u64>,
+}
+
+#[allow(clippy::too_many_lines)]
+fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
+    let mut b = RecoveryPolicy::builder();
+    let defaults = RecoveryPolicy::default();
+    let mut base = None;
+    let mut ceiling = None;
+    let mut ra_ceiling = None;
+    let mut over = OverCeiling::Refuse;
+    let mut protocol = ProtocolChoice::Auto;
+    let mut terminal: Option<SseTerminal> = None;
+    let mut resumable_sse = false;
+    let mut budget: Option<RetryBudgetConfig> = Some(RetryBudgetConfig::default());
+    let mut cooldowns = true;
+    let mut context_window = None;
+    for (key, v) in options.iter() {
+        let key: String = key.extract()?;
+        let k = key.as_str();
+        match k {
+            "max_attempts" => {
+                let n = whole(k, &v, 1, u64::from(u32::MAX))?;
+                b = b.max_attempts(NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN));
+            }
+            "attempts_per_target" => {
+                let n = whole(k, &v, 1, u64::from(u32::MAX))?;
+                b = b.attempts_per_target(NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN));
+            }
+            "max_resumes" => b = b.max_resumes(whole(k, &v, 0, u64::from(u32::MAX))? as u32),
+            "backoff_base_ms" => base = Some(millis(k, &v, true)?),
+            "backoff_ceiling_ms" => ceiling = Some(millis(k, &v, true)?),
+            "budget_ms" => b = b.budget(bound(k, &v)?),
+            "deadline_ms" => b = b.deadline(bound(k, &v)?),
+            "head_timeout_ms" => b = b.head_timeout(bound(k, &v)?),
+            "idle_timeout_ms" => b = b.idle_timeout(bound(k, &v)?),
+            "progress_timeout_ms" => b = b.progress_timeout(bound(k, &v)?),
+            "first_token_timeout_ms" => b = b.first_token_timeout(bound(k, &v)?),
+            "retry_after_ceiling_ms" => ra_ceiling = Some(millis(k, &v, false)?),
+            "over_ceiling" => {
+                over = match variant(k, &v, &["refuse", "backoff"])? {
+                    "backoff" => OverCeiling::Backoff,
+                    _ => OverCeiling::Refuse,
+                };
+            }
+            "retryable_statuses" => {
+                let mut statuses = Vec::new();
+                for s in v
+                    .try_iter()
+                    .map_err(|_| wrong_type(k, "a list of ints", &v))?
+                {
+                    statuses.push(whole(k, &s?, 100, 599)? as u16);
+                }
+                b = b.retryable_statuses(statuses);
+            }
+            "retryable_categories" => {
+                let mut chosen = Vec::new();
+                for c in v
+                    .try_iter()
+                    .map_err(|_| wrong_type(k, "a list of str", &v))?
+                {
+                    let names: Vec<&str> = CATEGORIES.iter().map(|(n, _)| *n).collect();
+                    let name = variant(k, &c?, &names)?;
+                    if let Some((_, cat)) = CATEGORIES.iter().find(|(n, _)| *n == name) {
+                        chosen.push(*cat);
+                    }
+                }
+                b = b.retryable_categories(chosen);
+            }
+            "endpoint" => {
+                b = b.endpoint(match variant(k, &v, &["remote", "local"])? {
+                    "local" => Endpoint::Local,
+                    _ => Endpoint::Remote,
+                });
+            }
+            "replay_body_cap" => {
+                b = b.replay_body_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
+            }
+            "holdback_cap" => {
+                b = b.holdback_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
+            }
+            "evidence_cap" => {
+                b = b.evidence_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
+            }
+            "retry_protocol_violations" => b = b.retry_protocol_violations(flag(k, &v)?),
+            "idempotency_key" => b = b.idempotency_key(flag(k, &v)?),
+            "protocol" => protocol = protocol_choice(k, &v)?,
+            "sse_terminal" => {
+                if v.is_none() {
+                    continue;
+                }
+                let d = v
+                    .cast::<PyDict>()
+                    .map_err(|_| wrong_type(k, "a dict with `data` or `event`", &v))?;
+                let data = d.get_item("data")?.filter(|x| !x.is_none());
+                let event = d.get_item("event")?.filter(|x| !x.is_none());
+                if d.len() != usize::from(data.is_some()) + usize::from(event.is_some()) {
+                    return Err(invalid(k, "only `data` or `event` may be given"));
+                }
+                terminal = match (data, event) {
+                    (Some(x), None) => Some(SseTerminal::Data(text("sse_terminal.data", &x)?)),
+                    (None, Some(x)) => Some(SseTerminal::Event(text("sse_terminal.event", &x)?)),
+                    _ => return Err(invalid(k, "give exactly one of `data` or `event`")),
+                };
+            }
+            "resumable_sse" => resumable_sse = flag(k, &v)?,
+            "cooldowns" => cooldowns = flag(k, &v)?,
+            "context_window" => {
+                context_window = if v.is_none() {
+                    None
+                } else {
+                    Some(whole(k, &v, 1, u64::MAX)?)
+                };
+            }
+            "retry_budget" => budget = retry_budget(&v)?,
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "unknown recovery option `{k}`"
+                )));
+            }
+        }
+    }
+    if base.is_some() || ceiling.is_some() {
+        let base = base.unwrap_or(defaults.backoff_base());
+        let ceiling = ceiling.unwrap_or(defaults.backoff_ceiling().max(base));
+        b = b.backoff(base, ceiling);
+    }
+    if ra_ceiling.is_some() || over != OverCeiling::Refuse {
+        b = b.retry_after_ceiling(ra_ceiling.unwrap_or(defaults.retry_after_ceiling()), over);
+    }
+    if terminal.is_some() {
+        if !matches!(protocol, ProtocolChoice::Fixed(ProtocolKind::Sse { .. })) {
+            return Err(invalid(
+                "sse_terminal",
+                "only applies with protocol \"sse\"",
+            ));
+        }
+        protocol = ProtocolChoice::Fixed(ProtocolKind::Sse {
+            terminal_sentinel: terminal,
+        });
+    }
+    let policy = b
+        .build()
+        .map_err(|e| PyValueError::new_err(format!("invalid recovery policy: {e}")))?;
+    Ok(Options {
+        policy,
+        protocol,
+        resumable_sse,
+        budget: budget.map(|c| -> Arc<dyn BudgetStore> { Arc::new(RetryBudget::new(c)) }),
+        cooldowns,
+        context_window,
+    })
+}
+
+/// `retry_budget`: `None` (no budget), `True` (the default one) or a dict
+/// of `ttl_ms`, `min_retries_per_sec`, `percent`.
+fn retry_budget(value: &Bound<'_, PyAny>) -> PyResult<Option<RetryBudgetConfig>> {
+    let field = "retry_budget";
+    if value.is_none() {
+        return Ok(None);
+    }
+    if value.is_instance_of::<PyBool>() {
+        return Ok(flag(field, value)?.then(RetryBudgetConfig::default));
+    }
+    let given = value
+        .cast::<PyDict>()
+        .map_err(|_| wrong_type(field, "None, a bool or a dict", value))?;
+    let mut c = RetryBudgetConfig::default();
+    for (key, x) in given.iter() {
+        let key: String = key.extract()?;
+        match key.as_str() {
+            "ttl_ms" => {
+                let ttl = millis("retry_budget.ttl_ms", &x, true)?;
+                if ttl < Duration::from_secs(1) || ttl > Duration::from_mins(1) {
+                    return Err(invalid(
+                        "retry_budget.ttl_ms",
+                        "must be between 1000 and 60000",
+                    ));
+                }
+                c = RetryBudgetConfig::new(ttl, c.min_retries_per_sec, c.percent);
+            }
+            "min_retries_per_sec" => {
+                let n = whole(
+                    "retry_budget.min_retries_per_sec",
+                    &x,
+                    0,
+                    u64::from(u32::MAX),
+                )?;
+                c = RetryBudgetConfig::new(c.ttl, n as u32, c.percent);
+            }
+            "percent" => {
+                let p: f64 = x
+                    .extract()
+                    .map_err(|_| wrong_type("retry_budget.percent", "a number", &x))?;
+                if !(0.0..=10.0).contains(&p) {
+                    return Err(invalid("retry_budget.percent", "must be between 0 and 10"));
+                }
+                c = RetryBudgetConfig::new(c.ttl, c.min_retries_per_sec, p);
+            }
+            other => {
+                return Err(PyTypeError::new_err(format!(
+                    "unknown recovery option `retry_budget.{other}`"
+                )));
+            }
+        }
+    }
+    Ok(Some(c))
+}
+
+/// One alternate from its dict: `label`, `url`, `model`, `protocol`,
+/// `context_window` (the shell keeps `headers` and `body`).
+fn read_alternate(i: usize, d: &Bound<'_, PyDict>) -> PyResult<Target> {
+    let at = |f: &str| format!("alternates[{i}].{f}");
+    let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        Ok(d.get_item(name)?.filter(|v| !v.is_none()))
+    };
+    let label = get("label")?.ok_or_else(|| invalid(&at("label"), "is required"))?;
+    let mut t = Target::new(text(&at("label"), &label)?).map_err(|_| {
+        invalid(
+            &at("label"),
+            "must be 1 to 64 of A-Z a-z 0-9 . _ - (reports and events carry it)",
+        )
+    })?;
+    if let Some(url) = get("url")? {
+        t = t.with_url(text(&at("url"), &url)?).map_err(|_| {
+            invalid(
+                &at("url"),
+                "must be absolute http(s)://... or a path starting with /",
+            )
+        })?;
+    }
+    if let Some(model) = get("model")? {
+        t = t.with_model(text(&at("model"), &model)?).map_err(|_| {
+            invalid(
+                &at("model"),
+                "must be 1 to 256 characters, none of them a control character",
+            )
+        })?;
+    }
+    if let Some(p) = get("protocol")? {
+        t = t.with_protocol(protocol_choice(&at("protocol"), &p)?);
+    }
+    if let Some(w) = get("context_window")? {
+        t = t.with_context_window(whole(&at("context_window"), &w, 1, u64::MAX)?);
+    }
+    Ok(t)
+}
+
+/// What the requests of one transport share: the policy, the protocol, the
+/// retry budget, the endpoint cooldowns and the alternates.
+#[pyclass(frozen, module = "recovery_llm._machine")]
+pub struct Client {
+    policy: RecoveryPolicy,
+    protocol: ProtocolChoice,
+    resumable_sse: bool,
+    budget: Option<Arc<dyn BudgetStore>>,
+    cooldowns: Option<Arc<Cooldowns>>,
+    alternates: Vec<Target>,
+    context_window: Option<u64>,
+    /// Every jitter draw pinned to this fraction (tests), else random.
+    jitter: Option<f64>,
+    online: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl Client {
+    /// A client from the transport's options (only those given), its
+    /// alternates (dicts) and, for tests, a pinned jitter fraction. Raises
+    /// `TypeError` for an unknown option or a wrong type and `ValueError`
+    /// for a value out of range or a policy the engine refuses.
+    #[new]
+    #[pyo3(signature = (options, alternates, jitter=None))]
+    fn new(
+        options: &Bound<'_, PyDict>,
+        alternates: &Bound<'_, PyList>,
+        jitter: Option<f64>,
+    ) -> PyResult<Self> {
+        let o = read_options(options)?;
+        let mut targets = Vec::with_capacity(alternates.len());
+        for (i, a) in alternates.iter().enumerate() {
+            let d = a
+                .cast::<PyDict>()
+                .map_err(|_| wrong_type(&format!("alternates[{i}]"), "a dict", &a))?;
+            targets.push(read_alternate(i, d)?);
+        }
+        Ok(Client {
+            policy: o.policy,
+            protocol: o.protocol,
+            resumable_sse: o.resumable_sse,
+            budget: o.budget,
+            cooldowns: o.cooldowns.then(|| Arc::new(Cooldowns::new())),
+            alternates: targets,
+            context_window: o.context_window,
+            jitter,
+            online: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// Whether the platform is online (the shell assumes it is unless told).
+    fn set_online(&self, online: bool) {
+        self.online.store(online, Ordering::Relaxed);
+    }
+
+    /// The policy in force, as the knobs' names and values (milliseconds;
+    /// `None` for a bound that is off).
+    fn policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = &self.policy;
+        let ms = |d: Duration| d.as_millis() as u64;
+        let d = PyDict::new(py);
+        d.set_item("max_attempts", p.max_attempts().get())?;
+        d.set_item("attempts_per_target", p.attempts_per_target().get())?;
+        d.set_item("max_resumes", p.max_resumes())?;
+        d.set_item("backoff_base_ms", ms(p.backoff_base()))?;
+        d.set_item("backoff_ceiling_ms", ms(p.backoff_ceiling()))?;
+        d.set_item("budget_ms", p.budget().map(ms))?;
+        d.set_item("deadline_ms", p.deadline().map(ms))?;
+        d.set_item("retry_after_ceiling_ms", ms(p.retry_after_ceiling()))?;
+        d.set_item("retryable_statuses", p.retryable_statuses().to_vec())?;
+        d.set_item(
+            "endpoint",
+            match p.endpoint() {
+                Endpoint::Local => "local",
+                _ => "remote",
+            },
+        )?;
+        d.set_item("head_timeout_ms", p.head_timeout().map(ms))?;
+        d.set_item("idle_timeout_ms", p.idle_timeout().map(ms))?;
+        d.set_item("progress_timeout_ms", p.progress_timeout().map(ms))?;
+        d.set_item("first_token_timeout_ms", p.first_token_timeout().map(ms))?;
+        d.set_item("retry_protocol_violations", p.retry_protocol_violations())?;
+        d.set_item("idempotency_key", p.idempotency_key())?;
+        Ok(d)
+    }
+
+    /// The protocol option's name (`auto` or a protocol).
+    fn protocol(&self) -> &'static str {
+        match &self.protocol {
+            ProtocolChoice::Fixed(kind) => kind.name(),
+            _ => "auto",
+        }
+    }
+
+    /// The shared cooldown of a request to `url` with `body`: notes at
+    /// `now` that its endpoint asked for no sends during `wait_ms` (when
+    /// positive), then answers how long its sends must still wait, in ms
+    /// (0 when they may go, or when the client shares no cooldowns). `key`
+    /// is the caller's key for the request (`None`: its origin and model).
+    #[pyo3(signature = (url, body, key, now, wait_ms=0.0))]
+    fn cooldown(&self, url: &str, body: &[u8], key: Option<&str>, now: f64, wait_ms: f64) -> f64 {
+        let Some(cooldowns) = &self.cooldowns else {
+            return 0.0;
+        };
+        let key = key_of(key, url, body);
+        let now = instant(now);
+        if wait_ms > 0.0 {
+            cooldowns.note(&key, now, Duration::from_micros((wait_ms * 1000.0) as u64));
+        }
+        cooldowns
+            .remaining(&key, now)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+
+    /// Starts one logical request at `now`: `body` is the buffered request
+    /// body (`None` when it could not be buffered); `logical_id` 64 random
+    /// bits; `wall` the wall clock now (seconds since the epoch); `admission`
+    /// and `continuation` say which hooks the caller installed; `bodies` the
+    /// bodies the caller wrote for its alternates, in order (`None`: the
+    /// request's own); `key` the caller's cooldown key (`None`: the
+    /// request's origin and model).
+    #[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+    #[pyo3(signature = (method, url, body, now, wall, logical_id, admission=false, continuation=false, bodies=None, key=None))]
+    fn start(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&[u8]>,
+        now: f64,
+        wall: f64,
+        logical_id: u64,
+        admission: bool,
+        continuation: bool,
+        bodies: Option<Vec<Option<Vec<u8>>>>,
+        key: Option<&str>,
+    ) -> Machine {
+        let policy = self.policy.clone();
+        let replay = match body {
+            None => Some(ReplayDisabled::NotReplayable),
+            Some(b) if b.len() > policy.replay_body_cap() => Some(ReplayDisabled::BodyTooLarge),
+            Some(_) => None,
+        };
+        let body = body.unwrap_or_default();
+        let allowance = AttemptAllowance::new(policy.max_attempts().get());
+        let start = instant(now);
+        let mut ex = Exchange::new(
+            policy,
+            &self.protocol,
+            RequestFacts::new(method, url, body),
+            allowance,
+            logical_id,
+            start,
+        )
+        .with_admission_hook(admission)
+        .with_resumable_sse(self.resumable_sse)
+        .with_continuation_hook(continuation);
+        if let Some(budget) = &self.budget {
+            ex = ex.with_retry_budget(Arc::clone(budget));
+        }
+        if let Some(cooldowns) = &self.cooldowns {
+            let store: Arc<dyn CooldownStore> = cooldowns.clone();
+            ex = ex.with_cooldown(store, key_of(key, url, body));
+        }
+        if let Some(reason) = replay {
+            ex = ex.without_replay(reason);
+        }
+        let mut targets = self.alternates.clone();
+        for (t, own) in targets.iter_mut().zip(bodies.unwrap_or_default()) {
+            if let Some(own) = own {
+                *t = t.clone().with_body(own);
+            }
+        }
+        if !targets.is_empty() {
+            ex = ex
+                .with_alternates(
+                    RequestFacts::new(method, url, body),
+                    &self.protocol,
+                    &targets,
+                )
+                .with_context_window(self.context_window);
+        }
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_micros((wall.max(0.0) * 1e6) as u64);
+        Machine {
+            inner: Mutex::new(Inner {
+                ex,
+                targets,
+                io_send: None,
+                deliver: None,
+                admission: None,
+                deadline: None,
+                status: RecoveryStatus::InProgress,
+                start,
+                wall,
+                rng: logical_id | 1,
+                jitter: self.jitter,
+                online: Arc::clone(&self.online),
+                fed_since_check: false,
+            }),
+        }
+    }
+}
+
+/// The cooldown key of a request: the caller's, or its origin and model.
+fn key_of(key: Option<&str>, url: &str, body: &[u8]) -> String {
+    match key {
+        Some(k) if !k.is_empty() => k.to_owned(),
+        _ => cooldown::key_for(url, body),
+    }
+}
+
+/// The platform at one call.
+struct PyEnv {
+    now: Instant,
+    wall: SystemTime,
+    jitter: Fraction,
+    online: bool,
+}
+
+impl Env for PyEnv {
+    fn now(&self) -> Instant {
+        self.now
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.wall
+    }
+    fn jitter(&self) -> Fraction {
+        self.jitter
+    }
+    fn online(&self) -> bool {
+        self.online
+    }
+}
+
+/// A chunk the machine keeps: the shell's `bytes` object (handed on as it
+/// is when the machine delivers it) and a copy of its bytes.
+struct Kept {
+    object: Py<PyBytes>,
+    bytes: Vec<u8>,
+}
+
+impl AsRef<[u8]> for Kept {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// A response head: its status and its headers, names lowercase.
+struct PyHead<'a> {
+    status: u16,
+    headers: &'a [(String, String)],
+}
+
+impl Head for PyHead<'_> {
+    fn status(&self) -> u16 {
+        self.status
+    }
+    fn header(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| std::borrow::Cow::Borrowed(v.as_str()))
+    }
+}
+
+/// What a send asks for.
+struct Outgoing {
+    kind: u32,
+    url: String,
+    method: String,
+    header: Option<(&'static str, String)>,
+    with_body: bool,
+}
+
+struct Inner {
+    ex: Exchange<Kept>,
+    targets: Vec<Target>,
+    io_send: Option<Outgoing>,
+    deliver: Option<Chunk<Kept>>,
+    admission: Option<AdmissionRequest>,
+    /// The deadline the shell was last told.
+    deadline: Option<Instant>,
+    /// What the status was after the last event drained.
+    status: RecoveryStatus,
+    /// The monotonic and wall clocks when the request started.
+    start: Instant,
+    wall: SystemTime,
+    rng: u64,
+    jitter: Option<f64>,
+    online: Arc<AtomicBool>,
+    /// Chunks were read since the machine last judged its timers.
+    fed_since_check: bool,
+}
+
+impl Inner {
+    fn env(&mut self, now: f64) -> PyEnv {
+        let now = instant(now);
+        let jitter = if let Some(j) = self.jitter {
+            j
+        } else {
+            // xorshift64*: a draw per call, seeded with the request's id.
+            let mut x = self.rng;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.rng = x;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        PyEnv {
+            now,
+            wall: self.wall + now.saturating_since(self.start),
+            jitter: Fraction::new(jitter),
+            online: self.online.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Polls the machine and answers the action code with its flags.
+    fn next(&mut self, env: &PyEnv) -> u32 {
+        let io = self.ex.poll(env);
+        let code = match io {
+            Io::Send(kind) => {
+                // Matched by `if let`: a send of a kind this module does not
+                // know is answered as one it cannot make (kind 255).
+                let plain = |kind| Outgoing {
+                    kind,
+                    url: String::new(),
+                    method: String::new(),
+                    header: None,
+                    with_body: true,
+                };
+                self.io_send = Some(if let SendKind::Resume(r) = kind {
+                    Outgoing {
+                        kind: 1,
+                        url: r.url,
+                        method: r.method,
+                        header: r.header,
+                        with_body: r.with_body,
+                    }
+                } else if matches!(kind, SendKind::Original) {
+                    plain(0)
+                } else if matches!(kind, SendKind::Continuation) {
+                    plain(2)
+                } else {
+                    plain(255)
+                });
+                action::SEND
+            }
+            Io::AwaitHead => action::AWAIT_HEAD,
+            Io::Read => action::READ,
+            Io::Release => action::RELEASE,
+            Io::Respond => action::RESPOND,
+            Io::RespondError => action::RESPOND_ERROR,
+            Io::Deliver(chunk) => {
+                self.deliver = Some(chunk);
+                action::DELIVER
+            }
+            Io::Sleep => action::SLEEP,
+            Io::WaitOnline => action::WAIT_ONLINE,
+            Io::AskAdmission(request) => {
+                self.admission = Some(request);
+                action::ASK_ADMISSION
+            }
+            Io::AwaitAdmission => action::AWAIT_ADMISSION,
+            Io::AskContinuation => action::ASK_CONTINUATION,
+            Io::End(Ok(())) => action::END_OK,
+            Io::End(Err(_)) => action::END_ERR,
+        };
+        let mut flags = 0;
+        if self.ex.has_events() {
+            flags |= action::EVENTS;
+        }
+        let deadline = self.ex.poll_timeout();
+        if deadline != self.deadline {
+            self.deadline = deadline;
+            flags |= action::DEADLINE;
+        }
+        code | flags
+    }
+}
+
+/// A `serde_json` value as the Python value `json.loads` would give.
+fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else {
+                n.as_f64().unwrap_or(0.0).into_pyobject(py)?.into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(a) => {
+            let list = PyList::empty(py);
+            for x in a {
+                list.append(to_py(py, x)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(o) => {
+            let d = PyDict::new(py);
+            for (k, x) in o {
+                d.set_item(k, to_py(py, x)?)?;
+            }
+            d.into_any()
+        }
+    })
+}
+
+fn serde_py<'py, T: Serialize + ?Sized>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyAny>> {
+    let value = serde_json::to_value(v).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    to_py(py, &value)
+}
+
+/// A snake_case name as the variant of a serde enum.
+fn named<T: serde::de::DeserializeOwned>(what: &str, name: &str) -> PyResult<T> {
+    serde_json::from_value(Value::String(name.to_owned()))
+        .map_err(|_| PyValueError::new_err(format!("unknown {what} {name:?}")))
+}
+
+/// One logical request.
+#[pyclass(frozen, module = "recovery_llm._machine")]
+pub struct Machine {
+    inner: Mutex<Inner>,
+}
+
+impl Machine {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl Machine {
+    /// What to do next.
+    fn poll(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.next(&env)
+    }
+
+    /// The send of action 1 is on its way.
+    fn on_sent(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.on_sent(&env);
+        m.next(&env)
+    }
+
+    /// The response head: `headers` as `(name, value)` pairs, names
+    /// lowercase.
+    #[allow(clippy::needless_pass_by_value)]
+    fn on_head(&self, now: f64, status: u16, headers: Vec<(String, String)>) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        let head = PyHead {
+            status,
+            headers: &headers,
+        };
+        m.ex.on_head(&env, &head, None);
+        m.fed_since_check = false;
+        m.next(&env)
+    }
+
+    /// A body chunk. With flag `0x100` the shell hands that same chunk on
+    /// as it is, before the action.
+    fn on_chunk(&self, now: f64, chunk: &Bound<'_, PyBytes>) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        let bytes = chunk.as_bytes();
+        m.fed_since_check = true;
+        let keep = || Kept {
+            object: chunk.clone().unbind(),
+            bytes: bytes.to_vec(),
+        };
+        let now_out = if m.ex.is_passing_through() {
+            m.ex.on_passing_chunk(&env, bytes) || m.ex.on_kept_chunk(&env, keep()).is_some()
+        } else {
+            m.ex.on_chunk(&env, keep()).is_some()
+        };
+        let next = m.next(&env);
+        if now_out {
+            next | action::DELIVER_THIS
+        } else {
+            next
+        }
+    }
+
+    /// The body ended cleanly.
+    fn on_end(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.on_end(&env);
+        m.next(&env)
+    }
+
+    /// The send or the read failed: `kind` a transport kind (`dns`,
+    /// `refused`, `reset`, `closed`, `refused_stream`, `tls`, `other`),
+    /// `phase` where (`connecting`, `sending`, `awaiting_headers`,
+    /// `streaming`, `decoding`, `unknown`).
+    fn on_error(&self, now: f64, kind: &str, phase: &str) -> PyResult<u32> {
+        let kind: TransportKind = named("transport kind", kind)?;
+        let phase: Phase = named("phase", phase)?;
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.on_error(&env, Failure::transport(kind, phase));
+        Ok(m.next(&env))
+    }
+
+    /// The deadline may have passed: the machine judges its timers at `now`.
+    fn on_timeout(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.handle_timeout(&env);
+        m.fed_since_check = false;
+        m.next(&env)
+    }
+
+    /// The platform is online again.
+    fn on_online(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.online(&env);
+        m.next(&env)
+    }
+
+    /// The admission hook answered: `"allow"`, `"reject"`, anything else
+    /// unresolved.
+    fn on_admission(&self, now: f64, answer: &str) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        let answer = match answer {
+            "allow" => AdmissionAnswer::Allow,
+            "reject" => AdmissionAnswer::Reject,
+            _ => AdmissionAnswer::Unresolved,
+        };
+        m.ex.admission(&env, answer);
+        m.next(&env)
+    }
+
+    /// The continuation hook answered: `given` when it returned a request
+    /// (which the shell keeps and sends at the next send of kind 2).
+    fn on_continuation(&self, now: f64, given: bool) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.continuation(&env, given);
+        m.next(&env)
+    }
+
+    /// The caller cancelled, or closed the body.
+    fn on_cancel(&self, now: f64) -> u32 {
+        let mut m = self.lock();
+        let env = m.env(now);
+        m.ex.cancel(&env);
+        m.next(&env)
+    }
+
+    /// When the machine must be woken ([`Machine::on_timeout`]) if nothing
+    /// else happens first, in seconds on the shell's clock; `None` for never.
+    fn deadline(&self) -> Option<f64> {
+        self.lock().deadline.map(seconds)
+    }
+
+    /// How long a read may block past [`Machine::deadline`] before the
+    /// machine's next deadline has certainly passed, when chunks came since
+    /// its timers were last judged (the deadline may then be only a check
+    /// of its stall timers, which moves their marks): in seconds, or `None`
+    /// when the deadline is the one to wait for. A shell whose read cannot
+    /// outlive a timer waits that much longer, then reports the check at
+    /// the deadline and the time after.
+    /// With `always`, the window whatever came (a shell that can bound a
+    /// read only once per attempt bounds each by it).
+    fn read_slack(&self, always: bool) -> Option<f64> {
+        let m = self.lock();
+        if !always && !m.fed_since_check {
+            return None;
+        }
+        let p = m.ex.policy();
+        if !m.ex.is_committed() && p.first_token_timeout().is_some() && !always {
+            // The first token's deadline is due as it stands.
+            return None;
+        }
+        let quiet = if m.ex.outcome().is_some() {
+            Some(DRAIN_GRACE)
+        } else if m.ex.keeps_response() {
+            p.idle_timeout()
+        } else {
+            match (p.idle_timeout(), p.progress_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        };
+        quiet.map(|d| d.as_secs_f64())
+    }
+
+    /// The lifecycle events since the last call, as `(event, status)`
+    /// pairs: `event` the documented JSON form as a dict, `status` the
+    /// `RecoveryStatus` (snake_case) when that event changed it, else `None`.
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut m = self.lock();
+        let out = PyList::empty(py);
+        let mut status = m.status;
+        let drained: Vec<_> = m.ex.drain_events().collect();
+        for event in drained {
+            let after = status.after(&event.kind);
+            let changed = if after == status {
+                py.None().into_bound(py)
+            } else {
+                status = after;
+                serde_py(py, &after)?
+            };
+            out.append((serde_py(py, &event)?, changed))?;
+        }
+        m.status = status;
+        Ok(out)
+    }
+
+    /// The report so far, as a dict (the documented JSON form).
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        serde_py(py, self.lock().ex.report())
+    }
+
+    /// The outcome once the request ended, as a dict (`None` before).
+    fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.lock()
+            .ex
+            .outcome()
+            .map(|o| serde_py(py, o))
+            .transpose()
+    }
+
+    /// The text of the request's failure (`recovery failed: ...`), or
+    /// `None` while it has not failed.
+    fn error_text(&self) -> Option<String> {
+        let m = self.lock();
+        let outcome = m.ex.outcome()?;
+        if outcome.name() == "completed" {
+            return None;
+        }
+        let e = RecoveryError::new(outcome.clone(), m.ex.report().clone(), Evidence::default());
+        Some(e.to_string())
+    }
+
+    /// Whether a response reached the caller (the request committed).
+    fn committed(&self) -> bool {
+        self.lock().ex.is_committed()
+    }
+
+    /// Action 1: `(kind, target, url, method, header, with_body)`: `kind`
+    /// 0 the original request, 1 a resume, 2 the continuation; `target`
+    /// the alternate it goes to (0: the request's own endpoint; then see
+    /// [`Machine::retarget`]); for a resume its URL, its method, a header
+    /// to set (`(name, value)` or `None`) and whether the original body
+    /// goes again (without it the shell drops the body's headers).
+    #[allow(clippy::type_complexity)]
+    fn send_info(
+        &self,
+    ) -> (
+        u32,
+        usize,
+        String,
+        String,
+        Option<(&'static str, String)>,
+        bool,
+    ) {
+        let m = self.lock();
+        let target = m.ex.target();
+        match &m.io_send {
+            Some(s) => (
+                s.kind,
+                target,
+                s.url.clone(),
+                s.method.clone(),
+                s.header.clone(),
+                s.with_body,
+            ),
+            None => (0, target, String::new(), String::new(), None, true),
+        }
+    }
+
+    /// Action 1 to an alternate: the request to `url` with `body` and
+    /// headers named `headers` (lowercase) as that alternate takes it:
+    /// `(url, headers that stay behind, body)`.
+    fn retarget<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        body: &[u8],
+        headers: Vec<String>,
+    ) -> Option<(String, Vec<String>, Bound<'py, PyBytes>)> {
+        let m = self.lock();
+        let t = m.targets.get(m.ex.target().checked_sub(1)?)?;
+        let left = headers
+            .into_iter()
+            .filter(|n| !t.keeps_header(url, n))
+            .collect();
+        Some((
+            t.rewrite_url(url).into_owned(),
+            left,
+            PyBytes::new(py, &t.rewrite_body(body)),
+        ))
+    }
+
+    /// The `Idempotency-Key` to set on the send about to go out (`None`
+    /// for none): `has_one` when its headers already carry one.
+    fn idempotency_key(&self, has_one: bool) -> Option<String> {
+        self.lock().ex.idempotency_key(has_one)
+    }
+
+    /// Action 7: the chunk to hand on.
+    fn deliver<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        match self.lock().deliver.take()? {
+            Chunk::Read(kept) => Some(kept.object.into_bound(py)),
+            Chunk::Made(bytes) => Some(PyBytes::new(py, &bytes)),
+        }
+    }
+
+    /// Action 6: the first chunks of the final error response, which the
+    /// machine held; the rest of its body follows untouched.
+    fn take_held<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        self.lock()
+            .ex
+            .take_held()
+            .into_iter()
+            .map(|c| match c {
+                Chunk::Read(kept) => kept.object.into_bound(py),
+                Chunk::Made(bytes) => PyBytes::new(py, &bytes),
+            })
+            .collect()
+    }
+
+    /// Action 10: `{logical_id, next_attempt, failure}`.
+    fn admission_request<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let m = self.lock();
+        let Some(r) = &m.admission else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("logical_id", &r.logical_id)?;
+        d.set_item("next_attempt", r.next_attempt)?;
+        d.set_item("failure", serde_py(py, &r.failure)?)?;
+        Ok(Some(d))
+    }
+
+    /// Action 12: what the consumer received, `{text, reasoning,
+    /// tool_fragments, truncated}` (response text: sensitive).
+    fn prefix<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let m = self.lock();
+        let Some(p) = m.ex.delivered_prefix() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("text", &p.text)?;
+        d.set_item("reasoning", &p.reasoning)?;
+        d.set_item("tool_fragments", p.tool_fragments.clone())?;
+        d.set_item("truncated", p.truncated)?;
+        Ok(Some(d))
+    }
+
+    /// The protocol the answer is decoded as.
+    fn protocol(&self) -> &'static str {
+        self.lock().ex.protocol().name()
+    }
+
+    /// The request's logical id, as events show it.
+    fn logical_id(&self) -> String {
+        self.lock().ex.logical_id().to_owned()
+    }
+}
+
+/// The protocol names the `protocol` option takes.
+#[pyfunction]
+fn protocols() -> Vec<&'static str> {
+    PROTOCOLS.to_vec()
+}
+
+/// The machine of one logical request for the `recovery_llm` shell.
+#[pymodule]
+fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<Machine>()?;
+    m.add_function(wrap_pyfunction!(protocols, m)?)?;
+    for (name, value) in [
+        ("SEND", action::SEND),
+        ("AWAIT_HEAD", action::AWAIT_HEAD),
+        ("READ", action::READ),
+        ("RELEASE", action::RELEASE),
+        ("RESPOND", action::RESPOND),
+        ("RESPOND_ERROR", action::RESPOND_ERROR),
+        ("DELIVER", action::DELIVER),
+        ("SLEEP", action::SLEEP),
+        ("WAIT_ONLINE", action::WAIT_ONLINE),
+        ("ASK_ADMISSION", action::ASK_ADMISSION),
+        ("AWAIT_ADMISSION", action::AWAIT_ADMISSION),
+        ("ASK_CONTINUATION", action::ASK_CONTINUATION),
+        ("END_OK", action::END_OK),
+        ("END_ERR", action::END_ERR),
+        ("DELIVER_THIS", action::DELIVER_THIS),
+        ("EVENTS", action::EVENTS),
+        ("DEADLINE", action::DEADLINE),
+    ] {
+        m.add(name, value)?;
+    }
+    m.add("DRAIN_GRACE", DRAIN_GRACE.as_secs_f64())?;
+    Ok(())
+}

@@ -1,0 +1,244 @@
+"""The shared conformance vectors through AsyncRecoveringTransport, on a
+virtual clock.
+
+The vectors come prepared by ``conformance-js prepare`` (the one Rust
+translation of each vector into the sends played byte for byte, its npm
+options and its hooks); what a run observed goes back to ``conformance-js
+check``, which holds the vectors' expectations (``Expected::check``). Each
+send is played by an in-memory inner transport; the run is a trio task on
+``trio.testing.MockClock(autojump_threshold=0)``: the clock moves to the
+next deadline only when every task waits, as the npm runner's does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from typing import Any
+
+import anyio
+import httpx2
+import trio
+import trio.testing
+
+from recovery_llm import AsyncRecoveringTransport
+from recovery_llm._shell import Platform
+
+ORIGIN = "http://vector.invalid"
+TOOL = os.environ.get("RECOVERY_CONFORMANCE_TOOL", "conformance-js")
+
+
+def snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def options_of(v: dict) -> dict:
+    """The vector's npm options as the Python transport's keywords."""
+    out = {}
+    for k, x in v["options"].items():
+        if k == "alternates":
+            x = [{snake(a): b for a, b in alt.items()} for alt in x]
+        out[snake(k)] = x
+    return out
+
+
+class VirtualPlatform(Platform):
+    def __init__(self, v: dict) -> None:
+        super().__init__(True)
+        self.jitter = v["jitter"]
+        self.wall_origin = v["wallOriginMs"] / 1000.0
+        self.is_online = True
+
+    def wall(self) -> float:
+        return self.wall_origin + anyio.current_time()
+
+    def id(self) -> int:
+        return 1
+
+    def online(self) -> bool:
+        return self.is_online
+
+
+class Played(httpx2.AsyncByteStream):
+    def __init__(self, p: dict, run: "Run") -> None:
+        self.p = p
+        self.run = run
+
+    async def __aiter__(self):
+        p = self.p
+        for chunk in p["chunks"]:
+            yield chunk.encode()
+        if p["keepalive_every_ms"]:
+            while True:
+                await anyio.sleep(p["keepalive_every_ms"] / 1000)
+                yield b": keepalive\n\n"
+        if p["offline"]:
+            self.run.offline()
+        end = p["end"]
+        if end == "eof":
+            return
+        if end == "reset":
+            e = httpx2.ReadError("connection reset")
+            e.__cause__ = ConnectionResetError()
+            raise e
+        if end in ("consumer_drop", "consumer_cancel"):
+            self.run.stop()
+        await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        pass
+
+
+def head_failure(transport: str, phase: str) -> Exception:
+    exc_type = {
+        "connecting": httpx2.ConnectError,
+        "sending": httpx2.WriteError,
+        "awaiting_headers": httpx2.ReadError,
+        "streaming": httpx2.ReadError,
+    }.get(phase, httpx2.TransportError)
+    e = exc_type(f"{transport} while {phase}")
+    e.recovery_evidence = (transport, phase)
+    return e
+
+
+class Stub(httpx2.AsyncBaseTransport):
+    """Plays the vector's sends, one per request, the last one repeated."""
+
+    def __init__(self, played: list, run: "Run") -> None:
+        self.played = played
+        self.run = run
+        self.sends = 0
+        self.requests: list = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        p = self.played[min(self.sends, len(self.played) - 1)]
+        self.sends += 1
+        u = request.url
+        line = f"{request.method} {u.raw_path.decode()}"
+        if "last-event-id" in request.headers:
+            line += f" last-event-id={request.headers['last-event-id']}"
+        if "idempotency-key" in request.headers:
+            line += f" idempotency-key={request.headers['idempotency-key']}"
+        self.requests.append(line)
+        head = p["head"]
+        if head["kind"] == "fails":
+            if p["offline"]:
+                self.run.offline()
+            raise head_failure(head["transport"], head["phase"])
+        if head["kind"] == "never":
+            if p["offline"]:
+                self.run.offline()
+            if p["cancel_awaiting"]:
+                self.run.cancel()
+            await anyio.sleep_forever()
+        status = head["status"]
+        return httpx2.Response(status, headers=head["headers"], stream=Played(p, self.run))
+
+
+class Run:
+    def __init__(self, v: dict, nursery: Any) -> None:
+        self.v = v
+        self.nursery = nursery
+        self.scope = anyio.CancelScope()
+        self.transport: Any = None
+
+    def offline(self) -> None:
+        self.platform.is_online = False
+        self.transport._options.client.set_online(False)
+
+    def cancel(self) -> None:
+        self.scope.cancel()
+
+    def stop(self) -> None:
+        self.scope.cancel()
+
+
+async def run_vector(v: dict) -> dict:
+    """Runs one prepared vector; what it observed, for ``conformance-js
+    check``."""
+    events: list = []
+    waits = [0]
+    delivered = bytearray()
+    async with trio.open_nursery() as nursery:
+        run = Run(v, nursery)
+        run.platform = VirtualPlatform(v)
+        stub = Stub(v["played"], run)
+
+        def on_event(e: dict) -> None:
+            events.append(e["event"])
+            if e["event"] == "delay_scheduled":
+                c = v["cancelDuringWait"]
+                if c and c["wait"] == waits[0]:
+                    async def later() -> None:
+                        await anyio.sleep(c["after_ms"] / 1000)
+                        run.cancel()
+                    nursery.start_soon(later)
+                waits[0] += 1
+
+        hooks: dict = {"on_event": on_event}
+        if v["admission"] is not None:
+            answers = list(v["admission"])
+
+            def admission(context: dict) -> Any:
+                answer = answers.pop(0)
+                if answer in ("allow", "reject"):
+                    return answer
+                if answer == "unresolved":
+                    return "maybe"
+                if answer == "cancel":
+                    run.cancel()
+                return anyio.sleep_forever()
+
+            hooks["admission"] = admission
+        if v["continuation"] is not None:
+            c = v["continuation"]
+            hooks["continuation"] = lambda _: {"url": ORIGIN + c["path"], "method": c["method"], "body": c["body"]}
+        transport = AsyncRecoveringTransport(stub, **options_of(v), **hooks, _platform=run.platform)
+        run.transport = transport
+        r = v["request"]
+        url = ORIGIN + r["path"]
+        body = r["body"].encode() if r["body"] and r["method"] != "GET" else None
+        if v["cooldownMs"] is not None:
+            transport.note_cooldown(url, body or b"", v["cooldownMs"] / 1000)
+        with trio.fail_after(10**7):
+            with run.scope:
+                try:
+                    response = await transport.handle_async_request(
+                        httpx2.Request(r["method"], url, content=body)
+                    )
+                    async for chunk in response.stream:
+                        delivered.extend(chunk)
+                except httpx2.TransportError:
+                    pass  # the report says how it ended
+        nursery.cancel_scope.cancel()
+    report = transport.last_report
+    return {
+        "name": v["name"],
+        "events": events,
+        "sends": stub.sends,
+        "delivered": list(delivered),
+        "requests": stub.requests,
+        "cooldownLeftMs": transport.cooldown_remaining(url, body or b"") * 1000,
+        "report": None if report is None else dict(report),
+    }
+
+
+def run_one(v: dict) -> dict:
+    return trio.run(run_vector, v, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def prepared() -> list:
+    out = subprocess.run([TOOL, "prepare"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def check(observed: list) -> "tuple[bool, str]":
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "observed.json")
+        with open(path, "w") as f:
+            json.dump(observed, f)
+        r = subprocess.run([TOOL, "check", path], capture_output=True, text=True)
+    return r.returncode == 0, r.stdout + r.stderr

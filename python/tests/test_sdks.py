@@ -1,0 +1,328 @@
+"""The official SDKs in-process over recovery_llm's transports, against the
+loopback fault provider: openai (Chat, Responses) and anthropic, sync and
+async, and legacy httpx. The SDKs never retry (``max_retries=0``): whatever
+was recovered, the transport recovered."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+import recovery_llm
+import recovery_llm.httpx as legacy
+import provider
+from provider import SSE, event_ends, fixture_bytes, load, sends
+
+CHAT = "openai-chat/happy-usage.sse"
+CHAT_ARGS = {"model": "m", "messages": [{"role": "user", "content": "say hello"}], "stream": True}
+OVERLOADED_CHUNK = (
+    'data: {"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":"overloaded"}}\n\n'
+)
+ANTHROPIC = "anthropic/happy.sse"
+
+
+def prefix():
+    return f"/{uuid.uuid4().hex[:12]}"
+
+
+def sse_text(data, field_path):
+    out = []
+    for block in data.decode().split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: ") and line[6:] != "[DONE]":
+                value = json.loads(line[6:])
+                for f in field_path:
+                    value = value.get(f) if isinstance(value, dict) else None
+                    if value is None:
+                        break
+                if isinstance(value, str):
+                    out.append(value)
+    return "".join(out)
+
+
+def openai_client(p, events=None, asynchronous=False, **options):
+    if asynchronous:
+        transport = recovery_llm.AsyncRecoveringTransport(on_event=events, **options)
+        http = openai.DefaultAsyncHttpx2Client(transport=transport)
+        return openai.AsyncOpenAI(base_url=f"{provider.URL}{p}/v1", api_key="k", max_retries=0, http_client=http), transport
+    transport = recovery_llm.RecoveringTransport(on_event=events, **options)
+    http = openai.DefaultHttpx2Client(transport=transport)
+    return openai.OpenAI(base_url=f"{provider.URL}{p}/v1", api_key="k", max_retries=0, http_client=http), transport
+
+
+def chat_text(stream):
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+async def achat_text(stream):
+    return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+
+def cut_chat(after_events):
+    full = fixture_bytes(CHAT)
+    cut = event_ends(full)[after_events - 1]
+    return {"headers": SSE, "body": [{"fixture": CHAT}], "cut_at": cut, "ending": "rst"}
+
+
+HAPPY_CHAT = {"headers": SSE, "body": [{"fixture": CHAT}]}
+
+
+# ------------------------------------------------------------ openai chat
+
+
+def test_chat_reset_before_the_first_token_is_the_whole_answer_once(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [cut_chat(1), HAPPY_CHAT]})
+    events = []
+    client, transport = openai_client(p, events.append)
+    assert chat_text(client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
+    assert sends(path) == 2
+    names = [e["event"] for e in events]
+    assert names.count("attempt_started") == 2 and names[-1] == "completed", names
+    assert transport.last_report["outcome"]["outcome"] == "completed"
+
+
+@pytest.mark.anyio
+async def test_chat_reset_before_the_first_token_async(fault_provider, anyio_backend):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [cut_chat(1), HAPPY_CHAT]})
+    client, transport = openai_client(p, asynchronous=True)
+    assert await achat_text(await client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
+    assert sends(path) == 2
+    assert len(transport.last_report["attempts"]) == 2
+
+
+def test_chat_in_stream_overloaded_error_is_the_whole_answer_once(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [{"headers": SSE, "body": [OVERLOADED_CHUNK]}, HAPPY_CHAT]})
+    client, _ = openai_client(p)
+    assert chat_text(client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
+    assert sends(path) == 2
+
+
+@pytest.mark.anyio
+async def test_chat_in_stream_overloaded_error_async(fault_provider, anyio_backend):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [{"headers": SSE, "body": [OVERLOADED_CHUNK]}, HAPPY_CHAT]})
+    client, _ = openai_client(p, asynchronous=True)
+    assert await achat_text(await client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
+    assert sends(path) == 2
+
+
+def check_interrupted(error, seen):
+    cause = error.__cause__
+    assert isinstance(cause, recovery_llm.RecoveryError), repr(cause)
+    assert cause.committed
+    assert cause.outcome["outcome"] == "interrupted", cause.outcome
+    assert cause.report["committed_attempt"] is not None
+    assert seen == "Hello"
+
+
+def test_chat_reset_after_the_first_token_raises_the_sdks_connection_error(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [cut_chat(2), HAPPY_CHAT]})
+    client, _ = openai_client(p)
+    seen = []
+    with pytest.raises(openai.APIConnectionError) as raised:
+        for c in client.chat.completions.create(**CHAT_ARGS):
+            if c.choices and c.choices[0].delta.content:
+                seen.append(c.choices[0].delta.content)
+    check_interrupted(raised.value, "".join(seen))
+    assert sends(path) == 1, "never replayed after a token was out"
+
+
+@pytest.mark.anyio
+async def test_chat_reset_after_the_first_token_async(fault_provider, anyio_backend):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [cut_chat(2), HAPPY_CHAT]})
+    client, _ = openai_client(p, asynchronous=True)
+    seen = []
+    with pytest.raises(openai.APIConnectionError) as raised:
+        async for c in await client.chat.completions.create(**CHAT_ARGS):
+            if c.choices and c.choices[0].delta.content:
+                seen.append(c.choices[0].delta.content)
+    check_interrupted(raised.value, "".join(seen))
+    assert sends(path) == 1
+
+
+# ------------------------------------------------------- openai responses
+
+RESPONSE_EVENTS = [
+    ("response.created", {"response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}),
+    ("response.in_progress", {"response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}),
+    ("response.output_item.added", {"output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+    ("response.content_part.added", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Resumed"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " streams"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " stay"}),
+    ("response.output_text.delta", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": " whole."}),
+    ("response.output_text.done", {"item_id": "msg_1", "output_index": 0, "content_index": 0, "text": "Resumed streams stay whole."}),
+    ("response.completed", {"response": {"id": "resp_1", "object": "response", "status": "completed", "output": [], "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0}}}}),
+]
+
+
+def response_stream(first=0, last=len(RESPONSE_EVENTS) - 1):
+    out = []
+    for seq in range(first, last + 1):
+        kind, fields = RESPONSE_EVENTS[seq]
+        data = {"type": kind, "sequence_number": seq, **fields}
+        out.append(f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n")
+    return "".join(out)
+
+
+RESPONSES_ARGS = {"model": "m", "input": "say something", "stream": True, "background": True}
+
+
+def load_responses_cut(p):
+    post = f"{p}/v1/responses"
+    get = f"{p}/v1/responses/resp_1"
+    head = response_stream(0, 4)
+    load({
+        post: [{"headers": SSE, "body": [head, response_stream(5)], "cut_at": len(head.encode()), "ending": "rst"}],
+        get: [{"headers": SSE, "body": [response_stream(5)]}],
+    })
+    return post, get
+
+
+def test_responses_background_stream_cut_is_resumed_with_the_same_text(fault_provider):
+    p = prefix()
+    post, get = load_responses_cut(p)
+    client, transport = openai_client(p)
+    text = "".join(e.delta for e in client.responses.create(**RESPONSES_ARGS) if e.type == "response.output_text.delta")
+    assert text == "Resumed streams stay whole."
+    assert (sends(post), sends(get)) == (1, 1)
+    assert transport.last_report["seams"], transport.last_report
+
+
+@pytest.mark.anyio
+async def test_responses_background_stream_cut_is_resumed_async(fault_provider, anyio_backend):
+    p = prefix()
+    post, get = load_responses_cut(p)
+    client, _ = openai_client(p, asynchronous=True)
+    stream = await client.responses.create(**RESPONSES_ARGS)
+    text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
+    assert text == "Resumed streams stay whole."
+    assert (sends(post), sends(get)) == (1, 1)
+
+
+# -------------------------------------------------------------- anthropic
+
+
+def anthropic_client(p, asynchronous=False):
+    if asynchronous:
+        transport = recovery_llm.AsyncRecoveringTransport()
+        http = anthropic.DefaultAsyncHttpxClient(transport=transport)
+        return anthropic.AsyncAnthropic(base_url=f"{provider.URL}{p}", api_key="k", max_retries=0, http_client=http)
+    transport = recovery_llm.RecoveringTransport()
+    http = anthropic.DefaultHttpxClient(transport=transport)
+    return anthropic.Anthropic(base_url=f"{provider.URL}{p}", api_key="k", max_retries=0, http_client=http)
+
+
+ANTHROPIC_TEXT = sse_text(fixture_bytes(ANTHROPIC), ["delta", "text"])
+OVERLOADED_529 = {
+    "status": 529,
+    "headers": {"content-type": "application/json"},
+    "body": ['{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'],
+}
+MESSAGE = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_anthropic_overloaded_before_the_first_token_is_the_whole_answer_once(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/messages"
+    load({path: [OVERLOADED_529, {"headers": SSE, "body": [{"fixture": ANTHROPIC}]}]})
+    with anthropic_client(p).messages.stream(**MESSAGE) as stream:
+        assert "".join(stream.text_stream) == ANTHROPIC_TEXT
+    assert sends(path) == 2
+
+
+@pytest.mark.anyio
+async def test_anthropic_overloaded_before_the_first_token_async(fault_provider, anyio_backend):
+    p = prefix()
+    path = f"{p}/v1/messages"
+    load({path: [OVERLOADED_529, {"headers": SSE, "body": [{"fixture": ANTHROPIC}]}]})
+    async with anthropic_client(p, asynchronous=True).messages.stream(**MESSAGE) as stream:
+        assert "".join([t async for t in stream.text_stream]) == ANTHROPIC_TEXT
+    assert sends(path) == 2
+
+
+def recovery_error(e):
+    """The RecoveryError an SDK raised, or raised from."""
+    if isinstance(e, recovery_llm.RecoveryError):
+        return e
+    assert isinstance(e.__cause__, recovery_llm.RecoveryError), repr(e.__cause__)
+    return e.__cause__
+
+
+def anthropic_cut():
+    full = fixture_bytes(ANTHROPIC)
+    first_text = full.find(b"text_delta")
+    cut = next(e for e in event_ends(full) if e > first_text)
+    return {"headers": SSE, "body": [{"fixture": ANTHROPIC}], "cut_at": cut, "ending": "rst"}, full[:cut]
+
+
+def test_anthropic_stream_cut_after_text_is_a_typed_error(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/messages"
+    cut, before = anthropic_cut()
+    load({path: [cut, {"headers": SSE, "body": [{"fixture": ANTHROPIC}]}]})
+    seen = []
+    # MessageStream lets the transport's error through as it is (a
+    # ReadError); the raw stream maps it to APIConnectionError.
+    with pytest.raises((anthropic.APIConnectionError, recovery_llm.RecoveryError)) as raised:
+        with anthropic_client(p).messages.stream(**MESSAGE) as stream:
+            for t in stream.text_stream:
+                seen.append(t)
+    error = recovery_error(raised.value)
+    assert error.outcome["outcome"] == "interrupted" and error.committed
+    # The text so far is out; the end was never proven: an error, not an
+    # answer that merely stopped.
+    assert "".join(seen) == sse_text(before, ["delta", "text"])
+    assert sends(path) == 1
+
+
+@pytest.mark.anyio
+async def test_anthropic_stream_cut_after_text_async(fault_provider, anyio_backend):
+    p = prefix()
+    path = f"{p}/v1/messages"
+    cut, _ = anthropic_cut()
+    load({path: [cut, {"headers": SSE, "body": [{"fixture": ANTHROPIC}]}]})
+    with pytest.raises((anthropic.APIConnectionError, recovery_llm.RecoveryError)) as raised:
+        async with anthropic_client(p, asynchronous=True).messages.stream(**MESSAGE) as stream:
+            async for _ in stream.text_stream:
+                pass
+    assert recovery_error(raised.value).outcome["outcome"] == "interrupted"
+    assert sends(path) == 1
+
+
+# ------------------------------------------------------------ legacy httpx
+
+
+def test_legacy_httpx_reset_before_the_first_token_is_the_whole_answer(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    load({path: [cut_chat(1), HAPPY_CHAT]})
+    transport = legacy.RecoveringTransport()
+    with httpx.Client(transport=transport) as client:
+        with client.stream("POST", f"{provider.URL}{path}", json=CHAT_ARGS) as r:
+            body = r.read()
+    text = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in body.decode().split("\n")
+        if line.startswith("data: {") and json.loads(line[6:]).get("choices")
+    )
+    assert text == "Hello world"
+    assert sends(path) == 2
+    assert r.extensions["recovery_report"]["outcome"]["outcome"] == "completed"
+    assert isinstance(legacy.RecoveryError("x"), httpx.ReadError)
