@@ -8,7 +8,7 @@
 //! and one cooldown store, so the protocol a request speaks does not change
 //! how much the gateway may retry an origin.
 
-use crate::config::AlternateRoute;
+use crate::config::{AlternateRoute, Declared};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -124,16 +124,19 @@ impl Upstream {
     }
 
     /// A request to the stack, decoded as `protocol`, sent to an upstream
-    /// whose declared context window is `context_window`.
+    /// that declares `declared` of its model.
     pub(crate) fn call(
         &self,
         mut req: Request<Full<Bytes>>,
         protocol: &ProtocolKind,
-        context_window: Option<u64>,
+        declared: Declared,
     ) -> tower::util::Oneshot<Stack, Request<Full<Bytes>>> {
         let mut call = RecoveryCall::new().with_protocol(protocol.clone());
-        if let Some(tokens) = context_window {
+        if let Some(tokens) = declared.context_window {
             call = call.with_context_window(tokens);
+        }
+        if let Some(prefill) = declared.prefill {
+            call = call.with_prefill(prefill);
         }
         req.extensions_mut().insert(call);
         tower::ServiceExt::oneshot(self.stack.clone(), req)

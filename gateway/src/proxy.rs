@@ -96,7 +96,7 @@ impl Proxy {
         );
         let resp = match self
             .upstream
-            .call(upstream_req, &protocol, target.context_window)
+            .call(upstream_req, &protocol, target.declared)
             .await
         {
             Ok(resp) => resp,

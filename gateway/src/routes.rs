@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderName, Uri};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
 
-use crate::config::{Http2, Route, RouteProtocol};
+use crate::config::{Declared, Http2, Route, RouteProtocol};
 
 /// The upstream of one request.
 #[derive(Debug, Clone)]
@@ -19,8 +19,8 @@ pub(crate) struct Target {
     pub(crate) headers: HeaderMap,
     /// The HTTP version its sends may use.
     pub(crate) http2: Http2,
-    /// Its declared context window, in tokens.
-    pub(crate) context_window: Option<u64>,
+    /// What it declares about its model.
+    pub(crate) declared: Declared,
 }
 
 /// The routing table.
@@ -31,7 +31,7 @@ pub(crate) struct Router {
     default: Option<Uri>,
     default_headers: HeaderMap,
     default_http2: Http2,
-    default_window: Option<u64>,
+    default_declared: Declared,
     /// The credential headers routes name, beside the usual ones.
     credential_headers: Vec<HeaderName>,
 }
@@ -42,7 +42,7 @@ impl Router {
         default: Option<Uri>,
         default_headers: HeaderMap,
         default_http2: Http2,
-        default_window: Option<u64>,
+        default_declared: Declared,
     ) -> Self {
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         let mut credential_headers: Vec<HeaderName> = routes
@@ -56,7 +56,7 @@ impl Router {
             default,
             default_headers,
             default_http2,
-            default_window,
+            default_declared,
             credential_headers,
         }
     }
@@ -75,7 +75,7 @@ impl Router {
     /// The target of a request to `path` (and `query`), or `None` when no
     /// route matches and there is no default upstream.
     pub(crate) fn target(&self, path: &str, query: Option<&str>) -> Option<Target> {
-        let (base, rest, protocol, resumable, headers, http2, context_window) =
+        let (base, rest, protocol, resumable, headers, http2, declared) =
             match self.routes.iter().find(|r| Self::matches(&r.prefix, path)) {
                 Some(r) => {
                     let rest = if r.strip_prefix && r.prefix != "/" {
@@ -90,7 +90,7 @@ impl Router {
                         r.resumable,
                         &r.headers,
                         r.http2,
-                        r.context_window,
+                        r.declared,
                     )
                 }
                 None => (
@@ -100,7 +100,7 @@ impl Router {
                     true,
                     &self.default_headers,
                     self.default_http2,
-                    self.default_window,
+                    self.default_declared,
                 ),
             };
         let base_path = base.path().trim_end_matches('/');
@@ -126,7 +126,7 @@ impl Router {
             resumable,
             headers: headers.clone(),
             http2,
-            context_window,
+            declared,
         })
     }
 }
@@ -145,7 +145,7 @@ mod tests {
             headers: HeaderMap::new(),
             credential_header: None,
             http2: Http2::Off,
-            context_window: None,
+            declared: Declared::default(),
         }
     }
 
@@ -164,7 +164,7 @@ mod tests {
             Some("https://default".parse().unwrap()),
             HeaderMap::new(),
             Http2::Off,
-            None,
+            Declared::default(),
         );
         let t = r.target("/a/b/x", Some("k=1")).unwrap();
         assert_eq!(t.uri.to_string(), "http://two:2/base/x?k=1");
@@ -180,9 +180,15 @@ mod tests {
             "http://one:1/"
         );
         assert!(
-            Router::new(vec![], None, HeaderMap::new(), Http2::Off, None)
-                .target("/x", None)
-                .is_none()
+            Router::new(
+                vec![],
+                None,
+                HeaderMap::new(),
+                Http2::Off,
+                Declared::default()
+            )
+            .target("/x", None)
+            .is_none()
         );
     }
 }

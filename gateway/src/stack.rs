@@ -52,7 +52,7 @@ pub(crate) fn phases(
         config.upstream.clone(),
         config.upstream_headers.clone(),
         config.upstream_http2,
-        config.upstream_context_window,
+        config.upstream_declared,
     );
     let keys = Arc::new(Keys::new(
         config.stream_secret.as_ref().map(|s| s.0.as_slice()),

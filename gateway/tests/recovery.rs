@@ -277,7 +277,7 @@ async fn gateway_with(provider: &FaultProvider, toml: &str) -> recovery_gateway:
     let (mut config, _) = config(provider);
     config.alternates = from_file.alternates;
     config.policy = from_file.policy;
-    config.upstream_context_window = from_file.upstream_context_window;
+    config.upstream_declared = from_file.upstream_declared;
     gateway(config).await
 }
 
@@ -430,5 +430,139 @@ async fn a_prompt_too_long_skips_an_alternate_with_a_smaller_window() {
     assert_eq!(provider.count_path(CHAT), 1);
     assert_eq!(provider.count_path(small), 0, "a smaller window is skipped");
     assert_eq!(provider.count_path(large), 1);
+    gw.shutdown().await;
+}
+
+/// One OpenAI Chat chunk of `content`, under chunk id `id`.
+fn token_chunk(id: &str, content: &str) -> String {
+    let content = serde_json::to_string(content).unwrap();
+    format!(
+        "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":null}}]}}\n\n"
+    )
+}
+
+/// A Chat stream under id `id`: its role chunk, tokens `from..=to`
+/// (` w1`, ` w2`, ...), and, when `end`, the finish reason and `[DONE]`.
+fn counted(id: &str, from: u32, to: u32, end: bool) -> String {
+    let mut out = format!(
+        "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n"
+    );
+    for i in from..=to {
+        out.push_str(&token_chunk(id, &format!(" w{i}")));
+    }
+    if end {
+        out.push_str(&format!(
+            "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+        ));
+    }
+    out
+}
+
+/// The content an SSE Chat answer carries, in order.
+fn chat_content(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// A gateway whose alternate declares `continuation = "prefill"` on
+/// `provider`'s `alt` path, under the baseline policy.
+async fn prefill_gateway(provider: &FaultProvider, alt: &str) -> recovery_gateway::Gateway {
+    let text = format!(
+        "[policy]\nmax_attempts = 3\nhead_timeout_ms = 30000\nidle_timeout_ms = 30000\n\
+         [[alternates]]\nlabel = \"prefill\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\nmodel = \"alt-model\"\ncontinuation = \"prefill\"\n",
+        provider.url(alt)
+    );
+    gateway_with(provider, &text).await
+}
+
+/// A stream reset after 40 of its 60 tokens, with an alternate that
+/// continues a prefill: the alternate gets the request with the 40 tokens
+/// as the final assistant message (`prefix: true`), and the client reads
+/// the 60 tokens once, under the first stream's chunk id.
+#[tokio::test]
+async fn a_cut_answer_is_continued_by_a_prefill_alternate() {
+    let alt = "/alt/v1/chat/completions";
+    let whole = chat_content(&counted("x", 1, 60, true));
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![sse(Write::text(counted("c1", 1, 40, false))).ending(Ending::Rst)],
+            )
+            .path(alt, vec![sse(Write::text(counted("c2", 41, 60, true)))]),
+    )
+    .await
+    .unwrap();
+    let gw = prefill_gateway(&provider, alt).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    let text = answer.text();
+    assert_eq!(chat_content(&text), whole, "the whole answer, once");
+    assert!(
+        !text.contains("\"c2\""),
+        "the continuation runs on under the first id"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(
+        provider.count_path(CHAT),
+        1,
+        "the cut answer is never replayed"
+    );
+    let sent = provider.requests_for(alt);
+    assert_eq!(sent.len(), 1);
+    let body: serde_json::Value = serde_json::from_slice(&sent[0].body).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["prefix"], true);
+    assert_eq!(last["content"], chat_content(&counted("x", 1, 40, false)));
+    assert_eq!(body["model"], "alt-model");
+    let m = gw.metrics();
+    assert_eq!((m.resumes, m.completed), (1, 1), "the seam is counted");
+    gw.shutdown().await;
+}
+
+/// The alternate answers the prefill with a 400: the client's stream ends
+/// with the interruption that cut it (a reset), never the 400.
+#[tokio::test]
+async fn a_rejected_prefill_leaves_the_original_interruption() {
+    let alt = "/alt/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(CHAT, vec![sse(Write::text(counted("c1", 1, 40, false))).ending(Ending::Rst)])
+            .path(
+                alt,
+                vec![json_error(
+                    400,
+                    r#"{"error":{"message":"prefix is not supported","type":"invalid_request_error"}}"#,
+                )],
+            ),
+    )
+    .await
+    .unwrap();
+    let gw = prefill_gateway(&provider, alt).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    let text = answer.text();
+    assert_eq!(
+        chat_content(&text),
+        chat_content(&counted("x", 1, 40, false))
+    );
+    assert!(!text.contains("prefix is not supported"), "{text}");
+    assert!(!text.contains("400"), "{text}");
+    assert!(
+        text.contains("interrupted after commit (Transport)"),
+        "the reset's interruption: {text}"
+    );
+    assert_eq!(provider.count_path(alt), 1);
+    let m = gw.metrics();
+    assert_eq!(m.completed, 0);
     gw.shutdown().await;
 }

@@ -9,7 +9,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use recovery_core::policy::RecoveryPolicy;
 use serde::Deserialize;
 
-use super::{AlternateRoute, ConfigError, RouteProtocol, err};
+use recovery_core::continuation::Prefill;
+
+use super::{AlternateRoute, ConfigError, Declared, RouteProtocol, err};
 
 /// The file's shape; unknown keys are errors, so a typo is not ignored.
 #[derive(Debug, Default, Deserialize)]
@@ -35,6 +37,10 @@ pub(super) struct File {
     pub(super) http2: Option<Http2File>,
     #[serde(default)]
     pub(super) context_window: Option<u64>,
+    #[serde(default)]
+    pub(super) continuation: Option<String>,
+    #[serde(default)]
+    pub(super) prefill_template: Option<String>,
     #[serde(default)]
     pub(super) upstream_headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
@@ -73,6 +79,12 @@ pub(super) struct AlternateFile {
     /// The model's context window, in tokens.
     #[serde(default)]
     pub(super) context_window: Option<u64>,
+    /// `"prefill"`: it continues an assistant message it is given.
+    #[serde(default)]
+    pub(super) continuation: Option<String>,
+    /// The form it takes the prefill in (`auto` by default).
+    #[serde(default)]
+    pub(super) prefill_template: Option<String>,
     #[serde(default)]
     pub(super) headers: std::collections::BTreeMap<String, String>,
 }
@@ -139,6 +151,10 @@ pub(super) struct RouteFile {
     pub(super) http2: Option<Http2File>,
     #[serde(default)]
     pub(super) context_window: Option<u64>,
+    #[serde(default)]
+    pub(super) continuation: Option<String>,
+    #[serde(default)]
+    pub(super) prefill_template: Option<String>,
 }
 
 /// `http2 = true | false | "auto"`.
@@ -268,10 +284,22 @@ pub(super) fn alternate(
     if let Some(model) = a.model {
         alt = alt.model(model).map_err(bad)?;
     }
-    match a.context_window {
-        Some(0) => return err(format!("{at}: context_window must be at least 1 token")),
-        Some(tokens) => alt = alt.context_window(tokens),
-        None => {}
+    let declared = declared(
+        &format!("{at}: "),
+        a.context_window,
+        a.continuation.as_deref(),
+        a.prefill_template.as_deref(),
+    )?;
+    if let Some(tokens) = declared.context_window {
+        alt = alt.context_window(tokens);
+    }
+    if let Some(prefill) = declared.prefill {
+        if prefill.resolve(&protocol).is_none() {
+            return err(format!(
+                "{at}: continuation = \"prefill\" needs protocol openai-chat or anthropic"
+            ));
+        }
+        alt = alt.prefill(prefill);
     }
     for (name, value) in &header_map(&at, a.headers, env)? {
         alt = alt.header(name.clone(), value.clone());
@@ -279,6 +307,41 @@ pub(super) fn alternate(
     Ok(AlternateRoute {
         protocol: protocol.clone(),
         alternate: alt.protocol(protocol),
+    })
+}
+
+/// What an upstream declares of its model: `context_window` (at least 1
+/// token), `continuation` (only `"prefill"`) and `prefill_template`
+/// (with `continuation` only).
+pub(super) fn declared(
+    at: &str,
+    context_window: Option<u64>,
+    continuation: Option<&str>,
+    template: Option<&str>,
+) -> Result<Declared, ConfigError> {
+    if context_window == Some(0) {
+        return err(format!("{at}context_window must be at least 1 token"));
+    }
+    let prefill = match (continuation, template) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return err(format!(
+                "{at}prefill_template applies only with continuation = \"prefill\""
+            ));
+        }
+        (Some("prefill"), template) => Some(match template {
+            None => Prefill::Auto,
+            Some(t) => t.parse().map_err(|e| ConfigError(format!("{at}{e}")))?,
+        }),
+        (Some(other), _) => {
+            return err(format!(
+                "{at}continuation {other:?} is not \"prefill\" (the only declarative continuation)"
+            ));
+        }
+    };
+    Ok(Declared {
+        context_window,
+        prefill,
     })
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use http::HeaderName;
 
 use super::file::{
-    File, alternate, from_env, header_map, ms, number, parse_file, policy, upstream_uri,
+    File, alternate, declared, from_env, header_map, ms, number, parse_file, policy, upstream_uri,
 };
 use super::{
     Config, ConfigError, Route, RouteProtocol, STREAM_SECRET_VAR, Secret, StreamLogChoice, err,
@@ -151,10 +151,12 @@ fn credentials(
     if let Some(mode) = &file.http2 {
         c.upstream_http2 = mode.mode("")?;
     }
-    if file.context_window == Some(0) {
-        return err("context_window must be at least 1 token");
-    }
-    c.upstream_context_window = file.context_window;
+    c.upstream_declared = declared(
+        "",
+        file.context_window,
+        file.continuation.as_deref(),
+        file.prefill_template.as_deref(),
+    )?;
     for client in &file.clients {
         let key_hash = Client::parse_hash(&client.key_hash).ok_or_else(|| {
             ConfigError(format!(
@@ -257,10 +259,12 @@ fn upstreams(
                 Some(mode) => mode.mode(&format!("{at}: "))?,
                 None => super::Http2::Off,
             },
-            context_window: match r.context_window {
-                Some(0) => return err(format!("{at}: context_window must be at least 1 token")),
-                other => other,
-            },
+            declared: declared(
+                &format!("{at}: "),
+                r.context_window,
+                r.continuation.as_deref(),
+                r.prefill_template.as_deref(),
+            )?,
         });
     }
     Ok(())

@@ -22,6 +22,7 @@ pub use tower_recovery::https::Http2;
 
 use http::{HeaderMap, HeaderName, Uri};
 use recovery_core::budget::RetryBudgetConfig;
+use recovery_core::continuation::Prefill;
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 
@@ -107,9 +108,21 @@ pub struct Route {
     pub credential_header: Option<HeaderName>,
     /// The HTTP version its sends may use.
     pub http2: Http2,
+    /// What it declares about its model.
+    pub declared: Declared,
+}
+
+/// What an upstream declares about its model (`context_window`,
+/// `continuation`), for the default upstream and each route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Declared {
     /// Its model's context window, in tokens: a prompt too long for it
     /// moves only to an alternate whose declared window is larger.
     pub context_window: Option<u64>,
+    /// How it continues an assistant message it is given
+    /// (`continuation = "prefill"`, `prefill_template`): an answer cut
+    /// after text only is continued there from a prefill of that text.
+    pub prefill: Option<Prefill>,
 }
 
 /// Where a request of one protocol may go when its upstream fails before
@@ -217,8 +230,8 @@ pub struct Config {
     pub upstream_headers: HeaderMap,
     /// The HTTP version sends to the default upstream may use.
     pub upstream_http2: Http2,
-    /// The default upstream's context window, in tokens.
-    pub upstream_context_window: Option<u64>,
+    /// What the default upstream declares about its model.
+    pub upstream_declared: Declared,
     /// Known clients; empty: requests spend their own credentials.
     pub clients: Vec<Client>,
     /// The secret stream keys are derived with (every instance on one
@@ -258,7 +271,7 @@ impl Default for Config {
             max_readers: 1024,
             upstream_headers: HeaderMap::new(),
             upstream_http2: Http2::Off,
-            upstream_context_window: None,
+            upstream_declared: Declared::default(),
             clients: Vec::new(),
             stream_secret: None,
             sse_comments: Comments::Pass,
