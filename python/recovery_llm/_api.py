@@ -67,7 +67,11 @@ class Configured:
     ``continuation({"delivered": prefix, "request": request})`` returns a
     request (an httpx ``Request`` or ``{"url", "method", "headers",
     "body"}``) that continues a committed answer no native resume can, or
-    None. A callback that raises changes nothing.
+    None; or ``continuation="prefill"`` declares that the endpoint continues
+    an answer from its own prefix sent as the final assistant message
+    (``prefill_template``: ``"auto"``, ``"assistant"``, ``"prefix"`` or
+    ``"continue_final_message"``; alternates take the same two keys). A
+    callback that raises changes nothing.
 
     After the first byte reaches the caller, a failure surfaces from the
     response stream as ``RecoveryError`` (a ``ReadError``: each SDK raises
@@ -113,7 +117,8 @@ class Configured:
         on_event: Optional[Callable[[Event], Any]] = None,
         on_status: Optional[Callable[[str], Any]] = None,
         admission: Optional[Callable[[Event], Any]] = None,
-        continuation: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+        continuation: Union[None, str, Callable[[Mapping[str, Any]], Any]] = None,
+        prefill_template: str = DEFAULT,
         cooldown_key: Optional[Callable[[str, str], str]] = None,
         _platform: Optional[Platform] = None,
     ) -> None:
@@ -145,6 +150,7 @@ class Configured:
             "sse_terminal": sse_terminal,
             "resumable_sse": resumable_sse,
             "context_window": context_window,
+            "prefill_template": prefill_template,
         }
         hooks = {
             "on_event": on_event,

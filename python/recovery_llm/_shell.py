@@ -206,21 +206,37 @@ class Options:
     """A transport's options, checked once; what its requests share."""
 
     def __init__(self, http: Any, given: dict, hooks: dict, alternates: Any, platform: Platform) -> None:
+        given = dict(given)
         alts = []
         self.alternate_headers: list = []
         self.alternate_bodies: list = []
         for i, a in enumerate(alternates or ()):
             if not isinstance(a, Mapping):
-                a = {k: getattr(a, k) for k in ("label", "url", "model", "protocol", "context_window", "headers", "body") if hasattr(a, k)}
-            unknown = set(a) - {"label", "url", "model", "protocol", "context_window", "headers", "body"}
+                names = ("label", "url", "model", "protocol", "context_window", "headers", "body", "continuation", "prefill_template")
+                a = {k: getattr(a, k) for k in names if hasattr(a, k)}
+            known = {"label", "url", "model", "protocol", "context_window", "headers", "body", "continuation", "prefill_template"}
+            unknown = set(a) - known
             if unknown:
                 raise TypeError(f"unknown recovery option `alternates[{i}].{sorted(unknown)[0]}`")
-            alts.append({k: a.get(k) for k in ("label", "url", "model", "protocol", "context_window")})
+            alt = {k: a.get(k) for k in ("label", "url", "model", "protocol", "context_window")}
+            declared = a.get("continuation")
+            if declared not in (None, "prefill"):
+                raise ValueError(f"invalid recovery option `alternates[{i}].continuation`: only \"prefill\"")
+            if a.get("prefill_template") is not None and declared != "prefill":
+                raise ValueError(f"invalid recovery option `alternates[{i}].prefill_template`: applies only with continuation=\"prefill\"")
+            if declared == "prefill":
+                alt["prefill_template"] = a.get("prefill_template") or "auto"
+            alts.append(alt)
             self.alternate_headers.append(list(http.Headers(a.get("headers") or {}).multi_items()))
             body = a.get("body")
             if body is not None and not (isinstance(body, (str, bytes)) or callable(body)):
                 raise TypeError(f"invalid recovery option `alternates[{i}].body`: expected str, bytes or a callable")
             self.alternate_bodies.append(body)
+        if hooks.get("continuation") == "prefill":
+            hooks = {**hooks, "continuation": None}
+            given = {**given, "prefill_template": given.get("prefill_template") or "auto"}
+        elif "prefill_template" in given:
+            raise ValueError('invalid recovery option `prefill_template`: applies only with continuation="prefill"')
         for name, hook in hooks.items():
             if hook is not None and not callable(hook):
                 raise TypeError(f"invalid recovery option `{name}`: expected a callable")
@@ -379,6 +395,8 @@ class Exchange:
             spec = (str(c.url), c.method, list(c.headers.multi_items()), c_body)
         elif kind == 0:
             spec = (spec_url, self.method, spec_headers, spec_body)
+        elif kind == 3:
+            spec = (spec_url, self.method, spec_headers, self.m.send_body())
         else:
             return None
         url, method, headers, body = spec

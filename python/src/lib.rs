@@ -52,6 +52,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
+use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{
@@ -255,6 +256,7 @@ struct Options {
     budget: Option<Arc<dyn BudgetStore>>,
     cooldowns: bool,
     context_window: Option<u64>,
+    prefill: Option<Prefill>,
 }
 
 #[allow(clippy::too_many_lines)]
@@ -271,6 +273,7 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
     let mut budget: Option<RetryBudgetConfig> = Some(RetryBudgetConfig::default());
     let mut cooldowns = true;
     let mut context_window = None;
+    let mut prefill = None;
     for (key, v) in options.iter() {
         let key: String = key.extract()?;
         let k = key.as_str();
@@ -369,6 +372,7 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
                 };
             }
             "retry_budget" => budget = retry_budget(&v)?,
+            "prefill_template" => prefill = Some(prefill_of(k, &v)?),
             _ => {
                 return Err(PyTypeError::new_err(format!(
                     "unknown recovery option `{k}`"
@@ -405,7 +409,17 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
         budget: budget.map(|c| -> Arc<dyn BudgetStore> { Arc::new(RetryBudget::new(c)) }),
         cooldowns,
         context_window,
+        prefill,
     })
+}
+
+/// A prefill form by name (`auto`, `assistant`, `prefix`,
+/// `continue_final_message`).
+fn prefill_of(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Prefill> {
+    let names: Vec<&str> = Prefill::ALL.iter().map(|p| p.name()).collect();
+    let name = variant(field, v, &names)?;
+    name.parse()
+        .map_err(|_| invalid(field, &format!("unknown prefill template {name:?}")))
 }
 
 /// `retry_budget`: `None` (no budget), `True` (the default one) or a dict
@@ -499,6 +513,9 @@ fn read_alternate(i: usize, d: &Bound<'_, PyDict>) -> PyResult<Target> {
     if let Some(w) = get("context_window")? {
         t = t.with_context_window(whole(&at("context_window"), &w, 1, u64::MAX)?);
     }
+    if let Some(p) = get("prefill_template")? {
+        t = t.with_prefill(prefill_of(&at("prefill_template"), &p)?);
+    }
     Ok(t)
 }
 
@@ -513,6 +530,8 @@ pub struct Client {
     cooldowns: Option<Arc<Cooldowns>>,
     alternates: Vec<Target>,
     context_window: Option<u64>,
+    /// The prefill form the request's own endpoint continues with.
+    prefill: Option<Prefill>,
     /// Every jitter draw pinned to this fraction (tests), else random.
     jitter: Option<f64>,
     online: Arc<AtomicBool>,
@@ -547,6 +566,7 @@ impl Client {
             cooldowns: o.cooldowns.then(|| Arc::new(Cooldowns::new())),
             alternates: targets,
             context_window: o.context_window,
+            prefill: o.prefill,
             jitter,
             online: Arc::new(AtomicBool::new(true)),
         })
@@ -657,7 +677,8 @@ impl Client {
         )
         .with_admission_hook(admission)
         .with_resumable_sse(self.resumable_sse)
-        .with_continuation_hook(continuation);
+        .with_continuation_hook(continuation)
+        .with_prefill(RequestFacts::new(method, url, body), self.prefill);
         if let Some(budget) = &self.budget {
             ex = ex.with_retry_budget(Arc::clone(budget));
         }
@@ -773,6 +794,8 @@ struct Outgoing {
     method: String,
     header: Option<(&'static str, String)>,
     with_body: bool,
+    /// The body the machine wrote (a prefill continuation).
+    body: Option<Vec<u8>>,
 }
 
 struct Inner {
@@ -830,6 +853,7 @@ impl Inner {
                     method: String::new(),
                     header: None,
                     with_body: true,
+                    body: None,
                 };
                 self.io_send = Some(if let SendKind::Resume(r) = kind {
                     Outgoing {
@@ -838,11 +862,17 @@ impl Inner {
                         method: r.method,
                         header: r.header,
                         with_body: r.with_body,
+                        body: None,
                     }
                 } else if matches!(kind, SendKind::Original) {
                     plain(0)
                 } else if matches!(kind, SendKind::Continuation) {
                     plain(2)
+                } else if let SendKind::Prefill(body) = kind {
+                    Outgoing {
+                        body: Some(body.to_vec()),
+                        ..plain(3)
+                    }
                 } else {
                     plain(255)
                 });
@@ -1155,7 +1185,8 @@ impl Machine {
     }
 
     /// Action 1: `(kind, target, url, method, header, with_body)`: `kind`
-    /// 0 the original request, 1 a resume, 2 the continuation; `target`
+    /// 0 the original request, 1 a resume, 2 the continuation, 3 a prefill
+    /// continuation ([`Machine::send_body`]); `target`
     /// the alternate it goes to (0: the request's own endpoint; then see
     /// [`Machine::retarget`]); for a resume its URL, its method, a header
     /// to set (`(name, value)` or `None`) and whether the original body
@@ -1184,6 +1215,13 @@ impl Machine {
             ),
             None => (0, target, String::new(), String::new(), None, true),
         }
+    }
+
+    /// Action 1 of a prefill continuation (kind 3): the body to send in
+    /// place of the request's (taken: a second call answers `None`).
+    fn send_body<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        let body = self.lock().io_send.as_mut()?.body.take()?;
+        Some(PyBytes::new(py, &body))
     }
 
     /// Action 1 to an alternate: the request to `url` with `body` and

@@ -112,6 +112,7 @@ class Stub(httpx2.AsyncBaseTransport):
         self.run = run
         self.sends = 0
         self.requests: list = []
+        self.bodies: list = []
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         p = self.played[min(self.sends, len(self.played) - 1)]
@@ -123,6 +124,7 @@ class Stub(httpx2.AsyncBaseTransport):
         if "idempotency-key" in request.headers:
             line += f" idempotency-key={request.headers['idempotency-key']}"
         self.requests.append(line)
+        self.bodies.append((await request.aread()).decode())
         head = p["head"]
         if head["kind"] == "fails":
             if p["offline"]:
@@ -193,7 +195,7 @@ async def run_vector(v: dict) -> dict:
                 return anyio.sleep_forever()
 
             hooks["admission"] = admission
-        if v["continuation"] is not None:
+        if v["continuation"] is not None and "continuation" not in v["options"]:
             c = v["continuation"]
             hooks["continuation"] = lambda _: {"url": ORIGIN + c["path"], "method": c["method"], "body": c["body"]}
         transport = AsyncRecoveringTransport(stub, **options_of(v), **hooks, _platform=run.platform)
@@ -221,6 +223,7 @@ async def run_vector(v: dict) -> dict:
         "sends": stub.sends,
         "delivered": list(delivered),
         "requests": stub.requests,
+        "bodies": stub.bodies,
         "cooldownLeftMs": transport.cooldown_remaining(url, body or b"") * 1000,
         "report": None if report is None else dict(report),
     }

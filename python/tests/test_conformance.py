@@ -9,19 +9,8 @@ from conformance import check, prepared, run_one
 VECTORS = prepared()
 
 # Vectors the transport cannot run yet, each with why; each must still fail
-# (strict), so the list cannot outlive the gap. The prefill continuation
-# (`Send::Prefill`, the `prefill_template` option and an alternate's
-# `continuation`) is not in the Python shell yet.
-NOT_YET = {
-    name: "prefill continuation: not in the Python shell yet"
-    for name in (
-        "pf1_text_cut_by_a_reset_is_continued_from_a_prefill",
-        "pf2_a_delivered_tool_call_is_never_continued",
-        "pf3_a_rejected_prefill_leaves_the_original_interruption",
-        "pf4_an_alternate_declaring_a_prefill_continues_the_primarys_answer",
-        "pf5_a_stall_after_text_is_continued",
-    )
-}
+# (strict), so the list cannot outlive the gap. None today.
+NOT_YET: dict = {}
 
 
 def marked(v):
