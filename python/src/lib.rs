@@ -16,26 +16,26 @@
 //!
 //! | code | action | payload |
 //! |---:|---|---|
-//! | 1 | send | [`Machine::send_info`], [`Machine::retarget`], [`Machine::idempotency_key`] |
+//! | 1 | send | `Machine.send_info`, `Machine.retarget`, `Machine.idempotency_key` |
 //! | 2 | await the head | |
 //! | 3 | read the body | |
 //! | 4 | release the attempt's response | |
 //! | 5 | respond (commit) with the head | |
-//! | 6 | respond with the final HTTP error | [`Machine::take_held`] |
-//! | 7 | deliver | [`Machine::deliver`] |
-//! | 8 | sleep until [`Machine::deadline`] | |
+//! | 6 | respond with the final HTTP error | `Machine.take_held` |
+//! | 7 | deliver | `Machine.deliver` |
+//! | 8 | sleep until `Machine.deadline` | |
 //! | 9 | wait until online | |
-//! | 10 | ask the admission hook | [`Machine::admission_request`] |
+//! | 10 | ask the admission hook | `Machine.admission_request` |
 //! | 11 | await the admission hook | |
-//! | 12 | ask the continuation hook | [`Machine::prefix`] |
+//! | 12 | ask the continuation hook | `Machine.prefix` |
 //! | 13 | end: completed | |
-//! | 14 | end: failed | [`Machine::outcome`], [`Machine::error_text`] |
+//! | 14 | end: failed | `Machine.outcome`, `Machine.error_text` |
 //!
 //! | flag | meaning |
 //! |---:|---|
 //! | `0x100` | (from `on_chunk`) hand the chunk just given to the consumer first |
-//! | `0x200` | lifecycle events are waiting ([`Machine::events`]) |
-//! | `0x400` | the deadline moved ([`Machine::deadline`]) |
+//! | `0x200` | lifecycle events are waiting (`Machine.events`) |
+//! | `0x400` | the deadline moved (`Machine.deadline`) |
 //!
 //! # Unsafe code
 //!
@@ -1093,13 +1093,13 @@ impl Machine {
         m.next(&env)
     }
 
-    /// When the machine must be woken ([`Machine::on_timeout`]) if nothing
+    /// When the machine must be woken (`Machine.on_timeout`) if nothing
     /// else happens first, in seconds on the shell's clock; `None` for never.
     fn deadline(&self) -> Option<f64> {
         self.lock().deadline.map(seconds)
     }
 
-    /// How long a read may block past [`Machine::deadline`] before the
+    /// How long a read may block past `Machine.deadline` before the
     /// machine's next deadline has certainly passed, when chunks came since
     /// its timers were last judged (the deadline may then be only a check
     /// of its stall timers, which moves their marks): in seconds, or `None`
@@ -1186,9 +1186,9 @@ impl Machine {
 
     /// Action 1: `(kind, target, url, method, header, with_body)`: `kind`
     /// 0 the original request, 1 a resume, 2 the continuation, 3 a prefill
-    /// continuation ([`Machine::send_body`]); `target`
+    /// continuation (`Machine.send_body`); `target`
     /// the alternate it goes to (0: the request's own endpoint; then see
-    /// [`Machine::retarget`]); for a resume its URL, its method, a header
+    /// `Machine.retarget`); for a resume its URL, its method, a header
     /// to set (`(name, value)` or `None`) and whether the original body
     /// goes again (without it the shell drops the body's headers).
     #[allow(clippy::type_complexity)]
