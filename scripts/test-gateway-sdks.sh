@@ -22,8 +22,9 @@ BIN="${CARGO_TARGET_DIR:-target}/debug"
 work="$(mktemp -d)"
 provider_pid=""
 gateway_pid=""
+rescue_pid=""
 cleanup() {
-  for pid in "$gateway_pid" "$provider_pid"; do
+  for pid in "$gateway_pid" "$rescue_pid" "$provider_pid"; do
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -66,12 +67,39 @@ gateway_pid=$!
 gateway_url="$(first_url "$work/gateway.out" "$gateway_pid")" || {
   echo "recovery-gateway did not start:" >&2; cat "$work/gateway.err" >&2; exit 1; }
 
+# A second gateway for the rescues after the first token: its alternate
+# continues a prefill, under the baseline policy (three sends, 30 s head
+# timeout, 10 s idle timeout).
+rescue_alt="/rescue-alt/v1/chat/completions"
+cat >"$work/rescue.toml" <<TOML
+[retry_budget]
+min_retries_per_sec = 100
+
+[policy]
+max_attempts = 3
+head_timeout_ms = 30000
+idle_timeout_ms = 10000
+
+[[alternates]]
+label = "prefill"
+protocol = "openai-chat"
+url = "$provider_url$rescue_alt"
+continuation = "prefill"
+TOML
+"$BIN/recovery-gateway" --listen 127.0.0.1:0 --upstream "$provider_url" --config "$work/rescue.toml" \
+  >"$work/rescue.out" 2>"$work/rescue.err" &
+rescue_pid=$!
+rescue_url="$(first_url "$work/rescue.out" "$rescue_pid")" || {
+  echo "recovery-gateway (rescue) did not start:" >&2; cat "$work/rescue.err" >&2; exit 1; }
+
 echo "fault provider: $provider_url"
 echo "gateway:        $gateway_url"
+echo "rescue gateway: $rescue_url"
 
 status=0
 export PYTHONDONTWRITEBYTECODE=1
 RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
+  RECOVERY_RESCUE_GATEWAY_URL="$rescue_url" RECOVERY_RESCUE_ALT_PATH="$rescue_alt" \
   "$PY" -m unittest discover -s gateway/tests/python -v || status=$?
 (cd "$JS" && RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
   node --test) || status=$?
