@@ -61,10 +61,12 @@ const NUMBER_SLOTS = [
   'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
   'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
   'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs', 'contextWindow',
+  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs', 'contextWindow', 'prefill',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation', 'cooldownKey'];
+// The prefill forms, in the module's order (`Prefill::ALL`).
+const PREFILLS = ['auto', 'assistant', 'prefix', 'continue_final_message'];
 const PROTOCOLS = ['auto', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'];
 const CATEGORIES = ['transport', 'http', 'provider_response', 'protocol', 'cancellation', 'client_timeout'];
 // About 285 years: the largest duration an option may name.
@@ -148,8 +150,10 @@ function client(wasm, options, available) {
     throw optionError(TypeError, 'createRecoveringFetch: options must be an object');
   }
   for (const key of FUNCTIONS) {
+    // `continuation: 'prefill'` declares a prefill instead of a hook.
+    if (key === 'continuation' && options[key] === 'prefill') continue;
     if (options[key] !== undefined && typeof options[key] !== 'function') {
-      throw optionError(TypeError, `invalid recovery option \`${key}\`: expected a function`);
+      throw optionError(TypeError, `invalid recovery option \`${key}\`: expected a function${key === 'continuation' ? " or 'prefill'" : ''}`);
     }
   }
   const signal = options.signal;
@@ -198,7 +202,7 @@ function client(wasm, options, available) {
         continue;
     }
     if (v === null) {
-      if (NUMBER_SLOTS.includes(key) || ['retryableStatuses', 'sseTerminal'].includes(key)) continue;
+      if (NUMBER_SLOTS.includes(key) || ['retryableStatuses', 'sseTerminal', 'prefillTemplate'].includes(key)) continue;
       throw shape(`unknown field \`${key}\``);
     }
     switch (key) {
@@ -226,6 +230,10 @@ function client(wasm, options, available) {
         expect(key, v, 'number', 'a number');
         if (!Number.isSafeInteger(v) || v < 1) throw range(key, 'must be a whole number of tokens, at least 1');
         n[slot(key)] = v;
+        break;
+      case 'prefillTemplate':
+        if (options.continuation !== 'prefill') throw range(key, "applies only with continuation: 'prefill'");
+        n[slot('prefill')] = prefillTemplate(key, v);
         break;
       case 'overCeiling':
         n[slot(key)] = variant(key, v, ['refuse', 'backoff']);
@@ -284,6 +292,7 @@ function client(wasm, options, available) {
   }
   if (terminal && protocol !== 'sse') throw range('sseTerminal', 'only applies with protocol "sse"');
   n[slot('protocol')] = PROTOCOLS.indexOf(protocol);
+  if (options.continuation === 'prefill' && Number.isNaN(n[slot('prefill')])) n[slot('prefill')] = 0;
   const c = new wasm.Client(n, statuses, statusesGiven, sseData, sseEvent);
   const error = c.error();
   if (error !== 0) {
@@ -292,7 +301,7 @@ function client(wasm, options, available) {
     throw optionError(RangeError, `invalid recovery policy: ${text}`);
   }
   for (const [i, a] of alternates.entries()) {
-    const refused = c.alternate(a.label, a.url, a.model, a.protocol, a.contextWindow);
+    const refused = c.alternate(a.label, a.url, a.model, a.protocol, a.contextWindow, a.prefill);
     if (refused !== 0) {
       c.free();
       throw range(`alternates[${i}].${ALTERNATE_ERRORS[refused]}`, ALTERNATE_TEXTS[refused]);
@@ -309,13 +318,27 @@ const ALTERNATE_TEXTS = [
   'must be 1 to 256 characters, none of them a control character',
 ];
 
-/** Checks one entry of `alternates`: `{ label, url, model, protocol, contextWindow, headers, body }`. */
+/** A prefill form's index, from its name. */
+function prefillTemplate(field, v) {
+  expect(field, v, 'string', 'a string');
+  const i = PREFILLS.indexOf(v);
+  if (i < 0) throw range(field, `unknown prefill template ${JSON.stringify(v)} (${PREFILLS.join(', ')})`);
+  return i;
+}
+
+/**
+ * Checks one entry of `alternates`: `{ label, url, model, protocol,
+ * contextWindow, continuation, prefillTemplate, headers, body }`.
+ */
 function alternate(a, i, available) {
   const at = `alternates[${i}]`;
   if (a === null || typeof a !== 'object' || Array.isArray(a)) {
     throw shape(`\`${at}\`: expected an object, got ${kindOf(a)}`);
   }
-  const out = { label: '', url: '', model: '', protocol: -1, contextWindow: -1, headers: [], body: undefined };
+  const out = { label: '', url: '', model: '', protocol: -1, contextWindow: -1, prefill: -1, headers: [], body: undefined };
+  if (a.prefillTemplate != null && a.continuation !== 'prefill') {
+    throw range(`${at}.prefillTemplate`, "applies only with continuation: 'prefill'");
+  }
   for (const [k, x] of Object.entries(a)) {
     if (x === undefined || x === null) continue;
     switch (k) {
@@ -334,6 +357,13 @@ function alternate(a, i, available) {
         expect(`${at}.contextWindow`, x, 'number', 'a number');
         if (!Number.isSafeInteger(x) || x < 1) throw range(`${at}.contextWindow`, 'must be a whole number of tokens, at least 1');
         out.contextWindow = x;
+        break;
+      case 'continuation':
+        if (x !== 'prefill') throw range(`${at}.continuation`, "must be 'prefill'");
+        if (out.prefill < 0) out.prefill = 0;
+        break;
+      case 'prefillTemplate':
+        out.prefill = prefillTemplate(`${at}.prefillTemplate`, x);
         break;
       case 'headers':
         try {
@@ -845,6 +875,9 @@ class Driver {
     } else if (kind === 2) {
       out = this.continuation;
       this.continuation = null;
+    } else if (kind === 3) {
+      // A prefill continuation: the target's request, the machine's body.
+      out = { ...spec, body: this.m.sendBody() };
     } else {
       out = spec;
     }
@@ -1082,7 +1115,7 @@ export function bind(wasm, platform = defaultPlatform) {
         onStatus: opts.onStatus,
         alternates,
         admission: opts.admission,
-        continuation: opts.continuation && continuationOf(opts.continuation, request, body),
+        continuation: typeof opts.continuation === 'function' ? continuationOf(opts.continuation, request, body) : undefined,
       }, platform);
       const handle = Object.freeze({
         report: () => driver.report,

@@ -1,9 +1,11 @@
 //! The seam of a continuation: its events rewritten so that they run on
 //! from the delivered stream as one answer.
 //!
-//! A continuation is a new generation: its own preamble (a role chunk,
-//! `message_start`) is dropped by the gate; what follows is rewritten here,
-//! event by event, so a reader sees no gap:
+//! A continuation is a new generation: the frames that only open it (a
+//! role chunk, `message_start` and its first block's start, a ping,
+//! `response.created`) are dropped before its first output ([`Splice::
+//! opens_generation`]); what follows is rewritten here, event by event, so
+//! a reader sees no gap:
 //!
 //! - OpenAI Chat: every chunk carries the delivered stream's `id`;
 //! - Anthropic: content block indexes continue from the block that was cut
@@ -49,6 +51,46 @@ impl Splice {
             facts,
             strip,
             shift: None,
+        }
+    }
+
+    /// Whether `event`, before the continuation's first output, only opens
+    /// the new generation (the answer it continues is already open): a
+    /// role chunk, `message_start`, a block start, a ping, a keepalive,
+    /// `response.created` and the like. `None` for a protocol this is not
+    /// known of: there, nothing but output ends the preamble. A finish
+    /// (a finish reason, `message_delta`, `[DONE]`, usage) is not an
+    /// opening: a continuation with nothing more to say still ends the
+    /// answer the consumer reads.
+    pub(crate) fn opens_generation(&self, event: &[u8]) -> Option<bool> {
+        let Some((start, end)) = data_span(event) else {
+            // No data: a comment (keepalive), or several data lines.
+            return Some(!event.windows(5).any(|w| w == b"data:"));
+        };
+        let root = Lazy::parse(&event[start..end]).ok();
+        let kind = || root.and_then(|r| r.get("type"));
+        let is = |names: &[&str]| kind().is_some_and(|k| names.iter().any(|n| k.str_eq(n)));
+        match self.protocol {
+            ProtocolKind::OpenAiChat => {
+                let Some(choices) = root.and_then(|r| r.get("choices")) else {
+                    return Some(false);
+                };
+                let (mut any, mut finished) = (false, false);
+                choices.for_each(|c| {
+                    any = true;
+                    finished |= c.get("finish_reason").is_some_and(|f| !f.is_null());
+                });
+                Some(any && !finished)
+            }
+            ProtocolKind::Anthropic => Some(is(&["message_start", "content_block_start", "ping"])),
+            ProtocolKind::OpenAiResponses => Some(is(&[
+                "response.created",
+                "response.in_progress",
+                "response.queued",
+                "response.output_item.added",
+                "response.content_part.added",
+            ])),
+            _ => None,
         }
     }
 
@@ -234,6 +276,51 @@ mod tests {
         assert_eq!(rewrite(&mut s, delta), delta);
         let again = "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\nx\"}}\n\n";
         assert_eq!(rewrite(&mut s, again), again, "stripped once at most");
+    }
+
+    #[test]
+    fn only_the_frames_that_open_a_generation_are_its_preamble() {
+        let chat = Splice::new(&ProtocolKind::OpenAiChat, SeamFacts::default(), "");
+        let opens = |s: &Splice, e: &str| s.opens_generation(e.as_bytes());
+        assert_eq!(
+            opens(
+                &chat,
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+            ),
+            Some(true)
+        );
+        assert_eq!(opens(&chat, ": keepalive\n\n"), Some(true));
+        for finish in [
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n",
+        ] {
+            assert_eq!(opens(&chat, finish), Some(false), "{finish}");
+        }
+        let anthropic = Splice::new(&ProtocolKind::Anthropic, SeamFacts::default(), "");
+        for (event, opening) in [
+            (
+                "event: message_start\ndata: {\"type\":\"message_start\"}\n\n",
+                true,
+            ),
+            (
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0}\n\n",
+                true,
+            ),
+            ("event: ping\ndata: {\"type\":\"ping\"}\n\n", true),
+            (
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                false,
+            ),
+            (
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                false,
+            ),
+        ] {
+            assert_eq!(opens(&anthropic, event), Some(opening), "{event}");
+        }
+        let gemini = Splice::new(&ProtocolKind::Gemini, SeamFacts::default(), "");
+        assert_eq!(opens(&gemini, "data: {}\n\n"), None);
     }
 
     #[test]

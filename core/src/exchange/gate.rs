@@ -12,8 +12,8 @@ use crate::wire::{Limits, ProtocolViolation};
 
 /// Forwards a stream one complete event at a time, dropping events a
 /// resumed server repeats (at or below the resume cursor) and, for a
-/// continuation, the new generation's own preamble (everything before its
-/// first semantic event), its events then rewritten to run on from the
+/// continuation, the frames that only open the new generation, before its
+/// first semantic event; its events are rewritten to run on from the
 /// delivered stream ([`Splice`]).
 #[derive(Debug)]
 pub(crate) struct Gate {
@@ -71,8 +71,19 @@ impl Gate {
             let len = usize::try_from(end.saturating_sub(self.offset)).unwrap_or(usize::MAX);
             let event = self.pending.split_to(len.min(self.pending.len())).freeze();
             self.offset = end;
-            self.skip_until_semantic &= !semantic;
-            if !duplicate && !self.skip_until_semantic && !event.is_empty() {
+            if self.skip_until_semantic && !semantic {
+                // The continuation's preamble: dropped while it only opens
+                // the new generation.
+                let opening = self
+                    .splice
+                    .as_ref()
+                    .and_then(|s| s.opens_generation(&event));
+                if opening.unwrap_or(true) {
+                    continue;
+                }
+            }
+            self.skip_until_semantic = false;
+            if !duplicate && !event.is_empty() {
                 out(match self.splice.as_mut() {
                     Some(splice) => splice.rewrite(event),
                     None => event,

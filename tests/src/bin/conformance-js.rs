@@ -105,18 +105,27 @@ fn options(v: &Vector) -> Value {
         "attemptsPerTarget": p.attempts_per_target,
         "contextWindow": v.context_window,
     });
+    if let Some(p) = &v.prefill {
+        o["continuation"] = json!("prefill");
+        o["prefillTemplate"] = json!(p);
+    }
     if !v.alternates.is_empty() {
         o["alternates"] = v
             .alternates
             .iter()
             .map(|a| {
-                json!({
+                let mut alt = json!({
                     "label": a.label,
                     "url": a.url,
                     "model": a.model,
                     "protocol": a.protocol,
                     "contextWindow": a.context_window,
-                })
+                });
+                if let Some(p) = &a.prefill {
+                    alt["continuation"] = json!("prefill");
+                    alt["prefillTemplate"] = json!(p);
+                }
+                alt
             })
             .collect();
     }
@@ -199,6 +208,7 @@ fn check(file: &str) -> Result<usize, Vec<String>> {
                 .into_iter()
                 .map(|r| r.replace(&report.logical_id, "{id}"))
                 .collect(),
+            bodies: strings("bodies"),
             cooldown_left_ms: run["cooldownLeftMs"].as_f64().unwrap_or(0.0) as u64,
             ..Observed::default()
         };

@@ -60,7 +60,7 @@ function tick() {
 
 /** A `fetch` that plays `played`, one per send, the last one repeated. */
 function stubFetch(played, hooks) {
-  const stub = { sends: 0, requests: [] };
+  const stub = { sends: 0, requests: [], bodies: [] };
   stub.fetch = (url, init) => {
     const p = played[Math.min(stub.sends, played.length - 1)];
     stub.sends += 1;
@@ -70,6 +70,8 @@ function stubFetch(played, hooks) {
     const key = headers.get('idempotency-key');
     stub.requests.push(`${(init && init.method) || 'GET'} ${u.pathname}${u.search}` + (id === null ? '' : ` last-event-id=${id}`)
       + (key === null ? '' : ` idempotency-key=${key}`));
+    const sent = init && init.body;
+    stub.bodies.push(sent == null ? '' : typeof sent === 'string' ? sent : new TextDecoder().decode(sent));
     const signal = init && init.signal;
     if (p.head.kind === 'fails') {
       if (p.offline) hooks.offline();
@@ -242,6 +244,7 @@ export async function runVector(bind, wasm, v) {
     sends: stub.sends,
     delivered,
     requests: stub.requests,
+    bodies: stub.bodies,
     cooldownLeftMs: rfetch.cooldowns.remaining(url, init.body),
     report: handle ? handle.report() : null,
   };
