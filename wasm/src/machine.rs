@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
+use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
     AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
@@ -205,8 +206,18 @@ mod slot {
     pub const ATTEMPTS_PER_TARGET: usize = 24;
     pub const FIRST_TOKEN_TIMEOUT_MS: usize = 25;
     pub const CONTEXT_WINDOW: usize = 26;
+    pub const PREFILL: usize = 27;
     #[cfg(test)]
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
+}
+
+/// The prefill form of index `n` in `Prefill::ALL`; none for -1, NaN or
+/// anything out of range.
+fn prefill_of(n: f64) -> Option<Prefill> {
+    if !(n >= 0.0) {
+        return None;
+    }
+    Prefill::ALL.get(n as usize).copied()
 }
 
 /// Protocol codes of `numbers[PROTOCOL]`, in `PROTOCOLS` order; `0` is
@@ -304,6 +315,8 @@ pub struct Client {
     alternates: Vec<Target>,
     /// The declared context window of the request's own endpoint.
     context_window: Option<u64>,
+    /// The prefill form the request's own endpoint continues with.
+    prefill: Option<Prefill>,
     error: u32,
     error_detail: u32,
     error_field: String,
@@ -452,6 +465,7 @@ impl Client {
             context_window: given(n(slot::CONTEXT_WINDOW))
                 .filter(|v| *v >= 1.0 && v.is_finite())
                 .map(|v| v as u64),
+            prefill: prefill_of(n(slot::PREFILL)),
             error: 0,
             error_detail: 0,
             error_field: String::new(),
@@ -486,8 +500,9 @@ impl Client {
     /// Adds an alternate, after those added before ([`recovery_core::failover`]):
     /// `url` and `model` empty when not given, `protocol` an index of the
     /// protocol names or -1 for the request's own, `context_window` its
-    /// declared window in tokens or -1 for none. Answers 0, or why it is
-    /// refused: 1 the label, 2 the URL, 3 the model.
+    /// declared window in tokens or -1 for none, `prefill` the index of
+    /// its prefill form in `Prefill::ALL` or -1 for none. Answers 0, or why
+    /// it is refused: 1 the label, 2 the URL, 3 the model.
     pub fn alternate(
         &mut self,
         label: &str,
@@ -495,6 +510,7 @@ impl Client {
         model: &str,
         protocol: i32,
         context_window: f64,
+        prefill: i32,
     ) -> u32 {
         let target = Target::new(label)
             .map_err(|_| 1)
@@ -521,6 +537,9 @@ impl Client {
                 }
                 if context_window >= 1.0 && context_window.is_finite() {
                     t = t.with_context_window(context_window as u64);
+                }
+                if let Some(p) = prefill_of(f64::from(prefill)) {
+                    t = t.with_prefill(p);
                 }
                 self.alternates.push(t);
                 0
@@ -565,7 +584,8 @@ impl Client {
         )
         .with_admission_hook(admission)
         .with_resumable_sse(self.resumable_sse)
-        .with_continuation_hook(continuation);
+        .with_continuation_hook(continuation)
+        .with_prefill(RequestFacts::new(method, url, body), self.prefill);
         if let Some(budget) = &self.budget {
             ex = ex.with_retry_budget(Arc::clone(budget));
         }
@@ -1248,20 +1268,21 @@ mod tests {
     #[test]
     fn an_alternate_is_sent_its_own_url_and_body_after_a_529() {
         let mut c = client(&[]);
-        assert_eq!(c.alternate("bad label", "", "", -1, -1.0), 1);
-        assert_eq!(c.alternate("b", "ftp://x", "", -1, -1.0), 2);
-        assert_eq!(c.alternate("b", "", "\u{1}", -1, -1.0), 3);
+        assert_eq!(c.alternate("bad label", "", "", -1, -1.0, -1), 1);
+        assert_eq!(c.alternate("b", "ftp://x", "", -1, -1.0, -1), 2);
+        assert_eq!(c.alternate("b", "", "\u{1}", -1, -1.0, -1), 3);
         assert_eq!(
             c.alternate(
                 "claude",
                 "https://api.anthropic.com/v1/messages",
                 "c-3",
                 3,
-                200_000.0
+                200_000.0,
+                1
             ),
             0
         );
-        assert_eq!(c.alternate("local", "/alt", "", -1, -1.0), 0);
+        assert_eq!(c.alternate("local", "/alt", "", -1, -1.0, -1), 0);
         let body = br#"{"model":"gpt","messages":[]}"#;
         let own = br#"{"max_tokens":5}"#;
         let mut m = c.start(
