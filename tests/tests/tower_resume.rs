@@ -495,9 +495,12 @@ async fn continuation_hook_splices_a_prefilled_continuation_after_the_prefix() {
     )
     .await;
     assert!(run.error.is_none(), "{:?}", run.error);
+    // The output tokens the prefix's message_start reported (1) are added
+    // to the continuation's usage.
+    let spliced = continuation_body.replace("\"output_tokens\":4", "\"output_tokens\":5");
     assert_eq!(
         String::from_utf8_lossy(&run.body),
-        [prefix, continuation_body].concat(),
+        [prefix, spliced].concat(),
         "the prefix, then the continuation from its first semantic event"
     );
     assert_eq!(
@@ -551,4 +554,87 @@ async fn a_declining_continuation_hook_leaves_the_typed_interruption() {
     );
     assert_eq!(provider.count_path(MESSAGES_PATH), 1);
     assert_eq!(run.body, &full[..cut]);
+}
+
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// A declared prefill over real sockets: an OpenAI Chat answer reset at
+/// every event boundary after its first token is continued by its own
+/// endpoint from a prefill of the delivered text; the continuation answers
+/// the rest of the same stream after a role chunk of its own, and the
+/// consumer reads exactly the uninterrupted bytes.
+#[tokio::test]
+async fn a_prefill_continuation_gives_exactly_the_uninterrupted_stream_at_every_cut() {
+    let name = "openai-chat/happy-usage.sse";
+    let full = fixture(name);
+    let kind = ProtocolKind::OpenAiChat;
+    // A continuation ends with a finish of its own: the cuts are those
+    // before the finish reason (the model still had something to say).
+    let finish = b"\"finish_reason\":\"stop\"";
+    let cuts: Vec<_> = cuts_after_commit(&kind, &full)
+        .into_iter()
+        .filter(|(cut, _)| full[*cut..].windows(finish.len()).any(|w| w == finish))
+        .collect();
+    assert_eq!(cuts.len(), 2, "after each token: {cuts:?}");
+    let role = "data: {\"id\":\"chatcmpl-2\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    for (cut, _) in cuts {
+        let mut rest = role.as_bytes().to_vec();
+        rest.extend_from_slice(&full[cut..]);
+        let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
+            CHAT_PATH,
+            vec![
+                sse(Write::fixture(name)).cut_at(cut).ending(Ending::Rst),
+                sse(Write::bytes(rest)),
+            ],
+        ))
+        .await
+        .unwrap();
+        let client: Client<HttpConnector, ReplayBody> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut svc =
+            RecoveryLayer::new(policy(1)).layer(ObserveLayer::new(kind.clone()).layer(client));
+        let mut req = Request::post(provider.url(CHAT_PATH))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap();
+        req.extensions_mut().insert(
+            recovery_core::call::RecoveryCall::new()
+                .with_prefill(recovery_core::continuation::Prefill::Auto),
+        );
+        let (bytes, report) = tokio::time::timeout(LIMIT, async {
+            let resp = svc.call(req).await.expect("committed");
+            let report = resp.extensions().get::<ReportHandle>().cloned().unwrap();
+            let bytes = resp.into_body().collect().await.expect("whole").to_bytes();
+            (bytes, report.report())
+        })
+        .await
+        .expect("hung");
+        assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            String::from_utf8_lossy(&full),
+            "cut at {cut}: exactly the uninterrupted stream"
+        );
+        assert!(matches!(report.outcome, Some(Outcome::Completed { .. })));
+        assert_eq!(report.seams.len(), 1);
+        assert_eq!(
+            report.seams[0].strategy,
+            recovery_core::report::SeamStrategy::Prefill
+        );
+        let sent = provider.requests_for(CHAT_PATH);
+        assert_eq!(sent.len(), 2, "cut at {cut}");
+        let second: serde_json::Value = serde_json::from_slice(&sent[1].body).unwrap();
+        let last = &second["messages"][1];
+        assert_eq!(last["role"], "assistant");
+        assert_eq!(last["prefix"], true);
+        let text = last["content"].as_str().unwrap();
+        assert!(
+            ["Hello", "Hello world"].contains(&text),
+            "cut at {cut}: the delivered text, {text:?}"
+        );
+        drop(svc);
+        tokio::time::timeout(LIMIT, provider.wait_idle())
+            .await
+            .expect("connections left open");
+    }
 }
