@@ -109,6 +109,14 @@ export interface Alternate {
    */
   contextWindow?: number;
   /**
+   * `'prefill'`: it continues an assistant message it is given; a committed
+   * answer cut after text only is continued here (when the endpoint that
+   * served it declares no prefill), the delivered text as that message.
+   */
+  continuation?: 'prefill';
+  /** The form it takes the prefill in (with `continuation: 'prefill'`; default `'auto'`). */
+  prefillTemplate?: PrefillTemplate;
+  /**
    * Headers set on every send to it (its API key). A send to another origin
    * goes without the request's own credentials (`authorization`,
    * `x-api-key`, `api-key`, `x-goog-api-key`, `proxy-authorization`, `cookie`).
@@ -231,9 +239,22 @@ export interface RecoveringFetchOptions {
    * consumer already has and a copy of the original request, returns the
    * continuation request (an assistant prefill, a "continue" turn) or `null`.
    * Its output is spliced after the delivered prefix, its own preamble dropped.
+   * `'prefill'` declares instead that the endpoint continues an assistant
+   * message it is given: an answer cut after text only is sent again with
+   * the delivered text as that message (see `prefillTemplate`).
    */
-  continuation?: (context: ContinuationContext) => Request | RequestInit & { url: string } | null | Promise<Request | null>;
+  continuation?: 'prefill' | ((context: ContinuationContext) => Request | RequestInit & { url: string } | null | Promise<Request | null>);
+  /**
+   * The form of a declared prefill (with `continuation: 'prefill'`):
+   * `'auto'` (the default: a plain assistant message on Anthropic,
+   * `"prefix": true` on OpenAI Chat), `'assistant'`, `'prefix'` (DeepSeek,
+   * Mistral) or `'continue_final_message'` (vLLM).
+   */
+  prefillTemplate?: PrefillTemplate;
 }
+
+/** How a target takes the delivered text back as an assistant prefill. */
+export type PrefillTemplate = 'auto' | 'assistant' | 'prefix' | 'continue_final_message';
 
 /** What the continuation hook is given. The delivered text is response text: sensitive. */
 export interface ContinuationContext {
