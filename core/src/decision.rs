@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::backoff;
-use crate::failure::{Acceptance, Failure, FailureKind, PermanentCause};
+use crate::failure::{Acceptance, Failure, FailureKind, PermanentCause, Stall};
 use crate::outcome::{BudgetKind, InterruptCause, Outcome, RefusalLimit, ReplayDisabled};
 use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
 use crate::progress::Transience;
@@ -408,11 +408,20 @@ pub fn decide(input: DecisionInput<'_>) -> Action {
         None => None,
     };
 
-    // Before commit, a target that used its share of sends, or that asks
-    // for a wait the request may not give, hands over to the next one at
-    // once; its hint is about itself, not the next target.
+    // Before commit, a target that used its share of sends, that asks for
+    // a wait the request may not give, or that was too slow to give its
+    // first token (it is likely to be as slow again) hands over to the next
+    // one at once; its hint is about itself, not the next target.
+    let slow = matches!(
+        failure.kind,
+        FailureKind::Timeout {
+            stall: Stall::FirstToken
+        }
+    );
     let switch = match state.alternates_left {
-        Some(left) if !resume && left > 0 => share_spent || refused.is_some() || to_larger_window,
+        Some(left) if !resume && left > 0 => {
+            share_spent || refused.is_some() || to_larger_window || slow
+        }
         _ => false,
     };
     if !switch && let Some(outcome) = refused {

@@ -566,3 +566,175 @@ async fn a_rejected_prefill_leaves_the_original_interruption() {
     assert_eq!(m.completed, 0);
     gw.shutdown().await;
 }
+
+/// The baseline of independent fault benchmarks: one alternate, three
+/// sends, two per target, 30 s head and idle timeouts (and, with
+/// `first_token`, that first-token timeout).
+async fn baseline_gateway(
+    provider: &FaultProvider,
+    alt: &str,
+    first_token: Option<u64>,
+) -> recovery_gateway::Gateway {
+    let mut text = String::from(
+        "[policy]\nmax_attempts = 3\nattempts_per_target = 2\nhead_timeout_ms = 30000\nidle_timeout_ms = 30000\n",
+    );
+    if let Some(ms) = first_token {
+        text.push_str(&format!("first_token_timeout_ms = {ms}\n"));
+    }
+    text.push_str(&format!(
+        "[[alternates]]\nlabel = \"alt\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
+        provider.url(alt)
+    ));
+    gateway_with(provider, &text).await
+}
+
+/// Baseline: `429` with `Retry-After: 2`, then OK: the primary's answer,
+/// after the 2 s it asked for; the alternate is never sent to.
+#[tokio::test]
+async fn baseline_a_429_retry_after_2_is_waited_out_on_the_primary() {
+    let alt = "/alt/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    json_error(429, r#"{"error":{"type":"rate_limit_error"}}"#)
+                        .header("retry-after", "2"),
+                    sse(Write::text(counted("p", 1, 3, true))),
+                ],
+            )
+            .path(alt, vec![sse(Write::text(counted("a", 1, 3, true)))]),
+    )
+    .await
+    .unwrap();
+    let gw = baseline_gateway(&provider, alt, None).await;
+    let started = std::time::Instant::now();
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.text().contains("\"id\":\"p\""),
+        "the primary's answer"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    assert_eq!(provider.count_path(CHAT), 2);
+    assert_eq!(provider.count_path(alt), 0);
+    gw.shutdown().await;
+}
+
+/// Baseline: a `500` once: the primary's answer at its second send.
+#[tokio::test]
+async fn baseline_a_500_once_is_retried_on_the_primary() {
+    let alt = "/alt/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    json_error(500, r#"{"error":{"type":"server_error"}}"#),
+                    sse(Write::text(counted("p", 1, 3, true))),
+                ],
+            )
+            .path(alt, vec![sse(Write::text(counted("a", 1, 3, true)))]),
+    )
+    .await
+    .unwrap();
+    let gw = baseline_gateway(&provider, alt, None).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.text().contains("\"id\":\"p\""),
+        "the primary's answer"
+    );
+    assert_eq!(
+        (provider.count_path(CHAT), provider.count_path(alt)),
+        (2, 0)
+    );
+    gw.shutdown().await;
+}
+
+/// Baseline: `400 context_length_exceeded`: the alternate's answer, the
+/// primary sent to once (`attempts_per_target = 2` notwithstanding).
+#[tokio::test]
+async fn baseline_a_prompt_too_long_goes_to_the_alternate_after_one_send() {
+    let alt = "/alt/v1/chat/completions";
+    let too_long = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(CHAT, vec![json_error(400, too_long)])
+            .path(alt, vec![sse(Write::text(counted("a", 1, 3, true)))]),
+    )
+    .await
+    .unwrap();
+    let gw = baseline_gateway(&provider, alt, None).await;
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        answer.text().contains("\"id\":\"a\""),
+        "the alternate's answer"
+    );
+    assert_eq!(
+        (provider.count_path(CHAT), provider.count_path(alt)),
+        (1, 1)
+    );
+    gw.shutdown().await;
+}
+
+/// Baseline with `first_token_timeout_ms = 10000`: a primary whose head and
+/// role chunk come at once and whose first token would come at 20 s is left
+/// at 10 s (its connection closed), and the client reads the alternate's
+/// answer in about 10 s.
+#[tokio::test]
+async fn baseline_a_first_token_at_20_s_is_left_at_10_s_for_the_alternate() {
+    let alt = "/alt/v1/chat/completions";
+    let role = counted("p", 1, 0, false);
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    // The tokens wait on a stall point, released at 20 s
+                    // unless the gateway hangs up first.
+                    sse(Write::text(role))
+                        .write(Write::stall())
+                        .write(Write::text(counted("p", 1, 3, true))),
+                ],
+            )
+            .path(alt, vec![sse(Write::text(counted("a", 1, 3, true)))]),
+    )
+    .await
+    .unwrap();
+    let gw = baseline_gateway(&provider, alt, Some(10_000)).await;
+    let releaser = {
+        let provider = provider.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(20)).await;
+            provider.release_all();
+        })
+    };
+    let started = std::time::Instant::now();
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.text().contains("\"id\":\"a\""),
+        "the alternate's answer"
+    );
+    assert!(
+        (std::time::Duration::from_secs(10)..std::time::Duration::from_secs(13)).contains(&took),
+        "answered after {took:?}"
+    );
+    assert_eq!(
+        (provider.count_path(CHAT), provider.count_path(alt)),
+        (1, 1)
+    );
+    // The primary's connection was closed at the decision, before the
+    // alternate answered: its stall point ended with the hang-up.
+    tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        provider.wait_until(|s| s.stalls_entered == 1 && s.stalls_waiting == 0),
+    )
+    .await
+    .expect("the primary's connection was closed at the timeout");
+    releaser.abort();
+    gw.shutdown().await;
+}
