@@ -25,7 +25,7 @@ for bad in 'use recovery_core::decision::decide;' 'use recovery_core::{engine::R
 done
 
 status=0
-for f in $(find tower-layer/src wasm/src reqwest-recovery/src redis-store/src gateway/src -name '*.rs' | sort); do
+for f in $(find tower-layer/src wasm/src python/src reqwest-recovery/src redis-store/src gateway/src -name '*.rs' | sort); do
   if hits=$(code "$f" | grep -nE "$pattern"); then
     echo "$f: a driver uses core's decision internals:" >&2
     echo "$hits" >&2
