@@ -71,7 +71,7 @@ async fn a_route_with_http2_carries_100_streams_on_one_connection() {
         headers: http::HeaderMap::new(),
         credential_header: None,
         http2: Http2::Always,
-        declared: Default::default(),
+        declared: recovery_gateway::config::Declared::default(),
     }];
     let gw = gateway(config).await;
     let url = gw.url(&format!("/h2{CHAT}"));

@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::fmt::Write as _;
+
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
 use support::*;
 
@@ -451,9 +453,10 @@ fn counted(id: &str, from: u32, to: u32, end: bool) -> String {
         out.push_str(&token_chunk(id, &format!(" w{i}")));
     }
     if end {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
-        ));
+        );
     }
     out
 }
@@ -579,12 +582,13 @@ async fn baseline_gateway(
         "[policy]\nmax_attempts = 3\nattempts_per_target = 2\nhead_timeout_ms = 30000\nidle_timeout_ms = 30000\n",
     );
     if let Some(ms) = first_token {
-        text.push_str(&format!("first_token_timeout_ms = {ms}\n"));
+        let _ = writeln!(text, "first_token_timeout_ms = {ms}");
     }
-    text.push_str(&format!(
+    let _ = write!(
+        text,
         "[[alternates]]\nlabel = \"alt\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
         provider.url(alt)
-    ));
+    );
     gateway_with(provider, &text).await
 }
 

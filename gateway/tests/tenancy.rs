@@ -231,7 +231,7 @@ async fn a_known_client_on_a_route_sends_the_routes_operator_key() {
         headers: operator("x-api-key", "sk-ant-operator"),
         credential_header: None,
         http2: recovery_gateway::config::Http2::Off,
-        declared: Default::default(),
+        declared: recovery_gateway::config::Declared::default(),
     }];
     config.clients = vec![known("team-b", "ck-team-b-0123456789")];
     let gw = gateway(config).await;

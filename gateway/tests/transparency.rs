@@ -113,7 +113,7 @@ async fn resumable_off_by_header_or_route_passes_the_upstreams_bytes_exactly() {
         headers: http::HeaderMap::new(),
         credential_header: None,
         http2: recovery_gateway::config::Http2::Off,
-        declared: Default::default(),
+        declared: recovery_gateway::config::Declared::default(),
     }];
     let gw = gateway(config).await;
     let by_header = Request::post(gw.url(CHAT))

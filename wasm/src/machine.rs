@@ -214,7 +214,7 @@ mod slot {
 /// The prefill form of index `n` in `Prefill::ALL`; none for -1, NaN or
 /// anything out of range.
 fn prefill_of(n: f64) -> Option<Prefill> {
-    if !(n >= 0.0) {
+    if n.is_nan() || n < 0.0 {
         return None;
     }
     Prefill::ALL.get(n as usize).copied()
