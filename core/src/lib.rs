@@ -240,7 +240,6 @@ pub mod conformance;
 
 mod backoff;
 mod decision;
-mod engine;
 mod http_date;
 pub(crate) mod json;
 mod retry_after;

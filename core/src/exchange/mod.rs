@@ -66,225 +66,63 @@
 //! assert!(matches!(ex.poll(&env), Io::Read));
 //! ```
 
+pub(crate) mod course;
 mod decoded;
 mod gate;
+mod head;
+mod io;
+mod ledger;
+mod outbox;
+mod reading;
+mod resumption;
+mod route;
+mod timers;
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime};
-
 use std::sync::Arc;
-
-use bytes::Bytes;
 
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
+pub use io::{AdmissionRequest, Chunk, Env, Head, Io, RequestFacts, Send};
+pub use ledger::Ledger;
+pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
 
 #[cfg(doc)]
 use crate::budget::RetryBudget;
 use crate::budget::{AttemptAllowance, BudgetStore};
-use crate::continuation::splice::Splice;
-use crate::continuation::{DeliveredPrefix, Prefill, prefill_body};
+use crate::continuation::{DeliveredPrefix, Prefill};
 use crate::cooldown::CooldownStore;
 use crate::decision::Action;
-use crate::engine::{CooldownStep, Recovery};
-use crate::failure::{Acceptance, Failure, FailureKind, Phase, Stall, Unfinished};
+use crate::failure::{Failure, FailureKind, Phase, Stall};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
 use crate::observer::{EndOfStream, StreamObserver};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
-use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
-use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind, classify_error_body};
-use crate::report::{RecoveryReport, SeamStrategy};
-use crate::resume::{ResumePlan, ResumeRequest, native_resume, plan_at};
-use crate::retry_after::{RetryAfter, parse_should_retry};
-use crate::safe::{rate_limits_with, request_id_with};
-use crate::timing::{Connectivity, Fraction, Instant, Timing};
+use crate::progress::Proof;
+use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind};
+use crate::report::RecoveryReport;
+use crate::resume::native_resume;
+use crate::timing::Instant;
 use crate::wire::Limits;
+use course::{CooldownStep, Course};
 use decoded::Source;
 use gate::Gate;
+use head::{ErrorHead, Verdict};
+use outbox::{Due, Holds, Outbox};
+use reading::{Reading, Taken};
+use resumption::{Continue, Resumption};
+use route::Route;
+use timers::{Timer, Timers, Watching};
 
-/// How long a completed body may stay silent before the driver stops
-/// reading it: bytes that follow strong proof (a `data: [DONE]` after
-/// `response.completed`, the end of the chunked body) come at once; an SDK
-/// that reads to the end must not wait on a server that never closes.
-pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
-
-/// What the driver's surroundings say now: the clocks, a jitter draw and
-/// connectivity. Every [`Timing`] with a [`Connectivity`] is one.
-pub trait Env {
-    /// Now, on the monotonic clock.
-    fn now(&self) -> Instant;
-    /// Now, on the wall clock (for HTTP-date `Retry-After` values).
-    fn wall_now(&self) -> SystemTime;
-    /// A jitter draw.
-    fn jitter(&self) -> Fraction;
-    /// Whether the platform believes it is online.
-    fn online(&self) -> bool;
-}
-
-impl<E: Env + ?Sized> Env for &E {
-    fn now(&self) -> Instant {
-        (**self).now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        (**self).wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        (**self).jitter()
-    }
-    fn online(&self) -> bool {
-        (**self).online()
-    }
-}
-
-/// A [`Timing`] and a [`Connectivity`] together are an environment.
-impl<T: Timing, C: Connectivity> Env for (T, C) {
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.0.wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        self.0.jitter()
-    }
-    fn online(&self) -> bool {
-        self.1.is_online()
-    }
-}
-
-/// A response head as the driver received it.
-pub trait Head {
-    /// The status code (0 for a browser's opaque redirect).
-    fn status(&self) -> u16;
-    /// A header's value by lowercase name; the first one when repeated.
-    fn header(&self, name: &str) -> Option<Cow<'_, str>>;
-    /// A browser hid a redirect behind an `opaqueredirect` response.
-    fn opaque_redirect(&self) -> bool {
-        false
-    }
-}
-
-impl Head for http::response::Parts {
-    fn status(&self) -> u16 {
-        self.status.as_u16()
-    }
-    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(Cow::Borrowed)
-    }
-}
-
-/// What the machine needs to know of the logical request.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct RequestFacts<'a> {
-    /// The method.
-    pub method: &'a str,
-    /// The URL (absolute, or a path with its query).
-    pub url: &'a str,
-    /// The buffered body (empty when it could not be buffered).
-    pub body: &'a [u8],
-}
-
-impl<'a> RequestFacts<'a> {
-    /// The facts of a request: its method, its URL (absolute, or a path with
-    /// its query) and its buffered body (empty when it could not be
-    /// buffered).
-    pub fn new(method: &'a str, url: &'a str, body: &'a [u8]) -> Self {
-        RequestFacts { method, url, body }
-    }
-}
-
-/// A chunk for the consumer: one the driver read, as it was, or one the
-/// machine cut out of the stream (a complete event, when delivery is event
-/// by event).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Chunk<C> {
-    /// A chunk the driver read.
-    Read(C),
-    /// A complete event the machine cut out.
-    Made(Bytes),
-}
-
-/// Which request a send carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Send {
-    /// The original request (the first send, or a replay).
-    Original,
-    /// A provider-native resume of the committed stream.
-    Resume(ResumeRequest),
-    /// The continuation the caller's hook returned.
-    Continuation,
-    /// A declared prefill continuation of the committed answer on
-    /// [`Exchange::target`]: that target's request (URL, headers) with this
-    /// body, which carries the delivered text as the final assistant
-    /// message ([`crate::continuation::Prefill`]).
-    Prefill(Bytes),
-}
-
-/// What an admission hook is asked about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AdmissionRequest {
-    /// The logical request.
-    pub logical_id: String,
-    /// The send number the resend would be.
-    pub next_attempt: u32,
-    /// The failure that prompted it (safe evidence only).
-    pub failure: Failure,
-}
-
-/// What the driver does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Io<C> {
-    /// Send a request (the attempt is counted already); call
-    /// [`Exchange::on_sent`] once it is on its way.
-    Send(Send),
-    /// Keep waiting for the response head.
-    AwaitHead,
-    /// Read the next chunk of the body.
-    Read,
-    /// Close the current attempt's response: it is not used any more.
-    Release,
-    /// Hand the committed attempt's head to the caller; its body follows as
-    /// [`Io::Deliver`] chunks.
-    Respond,
-    /// Hand the final error response to the caller as the server sent it:
-    /// [`Exchange::take_held`] first, then the rest of its body untouched.
-    RespondError,
-    /// Hand this chunk to the consumer.
-    Deliver(Chunk<C>),
-    /// Sleep until [`Exchange::poll_timeout`].
-    Sleep,
-    /// Wait until the platform is online ([`Exchange::online`]) or
-    /// [`Exchange::poll_timeout`].
-    WaitOnline,
-    /// Ask the admission hook; answer with [`Exchange::admission`]. Pending
-    /// is not approval: [`Exchange::poll_timeout`] bounds the wait.
-    AskAdmission(AdmissionRequest),
-    /// Keep waiting for the admission hook.
-    AwaitAdmission,
-    /// Ask the continuation hook for a continuation of
-    /// [`Exchange::delivered_prefix`]; answer with [`Exchange::continuation`].
-    AskContinuation,
-    /// The request ended: the body's clean end (`Ok`), or the typed outcome
-    /// it fails with. Before [`Io::Respond`], the request fails.
-    End(Result<(), Outcome>),
-}
-
-/// Where the request is.
+/// Where the request is; the timers each stage arms are in [`Timers`].
 #[derive(Debug)]
 enum Stage {
     /// The next send is due.
     ToSend,
     /// The request is on its way: connecting, writing.
-    Sending { head_by: Option<Instant> },
+    Sending,
     /// Sent; no head yet.
-    AwaitingHead { head_by: Option<Instant> },
+    AwaitingHead,
     /// Reading (a capped part of) an error body.
     ErrorBody(Box<ErrorHead>),
     /// Reading a successful body, before or after commit.
@@ -293,145 +131,18 @@ enum Stage {
     /// through until it ends or is silent for [`DRAIN_GRACE`], and nothing
     /// that follows changes the outcome.
     Draining,
-    /// A wait before the next send.
-    Waiting { until: Instant, resume: bool },
+    /// A wait before the next send (a resume's, when `resume`).
+    Waiting { resume: bool },
     /// Offline; `then_send` when the resume is due as soon as it is back.
-    Parked {
-        limit: Option<Instant>,
-        then_send: bool,
-    },
-    /// Waiting for the admission hook.
+    Parked { then_send: bool },
+    /// Waiting for the admission hook (the question, until asked).
     Admission {
-        limit: Option<Instant>,
         request: Option<Box<AdmissionRequest>>,
     },
     /// Waiting for the continuation hook's answer.
     Continuation(Box<Failure>),
-    /// The request ended.
-    Ended,
-}
-
-/// An error head whose body is being read for its provider code.
-#[derive(Debug)]
-struct ErrorHead {
-    status: u16,
-    retry_after: RetryAfter,
-    should_retry: Option<bool>,
-    body: Vec<u8>,
-    read: usize,
-}
-
-/// How many checks a stall timer makes over its timeout: activity is
-/// noticed at the next check, so a stall is detected between the timeout
-/// and the timeout plus a sixteenth of it after the last byte, never
-/// before. A chunk costs a counter, not a clock read (undici keeps coarse
-/// timers for the same reason).
-pub const CHECKS_PER_TIMEOUT: u32 = 16;
-
-/// Stall timers of the body being read. Chunks only count; the clock is
-/// read at checks (a deadline the driver wakes the machine for), which
-/// move the last-activity marks to the check's time when something came
-/// since the previous one.
-#[derive(Debug, Clone, Copy)]
-struct Watch {
-    idle: Option<Duration>,
-    progress: Option<Duration>,
-    first_token: Option<Duration>,
-    /// The first semantic fragment is due by then (a streamed answer's
-    /// head came, nothing committed yet).
-    first_token_by: Option<Instant>,
-    /// No activity after this (as of the last check).
-    idle_since: Instant,
-    /// No new semantic fragment after this (as of the last check).
-    progress_since: Instant,
-    checked_at: Instant,
-    chunks_checked: u64,
-    semantic_checked: u64,
-    /// The next deadline with nothing new since the last check, and with
-    /// something new (then the next check may come first); planned at
-    /// every check, so that asking costs a comparison.
-    due_quiet: Option<Instant>,
-    due_active: Option<Instant>,
-}
-
-impl Watch {
-    fn restart(&mut self, now: Instant, chunks: u64) {
-        self.idle_since = now;
-        self.progress_since = now;
-        self.checked_at = now;
-        self.chunks_checked = chunks;
-        self.semantic_checked = 0;
-    }
-
-    /// The interval between checks while activity is pending.
-    fn granularity(timeout: Duration) -> Duration {
-        (timeout / CHECKS_PER_TIMEOUT).max(Duration::from_millis(1))
-    }
-
-    /// Notes what came since the last check.
-    fn check(&mut self, now: Instant, chunks: u64, semantic: u64) {
-        if chunks != self.chunks_checked {
-            self.chunks_checked = chunks;
-            self.idle_since = now;
-        }
-        if semantic != self.semantic_checked {
-            self.semantic_checked = semantic;
-            self.progress_since = now;
-        }
-        self.checked_at = now;
-    }
-}
-
-/// How a committed stream can be continued, and where it is.
-#[derive(Debug)]
-struct Resumption {
-    /// A native strategy may apply (Responses background, declared SSE).
-    native: bool,
-    /// The caller installed a continuation hook.
-    hook: bool,
-    /// The cursor reached over every attempt so far.
-    cursor: ResumeCursor,
-    /// What the consumer has, for the continuation hook.
-    prefix: Option<DeliveredPrefix>,
-    /// The hook gave a continuation for the next send.
-    continuation_ready: bool,
-    /// The targets that continue a prefill, by index (0: the request's
-    /// own), with the body each sends.
-    prefill: Vec<Option<(Prefill, Bytes)>>,
-    /// A prefill continuation is the next send: its body and the splice of
-    /// its stream.
-    prefill_ready: Option<(Bytes, Box<Splice>)>,
-    /// The gate for the next attempt's stream: the sequence it resumes
-    /// after, and the splice of a continuation.
-    next_gate: Option<(Option<u64>, Option<Box<Splice>>)>,
-}
-
-impl Resumption {
-    fn new(native: bool) -> Box<Self> {
-        Box::new(Resumption {
-            native,
-            hook: false,
-            cursor: ResumeCursor::default(),
-            prefix: None,
-            continuation_ready: false,
-            prefill: Vec::new(),
-            prefill_ready: None,
-            next_gate: None,
-        })
-    }
-
-    /// Whether some target continues a prefill.
-    fn prefills(&self) -> bool {
-        self.prefill.iter().any(Option::is_some)
-    }
-
-    /// Declares target `i`'s prefill form and the body it sends.
-    fn declare_prefill(&mut self, i: usize, prefill: Prefill, body: &[u8]) {
-        if self.prefill.len() <= i {
-            self.prefill.resize_with(i + 1, || None);
-        }
-        self.prefill[i] = Some((prefill, Bytes::copy_from_slice(body)));
-    }
+    /// The request ended: the body's clean end, or its typed outcome.
+    Ended(Result<(), Outcome>),
 }
 
 /// The machine of one logical request. See the module docs.
@@ -440,74 +151,20 @@ impl Resumption {
 /// the machine, when the driver has one ([`SelfDecoded`] when not).
 #[derive(Debug)]
 pub struct Exchange<C, D = SelfDecoded> {
-    engine: Recovery,
+    /// The request's course over its sends, and its books.
+    course: Course,
+    /// The protocol the answer is decoded as.
     protocol: ProtocolKind,
-    limits: Limits,
-    method: String,
-    url: String,
     stage: Stage,
-    /// Chunks held back before commit, queued for the consumer after.
-    out: VecDeque<Chunk<C>>,
-    held_bytes: usize,
-    delivered_bytes: u64,
-    /// Chunks read, for the stall timers' checks.
-    chunks: u64,
-    /// The engine's commit, mirrored where every chunk reads it.
-    committed: bool,
-    /// A passing chunk was decoded and waits for [`Exchange::on_kept_chunk`].
-    kept: bool,
-    source: Option<Source<D>>,
-    gate: Option<Box<Gate>>,
-    watch: Watch,
-    status: Option<u16>,
+    /// Where the request is sent.
+    route: Route,
+    /// The body of the attempt in flight.
+    reading: Reading<D>,
+    /// What is due to the driver and the consumer.
+    outbox: Outbox<C>,
+    timers: Timers,
+    /// How a committed stream can be continued, when it can.
     resumption: Option<Box<Resumption>>,
-    /// A failure to act on once the queued chunks are delivered (a provider
-    /// error arrives inside a chunk the consumer still gets).
-    after_delivery: Option<Box<Failure>>,
-    release: bool,
-    respond_due: bool,
-    responded: bool,
-    error_response: bool,
-    error_body: Vec<u8>,
-    finished: Option<Result<(), Outcome>>,
-    admission_hook: bool,
-    prepaid: bool,
-    /// The request asked for a background stream (`background` and
-    /// `stream` both true), which OpenAI Responses can resume.
-    background: bool,
-    /// The endpoint was declared an SSE server that honours `Last-Event-ID`.
-    sse_resumable: bool,
-    /// The cooldown store shared with other requests, and this one's key.
-    cooldown: Option<Shared>,
-    /// Where each target sends (the request's own first); empty when the
-    /// request has no alternates.
-    targets: Vec<TargetFacts>,
-    /// The target `url`, `protocol`, `background` and the cooldown key are
-    /// those of.
-    at_target: usize,
-}
-
-/// What the machine needs of one target.
-#[derive(Debug)]
-struct TargetFacts {
-    url: String,
-    protocol: ProtocolKind,
-    background: bool,
-    cooldown_key: String,
-}
-
-/// A cooldown store and the key of this request in it.
-struct Shared {
-    store: Arc<dyn CooldownStore>,
-    key: String,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cooldown")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
@@ -523,54 +180,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         now: Instant,
     ) -> Self {
         let protocol = protocol.resolve(request.url);
-        let watch = Watch {
-            idle: policy.idle_timeout(),
-            progress: policy.progress_timeout(),
-            first_token: policy.first_token_timeout(),
-            first_token_by: None,
-            idle_since: now,
-            progress_since: now,
-            checked_at: now,
-            chunks_checked: 0,
-            semantic_checked: 0,
-            due_quiet: None,
-            due_active: None,
-        };
-        let background = crate::resume::is_background_stream(request.body);
-        let native = native_resume(&protocol, false, background);
-        let resumption = native.then(|| Resumption::new(native));
+        let route = Route::new(request);
+        let native = native_resume(&protocol, false, route.background);
         Exchange {
-            engine: Recovery::new(policy, allowance, logical_id, now),
+            timers: Timers::new(policy.idle_timeout(), policy.progress_timeout(), now),
+            course: Course::new(policy, allowance, logical_id, now),
             protocol,
-            limits: Limits::default(),
-            method: request.method.to_owned(),
-            url: request.url.to_owned(),
             stage: Stage::ToSend,
-            out: VecDeque::new(),
-            held_bytes: 0,
-            delivered_bytes: 0,
-            chunks: 0,
-            committed: false,
-            kept: false,
-            source: None,
-            gate: None,
-            watch,
-            status: None,
-            resumption,
-            after_delivery: None,
-            release: false,
-            respond_due: false,
-            responded: false,
-            error_response: false,
-            error_body: Vec::new(),
-            finished: None,
-            admission_hook: false,
-            prepaid: false,
-            background,
-            sse_resumable: false,
-            cooldown: None,
-            targets: Vec::new(),
-            at_target: 0,
+            route,
+            reading: Reading::new(),
+            outbox: Outbox::new(),
+            resumption: native.then(|| Resumption::new(true)),
         }
     }
 
@@ -589,38 +209,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if alternates.is_empty() {
             return self;
         }
-        let primary = TargetFacts {
-            url: self.url.clone(),
-            protocol: self.protocol.clone(),
-            background: self.background,
-            cooldown_key: self.cooldown.as_ref().map_or_else(
-                || crate::cooldown::key_for(request.url, request.body),
-                |c| c.key.clone(),
-            ),
-        };
-        let mut labels = vec![crate::failover::PRIMARY.to_owned()];
-        let mut windows = vec![None];
-        self.targets.push(primary);
+        let declared = self
+            .route
+            .with_alternates(request, protocol, &self.protocol, alternates);
         for (i, t) in alternates.iter().enumerate() {
-            windows.push(t.context_window());
-            let url = t.rewrite_url(request.url).into_owned();
-            let body = t.rewrite_body(request.body);
             if let Some(prefill) = t.prefill() {
+                let body = t.rewrite_body(request.body);
                 self.resumption_mut().declare_prefill(i + 1, prefill, &body);
                 self.keep_prefix();
             }
-            self.targets.push(TargetFacts {
-                protocol: t.protocol().unwrap_or(protocol).resolve(&url),
-                background: crate::resume::is_background_stream(&body),
-                cooldown_key: crate::cooldown::key_for(&url, &body),
-                url,
-            });
-            labels.push(t.label().to_owned());
         }
-        self.engine = self
-            .engine
-            .with_targets(labels)
-            .with_context_windows(windows);
+        self.course = self.course.with_targets(declared.labels, declared.windows);
         self
     }
 
@@ -630,31 +229,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// declared window is larger.
     #[must_use]
     pub fn with_context_window(mut self, tokens: Option<u64>) -> Self {
-        self.engine.declare_own_window(tokens);
+        self.course.declare_own_window(tokens);
         self
-    }
-
-    /// The target the current (or next) send goes to: 0 for the request as
-    /// it was given, `i` for alternate `i` ([`Exchange::with_alternates`]).
-    pub fn target(&self) -> usize {
-        self.engine.target()
-    }
-
-    /// Takes up the facts of the target the engine moved to.
-    #[cold]
-    fn adopt_target(&mut self) {
-        let i = self.engine.target();
-        let Some(facts) = self.targets.get(i) else {
-            return;
-        };
-        self.at_target = i;
-        self.url.clone_from(&facts.url);
-        self.background = facts.background;
-        let protocol = facts.protocol.clone();
-        if let Some(c) = self.cooldown.as_mut() {
-            c.key.clone_from(&facts.cooldown_key);
-        }
-        self.adopt(protocol);
     }
 
     /// Shares waits with the other requests that use `store`: a wait this
@@ -663,11 +239,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// request waits out one in force for `key`, or fails refused when it
     /// may not wait that long ([`crate::cooldown`]). `key` is usually
     /// [`crate::cooldown::key_for`] of the request.
+    #[must_use]
     pub fn with_cooldown(mut self, store: Arc<dyn CooldownStore>, key: String) -> Self {
-        if let Some(own) = self.targets.first_mut() {
-            own.cooldown_key.clone_from(&key);
-        }
-        self.cooldown = Some(Shared { store, key });
+        self.route.share_cooldown(store, key);
         self
     }
 
@@ -675,29 +249,28 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// [`BudgetStore`]); this request deposits into it.
     #[must_use]
     pub fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
-        self.engine = self.engine.with_retry_budget(budget);
+        self.course = self.course.with_retry_budget(budget);
         self
     }
 
     /// Declares that an admission hook is installed.
     #[must_use]
     pub fn with_admission_hook(mut self, installed: bool) -> Self {
-        self.admission_hook = installed;
-        self.engine = self.engine.with_admission_hook(installed);
+        self.course = self.course.with_admission_hook(installed);
         self
     }
 
     /// Sets an absolute deadline for the whole request.
     #[must_use]
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.engine = self.engine.with_deadline(deadline);
+        self.course = self.course.with_deadline(deadline);
         self
     }
 
     /// An outer layer already debited the first send.
     #[must_use]
     pub fn with_prepaid_first_send(mut self, prepaid: bool) -> Self {
-        self.prepaid = prepaid;
+        self.course = self.course.with_prepaid_first_send(prepaid);
         self
     }
 
@@ -705,15 +278,15 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// over the replay cap).
     #[must_use]
     pub fn without_replay(mut self, reason: ReplayDisabled) -> Self {
-        self.engine.disable_replay(reason);
+        self.course.disable_replay(reason);
         self
     }
 
     /// Declares the endpoint an SSE stream that honours `Last-Event-ID`.
     #[must_use]
     pub fn with_resumable_sse(mut self, resumable: bool) -> Self {
-        self.sse_resumable = resumable;
-        let native = native_resume(&self.protocol, resumable, self.background);
+        self.route.sse_resumable = resumable;
+        let native = native_resume(&self.protocol, resumable, self.route.background);
         self.resumption_mut().native = native;
         self.drop_idle_resumption();
         self
@@ -731,30 +304,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self
     }
 
-    fn resumption_mut(&mut self) -> &mut Resumption {
-        self.resumption
-            .get_or_insert_with(|| Resumption::new(false))
-    }
-
-    fn drop_idle_resumption(&mut self) {
-        if self
-            .resumption
-            .as_ref()
-            .is_some_and(|r| !r.native && !r.hook && !r.prefills())
-        {
-            self.resumption = None;
-        }
-    }
-
-    /// Keeps what the consumer receives, for a continuation.
-    fn keep_prefix(&mut self) {
-        let protocol = self.protocol.clone();
-        let r = self.resumption_mut();
-        if r.prefix.is_none() {
-            r.prefix = Some(DeliveredPrefix::new(protocol));
-        }
-    }
-
     /// Declares how the request's own target continues a committed answer
     /// from a prefill of the delivered text ([`crate::continuation`]);
     /// `request` is what [`Exchange::new`] was given. Alternates declare
@@ -769,14 +318,57 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self
     }
 
+    fn resumption_mut(&mut self) -> &mut Resumption {
+        self.resumption
+            .get_or_insert_with(|| Resumption::new(false))
+    }
+
+    fn drop_idle_resumption(&mut self) {
+        if self.resumption.as_ref().is_some_and(|r| r.is_idle()) {
+            self.resumption = None;
+        }
+    }
+
+    /// Keeps what the consumer receives, for a continuation.
+    fn keep_prefix(&mut self) {
+        let protocol = self.protocol.clone();
+        self.resumption_mut().keep_prefix(&protocol);
+    }
+
+    /// The target the current (or next) send goes to: 0 for the request as
+    /// it was given, `i` for alternate `i` ([`Exchange::with_alternates`]).
+    pub fn target(&self) -> usize {
+        self.course.target()
+    }
+
     /// The protocol the answer is decoded as.
     pub fn protocol(&self) -> &ProtocolKind {
         &self.protocol
     }
 
+    /// The request's books: its logical id, sends, report and outcome.
+    pub fn ledger(&self) -> &Ledger {
+        &self.course.ledger
+    }
+
     /// The logical id, as events show it.
     pub fn logical_id(&self) -> &str {
-        self.engine.logical_id()
+        self.course.ledger.logical_id()
+    }
+
+    /// The current physical send number (0 before the first).
+    pub fn wire_attempt(&self) -> u32 {
+        self.course.ledger.wire_attempt()
+    }
+
+    /// The outcome, once the request ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.course.ledger.outcome()
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &RecoveryReport {
+        self.course.ledger.report()
     }
 
     /// The `Idempotency-Key` the send about to go out carries, when the
@@ -785,57 +377,42 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// original, a replay, a resume, a continuation). One key per logical
     /// request, so every send of it carries the same.
     pub fn idempotency_key(&self, has_one: bool) -> Option<String> {
-        (!has_one && self.engine.policy().idempotency_key()).then(|| {
+        (!has_one && self.course.policy().idempotency_key()).then(|| {
             let mut key = String::from("recovery-");
-            key.push_str(self.engine.logical_id());
+            key.push_str(self.course.ledger.logical_id());
             key
         })
     }
 
-    /// The current physical send number (0 before the first).
-    pub fn wire_attempt(&self) -> u32 {
-        self.engine.wire_attempt()
-    }
-
     /// The policy in force.
     pub fn policy(&self) -> &RecoveryPolicy {
-        self.engine.policy()
+        self.course.policy()
     }
 
     /// Whether output has reached (or is queued for) the consumer.
     pub fn is_committed(&self) -> bool {
-        self.engine.is_committed()
-    }
-
-    /// The outcome, once the request ended.
-    pub fn outcome(&self) -> Option<&Outcome> {
-        self.engine.outcome()
-    }
-
-    /// The report so far.
-    pub fn report(&self) -> &RecoveryReport {
-        self.engine.report()
+        self.course.is_committed()
     }
 
     /// Whether lifecycle events wait in [`Exchange::drain_events`] (a
     /// driver that crosses a boundary per call asks before draining).
     pub fn has_events(&self) -> bool {
-        self.engine.has_events()
+        self.course.ledger.has_events()
     }
 
     /// Takes the lifecycle events produced since the last call, in order.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
-        self.engine.drain_events()
+        self.course.ledger.drain_events()
     }
 
     /// The last error body read (capped at the policy's evidence cap):
     /// sensitive evidence, for `inspect_*` only.
     pub fn error_body(&self) -> &[u8] {
-        &self.error_body
+        &self.reading.error_body
     }
 
     /// What the consumer has received, as the continuation hook is given
-    /// it (present when a continuation hook is declared).
+    /// it (present when a continuation may be asked for).
     pub fn delivered_prefix(&self) -> Option<&DeliveredPrefix> {
         self.resumption.as_ref().and_then(|r| r.prefix.as_ref())
     }
@@ -843,7 +420,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The chunks held for the consumer, taken out (the final error
     /// response's first chunks, after [`Io::RespondError`]).
     pub fn take_held(&mut self) -> VecDeque<Chunk<C>> {
-        std::mem::take(&mut self.out)
+        self.outbox.take()
     }
 
     /// Whether the head just received may become the final answer as the
@@ -851,8 +428,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// runtime can copy a body (a `Response.clone()`) reads the copy and
     /// keeps the original for [`Io::RespondError`].
     pub fn keeps_response(&self) -> bool {
-        !self.responded && matches!(self.stage, Stage::ErrorBody(_))
-            || matches!(self.stage, Stage::Ended) && self.error_response
+        !self.outbox.responded() && matches!(self.stage, Stage::ErrorBody(_))
+            || matches!(self.stage, Stage::Ended(_)) && self.outbox.error_response_due()
     }
 
     /// Whether the body streams the committed attempt with nothing queued,
@@ -860,165 +437,103 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// [`Exchange::on_chunk`] alone, without asking [`Exchange::poll`].
     #[inline]
     pub fn is_passing_through(&self) -> bool {
-        self.responded
-            && self.out.is_empty()
-            && self.after_delivery.is_none()
-            && self.gate.is_none()
-            && !self.release
+        self.outbox.is_idle()
+            && self.reading.gate.is_none()
             && matches!(self.stage, Stage::Streaming | Stage::Draining)
     }
 
     /// When the driver must wake the machine ([`Exchange::handle_timeout`])
-    /// if nothing else happens first.
+    /// if nothing else happens first: the earliest of its timers.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.stage {
-            Stage::Sending { head_by } | Stage::AwaitingHead { head_by } => *head_by,
-            Stage::ErrorBody(_) | Stage::Draining | Stage::Streaming => {
-                if self.chunks == self.watch.chunks_checked {
-                    self.watch.due_quiet
-                } else {
-                    self.watch.due_active
-                }
-            }
-            Stage::Waiting { until, .. } => Some(*until),
-            Stage::Parked { limit, .. } | Stage::Admission { limit, .. } => *limit,
-            Stage::ToSend | Stage::Continuation(_) | Stage::Ended => None,
-        }
-    }
-
-    /// Plans the stall timers' next deadlines for the stage: an idle,
-    /// progress or first-token timeout, or, when chunks came since the last
-    /// check, the next check if it comes first.
-    fn plan_watch(&mut self) {
-        let first_token = match self.stage {
-            Stage::Streaming if !self.committed => self.watch.first_token_by,
-            _ => None,
-        };
-        let (idle, progress) = match self.stage {
-            Stage::ErrorBody(_) => (self.watch.idle, None),
-            Stage::Draining => (Some(DRAIN_GRACE), None),
-            Stage::Streaming => {
-                let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
-                (self.watch.idle, self.watch.progress.filter(|_| !proven))
-            }
-            _ => (None, None),
-        };
-        let w = &mut self.watch;
-        let idle_at = idle.map(|d| w.idle_since + d);
-        let progress_at = progress.map(|d| w.progress_since + d);
-        w.due_quiet = match (idle_at, progress_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let finest = match (idle, progress) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        w.due_active = finest.map(|f| {
-            let check = w.checked_at + Watch::granularity(f);
-            w.due_quiet.map_or(check, |d| d.min(check))
-        });
-        if let Some(by) = first_token {
-            // Whatever came: only a semantic fragment (a commit) stops it.
-            w.due_quiet = Some(w.due_quiet.map_or(by, |d| d.min(by)));
-            w.due_active = Some(w.due_active.map_or(by, |d| d.min(by)));
-        }
-    }
-
-    /// Restarts the stall timers at `now` for the stage just entered.
-    fn restart_watch(&mut self, now: Instant) {
-        self.watch.restart(now, self.chunks);
-        self.plan_watch();
-    }
-
-    /// A check of the stall timers: notes what came since the last one.
-    fn check_watch(&mut self, now: Instant) {
-        let semantic = self
-            .source
-            .as_ref()
-            .map_or(self.watch.semantic_checked, Source::semantic_fragments);
-        self.watch.check(now, self.chunks, semantic);
-        self.plan_watch();
+        self.timers.next()
     }
 
     /// What the driver does next. Call again after every reported event.
     pub fn poll<E: Env + ?Sized>(&mut self, env: &E) -> Io<C> {
         loop {
-            if self.release {
-                self.release = false;
-                return Io::Release;
-            }
-            if self.respond_due {
-                self.respond_due = false;
-                self.responded = true;
-                return Io::Respond;
-            }
-            if self.responded
-                && let Some(chunk) = self.out.pop_front()
-            {
-                self.delivered_bytes += match &chunk {
-                    Chunk::Read(c) => c.as_ref().len() as u64,
-                    Chunk::Made(b) => b.len() as u64,
+            if let Some(due) = self.outbox.next_due() {
+                return match due {
+                    Due::Release => Io::Release,
+                    Due::Respond => Io::Respond,
+                    Due::RespondError => Io::RespondError,
                 };
-                if self.out.is_empty() {
-                    self.settle_if_proven(env);
+            }
+            if let Some((chunk, last)) = self.outbox.next_chunk() {
+                if last {
+                    self.settle_if_proven(env.now());
                 }
                 return Io::Deliver(chunk);
             }
-            if let Some(failure) = self.after_delivery.take() {
-                self.fail_attempt(env, *failure);
-                continue;
-            }
-            if matches!(self.stage, Stage::ToSend) {
-                if let Some(io) = self.begin_send(env) {
-                    return io;
-                }
+            if let Some(failure) = self.outbox.take_deferred() {
+                self.fail_attempt(env, failure);
                 continue;
             }
             return match &mut self.stage {
-                Stage::ToSend => continue,
-                Stage::Sending { .. } | Stage::AwaitingHead { .. } => Io::AwaitHead,
+                Stage::ToSend => match self.begin_send(env) {
+                    Some(io) => io,
+                    None => continue,
+                },
+                Stage::Sending | Stage::AwaitingHead => Io::AwaitHead,
                 Stage::ErrorBody(_) | Stage::Streaming | Stage::Draining => Io::Read,
                 Stage::Waiting { .. } => Io::Sleep,
                 Stage::Parked { .. } => Io::WaitOnline,
-                Stage::Admission { request, .. } => match request.take() {
+                Stage::Admission { request } => match request.take() {
                     Some(r) => Io::AskAdmission(*r),
                     None => Io::AwaitAdmission,
                 },
                 Stage::Continuation(_) => Io::AskContinuation,
-                Stage::Ended => {
-                    if self.error_response {
-                        self.error_response = false;
-                        Io::RespondError
-                    } else {
-                        Io::End(
-                            self.finished
-                                .clone()
-                                .unwrap_or(Err(Outcome::Exhausted { attempts: 0 })),
-                        )
-                    }
-                }
+                Stage::Ended(result) => Io::End(result.clone()),
             };
         }
+    }
+
+    /// Enters `stage`, its timers stopped: it arms its own.
+    fn enter(&mut self, stage: Stage) {
+        self.timers.clear();
+        self.stage = stage;
+    }
+
+    /// What the stall watchdogs watch in the stage the request is in.
+    fn watching(&self) -> Option<Watching> {
+        match self.stage {
+            Stage::ErrorBody(_) => Some(Watching::ErrorBody),
+            Stage::Draining => Some(Watching::Drain),
+            Stage::Streaming => Some(Watching::Stream {
+                proven: self.reading.proven(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Restarts the stall watchdogs at `now` for the stage just entered.
+    fn restart_watch(&mut self, now: Instant) {
+        if let Some(watching) = self.watching() {
+            self.timers
+                .restart_watch(now, self.reading.chunks, watching);
+        }
+    }
+
+    /// A chunk was read.
+    #[inline]
+    fn count_chunk(&mut self) {
+        self.reading.chunks += 1;
+        self.timers.chunk_came(self.reading.chunks);
     }
 
     /// The send is due: counts it (allowance, deadline, retry permit) and
     /// says which request to send, or ends the request.
     fn begin_send<E: Env + ?Sized>(&mut self, env: &E) -> Option<Io<C>> {
         let now = env.now();
-        if self.engine.target() != self.at_target {
-            self.adopt_target();
+        if let Some(protocol) = self.route.adopt(self.course.target()) {
+            self.adopt(protocol);
         }
-        if !self.engine.is_committed()
-            && let Some(c) = &self.cooldown
-            && let Some(wait) = c.store.remaining(&c.key, now)
+        if !self.course.is_committed()
+            && let Some(wait) = self.route.cooldown(now)
         {
-            match self.engine.hold_for_cooldown(now, wait) {
+            match self.course.hold_for_cooldown(now, wait) {
                 Ok(CooldownStep::Wait(wait)) => {
-                    self.stage = Stage::Waiting {
-                        until: now + wait,
-                        resume: false,
-                    };
+                    self.enter(Stage::Waiting { resume: false });
+                    self.timers.set(Timer::Wait, Some(now + wait));
                     return None;
                 }
                 // Decided again for the next target, on the next turn.
@@ -1030,25 +545,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 }
             }
         }
-        let prepaid = std::mem::take(&mut self.prepaid);
-        if let Err(outcome) = self.engine.begin_attempt(now, false, prepaid) {
-            self.end(Err(outcome));
-            return None;
-        }
-        self.out.clear();
-        self.held_bytes = 0;
-        self.source = None;
-        self.gate = None;
-        self.status = None;
-        self.error_response = false;
-        let head_by = self.engine.policy().head_timeout().map(|d| now + d);
-        self.stage = Stage::Sending { head_by };
-        let resumed = self
-            .engine
-            .report()
-            .attempts
-            .last()
-            .is_some_and(|a| a.resume);
+        let resumed = match self.course.begin_attempt(now) {
+            Ok(resumed) => resumed,
+            Err(outcome) => {
+                self.end(Err(outcome));
+                return None;
+            }
+        };
+        self.outbox.new_attempt();
+        self.reading.restart();
+        self.enter(Stage::Sending);
+        let head_by = self.course.policy().head_timeout().map(|d| now + d);
+        self.timers.set(Timer::Head, head_by);
         if !resumed {
             if let Some(r) = self.resumption.as_mut() {
                 r.next_gate = Some((None, None));
@@ -1056,50 +564,26 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             return Some(Io::Send(Send::Original));
         }
         let delivered: u64 = self
-            .engine
+            .course
+            .ledger
             .report()
             .attempts
             .iter()
             .map(|a| a.progress.delivered_bytes)
             .sum();
-        let plan = self.plan();
+        let (route, protocol) = (&self.route, &self.protocol);
         let Some(r) = self.resumption.as_mut() else {
-            self.end(Err(Outcome::Exhausted {
-                attempts: self.engine.wire_attempt(),
-            }));
+            let attempts = self.course.ledger.wire_attempt();
+            self.end(Err(Outcome::Exhausted { attempts }));
             return None;
         };
-        match plan {
-            Some(plan) => {
-                let strategy = match plan {
-                    ResumePlan::ResponsesBackground { .. } => SeamStrategy::ResponsesBackground,
-                    ResumePlan::LastEventId { .. } => SeamStrategy::LastEventId,
-                };
-                r.next_gate = Some((plan.after_sequence(), None));
-                if let Ok(request) = plan.request(&self.method, &self.url) {
-                    self.engine.record_seam(strategy, delivered);
-                    Some(Io::Send(Send::Resume(request)))
-                } else {
-                    self.resume_impossible(env);
-                    None
-                }
+        let plan = r.plan(protocol, route.background);
+        match r.next_send(plan, &route.method, &route.url, protocol) {
+            Continue::Send(send, strategy) => {
+                self.course.ledger.seam(strategy, delivered);
+                Some(Io::Send(send))
             }
-            None if r.continuation_ready => {
-                r.continuation_ready = false;
-                let facts = r.prefix.as_ref().map(|p| p.seam.clone());
-                let splice = Splice::new(&self.protocol, facts.unwrap_or_default(), "");
-                r.next_gate = Some((None, Some(Box::new(splice))));
-                self.engine
-                    .record_seam(SeamStrategy::Continuation, delivered);
-                Some(Io::Send(Send::Continuation))
-            }
-            None if r.prefill_ready.is_some() => {
-                let (body, splice) = r.prefill_ready.take()?;
-                r.next_gate = Some((None, Some(splice)));
-                self.engine.record_seam(SeamStrategy::Prefill, delivered);
-                Some(Io::Send(Send::Prefill(body)))
-            }
-            None => {
+            Continue::Impossible => {
                 self.resume_impossible(env);
                 None
             }
@@ -1115,21 +599,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.fail_attempt(env, failure);
     }
 
-    /// The native resume plan for the cursor reached, if any.
-    fn plan(&self) -> Option<ResumePlan> {
-        let r = self.resumption.as_ref()?;
-        if r.native {
-            plan_at(&self.protocol, self.background, &r.cursor)
-        } else {
-            None
-        }
-    }
-
     /// The request left: the head timer runs, a cancel now catches it
     /// awaiting its head.
     pub fn on_sent<E: Env + ?Sized>(&mut self, _env: &E) {
-        if let Stage::Sending { head_by } = self.stage {
-            self.stage = Stage::AwaitingHead { head_by };
+        if matches!(self.stage, Stage::Sending) {
+            self.stage = Stage::AwaitingHead;
         }
     }
 
@@ -1141,89 +615,69 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         head: &H,
         decoded: Option<D>,
     ) {
-        if !matches!(
-            self.stage,
-            Stage::Sending { .. } | Stage::AwaitingHead { .. }
-        ) {
+        if !matches!(self.stage, Stage::Sending | Stage::AwaitingHead) {
             return;
         }
         let now = env.now();
-        let status = head.status();
-        let header = |name: &str| head.header(name).map(Cow::into_owned);
-        let request_id = request_id_with(header);
-        let rate_limits = rate_limits_with(header);
-        self.engine
-            .head_received(now, status, request_id, rate_limits);
-        self.status = Some(status);
-        if head.opaque_redirect() {
-            let mut failure =
-                Failure::new(FailureKind::Redirect { status }, Phase::AwaitingHeaders);
-            failure.acceptance = Acceptance::Yes;
-            failure.status = Some(status);
-            self.error_response = true;
-            self.attempt_failed(env, failure);
-            return;
-        }
-        if !(200..300).contains(&status) {
-            let header = |name| head.header(name);
-            let retry_after = RetryAfter::from_values(
-                header("retry-after-ms").as_deref(),
-                header("retry-after").as_deref(),
-                env.wall_now(),
-            );
-            let should_retry = header("x-should-retry")
-                .as_deref()
-                .and_then(parse_should_retry);
-            self.stage = Stage::ErrorBody(Box::new(ErrorHead {
-                status,
-                retry_after,
-                should_retry,
-                body: Vec::new(),
-                read: 0,
-            }));
-            self.restart_watch(now);
-            return;
-        }
+        let (verdict, seen) = head::judge(head, env.wall_now());
+        self.course
+            .ledger
+            .head(now, seen.status, seen.request_id, seen.rate_limits);
+        self.reading.status = Some(seen.status);
+        let form = match verdict {
+            Verdict::Redirect(failure) => {
+                self.outbox.set_holds(Holds::ErrorResponse);
+                self.attempt_failed(env, failure);
+                return;
+            }
+            Verdict::Error(error) => {
+                self.enter(Stage::ErrorBody(error));
+                self.restart_watch(now);
+                return;
+            }
+            Verdict::Answer(form) => form,
+        };
         if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol)
             && *kind != self.protocol
         {
             let kind = kind.clone();
             self.adopt(kind);
         }
-        let form = BodyForm::of(head.header("content-type").as_deref());
-        self.source = Some(match decoded {
+        self.reading.source = Some(match decoded {
             Some(d) => Source::Elsewhere(d),
             None => Source::Own(Box::new(StreamObserver::for_form(
                 &self.protocol,
-                self.limits,
+                Limits::default(),
                 form,
             ))),
         });
         if let Some((after, splice)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
-            let gate = Gate::new(&self.protocol, self.limits, after);
-            self.gate = Some(Box::new(match splice {
+            let gate = Gate::new(&self.protocol, Limits::default(), after);
+            self.reading.gate = Some(Box::new(match splice {
                 Some(splice) => gate.splicing(*splice),
                 None => gate,
             }));
         }
-        self.stage = Stage::Streaming;
+        self.enter(Stage::Streaming);
         // A streamed answer's first token is due, before commit (a resume
         // continues a committed answer); a whole JSON answer has its output
         // only at its end, bounded by the other watchdogs.
-        self.watch.first_token_by = self
-            .watch
-            .first_token
-            .filter(|_| form == BodyForm::Stream && !self.committed)
-            .map(|d| now + d);
+        let first_token = self
+            .course
+            .policy()
+            .first_token_timeout()
+            .filter(|_| form == BodyForm::Stream && !self.course.is_committed());
+        self.timers
+            .set(Timer::FirstToken, first_token.map(|d| now + d));
         self.restart_watch(now);
     }
 
     /// Reads the exchange as `protocol` from now on: the decoder of the
-    /// answer named it.
+    /// answer named it, or the request moved to a target that speaks it.
     #[cold]
     fn adopt(&mut self, protocol: ProtocolKind) {
-        let sse = self.sse_resumable;
-        let native = native_resume(&protocol, sse, self.background);
+        let (sse, background) = (self.route.sse_resumable, self.route.background);
+        let native = native_resume(&protocol, sse, background);
         if let Some(r) = self.resumption.as_mut() {
             r.native = native;
             // What was delivered was read as the protocol it spoke; a
@@ -1232,8 +686,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 r.prefix = Some(DeliveredPrefix::new(protocol.clone()));
             }
         } else if native {
-            self.resumption_mut().native = true;
-            self.resumption_mut().next_gate = Some((None, None));
+            let r = self.resumption_mut();
+            r.native = true;
+            r.next_gate = Some((None, None));
         }
         self.protocol = protocol;
     }
@@ -1247,21 +702,21 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &[u8]) -> bool {
         debug_assert!(self.is_passing_through());
         if matches!(self.stage, Stage::Draining) {
-            self.chunks += 1;
-            self.delivered_bytes += chunk.len() as u64;
+            self.count_chunk();
+            self.outbox.passed(chunk.len());
             return true;
         }
-        let Some(source) = self.source.as_mut() else {
+        let Some(source) = self.reading.source.as_mut() else {
             return false;
         };
         match source.feed(chunk) {
             Ok(()) if !source.flagged() => {
-                self.chunks += 1;
-                self.delivered_bytes += chunk.len() as u64;
+                self.count_chunk();
+                self.outbox.passed(chunk.len());
                 true
             }
             Ok(()) => {
-                self.kept = true;
+                self.reading.kept = true;
                 false
             }
             Err(v) => {
@@ -1274,7 +729,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
     /// returns it when it goes out at once after all.
     pub fn on_kept_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        if !std::mem::take(&mut self.kept) || !matches!(self.stage, Stage::Streaming) {
+        if !std::mem::take(&mut self.reading.kept) || !matches!(self.stage, Stage::Streaming) {
             return None;
         }
         self.on_fed_chunk(env, chunk)
@@ -1283,13 +738,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The decoder refused the stream.
     #[cold]
     fn violated<E: Env + ?Sized>(&mut self, env: &E, v: crate::wire::ProtocolViolation) {
-        let failure = Failure::new(
-            FailureKind::Protocol {
-                violation: v.into(),
-            },
-            Phase::Decoding,
-        );
-        self.attempt_failed(env, failure);
+        self.attempt_failed(env, reading::violation(v));
     }
 
     /// A chunk of the body arrived. Returns it when it goes to the consumer
@@ -1301,7 +750,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if !matches!(self.stage, Stage::Streaming) {
             return self.on_other_chunk(env, chunk);
         }
-        let source = self.source.as_mut()?;
+        let source = self.reading.source.as_mut()?;
         if let Err(v) = source.feed(chunk.as_ref()) {
             self.violated(env, v);
             return None;
@@ -1309,33 +758,34 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.on_fed_chunk(env, chunk)
     }
 
-    /// A chunk the decoder took: hold it, queue it, cut it into events, or
-    /// hand it out.
+    /// A chunk the decoder took: held, queued, cut into events, or handed
+    /// out; a commit or a failure it shows is acted on.
     fn on_fed_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        self.chunks += 1;
-        let source = self.source.as_ref()?;
-        if !self.committed {
-            self.before_commit(env, chunk);
-            return None;
-        }
-        if source.provider_error_seen() && self.after_delivery.is_none() {
-            // The chunk that carries the error still reaches the consumer;
-            // the failure is acted on after it.
-            if let Some(error) = source.provider_error() {
-                let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
-                self.after_delivery = Some(Box::new(self.enrich(failure)));
+        self.count_chunk();
+        let prefix = self.resumption.as_mut().and_then(|r| r.prefix.as_mut());
+        let cap = self.course.policy().holdback_cap();
+        let committed = self.course.is_committed();
+        match self
+            .reading
+            .take(chunk, committed, cap, &mut self.outbox, prefix)
+        {
+            Taken::Pass(chunk) => {
+                self.settle_if_proven(env.now());
+                return Some(chunk);
             }
+            Taken::Queued => {}
+            Taken::Held(progress, trigger) => {
+                self.course.ledger.progress(progress);
+                if let Some(trigger) = trigger {
+                    self.commit(env.now(), trigger);
+                }
+            }
+            Taken::HeldFailed(progress, failure) => {
+                self.course.ledger.progress(progress);
+                self.attempt_failed(env, failure);
+            }
+            Taken::Failed(failure) => self.attempt_failed(env, failure),
         }
-        if self.gate.is_some() {
-            self.through_gate(env, chunk.as_ref());
-            return None;
-        }
-        if self.responded && self.out.is_empty() {
-            self.delivered_bytes += chunk.as_ref().len() as u64;
-            self.settle_if_proven(env);
-            return Some(chunk);
-        }
-        self.out.push_back(Chunk::Read(chunk));
         None
     }
 
@@ -1343,28 +793,23 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// error body's, or a late one.
     #[cold]
     fn on_other_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        self.chunks += 1;
+        self.count_chunk();
         if matches!(self.stage, Stage::Draining) {
-            if self.out.is_empty() {
-                self.delivered_bytes += chunk.as_ref().len() as u64;
+            if self.outbox.pass(chunk.as_ref().len()) {
                 return Some(chunk);
             }
-            self.out.push_back(Chunk::Read(chunk));
+            self.outbox.push(Chunk::Read(chunk));
             return None;
         }
+        let cap = self.course.policy().evidence_cap();
         let Stage::ErrorBody(e) = &mut self.stage else {
             return None;
         };
-        let cap = self.engine.policy().evidence_cap();
-        let bytes = chunk.as_ref();
-        let room = cap.saturating_sub(e.body.len());
-        e.body.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        e.read += bytes.len();
-        let full = e.read >= cap;
+        let full = e.take(chunk.as_ref(), cap);
         // Kept for a final error response; after commit (a resume answered
         // with an error) the consumer never sees it.
-        if !self.responded {
-            self.out.push_back(Chunk::Read(chunk));
+        if !self.outbox.responded() {
+            self.outbox.push(Chunk::Read(chunk));
         }
         if full {
             self.finish_error_head(env);
@@ -1372,96 +817,26 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         None
     }
 
-    /// Before commit: hold the chunk back, and commit on the first semantic
-    /// fragment, terminal proof, or the hold-back cap.
-    fn before_commit<E: Env + ?Sized>(&mut self, env: &E, chunk: C) {
-        let Some(source) = self.source.as_ref() else {
-            return;
-        };
-        self.held_bytes += chunk.as_ref().len();
-        let progress = source.progress();
-        self.engine.record_progress(progress);
-        if source.provider_error_seen()
-            && let Some(error) = source.provider_error()
-        {
-            // Held with the rest: if no attempt follows, the provider's own
-            // error is the answer.
-            if self.gate.is_none() {
-                self.out.push_back(Chunk::Read(chunk));
-            }
-            let failure = Failure::new(FailureKind::Provider { error }, Phase::Streaming);
-            let failure = self.enrich(failure);
-            self.attempt_failed(env, failure);
-            return;
+    fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
+        if !self.course.is_committed() {
+            self.course.commit(now, trigger);
+            self.outbox.respond();
         }
-        let trigger = if progress.semantic_observed() {
-            Some(CommitTrigger::Semantic)
-        } else if source.terminal_seen() {
-            Some(CommitTrigger::Terminal)
-        } else if self.held_bytes > self.engine.policy().holdback_cap() {
-            Some(CommitTrigger::HoldbackCap)
-        } else {
-            None
-        };
-        if self.gate.is_some() {
-            self.through_gate(env, chunk.as_ref());
-        } else {
-            self.out.push_back(Chunk::Read(chunk));
-        }
-        if matches!(self.stage, Stage::Streaming)
-            && let Some(trigger) = trigger
-        {
-            self.commit(env, trigger);
-        }
-    }
-
-    fn commit<E: Env + ?Sized>(&mut self, env: &E, trigger: CommitTrigger) {
-        if !self.engine.is_committed() {
-            self.engine.commit(env.now(), trigger);
-            self.respond_due = !self.responded;
-        }
-        self.committed = self.engine.is_committed();
-        if self.watch.first_token_by.take().is_some() {
-            self.plan_watch();
-        }
-    }
-
-    /// Event-granular delivery: only complete, new events are queued.
-    fn through_gate<E: Env + ?Sized>(&mut self, env: &E, bytes: &[u8]) {
-        let Some(gate) = self.gate.as_mut() else {
-            return;
-        };
-        let out = &mut self.out;
-        let mut prefix = self.resumption.as_mut().and_then(|r| r.prefix.as_mut());
-        let pushed = gate.push(bytes, |event| {
-            if let Some(p) = prefix.as_mut() {
-                p.absorb(&event);
-            }
-            out.push_back(Chunk::Made(event));
-        });
-        if let Err(v) = pushed {
-            let failure = Failure::new(
-                FailureKind::Protocol {
-                    violation: v.into(),
-                },
-                Phase::Decoding,
-            );
-            self.attempt_failed(env, failure);
-        }
+        self.timers.stop(Timer::FirstToken);
     }
 
     /// The body ended cleanly (the transport's end of body).
     pub fn on_end<E: Env + ?Sized>(&mut self, env: &E) {
         match &self.stage {
-            Stage::Draining => self.stage = Stage::Ended,
+            Stage::Draining => self.enter(Stage::Ended(Ok(()))),
             Stage::ErrorBody(_) => self.finish_error_head(env),
             Stage::Streaming => {
-                let Some(source) = self.source.as_mut() else {
+                let Some(source) = self.reading.source.as_mut() else {
                     return;
                 };
                 let failure = match source.finish() {
                     EndOfStream::Success { proof } => {
-                        self.complete(env, proof);
+                        self.complete(env.now(), proof);
                         return;
                     }
                     EndOfStream::Unsuccessful { reason } => {
@@ -1493,22 +868,20 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// phase, acceptance); the machine adds what the attempt showed.
     pub fn on_error<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         match &self.stage {
-            Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
-                self.attempt_failed(env, failure);
-            }
+            Stage::Sending | Stage::AwaitingHead => self.attempt_failed(env, failure),
             Stage::ErrorBody(_) => self.finish_error_head(env),
             Stage::Draining => {
                 // A reset right after `[DONE]` changes nothing.
-                self.engine.late_error();
-                self.stage = Stage::Ended;
-                self.release = true;
+                self.course.ledger.late_error();
+                self.enter(Stage::Ended(Ok(())));
+                self.outbox.release();
             }
             Stage::Streaming => {
-                if let Some(proof) = self.proof() {
+                if let Some(proof) = self.reading.proof() {
                     // A reset right after `[DONE]` changes nothing.
-                    self.engine.late_error();
-                    self.complete(env, proof);
-                    self.release = true;
+                    self.course.ledger.late_error();
+                    self.complete(env.now(), proof);
+                    self.outbox.release();
                     return;
                 }
                 let failure = self.enrich(failure);
@@ -1518,98 +891,109 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         }
     }
 
-    /// A deadline of [`Exchange::poll_timeout`] may have passed: the head
-    /// timer, a stall watchdog, a wait, or the bound of a park or an
-    /// admission. Nothing happens when none did.
+    /// A deadline of [`Exchange::poll_timeout`] may have passed: each timer
+    /// that has is handled, in order. Nothing happens when none has.
     pub fn handle_timeout<E: Env + ?Sized>(&mut self, env: &E) {
         let now = env.now();
-        if self.poll_timeout().is_none_or(|d| now < d) {
-            return;
-        }
-        if matches!(
-            self.stage,
-            Stage::Streaming | Stage::ErrorBody(_) | Stage::Draining
-        ) {
-            // A check: what came since the last one moves the marks; only
-            // a deadline still passed after it is a stall.
-            self.check_watch(now);
-            if self.poll_timeout().is_none_or(|d| now < d) {
-                return;
+        while let Some(timer) = self.timers.expired(now) {
+            match timer {
+                Timer::Head => {
+                    // Not yet sent: the request never left (connecting).
+                    let phase = match self.stage {
+                        Stage::Sending => Phase::Connecting,
+                        _ => Phase::AwaitingHeaders,
+                    };
+                    let failure = Failure::new(FailureKind::Timeout { stall: Stall::Head }, phase);
+                    self.outbox.release();
+                    self.attempt_failed(env, failure);
+                }
+                Timer::FirstToken => self.stalled(env, Stall::FirstToken),
+                Timer::Watch => {
+                    // A check: what came since the last one moves the
+                    // marks; only a deadline still passed after it is a
+                    // stall.
+                    let Some(watching) = self.watching() else {
+                        self.timers.stop(Timer::Watch);
+                        continue;
+                    };
+                    let semantic = self.reading.semantic(0);
+                    self.timers
+                        .check_watch(now, self.reading.chunks, semantic, watching);
+                    if self.timers.get(Timer::Watch).is_some_and(|d| now >= d) {
+                        self.watch_fired(env, now);
+                    }
+                }
+                Timer::Wait => {
+                    let resume = matches!(self.stage, Stage::Waiting { resume: true });
+                    self.enter(Stage::ToSend);
+                    // A resume waits its backoff first and connectivity
+                    // second (reliability matrix AD5).
+                    if resume && self.course.park_before_send(now, env.online()) {
+                        self.park(now, true);
+                    }
+                }
+                Timer::Bound => match self.stage {
+                    Stage::Parked { .. } => {
+                        // The budget or the deadline ran out while parked.
+                        let action = self.course.online_again(now, env.jitter());
+                        self.act(env, action);
+                    }
+                    _ => self.admission(env, AdmissionAnswer::Unresolved),
+                },
             }
         }
-        match &self.stage {
-            Stage::Sending { .. } | Stage::AwaitingHead { .. } => {
-                // Not yet sent: the request never left (connecting).
-                let phase = if matches!(self.stage, Stage::Sending { .. }) {
-                    Phase::Connecting
-                } else {
-                    Phase::AwaitingHeaders
-                };
-                let failure = Failure::new(FailureKind::Timeout { stall: Stall::Head }, phase);
-                self.release = true;
-                self.attempt_failed(env, failure);
-            }
+    }
+
+    /// The stall watchdogs ran out in the stage the request is in.
+    fn watch_fired<E: Env + ?Sized>(&mut self, env: &E, now: Instant) {
+        match self.stage {
             Stage::ErrorBody(_) => self.finish_error_head(env),
             Stage::Draining => {
                 // Silent after its proof: the answer is whole; stop reading.
-                self.stage = Stage::Ended;
-                self.release = true;
+                self.enter(Stage::Ended(Ok(())));
+                self.outbox.release();
             }
-            Stage::Streaming => {
-                self.release = true;
-                if let Some(proof) = self.proof() {
-                    self.complete(env, proof);
-                    return;
-                }
-                let idle_due = self
-                    .watch
-                    .idle
-                    .is_some_and(|d| now >= self.watch.idle_since + d);
-                let first_token_due =
-                    !self.committed && self.watch.first_token_by.is_some_and(|by| now >= by);
-                let stall = if first_token_due {
-                    Stall::FirstToken
-                } else if idle_due {
+            _ => {
+                let stall = if self.timers.idle_due(now) {
                     Stall::Idle
                 } else {
                     Stall::Progress
                 };
-                let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming);
-                let failure = self.enrich(failure);
-                self.attempt_failed(env, failure);
+                self.stalled(env, stall);
             }
-            Stage::Waiting { resume, .. } => {
-                let resume = *resume;
-                self.stage = Stage::ToSend;
-                // A resume waits its backoff first and connectivity second
-                // (reliability matrix AD5).
-                if resume && self.engine.park_before_send(now, env.online()) {
-                    let limit = self.engine.wait_limit(now).map(|d| now + d);
-                    self.stage = Stage::Parked {
-                        limit,
-                        then_send: true,
-                    };
-                }
-            }
-            Stage::Parked { .. } => {
-                // The budget or the deadline ran out while parked.
-                let action = self.engine.online_again(now, env.jitter());
-                self.act(env, action);
-            }
-            Stage::Admission { .. } => self.admission(env, AdmissionAnswer::Unresolved),
-            Stage::ToSend | Stage::Continuation(_) | Stage::Ended => {}
         }
+    }
+
+    /// A streamed body stalled (`stall` fired): the attempt is released,
+    /// and fails, unless its proof was already seen.
+    fn stalled<E: Env + ?Sized>(&mut self, env: &E, stall: Stall) {
+        self.outbox.release();
+        if let Some(proof) = self.reading.proof() {
+            self.complete(env.now(), proof);
+            return;
+        }
+        let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming);
+        let failure = self.enrich(failure);
+        self.attempt_failed(env, failure);
+    }
+
+    /// Parks offline until the recovery budget or the deadline;
+    /// `then_send` when a resume is due as soon as it is back.
+    fn park(&mut self, now: Instant, then_send: bool) {
+        self.enter(Stage::Parked { then_send });
+        let limit = self.course.wait_limit(now).map(|d| now + d);
+        self.timers.set(Timer::Bound, limit);
     }
 
     /// The platform is online again (after [`Io::WaitOnline`]).
     pub fn online<E: Env + ?Sized>(&mut self, env: &E) {
-        let Stage::Parked { then_send, .. } = self.stage else {
+        let Stage::Parked { then_send } = self.stage else {
             return;
         };
         if then_send {
-            self.stage = Stage::ToSend;
+            self.enter(Stage::ToSend);
         } else {
-            let action = self.engine.online_again(env.now(), env.jitter());
+            let action = self.course.online_again(env.now(), env.jitter());
             self.act(env, action);
         }
     }
@@ -1620,7 +1004,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             return;
         }
         let action = self
-            .engine
+            .course
             .admission(env.now(), answer, env.online(), env.jitter());
         self.act(env, action);
     }
@@ -1629,16 +1013,15 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// `true` when it gave a continuation request, which the driver sends
     /// at [`Send::Continuation`].
     pub fn continuation<E: Env + ?Sized>(&mut self, env: &E, given: bool) {
-        let Stage::Continuation(failure) = std::mem::replace(&mut self.stage, Stage::Streaming)
-        else {
+        let Stage::Continuation(failure) = std::mem::replace(&mut self.stage, Stage::ToSend) else {
             return;
         };
         if let Some(r) = self.resumption.as_mut() {
             r.continuation_ready = given;
         }
-        self.engine.set_resume_possible(given);
+        self.course.set_resume_possible(given);
         let action = self
-            .engine
+            .course
             .fail(env.now(), *failure, env.online(), env.jitter());
         self.act(env, action);
     }
@@ -1648,40 +1031,41 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// request (an SDK stops reading at its end marker); otherwise it is
     /// `cancelled`, in the phase the request was in.
     pub fn cancel<E: Env + ?Sized>(&mut self, env: &E) {
+        let now = env.now();
         let phase = match &self.stage {
-            Stage::Ended => return,
+            Stage::Ended(_) => return,
             Stage::Draining => {
-                self.stage = Stage::Ended;
-                self.release = true;
+                self.enter(Stage::Ended(Ok(())));
+                self.outbox.release();
                 return;
             }
-            Stage::ToSend if self.engine.wire_attempt() == 0 => CancelPhase::Sending,
+            Stage::ToSend if self.course.ledger.wire_attempt() == 0 => CancelPhase::Sending,
             Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_) => CancelPhase::Waiting,
-            Stage::Sending { .. } => CancelPhase::Sending,
-            Stage::AwaitingHead { .. } => CancelPhase::AwaitingHead,
+            Stage::Sending => CancelPhase::Sending,
+            Stage::AwaitingHead => CancelPhase::AwaitingHead,
             Stage::ErrorBody(_) | Stage::Streaming => CancelPhase::Streaming,
             Stage::Parked { .. } => CancelPhase::Parked,
             Stage::Admission { .. } => CancelPhase::Admission,
         };
-        if self.responded
-            && self.out.is_empty()
-            && let Some(proof) = self.proof()
+        if self.outbox.responded()
+            && self.outbox.is_empty()
+            && let Some(proof) = self.reading.proof()
         {
-            self.complete(env, proof);
-            self.release = true;
+            self.complete(now, proof);
+            self.outbox.release();
             return;
         }
-        if let Some(source) = &self.source {
+        if let Some(source) = &self.reading.source {
             let mut progress = source.progress();
-            if self.responded {
+            if self.outbox.responded() {
                 progress.deliver_observed();
-                progress.delivered_bytes = self.delivered_bytes;
+                progress.delivered_bytes = self.outbox.delivered();
             }
-            self.engine.record_progress(progress);
+            self.course.ledger.progress(progress);
         }
-        let outcome = self.engine.cancel(env.now(), phase);
-        self.release = true;
-        self.error_response = false;
+        let outcome = self.course.cancel(now, phase);
+        self.outbox.release();
+        self.outbox.set_holds(Holds::Answer);
         self.end(Err(outcome));
     }
 
@@ -1691,94 +1075,57 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The rest of the body drains. Weaker proof (a finish reason that needs
     /// the clean end) waits for the end.
     #[inline]
-    fn settle_if_proven<E: Env + ?Sized>(&mut self, env: &E) {
-        let proven = self.source.as_ref().is_some_and(Source::terminal_seen);
-        if proven {
-            self.settle(env);
+    fn settle_if_proven(&mut self, now: Instant) {
+        if self.reading.proven() {
+            self.settle(now);
         }
     }
 
     #[cold]
-    fn settle<E: Env + ?Sized>(&mut self, env: &E) {
-        if !matches!(self.stage, Stage::Streaming) || !self.responded || !self.out.is_empty() {
+    fn settle(&mut self, now: Instant) {
+        if !matches!(self.stage, Stage::Streaming)
+            || !self.outbox.responded()
+            || !self.outbox.is_empty()
+        {
             return;
         }
-        if let Some(Proof::Strong) = self.proof()
-            && self.after_delivery.is_none()
+        if let Some(Proof::Strong) = self.reading.proof()
+            && !self.outbox.deferred()
         {
-            self.complete(env, Proof::Strong);
-            self.stage = Stage::Draining;
-            self.restart_watch(env.now());
-        }
-    }
-
-    /// The success proof of the attempt being read, once observed.
-    fn proof(&self) -> Option<Proof> {
-        match self.source.as_ref()?.terminal()? {
-            Terminal::Success { proof } => Some(proof),
-            Terminal::Unsuccessful { .. } => None,
+            self.complete(now, Proof::Strong);
+            self.enter(Stage::Draining);
+            self.restart_watch(now);
         }
     }
 
     /// What the attempt showed, added to a failure the driver or the
     /// decoder reported.
-    fn enrich(&self, mut failure: Failure) -> Failure {
-        if let Some(source) = &self.source {
-            // A driver's own evidence of progress (a test driver's), else
-            // what the attempt showed.
-            let mut progress = if failure.progress == Progress::default() {
-                source.progress()
-            } else {
-                failure.progress
-            };
-            if self.responded {
-                progress.deliver_observed();
-                progress.delivered_bytes = self.delivered_bytes;
-            }
-            failure.progress = progress;
-            if failure.unfinished == Unfinished::default() {
-                failure.unfinished = source.unfinished().unwrap_or_default();
-            }
-        }
-        if failure.status.is_none() {
-            failure.status = self.status;
-        }
-        failure
+    fn enrich(&self, failure: Failure) -> Failure {
+        let delivered = self.outbox.responded().then(|| self.outbox.delivered());
+        self.reading.enrich(failure, delivered)
     }
 
     fn end(&mut self, result: Result<(), Outcome>) {
-        self.stage = Stage::Ended;
-        self.finished = Some(result);
-        self.after_delivery = None;
+        self.enter(Stage::Ended(result));
+        self.outbox.end();
     }
 
     /// The attempt finished with success proof.
-    fn complete<E: Env + ?Sized>(&mut self, env: &E, proof: Proof) {
-        self.commit(env, CommitTrigger::Terminal);
+    fn complete(&mut self, now: Instant, proof: Proof) {
+        self.commit(now, CommitTrigger::Terminal);
         if let Some(rest) = self
+            .reading
             .gate
             .as_mut()
             .map(|g| g.rest())
             .filter(|b| !b.is_empty())
         {
-            self.out.push_back(Chunk::Made(rest));
+            self.outbox.push(Chunk::Made(rest));
         }
-        let mut progress = self
-            .source
-            .as_ref()
-            .map(Source::progress)
-            .unwrap_or_default();
+        let mut progress = self.reading.progress();
         progress.deliver_observed();
-        let queued: u64 = self
-            .out
-            .iter()
-            .map(|c| match c {
-                Chunk::Read(c) => c.as_ref().len() as u64,
-                Chunk::Made(b) => b.len() as u64,
-            })
-            .sum();
-        progress.delivered_bytes = self.delivered_bytes + queued;
-        self.engine.succeed(env.now(), proof, progress);
+        progress.delivered_bytes = self.outbox.delivered() + self.outbox.queued_bytes();
+        self.course.succeed(now, proof, progress);
         self.end(Ok(()));
     }
 
@@ -1786,22 +1133,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let Stage::ErrorBody(e) = std::mem::replace(&mut self.stage, Stage::Streaming) else {
             return;
         };
-        let mut failure = Failure::status(e.status, e.retry_after, e.should_retry);
-        if !(300..400).contains(&e.status)
-            && let Some(error) = classify_error_body(&self.protocol, Some(e.status), &e.body)
-        {
-            failure.kind = FailureKind::Provider { error };
-        }
-        self.error_body = e.body;
-        self.error_response = true;
+        let (failure, body) = e.judge(&self.protocol);
+        self.reading.error_body = body;
+        self.outbox.set_holds(Holds::ErrorResponse);
         self.attempt_failed(env, failure);
     }
 
     /// The attempt in flight failed. After commit, a failure found inside a
     /// chunk waits until the queued chunks are handed out.
     fn attempt_failed<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
-        if self.responded && !self.out.is_empty() {
-            self.after_delivery = Some(Box::new(failure));
+        if self.outbox.responded() && !self.outbox.is_empty() {
+            self.outbox.defer(failure);
             return;
         }
         self.fail_attempt(env, failure);
@@ -1809,159 +1151,123 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     fn fail_attempt<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
         let now = env.now();
-        if let (Some(c), Some(wait)) = (&self.cooldown, failure.retry_after.delay()) {
-            c.store.note(&c.key, now, wait);
+        if let Some(wait) = failure.retry_after.delay() {
+            self.route.note_cooldown(now, wait);
         }
-        if self.engine.is_committed() {
-            let cursor = match (&self.gate, &self.source) {
-                (Some(g), _) => Some(g.cursor().clone()),
-                (None, Some(s)) => Some(s.cursor()),
-                _ => None,
-            };
-            let native = self.plan_after(cursor.as_ref()).is_some();
+        if self.course.is_committed() {
+            let cursor = self.reading.cursor();
+            let (route, protocol) = (&self.route, &self.protocol);
+            let native = self.resumption.as_mut().is_some_and(|r| {
+                r.fold(cursor.as_ref());
+                r.plan(protocol, route.background).is_some()
+            });
             let hook = self.resumption.as_ref().is_some_and(|r| r.hook);
             let continued = !native
                 && self.resumption.is_some()
-                && self.engine.would_resume(now, &failure, env.online());
+                && self.course.would_resume(now, &failure, env.online());
             if continued && hook {
-                self.stage = Stage::Continuation(Box::new(failure));
+                self.enter(Stage::Continuation(Box::new(failure)));
                 return;
             }
             let prefilled = continued && self.prepare_prefill(now, &failure, env.online());
-            self.engine.set_resume_possible(native || prefilled);
+            self.course.set_resume_possible(native || prefilled);
         }
-        let action = self.engine.fail(now, failure, env.online(), env.jitter());
-        self.committed = self.engine.is_committed();
+        let action = self.course.fail(now, failure, env.online(), env.jitter());
         self.act(env, action);
     }
 
-    /// A committed answer was cut and would be resumed: when what the
-    /// consumer has is text only and the serving target (or the next one
-    /// speaking the same protocol) declares a prefill, the continuation's
-    /// body is written and the engine told where it goes. `false` when no
-    /// prefill can continue it.
+    /// A committed answer was cut and would be resumed: when a prefill can
+    /// continue it (text only delivered, the serving target or the next one
+    /// speaking the same protocol declares one), its body is written and
+    /// the course told where it goes.
     fn prepare_prefill(&mut self, now: Instant, failure: &Failure, online: bool) -> bool {
-        let serving = self.engine.target();
-        let protocol = self.protocol.clone();
-        let targets = &self.targets;
-        let Some(r) = self.resumption.as_mut() else {
+        let serving = self.course.target();
+        let (route, protocol) = (&self.route, &self.protocol);
+        let target = self
+            .resumption
+            .as_mut()
+            .and_then(|r| r.prepare_prefill(serving, protocol, |i| route.speaks(i, protocol)));
+        let Some(target) = target else {
             return false;
         };
-        let Some(prefix) = r.prefix.as_ref().filter(|p| p.is_text_only()) else {
-            return false;
-        };
-        let speaks = |i: usize| targets.get(i).map_or(i == 0, |t| t.protocol == protocol);
-        let found = r
-            .prefill
-            .iter()
-            .enumerate()
-            .skip(serving)
-            .filter(|(i, _)| speaks(*i))
-            .find_map(|(i, p)| {
-                let (prefill, body) = p.as_ref()?;
-                let prefilled = prefill_body(body, &protocol, *prefill, &prefix.text)?;
-                Some((i, prefilled))
-            });
-        let Some((target, prefilled)) = found else {
-            return false;
-        };
-        let splice = Splice::new(&protocol, prefix.seam.clone(), &prefilled.trimmed);
-        r.prefill_ready = Some((Bytes::from(prefilled.body), Box::new(splice)));
-        self.engine
+        self.course
             .continue_by_prefill(now, failure, online, target);
         true
-    }
-
-    /// Folds `cursor` into the request's cursor; the plan it allows.
-    fn plan_after(&mut self, cursor: Option<&ResumeCursor>) -> Option<ResumePlan> {
-        let r = self.resumption.as_mut()?;
-        if let Some(c) = cursor {
-            if c.response_id.is_some() {
-                r.cursor.response_id.clone_from(&c.response_id);
-            }
-            if c.sequence_number.is_some() {
-                r.cursor.sequence_number = c.sequence_number;
-            }
-            if c.last_event_id.is_some() {
-                r.cursor.last_event_id.clone_from(&c.last_event_id);
-            }
-        }
-        self.plan()
     }
 
     /// Whether the attempt that failed streamed a provider's error event
     /// before commit, held here with what came before it.
     fn shows_stream_error(&self) -> bool {
-        !self.responded
-            && self.gate.is_none()
-            && !self.out.is_empty()
-            && self.status.is_some_and(|s| (200..300).contains(&s))
-            && self.engine.last_failure().is_some_and(|f| {
+        !self.outbox.responded()
+            && self.reading.gate.is_none()
+            && !self.outbox.is_empty()
+            && self.reading.status.is_some_and(|s| (200..300).contains(&s))
+            && self.course.last_failure().is_some_and(|f| {
                 matches!(f.kind, FailureKind::Provider { .. }) && f.phase == Phase::Streaming
             })
     }
 
-    /// Carries out what the engine decided after a failure. A final HTTP
+    /// Carries out what the course decided after a failure. A final HTTP
     /// error response is kept through a park or an admission wait (it is
     /// the answer if no send follows), and released once one does.
     fn act<E: Env + ?Sized>(&mut self, env: &E, action: Action) {
         let now = env.now();
-        let keep = self.error_response && !self.responded;
+        let keep = self.outbox.holds() == Holds::ErrorResponse && !self.outbox.responded();
         match action {
             Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
-                self.stage = Stage::Waiting {
-                    until: now + delay,
-                    resume: matches!(action, Action::Resume { .. }),
-                };
-                self.error_response = false;
-                self.release = true;
-                self.out.clear();
+                let resume = matches!(action, Action::Resume { .. });
+                self.enter(Stage::Waiting { resume });
+                self.timers.set(Timer::Wait, Some(now + delay));
+                self.drop_attempt();
             }
             Action::Failover => {
-                self.stage = Stage::ToSend;
-                self.error_response = false;
-                self.release = true;
-                self.out.clear();
+                self.enter(Stage::ToSend);
+                self.drop_attempt();
             }
             Action::ParkUntilOnline => {
-                let limit = self.engine.wait_limit(now).map(|d| now + d);
-                self.stage = Stage::Parked {
-                    limit,
-                    then_send: false,
-                };
-                self.release = !keep;
+                self.park(now, false);
+                if !keep {
+                    self.outbox.release();
+                }
             }
             Action::AskAdmission => {
-                let limit = self.engine.wait_limit(now).map(|d| now + d);
-                let failure = self.engine.last_failure().cloned();
-                let request = failure.map(|failure| {
+                let request = self.course.last_failure().cloned().map(|failure| {
                     Box::new(AdmissionRequest {
-                        logical_id: self.engine.logical_id().to_owned(),
-                        next_attempt: self.engine.wire_attempt() + 1,
+                        logical_id: self.course.ledger.logical_id().to_owned(),
+                        next_attempt: self.course.ledger.wire_attempt() + 1,
                         failure,
                     })
                 });
-                self.stage = Stage::Admission { limit, request };
-                self.release = !keep;
+                self.enter(Stage::Admission { request });
+                let limit = self.course.wait_limit(now).map(|d| now + d);
+                self.timers.set(Timer::Bound, limit);
+                if !keep {
+                    self.outbox.release();
+                }
             }
             Action::Fail(outcome) if !keep && self.shows_stream_error() => {
                 // A final in-stream error before commit is handed out as
                 // the provider streamed it, through its error event, then
                 // the request fails: a client's SDK raises the provider's
                 // own error, with its type and message.
-                self.respond_due = true;
-                self.release = true;
+                self.outbox.release();
+                self.outbox.respond();
                 self.end(Err(outcome));
             }
             Action::Fail(outcome) => {
                 // A final HTTP error is returned as that response.
-                self.error_response = keep;
-                self.release = !keep;
                 if !keep {
-                    self.out.clear();
+                    self.drop_attempt();
                 }
                 self.end(Err(outcome));
             }
         }
+    }
+
+    /// The failed attempt's response is released, and what it held dropped.
+    fn drop_attempt(&mut self) {
+        self.outbox.set_holds(Holds::Answer);
+        self.outbox.release();
+        self.outbox.clear();
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use crate::backoff;
 use crate::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
 use crate::decision::{Action, AdmissionAnswer, DelayCause};
-use crate::engine::Recovery;
 use crate::error::{Evidence, RecoveryError};
+use crate::exchange::course::Course as Recovery;
 use crate::failure::{
     Acceptance, Category, Failure, FailureKind, PermanentCause, Phase, Stall, TransportKind,
     Unfinished, Violation,
@@ -640,14 +640,18 @@ fn bd4_keepalives_only_then_cut_is_replayed() {
 fn bd5_holdback_overflow_commits_then_a_failure_interrupts() {
     let t = ManualTiming::new(0).with_pinned_jitter(Fraction::HALF);
     let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 5, t.now());
-    assert_eq!(rec.begin_attempt(t.now(), false, false), Ok(1));
-    rec.head_received(t.now(), 200, None, None);
+    assert_eq!(
+        rec.begin_attempt(t.now())
+            .map(|_| rec.ledger.wire_attempt()),
+        Ok(1)
+    );
+    rec.ledger.head(t.now(), 200, None, None);
     rec.commit(t.now(), CommitTrigger::HoldbackCap);
     let f = Failure::transport(TransportKind::Reset, Phase::Streaming)
         .with_progress(keepalives_only(3000));
     let action = rec.fail(t.now(), f, true, t.jitter());
     assert!(matches!(action, Action::Fail(Outcome::Interrupted { .. })));
-    let events: Vec<_> = rec.drain_events().collect();
+    let events: Vec<_> = rec.ledger.drain_events().collect();
     let names: Vec<_> = events.iter().map(|e| e.kind.name()).collect();
     assert_eq!(
         names,
@@ -792,7 +796,7 @@ fn bd10_slow_trickle_completes_past_the_deadline() {
 fn bd11_reset_after_terminal_proof_is_completed() {
     let t = ManualTiming::new(0);
     let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 5, t.now());
-    rec.begin_attempt(t.now(), false, false).unwrap();
+    rec.begin_attempt(t.now()).unwrap();
     rec.commit(t.now(), CommitTrigger::Semantic);
     assert_eq!(
         rec.succeed(t.now(), Proof::Strong, Progress::default()),
@@ -804,7 +808,7 @@ fn bd11_reset_after_terminal_proof_is_completed() {
         Action::Fail(completed()),
         "the late error is not surfaced"
     );
-    let names: Vec<_> = rec.drain_events().map(|e| e.kind.name()).collect();
+    let names: Vec<_> = rec.ledger.drain_events().map(|e| e.kind.name()).collect();
     assert_eq!(
         names,
         [
@@ -1216,7 +1220,7 @@ fn tb7_tb8_token_accounting_table() {
             .with_retry_budget(std::sync::Arc::new(budget.clone()));
         let mut steps = steps.into_iter();
         let outcome = loop {
-            rec.begin_attempt(t.now(), false, false).unwrap();
+            rec.begin_attempt(t.now()).unwrap();
             match steps.next().unwrap() {
                 Step::Fail { failure, .. } => match rec.fail(t.now(), failure, true, t.jitter()) {
                     Action::Fail(o) => break o,
@@ -1263,7 +1267,7 @@ fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
             retry_starts.push(at);
         }
         let rec = &mut recs[idx];
-        rec.begin_attempt(t.now(), false, false).unwrap();
+        rec.begin_attempt(t.now()).unwrap();
         sends += 1;
         match rec.fail(t.now(), status(503), true, t.jitter()) {
             Action::RetryAfter { delay, .. } => {
@@ -1275,7 +1279,10 @@ fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
     }
     for rec in &mut recs {
         assert_eq!(
-            rec.drain_events().filter(|e| e.kind.is_terminal()).count(),
+            rec.ledger
+                .drain_events()
+                .filter(|e| e.kind.is_terminal())
+                .count(),
             1,
             "LC1 in the storm"
         );
@@ -1424,11 +1431,12 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
     let t = ManualTiming::new(0);
     let new = || {
         let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 1, t.now());
-        rec.begin_attempt(t.now(), false, false).unwrap();
+        rec.begin_attempt(t.now()).unwrap();
         rec
     };
     let terminals = |rec: &mut Recovery| {
-        rec.drain_events()
+        rec.ledger
+            .drain_events()
             .filter(|e| e.kind.is_terminal())
             .map(|e| e.kind.name())
             .collect::<Vec<_>>()
@@ -1459,13 +1467,23 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
         Action::RetryAfter { .. }
     ));
     assert_eq!(
-        rec.begin_attempt(t.now(), true, false),
+        rec.cancel(t.now(), CancelPhase::Waiting),
+        Outcome::Cancelled {
+            phase: CancelPhase::Waiting
+        }
+    );
+    assert_eq!(
+        rec.begin_attempt(t.now()),
         Err(Outcome::Cancelled {
             phase: CancelPhase::Waiting
         })
     );
     assert_eq!(terminals(&mut rec), ["cancelled"]);
-    assert_eq!(rec.report().attempt_count(), 1, "no send after cancel");
+    assert_eq!(
+        rec.ledger.report().attempt_count(),
+        1,
+        "no send after cancel"
+    );
 }
 
 // ---------------------------------------------------------------- AD ------
@@ -1648,8 +1666,8 @@ fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
     };
     let t = ManualTiming::new(0);
     let mut rec = Recovery::new(policy.clone(), AttemptAllowance::new(3), 9, t.now());
-    rec.begin_attempt(t.now(), false, false).unwrap();
-    rec.head_received(t.now(), 400, request_id, None);
+    rec.begin_attempt(t.now()).unwrap();
+    rec.ledger.head(t.now(), 400, request_id, None);
     let Action::Fail(outcome) = rec.fail(t.now(), f, true, Fraction::HALF) else {
         panic!("permanent")
     };
@@ -1660,9 +1678,9 @@ fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
     ))));
     evidence.push_bytes(body.as_bytes());
     evidence.set_headers(headers);
-    let events = rec.drain_events().collect();
+    let events = rec.ledger.drain_events().collect();
     (
-        RecoveryError::new(outcome, rec.report().clone(), evidence),
+        RecoveryError::new(outcome, rec.ledger.report().clone(), evidence),
         events,
     )
 }

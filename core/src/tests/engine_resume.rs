@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::budget::AttemptAllowance;
 use crate::decision::Action;
-use crate::engine::Recovery;
+use crate::exchange::course::Course as Recovery;
 use crate::failure::{Failure, Phase, TransportKind};
 use crate::lifecycle::CommitTrigger;
 use crate::outcome::{InterruptCause, Outcome};
@@ -40,17 +40,20 @@ fn engine(max_attempts: u32, max_resumes: u32) -> Recovery {
 }
 
 fn names(r: &mut Recovery) -> Vec<&'static str> {
-    r.drain_events().map(|e| e.kind.name()).collect()
+    r.ledger.drain_events().map(|e| e.kind.name()).collect()
 }
 
 #[test]
 fn rs3_resume_answered_404_is_a_failed_resume_never_a_replay() {
     let mut r = engine(3, 1);
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     let action = r.fail(at(2), committed_reset(), true, Fraction::HALF);
     assert!(matches!(action, Action::Resume { .. }), "{action:?}");
-    assert_eq!(r.begin_attempt(at(300), false, false), Ok(2));
+    assert_eq!(
+        r.begin_attempt(at(300)).map(|_| r.ledger.wire_attempt()),
+        Ok(2)
+    );
     let action = r.fail(
         at(301),
         Failure::status(404, RetryAfter::Absent, None),
@@ -78,7 +81,7 @@ fn rs3_resume_answered_404_is_a_failed_resume_never_a_replay() {
             "interrupted"
         ]
     );
-    assert_eq!(r.report().resumes, 1);
+    assert_eq!(r.ledger.report().resumes, 1);
 }
 
 #[test]
@@ -86,13 +89,13 @@ fn rs4_rs6_resumes_and_retries_share_one_allowance_and_the_resume_cap() {
     // Three sends in all: the POST and two resumes, the second resume failing
     // before its first event and being retried as a resume (RS6).
     let mut r = engine(3, 5);
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     assert!(matches!(
         r.fail(at(2), committed_reset(), true, Fraction::HALF),
         Action::Resume { .. }
     ));
-    r.begin_attempt(at(1000), false, false).unwrap();
+    r.begin_attempt(at(1000)).unwrap();
     let action = r.fail(
         at(1001),
         Failure::status(503, RetryAfter::Absent, None),
@@ -100,7 +103,7 @@ fn rs4_rs6_resumes_and_retries_share_one_allowance_and_the_resume_cap() {
         Fraction::HALF,
     );
     assert!(matches!(action, Action::Resume { .. }), "{action:?}");
-    r.begin_attempt(at(3000), false, false).unwrap();
+    r.begin_attempt(at(3000)).unwrap();
     let action = r.fail(at(3001), committed_reset(), true, Fraction::HALF);
     assert!(
         matches!(
@@ -112,31 +115,31 @@ fn rs4_rs6_resumes_and_retries_share_one_allowance_and_the_resume_cap() {
         ),
         "{action:?}"
     );
-    assert_eq!(r.report().attempt_count(), 3, "G2 across resumes");
+    assert_eq!(r.ledger.report().attempt_count(), 3, "G2 across resumes");
 }
 
 #[test]
 fn resume_cap_stops_resuming() {
     let mut r = engine(5, 1);
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     assert!(matches!(
         r.fail(at(2), committed_reset(), true, Fraction::HALF),
         Action::Resume { .. }
     ));
-    r.begin_attempt(at(1000), false, false).unwrap();
+    r.begin_attempt(at(1000)).unwrap();
     let action = r.fail(at(1001), committed_reset(), true, Fraction::HALF);
     assert!(
         matches!(action, Action::Fail(Outcome::Interrupted { .. })),
         "one resume allowed: {action:?}"
     );
-    assert_eq!(r.report().resumes, 1);
+    assert_eq!(r.ledger.report().resumes, 1);
 }
 
 #[test]
 fn unsuccessful_terminal_is_never_resumed() {
     let mut r = engine(3, 1);
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     let mut f = Failure::new(
         crate::failure::FailureKind::Unsuccessful {
@@ -152,7 +155,7 @@ fn unsuccessful_terminal_is_never_resumed() {
 #[test]
 fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
     let mut r = engine(3, 1);
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     // Offline when the committed stream breaks: the backoff comes first.
     let action = r.fail(at(2), committed_reset(), false, Fraction::HALF);
@@ -164,7 +167,10 @@ fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
     assert!(r.park_before_send(after, false));
     // Back online: send.
     assert!(!r.park_before_send(after, true));
-    assert_eq!(r.begin_attempt(after, false, false), Ok(2));
+    assert_eq!(
+        r.begin_attempt(after).map(|_| r.ledger.wire_attempt()),
+        Ok(2)
+    );
     assert_eq!(
         names(&mut r),
         [
@@ -183,7 +189,7 @@ fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
 fn ad4_a_replay_decided_offline_parks_before_any_backoff() {
     let policy = RecoveryPolicy::builder().build().unwrap();
     let mut r = Recovery::new(policy, AttemptAllowance::new(3), 1, at(0));
-    r.begin_attempt(at(0), false, false).unwrap();
+    r.begin_attempt(at(0)).unwrap();
     let action = r.fail(
         at(1),
         Failure::transport(TransportKind::Reset, Phase::AwaitingHeaders),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::budget::{AttemptAllowance, RetryBudget, RetryBudgetConfig};
 use crate::decision::Action;
-use crate::engine::Recovery;
+use crate::exchange::course::Course as Recovery;
 use crate::failure::{Failure, Phase, TransportKind};
 use crate::lifecycle::EventKind;
 use crate::outcome::{BudgetKind, Outcome};
@@ -21,8 +21,10 @@ fn t0() -> Instant {
 
 fn engine(policy: RecoveryPolicy, labels: &[&str]) -> Recovery {
     let allowance = AttemptAllowance::new(policy.max_attempts().get());
-    Recovery::new(policy, allowance, 1, t0())
-        .with_targets(labels.iter().map(|l| (*l).to_owned()).collect())
+    Recovery::new(policy, allowance, 1, t0()).with_targets(
+        labels.iter().map(|l| (*l).to_owned()).collect(),
+        vec![None; labels.len()],
+    )
 }
 
 fn overloaded() -> Failure {
@@ -30,7 +32,7 @@ fn overloaded() -> Failure {
 }
 
 fn send_and_fail(r: &mut Recovery, failure: Failure) -> Action {
-    r.begin_attempt(t0(), false, false).expect("send");
+    r.begin_attempt(t0()).expect("send");
     r.fail(t0(), failure, true, Fraction::new(0.5))
 }
 
@@ -56,6 +58,7 @@ fn the_outcome_names_every_target_in_order() {
     );
     assert!(outcome.to_string().contains("primary, b, c"), "{outcome}");
     let targets: Vec<_> = r
+        .ledger
         .report()
         .attempts
         .iter()
@@ -65,7 +68,7 @@ fn the_outcome_names_every_target_in_order() {
         targets,
         [Some("primary".into()), Some("b".into()), Some("c".into())]
     );
-    assert_eq!(r.report().served_by, None);
+    assert_eq!(r.ledger.report().served_by, None);
 }
 
 #[test]
@@ -133,12 +136,13 @@ fn without_alternates_nothing_is_labelled() {
         Action::RetryAfter { .. }
     ));
     let started = r
+        .ledger
         .drain_events()
         .find(|e| matches!(e.kind, EventKind::AttemptStarted { .. }))
         .unwrap();
     let json = serde_json::to_string(&started).unwrap();
     assert!(!json.contains("target"), "{json}");
-    assert_eq!(r.report().attempts[0].target, None);
+    assert_eq!(r.ledger.report().attempts[0].target, None);
 }
 
 #[test]
@@ -146,6 +150,7 @@ fn the_switch_is_announced_with_both_labels() {
     let mut r = engine(RecoveryPolicy::default(), &["primary", "alt"]);
     send_and_fail(&mut r, overloaded());
     let failover = r
+        .ledger
         .drain_events()
         .find_map(|e| match e.kind {
             EventKind::Failover { from, to, .. } => Some((from, to)),
@@ -153,7 +158,7 @@ fn the_switch_is_announced_with_both_labels() {
         })
         .unwrap();
     assert_eq!(failover, ("primary".into(), "alt".into()));
-    r.begin_attempt(t0(), false, false).unwrap();
-    let json = serde_json::to_string(&r.drain_events().next_back().unwrap()).unwrap();
+    r.begin_attempt(t0()).unwrap();
+    let json = serde_json::to_string(&r.ledger.drain_events().next_back().unwrap()).unwrap();
     assert!(json.contains(r#""target":"alt""#), "{json}");
 }

@@ -1,27 +1,26 @@
-//! The attempt state machine of one logical request.
-//!
-//! [`Recovery`] wraps [`decide`](crate::decision::decide()) with everything a
-//! driver would otherwise re-implement: the shared attempt allowance (debited
-//! before each send), the cross-request retry budget (a permit taken when a
-//! wait is scheduled, spent at the send, refunded if the wait is cancelled),
-//! the lifecycle events in their canonical order, exactly one terminal event,
-//! and the report. It is sans-IO: drivers tell it what happened and when, it
-//! tells them what to do next, and they drain its events.
+//! The request's course over its sends: what the decision reads (the
+//! attempt state, the targets and their windows, the last failure) and how
+//! each verdict is carried into the [`Ledger`]: a send debited before it is
+//! made, a retry permit taken when a wait is scheduled and spent at the
+//! send, the lifecycle events in their canonical order, exactly one
+//! terminal event.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::ledger::{Ending, Ledger};
 use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
-use crate::decision::{Action, AdmissionAnswer, AttemptState, CooldownHold, DecisionInput, decide};
-use crate::failure::{Category, Failure, FailureKind, Phase};
-use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
+use crate::decision::{
+    Action, AdmissionAnswer, AttemptState, CooldownHold, DecisionInput, DelayCause, cooldown_hold,
+    decide,
+};
+use crate::failure::{Failure, FailureKind, Phase};
+use crate::lifecycle::{CommitTrigger, EventKind};
 use crate::outcome::{
     BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, ReplayDisabled,
 };
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof, Transience};
-use crate::report::{AttemptRecord, AttemptResult, DelayRecord, RecoveryReport};
-use crate::safe::{RateLimits, SafeToken};
 use crate::timing::{Fraction, Instant};
 
 /// What kind of send comes next.
@@ -34,7 +33,7 @@ enum NextSend {
 
 /// What a send does about a cooldown in force for its target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CooldownStep {
+pub(crate) enum CooldownStep {
     /// Wait this long, then send.
     Wait(Duration),
     /// Send now (the policy ignores hints above its ceiling).
@@ -43,23 +42,18 @@ pub enum CooldownStep {
     Switched,
 }
 
-/// The attempt state machine of one logical request. See the module docs.
+/// The request's course. See the module docs.
 #[derive(Debug)]
-pub struct Recovery {
+pub(crate) struct Course {
     policy: RecoveryPolicy,
-    logical_id: String,
-    allowance: AttemptAllowance,
+    /// The books, for the driver to read.
+    pub(crate) ledger: Ledger,
     retry_budget: Option<Arc<dyn BudgetStore>>,
-    permit: Option<RetryPermit>,
     state: AttemptState,
     next: NextSend,
-    in_flight: bool,
     last_failure: Option<Failure>,
     /// Semantic output was observed in some attempt (delivered or not).
     output_observed: bool,
-    events: Vec<LifecycleEvent>,
-    report: RecoveryReport,
-    outcome: Option<Outcome>,
     /// The labels of the request's own target and its alternates; empty
     /// when it has none ([`crate::failover`]).
     targets: Vec<String>,
@@ -70,19 +64,14 @@ pub struct Recovery {
     /// The interruption a prefill continuation stands in for: if the
     /// continuation ends the request after all, this is its outcome.
     continuing_from: Option<Outcome>,
+    /// An outer layer already debited the first send.
+    prepaid: bool,
 }
 
-/// Formats a logical id the way events and reports show it.
-pub fn format_logical_id(id: u64) -> String {
-    let mut s = String::with_capacity(16);
-    crate::text::push_hex16(&mut s, id);
-    s
-}
-
-impl Recovery {
+impl Course {
     /// Starts a logical request at `now` under `policy`, drawing its sends
     /// from `allowance` (shared with any nested layer).
-    pub fn new(
+    pub(crate) fn new(
         policy: RecoveryPolicy,
         allowance: AttemptAllowance,
         logical_id: u64,
@@ -92,42 +81,38 @@ impl Recovery {
         state.attempts_made = 0;
         state.target_sends = 0;
         state.attempts_left = allowance.remaining();
-        let logical_id = format_logical_id(logical_id);
-        Recovery {
-            report: RecoveryReport::new(logical_id.clone()),
+        Course {
+            ledger: Ledger::new(logical_id, allowance, now),
             policy,
-            logical_id,
-            allowance,
             retry_budget: None,
-            permit: None,
             state,
             next: NextSend::First,
-            in_flight: false,
             last_failure: None,
             output_observed: false,
-            events: Vec::new(),
-            outcome: None,
             targets: Vec::new(),
             target: 0,
             windows: Vec::new(),
             continuing_from: None,
+            prepaid: false,
         }
     }
 
     /// Names the targets the request may be served from, its own first
-    /// (`labels[0]`), then its alternates in order ([`crate::failover`]).
+    /// (`labels[0]`), then its alternates in order ([`crate::failover`]),
+    /// with each one's declared context window.
     #[must_use]
-    pub fn with_targets(mut self, labels: Vec<String>) -> Self {
+    pub(crate) fn with_targets(mut self, labels: Vec<String>, windows: Vec<Option<u64>>) -> Self {
         if labels.len() > 1 {
             self.state.alternates_left = Some(labels.len() as u32 - 1);
             self.targets = labels;
         }
+        self.windows = windows;
         self
     }
 
     /// The index of the target the next (or current) send goes to: 0 for
     /// the request's own, `i` for its alternate `i`.
-    pub fn target(&self) -> usize {
+    pub(crate) fn target(&self) -> usize {
         self.target
     }
 
@@ -153,19 +138,12 @@ impl Recovery {
             *left = (self.targets.len().saturating_sub(self.target + 1)) as u32;
         }
         let to = self.target_label().unwrap_or_default();
-        self.emit(now, EventKind::Failover { from, to, reason });
-    }
-
-    /// Declares each target's context window in tokens (`None`: not
-    /// declared), in the order of [`Recovery::with_targets`].
-    #[must_use]
-    pub fn with_context_windows(mut self, windows: Vec<Option<u64>>) -> Self {
-        self.windows = windows;
-        self
+        self.ledger
+            .emit(now, EventKind::Failover { from, to, reason });
     }
 
     /// Declares the request's own target's context window.
-    pub fn declare_own_window(&mut self, tokens: Option<u64>) {
+    pub(crate) fn declare_own_window(&mut self, tokens: Option<u64>) {
         if let Some(own) = self.windows.first_mut() {
             *own = tokens;
         }
@@ -188,115 +166,64 @@ impl Recovery {
 
     /// Uses a cross-request retry budget; this request deposits into it.
     #[must_use]
-    pub fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
+    pub(crate) fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
         budget.deposit(self.state.started_at);
         self.retry_budget = Some(budget);
         self
     }
 
+    /// An outer layer already debited the first send.
+    #[must_use]
+    pub(crate) fn with_prepaid_first_send(mut self, prepaid: bool) -> Self {
+        self.prepaid = prepaid;
+        self
+    }
+
     /// Declares that an admission hook is installed.
     #[must_use]
-    pub fn with_admission_hook(mut self, installed: bool) -> Self {
+    pub(crate) fn with_admission_hook(mut self, installed: bool) -> Self {
         self.state.admission_hook = installed;
         self
     }
 
     /// Sets an absolute deadline for the whole request.
     #[must_use]
-    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+    pub(crate) fn with_deadline(mut self, deadline: Instant) -> Self {
         self.state.deadline = Some(deadline);
         self
     }
 
     /// Turns replay off (the request body could not be buffered).
-    pub fn disable_replay(&mut self, reason: ReplayDisabled) {
+    pub(crate) fn disable_replay(&mut self, reason: ReplayDisabled) {
         self.state.replay_disabled = Some(reason);
-        self.report.replay_disabled = Some(reason);
+        self.ledger.replay_disabled(reason);
     }
 
     /// Declares whether a resume strategy can continue the committed stream.
-    pub fn set_resume_possible(&mut self, possible: bool) {
+    pub(crate) fn set_resume_possible(&mut self, possible: bool) {
         self.state.resume_possible = possible;
     }
 
     /// The policy in force.
-    pub fn policy(&self) -> &RecoveryPolicy {
+    pub(crate) fn policy(&self) -> &RecoveryPolicy {
         &self.policy
     }
 
-    /// The logical id, as events show it.
-    pub fn logical_id(&self) -> &str {
-        &self.logical_id
-    }
-
-    /// The current physical send number (0 before the first).
-    pub fn wire_attempt(&self) -> u32 {
-        self.state.attempts_made
-    }
-
     /// Whether the request has committed (output reached the consumer).
-    pub fn is_committed(&self) -> bool {
+    pub(crate) fn is_committed(&self) -> bool {
         self.state.committed
     }
 
-    /// The outcome, once the request ended.
-    pub fn outcome(&self) -> Option<&Outcome> {
-        self.outcome.as_ref()
-    }
-
-    /// The report so far.
-    pub fn report(&self) -> &RecoveryReport {
-        &self.report
-    }
-
-    /// Whether events wait to be drained.
-    pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
-    }
-
-    /// Takes the events produced since the last call, in order.
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
-        self.events.drain(..)
-    }
-
-    fn elapsed(&self, now: Instant) -> Duration {
-        now.saturating_since(self.state.started_at)
-    }
-
-    fn emit(&mut self, now: Instant, kind: EventKind) {
-        let n = self.state.attempts_made;
-        let event = LifecycleEvent {
-            identity: Identity {
-                logical_id: self.logical_id.clone(),
-                attempt_id: (n > 0).then(|| {
-                    let mut id = String::with_capacity(self.logical_id.len() + 4);
-                    id.push_str(&self.logical_id);
-                    id.push('-');
-                    crate::text::push_decimal(&mut id, u64::from(n));
-                    id
-                }),
-                wire_attempt: n,
-            },
-            at: self.elapsed(now),
-            kind,
-        };
-        self.events.push(event);
-    }
-
-    fn current(&mut self) -> Option<&mut AttemptRecord> {
-        if self.in_flight {
-            self.report.attempts.last_mut()
-        } else {
-            None
-        }
+    /// The failure of the last attempt, once one failed.
+    pub(crate) fn last_failure(&self) -> Option<&Failure> {
+        self.last_failure.as_ref()
     }
 
     /// Ends the request with `outcome`, emitting its one terminal event.
     fn finish(&mut self, now: Instant, outcome: Outcome) -> Outcome {
-        if let Some(done) = &self.outcome {
+        if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
-        self.permit = None;
         let attempts = self.state.attempts_made;
         let kind = match &outcome {
             Outcome::Completed { proof } => EventKind::Completed {
@@ -322,7 +249,7 @@ impl Recovery {
             }
             other => {
                 if matches!(other, Outcome::AdmissionRequired) {
-                    self.emit(now, EventKind::AdmissionRequired);
+                    self.ledger.emit(now, EventKind::AdmissionRequired);
                 }
                 EventKind::Exhausted {
                     outcome: other.clone(),
@@ -330,46 +257,29 @@ impl Recovery {
                 }
             }
         };
-        self.emit(now, kind);
-        self.report.outcome = Some(outcome.clone());
-        self.report.metrics.total_ms = Some(self.elapsed(now).as_millis() as u64);
-        self.outcome = Some(outcome.clone());
-        outcome
+        self.ledger.close(now, outcome, kind)
     }
 
-    /// Call after a resume's wait, before [`Recovery::begin_attempt`]: when
+    /// Call after a resume's wait, before [`Course::begin_attempt`]: when
     /// the platform is offline, announces `parked_offline` and returns
     /// `true` (the driver waits for connectivity, then sends). A resume waits
     /// its backoff first and connectivity second (reliability matrix AD5).
-    pub fn park_before_send(&mut self, now: Instant, online: bool) -> bool {
-        if online || self.outcome.is_some() || self.next != NextSend::Resume {
+    pub(crate) fn park_before_send(&mut self, now: Instant, online: bool) -> bool {
+        if online || self.ledger.ended() || self.next != NextSend::Resume {
             return false;
         }
-        self.emit(now, EventKind::ParkedOffline);
+        self.ledger.emit(now, EventKind::ParkedOffline);
         true
     }
 
-    /// Call immediately before every physical send. Rechecks cancellation and
-    /// the deadline, debits the allowance (unless an outer layer already did:
-    /// `prepaid`), spends the retry permit, and emits `retry_started` /
-    /// `resume_started` and `attempt_started`. Returns the wire attempt
-    /// number, or the outcome that ends the request instead of sending.
-    pub fn begin_attempt(
-        &mut self,
-        now: Instant,
-        cancelled: bool,
-        prepaid: bool,
-    ) -> Result<u32, Outcome> {
-        if let Some(done) = &self.outcome {
+    /// Call immediately before every physical send. Rechecks the deadline,
+    /// debits the allowance (unless an outer layer already paid the first),
+    /// spends the retry permit, and emits `retry_started` /
+    /// `resume_started` and `attempt_started`. Returns whether the send is
+    /// a resume, or the outcome that ends the request instead of sending.
+    pub(crate) fn begin_attempt(&mut self, now: Instant) -> Result<bool, Outcome> {
+        if let Some(done) = self.ledger.outcome() {
             return Err(done.clone());
-        }
-        if cancelled {
-            let phase = if self.next == NextSend::First {
-                CancelPhase::Sending
-            } else {
-                CancelPhase::Waiting
-            };
-            return Err(self.finish(now, Outcome::Cancelled { phase }));
         }
         let deadline = [
             self.state.deadline,
@@ -383,64 +293,33 @@ impl Recovery {
         if self.next != NextSend::First && deadline.is_some_and(|d| now >= d) {
             return Err(self.finish(now, Outcome::DeadlineExceeded));
         }
-        if !prepaid && !self.allowance.try_debit() {
+        let prepaid = std::mem::take(&mut self.prepaid);
+        if !self.ledger.debit(prepaid) {
             let attempts = self.state.attempts_made;
             return Err(self.finish(now, Outcome::Exhausted { attempts }));
         }
-        if let Some(permit) = self.permit.take() {
-            permit.spend();
-        }
         match self.next {
             NextSend::First => {}
-            NextSend::Retry => self.emit(now, EventKind::RetryStarted),
-            NextSend::Resume => self.emit(now, EventKind::ResumeStarted),
+            NextSend::Retry => self.ledger.emit(now, EventKind::RetryStarted),
+            NextSend::Resume => self.ledger.emit(now, EventKind::ResumeStarted),
         }
         let resume = self.next == NextSend::Resume;
         self.state.attempts_made += 1;
         self.state.target_sends += 1;
-        self.state.attempts_left = self.allowance.remaining();
+        self.state.attempts_left = self.ledger.sends_left();
         self.state.admission = None;
         if resume {
             self.state.resumes_made += 1;
-            self.report.resumes += 1;
         }
-        if self.state.attempts_made > 1 {
-            self.report.resend_count += 1;
-        }
-        let n = self.state.attempts_made;
-        self.report.attempts.push(AttemptRecord {
-            wire_attempt: n,
-            resume,
-            started_ms: self.elapsed(now),
-            ended_ms: None,
-            status: None,
-            result: AttemptResult::InProgress,
-            acceptance: None,
-            retry_after: crate::retry_after::RetryAfter::Absent,
-            progress: Progress::default(),
-            request_id: None,
-            rate_limits: None,
-            target: self.target_label(),
-        });
-        self.in_flight = true;
-        let max_attempts = self.allowance.total();
         let target = self.target_label();
-        self.emit(
-            now,
-            EventKind::AttemptStarted {
-                max_attempts,
-                resume,
-                target,
-            },
-        );
-        Ok(n)
+        self.ledger.open(now, resume, target);
+        Ok(resume)
     }
 
     /// How long a wait (admission, parking) may last before the recovery
-    /// budget or the deadline runs out, if either is set. A driver races its
-    /// admission hook and connectivity wait against this: pending is not
+    /// budget or the deadline runs out, if either is set: pending is not
     /// approval.
-    pub fn wait_limit(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn wait_limit(&self, now: Instant) -> Option<Duration> {
         let first_failure = self.state.first_failure_at.unwrap_or(now);
         [
             self.policy
@@ -457,28 +336,35 @@ impl Recovery {
         .map(|end| end.saturating_since(now))
     }
 
-    /// The failure of the last attempt, once one failed.
-    pub fn last_failure(&self) -> Option<&Failure> {
-        self.last_failure.as_ref()
+    /// The decision on `failure` with `resume_possible` as given, before
+    /// anything is recorded (asked before a continuation is prepared).
+    fn would(
+        &self,
+        now: Instant,
+        failure: &Failure,
+        online: bool,
+        resume_possible: bool,
+    ) -> Action {
+        let mut state = self.state.clone();
+        state.resume_possible = resume_possible;
+        state.attempts_left = self.ledger.sends_left();
+        state.first_failure_at.get_or_insert(now);
+        decide(DecisionInput {
+            policy: &self.policy,
+            state: &state,
+            failure,
+            online,
+            now,
+            jitter: Fraction::ZERO,
+        })
     }
 
     /// Whether `failure` of the attempt in flight would be resumed if a
     /// resume were possible (asked before a continuation hook is called, so
     /// the hook is not asked for a failure that ends the request anyway).
-    pub fn would_resume(&self, now: Instant, failure: &Failure, online: bool) -> bool {
-        let mut state = self.state.clone();
-        state.resume_possible = true;
-        state.attempts_left = self.allowance.remaining();
-        state.first_failure_at.get_or_insert(now);
+    pub(crate) fn would_resume(&self, now: Instant, failure: &Failure, online: bool) -> bool {
         matches!(
-            decide(DecisionInput {
-                policy: &self.policy,
-                state: &state,
-                failure,
-                online,
-                now,
-                jitter: Fraction::ZERO,
-            }),
+            self.would(now, failure, online, true),
             Action::Resume { .. }
         )
     }
@@ -489,26 +375,14 @@ impl Recovery {
     /// prefill, or fails), the request fails with the interruption
     /// `failure` is: a target's refusal of a prefill says nothing about the
     /// answer the consumer holds.
-    pub fn continue_by_prefill(
+    pub(crate) fn continue_by_prefill(
         &mut self,
         now: Instant,
         failure: &Failure,
         online: bool,
         target: usize,
     ) {
-        let mut state = self.state.clone();
-        state.resume_possible = false;
-        state.attempts_left = self.allowance.remaining();
-        state.first_failure_at.get_or_insert(now);
-        let action = decide(DecisionInput {
-            policy: &self.policy,
-            state: &state,
-            failure,
-            online,
-            now,
-            jitter: Fraction::ZERO,
-        });
-        if let Action::Fail(outcome) = action {
+        if let Action::Fail(outcome) = self.would(now, failure, online, false) {
             self.continuing_from = Some(outcome);
         }
         if target != self.target && target < self.targets.len() {
@@ -520,26 +394,14 @@ impl Recovery {
     /// Before a send, a cooldown of `wait` is in force for the request's
     /// target (another request learned it): what the send does about it.
     /// A wait and a switch are announced; a refusal ends the request.
-    pub fn hold_for_cooldown(
+    pub(crate) fn hold_for_cooldown(
         &mut self,
         now: Instant,
         wait: Duration,
     ) -> Result<CooldownStep, Outcome> {
-        match crate::decision::cooldown_hold(&self.policy, &self.state, now, wait) {
+        match cooldown_hold(&self.policy, &self.state, now, wait) {
             CooldownHold::Wait(wait) => {
-                let cause = crate::decision::DelayCause::Cooldown;
-                self.report.delays.push(DelayRecord {
-                    after_attempt: self.state.attempts_made,
-                    delay_ms: wait,
-                    cause,
-                });
-                self.emit(
-                    now,
-                    EventKind::DelayScheduled {
-                        delay_ms: wait,
-                        cause,
-                    },
-                );
+                self.ledger.delay(now, wait, DelayCause::Cooldown);
                 Ok(CooldownStep::Wait(wait))
             }
             CooldownHold::Switch => {
@@ -551,90 +413,25 @@ impl Recovery {
         }
     }
 
-    /// Records the seam of the resume attempt now in flight.
-    pub fn record_seam(&mut self, strategy: crate::report::SeamStrategy, delivered_bytes: u64) {
-        let attempt = self.state.attempts_made;
-        self.report.seams.push(crate::report::Seam {
-            attempt,
-            strategy,
-            delivered_bytes,
-        });
-    }
-
-    /// A transport error arrived after terminal proof (a reset right after
-    /// `[DONE]`): the outcome stands, the error is recorded.
-    pub fn late_error(&mut self) {
-        self.report.late_error = true;
-    }
-
-    /// Records the response head of the attempt in flight.
-    pub fn head_received(
-        &mut self,
-        now: Instant,
-        status: u16,
-        request_id: Option<SafeToken>,
-        rate_limits: Option<RateLimits>,
-    ) {
-        let at = self.elapsed(now).as_millis() as u64;
-        if let Some(rec) = self.current() {
-            rec.status = Some(status);
-            rec.request_id = request_id;
-            rec.rate_limits = rate_limits;
-            rec.progress.headers_received = true;
-            self.report.metrics.time_to_headers_ms = Some(at);
-        }
-    }
-
-    /// Records the first semantic fragment of the request (first call wins).
-    pub fn first_semantic(&mut self, now: Instant) {
-        if self.report.metrics.time_to_first_semantic_ms.is_none() {
-            self.report.metrics.time_to_first_semantic_ms =
-                Some(self.elapsed(now).as_millis() as u64);
-        }
-    }
-
     /// The attempt in flight committed: its output now reaches the consumer
     /// and it can no longer be replayed.
-    pub fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
-        if self.state.committed || self.outcome.is_some() {
+    pub(crate) fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
+        if self.state.committed || self.ledger.ended() {
             return;
         }
         self.state.committed = true;
-        self.report.committed_attempt = Some(self.state.attempts_made);
-        self.report.served_by = self.target_label();
-        if trigger == CommitTrigger::Semantic {
-            self.first_semantic(now);
-        }
-        self.emit(now, EventKind::Committed { trigger });
-    }
-
-    /// Updates the progress of the attempt in flight.
-    pub fn record_progress(&mut self, progress: Progress) {
-        if let Some(rec) = self.current() {
-            let (headers, delivered) =
-                (rec.progress.headers_received, rec.progress.delivered_bytes);
-            rec.progress = progress;
-            rec.progress.headers_received |= headers;
-            // Delivered bytes are counted by the driver as it hands them
-            // out; an observer's snapshot never lowers them.
-            rec.progress.delivered_bytes = rec.progress.delivered_bytes.max(delivered);
-        }
+        let target = self.target_label();
+        self.ledger.commit(now, trigger, target);
     }
 
     /// The attempt in flight finished with success proof.
-    pub fn succeed(&mut self, now: Instant, proof: Proof, progress: Progress) -> Outcome {
-        if let Some(done) = &self.outcome {
+    pub(crate) fn succeed(&mut self, now: Instant, proof: Proof, progress: Progress) -> Outcome {
+        if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
-        self.record_progress(progress);
-        let at = self.elapsed(now).as_millis() as u64;
-        if let Some(rec) = self.current() {
-            rec.ended_ms = Some(at);
-            rec.result = AttemptResult::Succeeded { proof };
-        }
-        self.in_flight = false;
-        self.report.served_by = self.target_label();
-        self.emit(now, EventKind::AttemptSucceeded { proof });
+        self.ledger.progress(progress);
+        let target = self.target_label();
+        self.ledger.succeeded(now, proof, target);
         self.finish(now, Outcome::Completed { proof })
     }
 
@@ -669,53 +466,34 @@ impl Recovery {
     /// The attempt in flight failed. Emits `attempt_failed`, decides, and
     /// returns what the driver does next (a terminal `Fail` has already
     /// emitted its terminal event).
-    pub fn fail(
+    pub(crate) fn fail(
         &mut self,
         now: Instant,
         failure: Failure,
         online: bool,
         jitter: Fraction,
     ) -> Action {
-        if let Some(done) = &self.outcome {
+        if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
-        let reason = self.reason_for(&failure);
-        let at = self.elapsed(now).as_millis() as u64;
-        let (category, phase) = (failure.category(), failure.phase);
-        if let Some(rec) = self.current() {
-            rec.ended_ms = Some(at);
-            if failure.status.is_some() {
-                rec.status = failure.status;
-            }
-            rec.retry_after = failure.retry_after;
-            let headers = rec.progress.headers_received;
-            rec.progress = failure.progress;
-            rec.progress.headers_received |= headers || failure.status.is_some();
-            rec.result = AttemptResult::Failed {
-                category,
-                phase,
-                reason,
-            };
-            rec.acceptance = Some(failure.acceptance);
-        }
-        self.in_flight = false;
+        let ending = Ending {
+            category: failure.category(),
+            phase: failure.phase,
+            reason: self.reason_for(&failure),
+            status: failure.status,
+            retry_after: failure.retry_after,
+            acceptance: failure.acceptance,
+            progress: failure.progress,
+        };
+        let stall = match failure.kind {
+            FailureKind::Timeout { stall } => Some(stall),
+            _ => None,
+        };
+        self.ledger.failed(now, &ending, stall);
         self.output_observed |= failure.progress.blocks_replay();
         if failure.progress.blocks_replay() {
             self.state.committed |= failure.progress.semantic_delivered();
         }
-        self.emit(
-            now,
-            EventKind::AttemptFailed {
-                category,
-                phase,
-                reason,
-                status: failure.status,
-                stall: match failure.kind {
-                    FailureKind::Timeout { stall } => Some(stall),
-                    _ => None,
-                },
-            },
-        );
         self.state.first_failure_at.get_or_insert(now);
         self.state.admission = None;
         self.last_failure = Some(failure);
@@ -723,17 +501,17 @@ impl Recovery {
     }
 
     /// The admission hook answered.
-    pub fn admission(
+    pub(crate) fn admission(
         &mut self,
         now: Instant,
         answer: AdmissionAnswer,
         online: bool,
         jitter: Fraction,
     ) -> Action {
-        if let Some(done) = &self.outcome {
+        if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
-        self.emit(
+        self.ledger.emit(
             now,
             match answer {
                 AdmissionAnswer::Allow => EventKind::AdmissionAllowed,
@@ -746,8 +524,8 @@ impl Recovery {
     }
 
     /// The platform is online again after a park: decide again.
-    pub fn online_again(&mut self, now: Instant, jitter: Fraction) -> Action {
-        if let Some(done) = &self.outcome {
+    pub(crate) fn online_again(&mut self, now: Instant, jitter: Fraction) -> Action {
+        if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
         self.decide_next(now, true, jitter)
@@ -755,37 +533,16 @@ impl Recovery {
 
     /// The caller cancelled in `phase`. An attempt in flight is recorded as
     /// failed (category cancellation) before the one `cancelled` event.
-    pub fn cancel(&mut self, now: Instant, phase: CancelPhase) -> Outcome {
-        if let Some(done) = &self.outcome {
+    pub(crate) fn cancel(&mut self, now: Instant, phase: CancelPhase) -> Outcome {
+        if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
-        if self.in_flight {
-            let at = self.elapsed(now).as_millis() as u64;
-            let wire_phase = match phase {
-                CancelPhase::Sending => Phase::Sending,
-                CancelPhase::AwaitingHead => Phase::AwaitingHeaders,
-                _ => Phase::Streaming,
-            };
-            if let Some(rec) = self.current() {
-                rec.ended_ms = Some(at);
-                rec.result = AttemptResult::Failed {
-                    category: Category::Cancellation,
-                    phase: wire_phase,
-                    reason: FailureReason::Cancelled,
-                };
-            }
-            self.in_flight = false;
-            self.emit(
-                now,
-                EventKind::AttemptFailed {
-                    category: Category::Cancellation,
-                    phase: wire_phase,
-                    reason: FailureReason::Cancelled,
-                    status: self.report.attempts.last().and_then(|a| a.status),
-                    stall: None,
-                },
-            );
-        }
+        let wire_phase = match phase {
+            CancelPhase::Sending => Phase::Sending,
+            CancelPhase::AwaitingHead => Phase::AwaitingHeaders,
+            _ => Phase::Streaming,
+        };
+        self.ledger.cancelled(now, wire_phase);
         self.finish(now, Outcome::Cancelled { phase })
     }
 
@@ -798,7 +555,7 @@ impl Recovery {
                 },
             ));
         };
-        self.state.attempts_left = self.allowance.remaining();
+        self.state.attempts_left = self.ledger.sends_left();
         self.state.larger_window_left = self.larger_window_target().is_some();
         let action = decide(DecisionInput {
             policy: &self.policy,
@@ -816,8 +573,14 @@ impl Recovery {
             }
             Action::Fail(outcome) => {
                 // A resume that fails for good ends the committed stream as a
-                // failed resume, whatever the resume request's own failure.
-                let resumed = self.report.attempts.last().is_some_and(|a| a.resume);
+                // failed resume, whatever the resume request's own failure;
+                // a prefill continuation as the interruption it stood in for.
+                let resumed = self
+                    .ledger
+                    .report()
+                    .attempts
+                    .last()
+                    .is_some_and(|a| a.resume);
                 let outcome = match outcome {
                     _ if resumed && self.continuing_from.is_some() => {
                         self.continuing_from.clone().unwrap_or(outcome)
@@ -838,17 +601,17 @@ impl Recovery {
                 Action::Fail(self.finish(now, outcome))
             }
             Action::AskAdmission => {
-                self.emit(now, EventKind::AdmissionPending);
+                self.ledger.emit(now, EventKind::AdmissionPending);
                 Action::AskAdmission
             }
             Action::ParkUntilOnline => {
-                self.emit(now, EventKind::ParkedOffline);
+                self.ledger.emit(now, EventKind::ParkedOffline);
                 Action::ParkUntilOnline
             }
             Action::RetryAfter { .. } | Action::Resume { .. } | Action::Failover => {
                 if let Some(budget) = &self.retry_budget {
                     match RetryPermit::take(Arc::clone(budget), now) {
-                        Some(permit) => self.permit = Some(permit),
+                        Some(permit) => self.ledger.hold(permit),
                         None => {
                             return Action::Fail(self.finish(
                                 now,
@@ -866,18 +629,7 @@ impl Recovery {
                         } else {
                             NextSend::Retry
                         };
-                        self.report.delays.push(DelayRecord {
-                            after_attempt: self.state.attempts_made,
-                            delay_ms: delay,
-                            cause,
-                        });
-                        self.emit(
-                            now,
-                            EventKind::DelayScheduled {
-                                delay_ms: delay,
-                                cause,
-                            },
-                        );
+                        self.ledger.delay(now, delay, cause);
                     }
                     _ => {
                         self.next = NextSend::Retry;

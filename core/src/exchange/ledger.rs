@@ -1,0 +1,370 @@
+//! The request's books: the sends it may still make (the attempt
+//! allowance, shared with nested layers), the retry permit it holds, the
+//! lifecycle events it emitted, its report and its one outcome. The course
+//! ([`super::course`]) decides; the ledger records, in the canonical order,
+//! and a driver reads it ([`Exchange::ledger`](super::Exchange::ledger)).
+
+use std::time::Duration;
+
+use crate::budget::{AttemptAllowance, RetryPermit};
+use crate::failure::{Acceptance, Category, Phase, Stall};
+use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
+use crate::outcome::{FailureReason, Outcome};
+use crate::progress::{Progress, Proof};
+use crate::report::{
+    AttemptRecord, AttemptResult, DelayRecord, RecoveryReport, Seam, SeamStrategy,
+};
+use crate::retry_after::RetryAfter;
+use crate::safe::{RateLimits, SafeToken};
+use crate::timing::Instant;
+
+/// Formats a logical id the way events and reports show it.
+pub fn format_logical_id(id: u64) -> String {
+    let mut s = String::with_capacity(16);
+    crate::text::push_hex16(&mut s, id);
+    s
+}
+
+/// The request's books. See the module docs.
+#[derive(Debug)]
+pub struct Ledger {
+    logical_id: String,
+    started_at: Instant,
+    allowance: AttemptAllowance,
+    permit: Option<RetryPermit>,
+    events: Vec<LifecycleEvent>,
+    report: RecoveryReport,
+    outcome: Option<Outcome>,
+    /// Sends made so far.
+    sends: u32,
+    /// A send's record is open.
+    in_flight: bool,
+}
+
+/// How an attempt failed, as its record keeps it.
+pub(crate) struct Ending {
+    pub(crate) category: Category,
+    pub(crate) phase: Phase,
+    pub(crate) reason: FailureReason,
+    pub(crate) status: Option<u16>,
+    pub(crate) retry_after: RetryAfter,
+    pub(crate) acceptance: Acceptance,
+    pub(crate) progress: Progress,
+}
+
+impl Ledger {
+    pub(crate) fn new(logical_id: u64, allowance: AttemptAllowance, now: Instant) -> Self {
+        let logical_id = format_logical_id(logical_id);
+        Ledger {
+            report: RecoveryReport::new(logical_id.clone()),
+            logical_id,
+            started_at: now,
+            allowance,
+            permit: None,
+            events: Vec::new(),
+            outcome: None,
+            sends: 0,
+            in_flight: false,
+        }
+    }
+
+    /// The logical id, as events show it.
+    pub fn logical_id(&self) -> &str {
+        &self.logical_id
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The outcome, once the request ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// The current physical send number (0 before the first).
+    pub fn wire_attempt(&self) -> u32 {
+        self.sends
+    }
+
+    /// Sends still allowed (shared with nested layers).
+    pub(crate) fn sends_left(&self) -> u32 {
+        self.allowance.remaining()
+    }
+
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    pub(crate) fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
+        self.events.drain(..)
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    pub(crate) fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_since(self.started_at)
+    }
+
+    /// Emits `kind` at `now`, naming the send in flight.
+    pub(crate) fn emit(&mut self, now: Instant, kind: EventKind) {
+        let n = self.sends;
+        let event = LifecycleEvent {
+            identity: Identity {
+                logical_id: self.logical_id.clone(),
+                attempt_id: (n > 0).then(|| {
+                    let mut id = String::with_capacity(self.logical_id.len() + 4);
+                    id.push_str(&self.logical_id);
+                    id.push('-');
+                    crate::text::push_decimal(&mut id, u64::from(n));
+                    id
+                }),
+                wire_attempt: n,
+            },
+            at: self.elapsed(now),
+            kind,
+        };
+        self.events.push(event);
+    }
+
+    fn current(&mut self) -> Option<&mut AttemptRecord> {
+        if self.in_flight {
+            self.report.attempts.last_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Debits a send from the allowance (unless an outer layer did:
+    /// `prepaid`) and spends the permit held for it; `false` when none is
+    /// left.
+    pub(crate) fn debit(&mut self, prepaid: bool) -> bool {
+        if !prepaid && !self.allowance.try_debit() {
+            return false;
+        }
+        if let Some(permit) = self.permit.take() {
+            permit.spend();
+        }
+        true
+    }
+
+    /// Holds `permit` for the next send (dropped, so refunded, if the
+    /// request ends first).
+    pub(crate) fn hold(&mut self, permit: RetryPermit) {
+        self.permit = Some(permit);
+    }
+
+    /// Opens the record of a send to `target`; emits `attempt_started`.
+    pub(crate) fn open(&mut self, now: Instant, resume: bool, target: Option<String>) -> u32 {
+        self.sends += 1;
+        if resume {
+            self.report.resumes += 1;
+        }
+        if self.sends > 1 {
+            self.report.resend_count += 1;
+        }
+        let n = self.sends;
+        self.report.attempts.push(AttemptRecord {
+            wire_attempt: n,
+            resume,
+            started_ms: self.elapsed(now),
+            ended_ms: None,
+            status: None,
+            result: AttemptResult::InProgress,
+            acceptance: None,
+            retry_after: RetryAfter::Absent,
+            progress: Progress::default(),
+            request_id: None,
+            rate_limits: None,
+            target: target.clone(),
+        });
+        self.in_flight = true;
+        let max_attempts = self.allowance.total();
+        self.emit(
+            now,
+            EventKind::AttemptStarted {
+                max_attempts,
+                resume,
+                target,
+            },
+        );
+        n
+    }
+
+    /// Records the response head of the send in flight.
+    pub(crate) fn head(
+        &mut self,
+        now: Instant,
+        status: u16,
+        request_id: Option<SafeToken>,
+        rate_limits: Option<RateLimits>,
+    ) {
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.status = Some(status);
+            rec.request_id = request_id;
+            rec.rate_limits = rate_limits;
+            rec.progress.headers_received = true;
+            self.report.metrics.time_to_headers_ms = Some(at);
+        }
+    }
+
+    /// Records the commit of the send in flight, served by `target`.
+    pub(crate) fn commit(&mut self, now: Instant, trigger: CommitTrigger, target: Option<String>) {
+        self.report.committed_attempt = Some(self.sends);
+        self.report.served_by = target;
+        if trigger == CommitTrigger::Semantic
+            && self.report.metrics.time_to_first_semantic_ms.is_none()
+        {
+            self.report.metrics.time_to_first_semantic_ms =
+                Some(self.elapsed(now).as_millis() as u64);
+        }
+        self.emit(now, EventKind::Committed { trigger });
+    }
+
+    /// Updates the progress of the send in flight.
+    pub(crate) fn progress(&mut self, progress: Progress) {
+        if let Some(rec) = self.current() {
+            let (headers, delivered) =
+                (rec.progress.headers_received, rec.progress.delivered_bytes);
+            rec.progress = progress;
+            rec.progress.headers_received |= headers;
+            // Delivered bytes are counted by the driver as it hands them
+            // out; an observer's snapshot never lowers them.
+            rec.progress.delivered_bytes = rec.progress.delivered_bytes.max(delivered);
+        }
+    }
+
+    /// Closes the record of the send in flight with success `proof`.
+    pub(crate) fn succeeded(&mut self, now: Instant, proof: Proof, served_by: Option<String>) {
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            rec.result = AttemptResult::Succeeded { proof };
+        }
+        self.in_flight = false;
+        self.report.served_by = served_by;
+        self.emit(now, EventKind::AttemptSucceeded { proof });
+    }
+
+    /// Closes the record of the send in flight as failed; emits
+    /// `attempt_failed` (with the watchdog that fired, if one did).
+    pub(crate) fn failed(&mut self, now: Instant, ending: &Ending, stall: Option<Stall>) {
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            if ending.status.is_some() {
+                rec.status = ending.status;
+            }
+            rec.retry_after = ending.retry_after;
+            let headers = rec.progress.headers_received;
+            rec.progress = ending.progress;
+            rec.progress.headers_received |= headers || ending.status.is_some();
+            rec.result = AttemptResult::Failed {
+                category: ending.category,
+                phase: ending.phase,
+                reason: ending.reason,
+            };
+            rec.acceptance = Some(ending.acceptance);
+        }
+        self.in_flight = false;
+        self.emit(
+            now,
+            EventKind::AttemptFailed {
+                category: ending.category,
+                phase: ending.phase,
+                reason: ending.reason,
+                status: ending.status,
+                stall,
+            },
+        );
+    }
+
+    /// The caller cancelled while a send was in flight (`phase` on the
+    /// wire): its record closes as cancelled.
+    pub(crate) fn cancelled(&mut self, now: Instant, phase: Phase) {
+        if !self.in_flight {
+            return;
+        }
+        let at = self.elapsed(now).as_millis() as u64;
+        let reason = FailureReason::Cancelled;
+        let category = Category::Cancellation;
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            rec.result = AttemptResult::Failed {
+                category,
+                phase,
+                reason,
+            };
+        }
+        self.in_flight = false;
+        let status = self.report.attempts.last().and_then(|a| a.status);
+        self.emit(
+            now,
+            EventKind::AttemptFailed {
+                category,
+                phase,
+                reason,
+                status,
+                stall: None,
+            },
+        );
+    }
+
+    /// Records a wait after the current send.
+    pub(crate) fn delay(
+        &mut self,
+        now: Instant,
+        delay: Duration,
+        cause: crate::decision::DelayCause,
+    ) {
+        self.report.delays.push(DelayRecord {
+            after_attempt: self.sends,
+            delay_ms: delay,
+            cause,
+        });
+        self.emit(
+            now,
+            EventKind::DelayScheduled {
+                delay_ms: delay,
+                cause,
+            },
+        );
+    }
+
+    /// Records the seam of the resume in flight.
+    pub(crate) fn seam(&mut self, strategy: SeamStrategy, delivered_bytes: u64) {
+        self.report.seams.push(Seam {
+            attempt: self.sends,
+            strategy,
+            delivered_bytes,
+        });
+    }
+
+    /// A transport error arrived after terminal proof: the outcome stands.
+    pub(crate) fn late_error(&mut self) {
+        self.report.late_error = true;
+    }
+
+    /// Replay is off for this request.
+    pub(crate) fn replay_disabled(&mut self, reason: crate::outcome::ReplayDisabled) {
+        self.report.replay_disabled = Some(reason);
+    }
+
+    /// Ends the request with `outcome` and its one terminal event `kind`
+    /// (an outcome already reached stands).
+    pub(crate) fn close(&mut self, now: Instant, outcome: Outcome, kind: EventKind) -> Outcome {
+        if let Some(done) = &self.outcome {
+            return done.clone();
+        }
+        self.permit = None;
+        self.emit(now, kind);
+        self.report.outcome = Some(outcome.clone());
+        self.report.metrics.total_ms = Some(self.elapsed(now).as_millis() as u64);
+        self.outcome = Some(outcome.clone());
+        outcome
+    }
+}
