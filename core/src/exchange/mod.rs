@@ -95,7 +95,6 @@ use crate::cooldown::CooldownStore;
 use crate::decision::Action;
 use crate::failure::{Failure, FailureKind, Phase, Stall};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
-use crate::observer::{EndOfStream, StreamObserver};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
@@ -103,10 +102,7 @@ use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind};
 use crate::report::RecoveryReport;
 use crate::resume::native_resume;
 use crate::timing::Instant;
-use crate::wire::Limits;
 use course::{CooldownStep, Course};
-use decoded::Source;
-use gate::Gate;
 use head::{ErrorHead, Verdict};
 use outbox::{Due, Holds, Outbox};
 use reading::{Reading, Taken};
@@ -643,21 +639,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             let kind = kind.clone();
             self.adopt(kind);
         }
-        self.reading.source = Some(match decoded {
-            Some(d) => Source::Elsewhere(d),
-            None => Source::Own(Box::new(StreamObserver::for_form(
-                &self.protocol,
-                Limits::default(),
-                form,
-            ))),
-        });
-        if let Some((after, splice)) = self.resumption.as_mut().and_then(|r| r.next_gate.take()) {
-            let gate = Gate::new(&self.protocol, Limits::default(), after);
-            self.reading.gate = Some(Box::new(match splice {
-                Some(splice) => gate.splicing(*splice),
-                None => gate,
-            }));
-        }
+        let next_gate = self.resumption.as_mut().and_then(|r| r.next_gate.take());
+        self.reading.start(&self.protocol, form, decoded, next_gate);
         self.enter(Stage::Streaming);
         // A streamed answer's first token is due, before commit (a resume
         // continues a committed answer); a whole JSON answer has its output
@@ -830,35 +813,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         match &self.stage {
             Stage::Draining => self.enter(Stage::Ended(Ok(()))),
             Stage::ErrorBody(_) => self.finish_error_head(env),
-            Stage::Streaming => {
-                let Some(source) = self.reading.source.as_mut() else {
-                    return;
-                };
-                let failure = match source.finish() {
-                    EndOfStream::Success { proof } => {
-                        self.complete(env.now(), proof);
-                        return;
-                    }
-                    EndOfStream::Unsuccessful { reason } => {
-                        Failure::new(FailureKind::Unsuccessful { reason }, Phase::Streaming)
-                    }
-                    EndOfStream::ProviderError { error } => {
-                        Failure::new(FailureKind::Provider { error }, Phase::Streaming)
-                    }
-                    EndOfStream::Violation { violation } => Failure::new(
-                        FailureKind::Protocol {
-                            violation: violation.into(),
-                        },
-                        Phase::Decoding,
-                    ),
-                    EndOfStream::UnexpectedEof { pending } => {
-                        Failure::new(FailureKind::UnexpectedEof, Phase::Streaming)
-                            .with_unfinished(pending.unwrap_or_default())
-                    }
-                };
-                let failure = self.enrich(failure);
-                self.attempt_failed(env, failure);
-            }
+            Stage::Streaming => match self.reading.finish() {
+                Some(Ok(proof)) => self.complete(env.now(), proof),
+                Some(Err(failure)) => {
+                    let failure = self.enrich(failure);
+                    self.attempt_failed(env, failure);
+                }
+                None => {}
+            },
             _ => {}
         }
     }

@@ -7,9 +7,13 @@ use super::gate::Gate;
 use super::io::Chunk;
 use super::outbox::Outbox;
 use crate::continuation::DeliveredPrefix;
+use crate::continuation::splice::Splice;
 use crate::failure::{Failure, FailureKind, Phase, Unfinished};
 use crate::lifecycle::CommitTrigger;
+use crate::observer::{EndOfStream, StreamObserver};
 use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
+use crate::protocol::{BodyForm, ProtocolKind};
+use crate::wire::Limits;
 use crate::wire::ProtocolViolation;
 
 /// The failure a decoder's refusal is.
@@ -61,6 +65,58 @@ impl<D: Decoded> Reading<D> {
             kept: false,
             error_body: Vec::new(),
         }
+    }
+
+    /// A streamed answer's head came: its body is read as `form` of
+    /// `protocol`, by the machine's own decoder unless `decoded` (a layer
+    /// decodes it first), through a gate when a resume may apply.
+    pub(super) fn start(
+        &mut self,
+        protocol: &ProtocolKind,
+        form: BodyForm,
+        decoded: Option<D>,
+        gate: Option<(Option<u64>, Option<Box<Splice>>)>,
+    ) {
+        self.source = Some(match decoded {
+            Some(d) => Source::Elsewhere(d),
+            None => Source::Own(Box::new(StreamObserver::for_form(
+                protocol,
+                Limits::default(),
+                form,
+            ))),
+        });
+        self.gate = gate.map(|(after, splice)| {
+            let gate = Gate::new(protocol, Limits::default(), after);
+            Box::new(match splice {
+                Some(splice) => gate.splicing(*splice),
+                None => gate,
+            })
+        });
+    }
+
+    /// The body ended cleanly: its proof, or the failure an end without it
+    /// is (`None` when nothing was read).
+    pub(super) fn finish(&mut self) -> Option<Result<Proof, Failure>> {
+        let failure = match self.source.as_mut()?.finish() {
+            EndOfStream::Success { proof } => return Some(Ok(proof)),
+            EndOfStream::Unsuccessful { reason } => {
+                Failure::new(FailureKind::Unsuccessful { reason }, Phase::Streaming)
+            }
+            EndOfStream::ProviderError { error } => {
+                Failure::new(FailureKind::Provider { error }, Phase::Streaming)
+            }
+            EndOfStream::Violation { violation } => Failure::new(
+                FailureKind::Protocol {
+                    violation: violation.into(),
+                },
+                Phase::Decoding,
+            ),
+            EndOfStream::UnexpectedEof { pending } => {
+                Failure::new(FailureKind::UnexpectedEof, Phase::Streaming)
+                    .with_unfinished(pending.unwrap_or_default())
+            }
+        };
+        Some(Err(failure))
     }
 
     /// A new attempt: nothing read yet.
