@@ -32,6 +32,9 @@ cargo clippy -p recovery-wasm --target wasm32-unknown-unknown -- -D warnings
 step "drivers only do I/O"
 bash scripts/check-drivers.sh
 
+step "no import circle"
+python3 scripts/check-circles.py
+
 step "core stays runtime-free (wasm32)"
 cargo check -p recovery-core --target wasm32-unknown-unknown
 if cargo tree -p recovery-core -e normal --prefix none | grep -Eq '^(tokio|web-sys|hyper) '; then
