@@ -22,6 +22,23 @@ pub struct Observe<S> {
     pub(crate) limits: Limits,
 }
 
+impl<S> Observe<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, this layer removed.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Observe<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,

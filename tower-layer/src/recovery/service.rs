@@ -31,6 +31,37 @@ pub struct Recover<S, T, C> {
     pub(crate) config: Arc<Config<T, C>>,
 }
 
+impl<S, T, C> Recover<S, T, C> {
+    /// The inner service.
+    ///
+    /// ```
+    /// use tower_layer::Layer;
+    /// use tower_recovery::core::{policy::RecoveryPolicy, protocol::ProtocolKind};
+    /// use tower_recovery::{ObserveLayer, RecoveryLayer};
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Client(u8);
+    /// let stack = ObserveLayer::new(ProtocolKind::OpenAiChat).layer(Client(1));
+    /// let mut svc = RecoveryLayer::new(RecoveryPolicy::default()).layer(stack);
+    /// assert_eq!(svc.get_ref().get_ref(), &Client(1));
+    /// svc.get_mut().get_mut().0 = 2;
+    /// assert_eq!(svc.into_inner().into_inner(), Client(2));
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, this layer removed.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
 impl<S: Clone, T, C> Clone for Recover<S, T, C> {
     fn clone(&self) -> Self {
         Recover {
