@@ -8,7 +8,6 @@
 //! and the wasm runner.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::continuation::{Prefill, UnknownPrefill};
 use crate::failure::{Failure, Phase, TransportKind};
 use crate::outcome::CancelPhase;
-use crate::policy::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
+/// The policy knobs of a vector: the spec every front end reads
+/// (`"policy": {}` is the default policy; `"off"` turns a bound off).
+pub use crate::policy::PolicySpec;
 use crate::progress::Proof;
 use crate::protocol::{ProtocolKind, SseTerminal};
 use crate::retry_after::{RetryAfter, parse_retry_after};
@@ -32,7 +33,7 @@ pub struct Vector {
     pub name: String,
     /// What it shows.
     pub description: String,
-    /// The policy knobs.
+    /// The policy knobs ([`PolicySpec`]).
     pub policy: PolicySpec,
     /// Every jitter draw, as a fraction of the backoff bound.
     pub jitter: f64,
@@ -178,96 +179,6 @@ impl Vector {
             path: "/v1/chat/completions".into(),
             body: "{}".into(),
         })
-    }
-}
-
-/// Policy knobs of a vector; every knob left out keeps the policy default
-/// (`"policy": {}` is the default policy).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicySpec {
-    /// Sends allowed.
-    pub max_attempts: u32,
-    /// Backoff base.
-    pub backoff_base_ms: u64,
-    /// Backoff ceiling.
-    pub backoff_ceiling_ms: u64,
-    /// Recovery budget from the first failure.
-    pub budget_ms: Option<u64>,
-    /// Deadline from the start of the request.
-    pub deadline_ms: Option<u64>,
-    /// `Retry-After` ceiling (refused above).
-    pub retry_after_ceiling_ms: u64,
-    /// Retryable statuses.
-    pub retryable_statuses: Vec<u16>,
-    /// Remote or local endpoint.
-    pub endpoint: Endpoint,
-    /// Resumes allowed.
-    pub max_resumes: u32,
-    /// Head timeout (`null`: none).
-    pub head_timeout_ms: Option<u64>,
-    /// Idle timeout (`null`: none).
-    pub idle_timeout_ms: Option<u64>,
-    /// Progress timeout (`null`: none).
-    pub progress_timeout_ms: Option<u64>,
-    /// First-token timeout (`null`: none, the default).
-    pub first_token_timeout_ms: Option<u64>,
-    /// A protocol violation before any output is replayed.
-    pub retry_protocol_violations: bool,
-    /// Every send carries an `Idempotency-Key`.
-    pub idempotency_key: bool,
-    /// Sends each target gets before the next alternate.
-    pub attempts_per_target: u32,
-}
-
-impl Default for PolicySpec {
-    fn default() -> Self {
-        let p = RecoveryPolicy::default();
-        let ms = |d: Duration| d.as_millis() as u64;
-        PolicySpec {
-            max_attempts: p.max_attempts().get(),
-            backoff_base_ms: ms(p.backoff_base()),
-            backoff_ceiling_ms: ms(p.backoff_ceiling()),
-            budget_ms: p.budget().map(ms),
-            deadline_ms: p.deadline().map(ms),
-            retry_after_ceiling_ms: ms(p.retry_after_ceiling()),
-            retryable_statuses: p.retryable_statuses().to_vec(),
-            endpoint: p.endpoint(),
-            max_resumes: p.max_resumes(),
-            head_timeout_ms: p.head_timeout().map(ms),
-            idle_timeout_ms: p.idle_timeout().map(ms),
-            progress_timeout_ms: p.progress_timeout().map(ms),
-            first_token_timeout_ms: p.first_token_timeout().map(ms),
-            retry_protocol_violations: p.retry_protocol_violations(),
-            idempotency_key: p.idempotency_key(),
-            attempts_per_target: p.attempts_per_target().get(),
-        }
-    }
-}
-
-impl PolicySpec {
-    /// The policy these knobs describe.
-    pub fn policy(&self) -> Result<RecoveryPolicy, PolicyError> {
-        let ms = Duration::from_millis;
-        RecoveryPolicy::builder()
-            .max_attempts(NonZeroU32::new(self.max_attempts).unwrap_or(NonZeroU32::MIN))
-            .backoff(ms(self.backoff_base_ms), ms(self.backoff_ceiling_ms))
-            .budget(self.budget_ms.map(ms))
-            .deadline(self.deadline_ms.map(ms))
-            .retry_after_ceiling(ms(self.retry_after_ceiling_ms), OverCeiling::Refuse)
-            .retryable_statuses(self.retryable_statuses.iter().copied())
-            .endpoint(self.endpoint)
-            .max_resumes(self.max_resumes)
-            .head_timeout(self.head_timeout_ms.map(ms))
-            .idle_timeout(self.idle_timeout_ms.map(ms))
-            .progress_timeout(self.progress_timeout_ms.map(ms))
-            .first_token_timeout(self.first_token_timeout_ms.map(ms))
-            .retry_protocol_violations(self.retry_protocol_violations)
-            .idempotency_key(self.idempotency_key)
-            .attempts_per_target(
-                NonZeroU32::new(self.attempts_per_target).unwrap_or(NonZeroU32::MIN),
-            )
-            .build()
     }
 }
 

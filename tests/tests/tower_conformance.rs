@@ -263,7 +263,7 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
         cooldowns.note(&key, timing.now(), Duration::from_millis(wait));
     }
     let clock = timing.clone();
-    let mut layer = RecoveryLayer::with_timing(v.policy.policy().expect("valid policy"), timing)
+    let mut layer = RecoveryLayer::with_timing(v.policy.build().expect("valid policy"), timing)
         .with_cooldowns(cooldowns.clone())
         .with_connectivity(net.clone())
         .with_resumable_sse(v.resumable_sse)

@@ -37,7 +37,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", v.name))?;
     let protocol = v.protocol().map_err(|e| format!("{}: {e}", v.name))?;
-    let mut script = Script::new(v.policy.policy().expect("valid policy"), steps)
+    let mut script = Script::new(v.policy.build().expect("valid policy"), steps)
         .jitter(Jitter::Pinned(v.jitter));
     script.wall = WALL;
     script.hook = v

@@ -80,31 +80,17 @@ fn not_for_fetch(v: &Vector) -> Option<String> {
 }
 
 /// The vector's policy as npm options (the path `createRecoveringFetch`
-/// takes).
+/// takes): each knob it gives under the policy table's camelCase name, a
+/// bound that is off as `'off'` (the npm package also reads `null` so).
 fn options(v: &Vector) -> Value {
-    let p = &v.policy;
     let mut o = json!({
-        "maxAttempts": p.max_attempts,
-        "backoffBaseMs": p.backoff_base_ms,
-        "backoffCeilingMs": p.backoff_ceiling_ms,
-        "budgetMs": p.budget_ms,
-        "deadlineMs": p.deadline_ms,
-        "retryAfterCeilingMs": p.retry_after_ceiling_ms,
-        "overCeiling": "refuse",
-        "retryableStatuses": p.retryable_statuses,
-        "endpoint": p.endpoint,
-        "maxResumes": p.max_resumes,
-        "headTimeoutMs": p.head_timeout_ms,
-        "idleTimeoutMs": p.idle_timeout_ms,
-        "progressTimeoutMs": p.progress_timeout_ms,
-        "firstTokenTimeoutMs": p.first_token_timeout_ms,
         "protocol": v.protocol_name(),
         "resumableSse": v.resumable_sse,
-        "retryProtocolViolations": p.retry_protocol_violations,
-        "idempotencyKey": p.idempotency_key,
-        "attemptsPerTarget": p.attempts_per_target,
         "contextWindow": v.context_window,
     });
+    for (field, value) in v.policy.iter() {
+        o[field.camel_case()] = serde_json::to_value(value).unwrap_or_default();
+    }
     if let Some(p) = &v.prefill {
         o["continuation"] = json!("prefill");
         o["prefillTemplate"] = json!(p);

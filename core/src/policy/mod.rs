@@ -2,7 +2,14 @@
 //!
 //! A policy is validated once, when built, into a typed [`PolicyError`]; after
 //! that every field is known to be coherent, so the decision function never
-//! has to second-guess it.
+//! has to second-guess it. Front ends write one as a [`PolicySpec`] (the
+//! [`spec`] module): the knobs of [`FIELDS`], the same names, units and
+//! rules in the gateway's TOML, `recover`'s flags, the npm and Python
+//! options and the conformance vectors.
+
+mod fields;
+pub mod spec;
+mod value;
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -13,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::failure::Category;
 
 pub use crate::failure::NEVER_RETRYABLE;
+pub use spec::{FIELDS, Field, MAX_MS, PolicySpec, Unit, Value, field, field_by_camel_case};
 
 /// Whether a status may be selected as retryable at all: 408, 409, 429 and
 /// 5xx.
@@ -103,6 +111,19 @@ pub enum PolicyError {
     ZeroDuration(&'static str),
     /// A size cap that must be positive is zero.
     ZeroCap(&'static str),
+    /// A knob a [`PolicySpec`] does not have.
+    UnknownKnob(String),
+    /// A value its knob does not take: the wrong kind, or out of range.
+    Invalid {
+        /// The knob.
+        field: &'static Field,
+        /// What was given, as written (a name quoted).
+        got: String,
+    },
+    /// 0 for a knob whose row refuses it ([`Field::refuses_zero`]): a bound
+    /// is turned off with `"off"`, never with 0, and a count or a cap of 0
+    /// would mean nothing. The same error from every front end.
+    Zero(&'static Field),
 }
 
 impl fmt::Display for PolicyError {
@@ -117,6 +138,26 @@ impl fmt::Display for PolicyError {
             PolicyError::CeilingBelowBase => f.write_str("backoff ceiling is below its base"),
             PolicyError::ZeroDuration(what) | PolicyError::ZeroCap(what) => {
                 write!(f, "{what} must be greater than zero")
+            }
+            PolicyError::UnknownKnob(name) => write!(f, "unknown policy knob `{name}`"),
+            PolicyError::Invalid { field, got } => {
+                write!(
+                    f,
+                    "{}: expected {}, got {got}",
+                    field.name,
+                    field.expected()
+                )
+            }
+            PolicyError::Zero(field) => {
+                let name = field.name;
+                match field.unit {
+                    Unit::Ms if field.can_be_off => {
+                        write!(f, "{name}: 0 is not a duration; use \"off\" to turn it off")
+                    }
+                    Unit::Ms => write!(f, "{name}: 0 is not a duration; give at least 1 ms"),
+                    Unit::Bytes => write!(f, "{name}: must be at least 1 byte"),
+                    _ => write!(f, "{name}: must be at least 1"),
+                }
             }
         }
     }

@@ -1,0 +1,545 @@
+//! The policy as data: [`PolicySpec`], the one form in which every front
+//! end writes a [`RecoveryPolicy`] (the gateway's `[policy]`, `recover`'s
+//! flags, the npm options, the Python keywords, the conformance vectors).
+//!
+//! A knob left out keeps its default; `"off"` turns off a knob that can be
+//! off (the budget, the deadline, the four timeouts), and nothing else
+//! does: 0 is refused wherever it would mean nothing, by
+//! [`PolicySpec::build`], with one error ([`PolicyError::Zero`]) whatever
+//! front end it came through. The knobs, their units, defaults and rules
+//! are the rows of [`FIELDS`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::de::{self, Deserialize, Deserializer, IntoDeserializer, MapAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+pub use super::fields::{FIELDS, Field, MAX_MS, Unit, field, field_by_camel_case};
+pub use super::value::Value;
+use super::{Categories, Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
+use crate::failure::Category;
+
+/// A policy as written: the knobs given, each checked against its row of
+/// [`FIELDS`] when set; every knob left out keeps the policy default (an
+/// empty spec is the default policy). [`PolicySpec::build`] makes the
+/// policy; [`PolicySpec::from_policy`] writes one back, so a spec
+/// round-trips.
+///
+/// Its serde form is a flat map of the knobs' names (`{"max_attempts": 5,
+/// "idle_timeout_ms": "off"}`, a TOML table), and a name it does not know
+/// is an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicySpec {
+    /// The knobs given, by their index in [`FIELDS`].
+    given: BTreeMap<usize, Value>,
+}
+
+impl PolicySpec {
+    /// The empty spec: the default policy.
+    pub fn new() -> Self {
+        PolicySpec::default()
+    }
+
+    /// Sets the knob `name` to `value`, if its row takes it.
+    pub fn set(&mut self, name: &str, value: Value) -> Result<(), PolicyError> {
+        let (i, f) = FIELDS
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.name == name)
+            .ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
+        self.given.insert(i, f.check(value)?);
+        Ok(())
+    }
+
+    /// Sets the knob `name` from `text` as `recover` takes it
+    /// ([`Field::parse`]).
+    pub fn set_text(&mut self, name: &str, text: &str) -> Result<(), PolicyError> {
+        let f = field(name).ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
+        self.set(name, f.parse(text))
+    }
+
+    /// This spec with the knob `name` set to `value`.
+    pub fn with(mut self, name: &str, value: Value) -> Result<Self, PolicyError> {
+        self.set(name, value)?;
+        Ok(self)
+    }
+
+    /// The value given for the knob `name`, if one was.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        let i = FIELDS.iter().position(|f| f.name == name)?;
+        self.given.get(&i)
+    }
+
+    /// The knobs given, in the order of [`FIELDS`].
+    pub fn iter(&self) -> impl Iterator<Item = (&'static Field, &Value)> {
+        self.given.iter().map(|(i, v)| (&FIELDS[*i], v))
+    }
+
+    /// Whether no knob is given (the default policy).
+    pub fn is_empty(&self) -> bool {
+        self.given.is_empty()
+    }
+
+    /// The policy these knobs describe: the defaults with the knobs given.
+    /// 0 for a knob whose row refuses it is [`PolicyError::Zero`]; a
+    /// combination the builder refuses (a ceiling below its base, a status
+    /// that can never be retried) is the builder's error.
+    pub fn build(&self) -> Result<RecoveryPolicy, PolicyError> {
+        let d = RecoveryPolicy::default();
+        let mut b = RecoveryPolicy::builder();
+        if let Some(n) = self.count("max_attempts")? {
+            b = b.max_attempts(n);
+        }
+        if let Some(n) = self.count("attempts_per_target")? {
+            b = b.attempts_per_target(n);
+        }
+        if let Some(n) = self.number("max_resumes")? {
+            b = b.max_resumes(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        if let Some(t) = self.bound("budget_ms")? {
+            b = b.budget(t);
+        }
+        if let Some(t) = self.bound("deadline_ms")? {
+            b = b.deadline(t);
+        }
+        let base = self.ms("backoff_base_ms")?;
+        let ceiling = self.ms("backoff_ceiling_ms")?;
+        if base.is_some() || ceiling.is_some() {
+            // A base alone above the default ceiling raises the ceiling to
+            // it rather than failing: the base is what was asked for.
+            let base = base.unwrap_or(d.backoff_base());
+            b = b.backoff(base, ceiling.unwrap_or(d.backoff_ceiling().max(base)));
+        }
+        let retry_after = self.ms("retry_after_ceiling_ms")?;
+        let over = self.named::<OverCeiling>("over_ceiling");
+        if retry_after.is_some() || over.is_some() {
+            b = b.retry_after_ceiling(
+                retry_after.unwrap_or(d.retry_after_ceiling()),
+                over.unwrap_or(d.over_ceiling()),
+            );
+        }
+        if let Some(t) = self.bound("head_timeout_ms")? {
+            b = b.head_timeout(t);
+        }
+        if let Some(t) = self.bound("idle_timeout_ms")? {
+            b = b.idle_timeout(t);
+        }
+        if let Some(t) = self.bound("progress_timeout_ms")? {
+            b = b.progress_timeout(t);
+        }
+        if let Some(t) = self.bound("first_token_timeout_ms")? {
+            b = b.first_token_timeout(t);
+        }
+        if let Some(Value::List(items)) = self.entry("retryable_statuses").1 {
+            b = b.retryable_statuses(items.iter().filter_map(|s| match s {
+                Value::Number(n) => u16::try_from(*n).ok(),
+                _ => None,
+            }));
+        }
+        if let Some(Value::List(items)) = self.entry("retryable_categories").1 {
+            b = b.retryable_categories(items.iter().filter_map(|c| match c {
+                Value::Name(n) => named::<Category>(n),
+                _ => None,
+            }));
+        }
+        if let Some(e) = self.named::<Endpoint>("endpoint") {
+            b = b.endpoint(e);
+        }
+        if let Some(n) = self.bytes("replay_body_cap")? {
+            b = b.replay_body_cap(n);
+        }
+        if let Some(n) = self.bytes("holdback_cap")? {
+            b = b.holdback_cap(n);
+        }
+        if let Some(n) = self.bytes("evidence_cap")? {
+            b = b.evidence_cap(n);
+        }
+        if let Some(Value::Bool(on)) = self.entry("idempotency_key").1 {
+            b = b.idempotency_key(*on);
+        }
+        if let Some(Value::Bool(on)) = self.entry("retry_protocol_violations").1 {
+            b = b.retry_protocol_violations(*on);
+        }
+        b.build()
+    }
+
+    /// Every knob of `policy`, so that `from_policy(p).build()` is `p`
+    /// again (durations in whole milliseconds: a part below one is
+    /// dropped).
+    pub fn from_policy(policy: &RecoveryPolicy) -> PolicySpec {
+        let p = policy;
+        let ms = |d: Duration| Value::Number(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let bound = |d: Option<Duration>| d.map_or(Value::Off, ms);
+        let number = |n: u64| Value::Number(n);
+        let bytes = |n: usize| Value::Number(n as u64);
+        let name = |n: &str| Value::Name(n.to_owned());
+        let Categories {
+            transport,
+            http,
+            client_timeout,
+            provider_response,
+        } = p.categories();
+        let categories = [
+            (transport, Category::Transport),
+            (http, Category::Http),
+            (client_timeout, Category::ClientTimeout),
+            (provider_response, Category::ProviderResponse),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, c)| name(&c.to_string()))
+        .collect();
+        let mut spec = PolicySpec::default();
+        for (knob, value) in [
+            ("max_attempts", number(p.max_attempts().get().into())),
+            (
+                "attempts_per_target",
+                number(p.attempts_per_target().get().into()),
+            ),
+            ("max_resumes", number(p.max_resumes().into())),
+            ("budget_ms", bound(p.budget())),
+            ("deadline_ms", bound(p.deadline())),
+            ("backoff_base_ms", ms(p.backoff_base())),
+            ("backoff_ceiling_ms", ms(p.backoff_ceiling())),
+            ("retry_after_ceiling_ms", ms(p.retry_after_ceiling())),
+            (
+                "over_ceiling",
+                name(match p.over_ceiling() {
+                    OverCeiling::Backoff => "backoff",
+                    _ => "refuse",
+                }),
+            ),
+            ("head_timeout_ms", bound(p.head_timeout())),
+            ("idle_timeout_ms", bound(p.idle_timeout())),
+            ("progress_timeout_ms", bound(p.progress_timeout())),
+            ("first_token_timeout_ms", bound(p.first_token_timeout())),
+            (
+                "retryable_statuses",
+                Value::List(
+                    p.retryable_statuses()
+                        .iter()
+                        .map(|s| number((*s).into()))
+                        .collect(),
+                ),
+            ),
+            ("retryable_categories", Value::List(categories)),
+            (
+                "endpoint",
+                name(match p.endpoint() {
+                    Endpoint::Local => "local",
+                    _ => "remote",
+                }),
+            ),
+            ("replay_body_cap", bytes(p.replay_body_cap())),
+            ("holdback_cap", bytes(p.holdback_cap())),
+            ("evidence_cap", bytes(p.evidence_cap())),
+            ("idempotency_key", Value::Bool(p.idempotency_key())),
+            (
+                "retry_protocol_violations",
+                Value::Bool(p.retry_protocol_violations()),
+            ),
+        ] {
+            let i = index(knob);
+            spec.given.insert(i, value);
+        }
+        spec
+    }
+
+    /// The row of `knob` and the value given for it.
+    fn entry(&self, knob: &'static str) -> (&'static Field, Option<&Value>) {
+        let i = index(knob);
+        (&FIELDS[i], self.given.get(&i))
+    }
+
+    /// A number given for `knob`; 0 refused when its row refuses it.
+    fn number(&self, knob: &'static str) -> Result<Option<u64>, PolicyError> {
+        match self.entry(knob) {
+            (f, Some(Value::Number(0))) if f.refuses_zero => Err(PolicyError::Zero(f)),
+            (_, Some(Value::Number(n))) => Ok(Some(*n)),
+            _ => Ok(None),
+        }
+    }
+
+    fn count(&self, knob: &'static str) -> Result<Option<NonZeroU32>, PolicyError> {
+        Ok(self
+            .number(knob)?
+            .and_then(|n| NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))))
+    }
+
+    fn bytes(&self, knob: &'static str) -> Result<Option<usize>, PolicyError> {
+        Ok(self
+            .number(knob)?
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
+    }
+
+    fn ms(&self, knob: &'static str) -> Result<Option<Duration>, PolicyError> {
+        Ok(self.number(knob)?.map(Duration::from_millis))
+    }
+
+    /// A bound given for `knob`: `Some(None)` when it is off.
+    #[allow(clippy::option_option)]
+    fn bound(&self, knob: &'static str) -> Result<Option<Option<Duration>>, PolicyError> {
+        if let (_, Some(Value::Off)) = self.entry(knob) {
+            return Ok(Some(None));
+        }
+        Ok(self.ms(knob)?.map(Some))
+    }
+
+    /// The choice given for `knob`, as the enum whose serde names are its
+    /// choices.
+    fn named<T: de::DeserializeOwned>(&self, knob: &'static str) -> Option<T> {
+        match self.entry(knob).1 {
+            Some(Value::Name(n)) => named(n),
+            _ => None,
+        }
+    }
+}
+
+/// The index of `knob` in [`FIELDS`]; every name this module passes is
+/// one of its rows (the tests build every row).
+fn index(knob: &str) -> usize {
+    FIELDS
+        .iter()
+        .position(|f| f.name == knob)
+        .expect("a knob of the table")
+}
+
+/// The variant of `T` whose serde name is `name`.
+fn named<T: de::DeserializeOwned>(name: &str) -> Option<T> {
+    let d: de::value::StrDeserializer<'_, de::value::Error> = name.into_deserializer();
+    T::deserialize(d).ok()
+}
+
+/// The knobs as `recover` would take them, one `name=value` per line.
+impl fmt::Display for PolicySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (field, value) in self.iter() {
+            writeln!(f, "{}={value}", field.name)?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for PolicySpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.given.len()))?;
+        for (field, value) in self.iter() {
+            map.serialize_entry(field.name, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicySpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(SpecVisitor)
+    }
+}
+
+struct SpecVisitor;
+
+impl<'de> Visitor<'de> for SpecVisitor {
+    type Value = PolicySpec;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table of policy knobs")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PolicySpec, A::Error> {
+        let mut spec = PolicySpec::default();
+        while let Some(key) = map.next_key::<String>()? {
+            let value: Value = map.next_value()?;
+            if spec.get(&key).is_some() {
+                return Err(de::Error::custom(format_args!("{key}: given twice")));
+            }
+            spec.set(&key, value).map_err(de::Error::custom)?;
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value of `f` other than its default.
+    fn other(f: &Field) -> Value {
+        match f.unit {
+            Unit::Ms => Value::Number(1234),
+            Unit::Count => Value::Number(7),
+            Unit::Bytes => Value::Number(4096),
+            Unit::Bool => Value::Bool(f.default != "true"),
+            Unit::Choice => {
+                Value::Name((*f.choices.iter().find(|c| **c != f.default).unwrap()).into())
+            }
+            Unit::List if f.choices.is_empty() => Value::List(vec![Value::Number(503)]),
+            Unit::List => Value::List(vec![Value::Name(f.choices[1].into())]),
+        }
+    }
+
+    #[test]
+    fn every_row_is_named_once_and_has_its_rule() {
+        let default = RecoveryPolicy::default();
+        for (i, f) in FIELDS.iter().enumerate() {
+            assert!(
+                FIELDS[..i].iter().all(|g| g.name != f.name),
+                "{} twice",
+                f.name
+            );
+            let spec = PolicySpec::new().with(f.name, other(f)).unwrap();
+            let built = spec.build().unwrap();
+            assert_ne!(built, default, "{} changes nothing", f.name);
+            assert_eq!(
+                PolicySpec::from_policy(&built).get(f.name),
+                spec.get(f.name),
+                "{} reads back",
+                f.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_table_defaults_are_the_policy_defaults() {
+        let spec = PolicySpec::from_policy(&RecoveryPolicy::default());
+        assert_eq!(spec.iter().count(), FIELDS.len());
+        for (f, v) in spec.iter() {
+            assert_eq!(v.to_string(), f.default, "{}", f.name);
+            assert_eq!(f.parse(f.default), *v, "{}", f.name);
+        }
+        assert_eq!(PolicySpec::new().build(), Ok(RecoveryPolicy::default()));
+    }
+
+    #[test]
+    fn a_spec_round_trips_through_its_policy_and_json() {
+        let mut spec = PolicySpec::new();
+        for f in FIELDS {
+            spec.set(f.name, other(f)).unwrap();
+        }
+        let policy = spec.build().unwrap();
+        assert_eq!(PolicySpec::from_policy(&policy), spec);
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(serde_json::from_str::<PolicySpec>(&json).unwrap(), spec);
+        let text = spec.to_string();
+        let mut read = PolicySpec::new();
+        for line in text.lines() {
+            let (name, value) = line.split_once('=').unwrap();
+            read.set_text(name, value).unwrap();
+        }
+        assert_eq!(read, spec);
+    }
+
+    #[test]
+    fn off_is_for_bounds_and_zero_is_refused_with_one_error() {
+        for f in FIELDS {
+            let off = PolicySpec::new().with(f.name, Value::Name("off".into()));
+            assert_eq!(off.is_ok(), f.can_be_off, "{}", f.name);
+            if let Ok(spec) = off {
+                assert_eq!(spec.get(f.name), Some(&Value::Off));
+                assert_eq!(spec.build().map(|_| ()), Ok(()));
+            }
+            if !matches!(f.unit, Unit::Ms | Unit::Count | Unit::Bytes) {
+                continue;
+            }
+            let zero = PolicySpec::new()
+                .with(f.name, Value::Number(0))
+                .unwrap()
+                .build();
+            if f.refuses_zero {
+                assert_eq!(zero, Err(PolicyError::Zero(f)), "{}", f.name);
+            } else {
+                assert!(zero.is_ok(), "{}: {zero:?}", f.name);
+            }
+        }
+        let zero = |name: &str| {
+            PolicySpec::new()
+                .with(name, Value::Number(0))
+                .unwrap()
+                .build()
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            zero("idle_timeout_ms"),
+            "idle_timeout_ms: 0 is not a duration; use \"off\" to turn it off"
+        );
+        assert_eq!(zero("max_attempts"), "max_attempts: must be at least 1");
+        assert_eq!(
+            zero("backoff_base_ms"),
+            "backoff_base_ms: 0 is not a duration; give at least 1 ms"
+        );
+        assert_eq!(
+            zero("holdback_cap"),
+            "holdback_cap: must be at least 1 byte"
+        );
+    }
+
+    #[test]
+    fn values_a_knob_does_not_take_are_refused_in_its_words() {
+        let refused = |json: &str| {
+            serde_json::from_str::<PolicySpec>(json)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            refused(r#"{"idle_timeout_ms": null}"#).starts_with(
+                "idle_timeout_ms: expected a whole number of milliseconds up to 9000000000000 \
+                 or \"off\", got null"
+            ),
+            "{}",
+            refused(r#"{"idle_timeout_ms": null}"#)
+        );
+        assert!(refused(r#"{"max_attempts": "off"}"#).contains("got \"off\""));
+        assert!(refused(r#"{"budget_ms": 1.5}"#).contains("got 1.5"));
+        assert!(refused(r#"{"budget_ms": -1}"#).contains("got -1"));
+        assert!(refused(r#"{"max_attempts": 4294967296}"#).contains("up to 4294967295"));
+        assert!(refused(r#"{"endpoint": "lokal"}"#).contains("one of \"remote\", \"local\""));
+        assert!(refused(r#"{"retryable_statuses": [503, "x"]}"#).contains("HTTP statuses"));
+        assert!(refused(r#"{"retryable_categories": ["protocol"]}"#).contains("client_timeout"));
+        assert!(refused(r#"{"max_atempts": 3}"#).contains("unknown policy knob `max_atempts`"));
+        assert!(refused(r#"{"max_attempts": 3, "max_attempts": 4}"#).contains("given twice"));
+        let spec: PolicySpec = serde_json::from_str(r#"{"budget_ms": 300.0}"#).unwrap();
+        assert_eq!(spec.get("budget_ms"), Some(&Value::Number(300)));
+        assert_eq!(
+            PolicySpec::new()
+                .with("retryable_statuses", Value::List(vec![Value::Number(401)]))
+                .unwrap()
+                .build(),
+            Err(PolicyError::InvalidStatus(401))
+        );
+    }
+
+    #[test]
+    fn a_base_alone_raises_the_default_ceiling() {
+        let p = PolicySpec::new()
+            .with("backoff_base_ms", Value::Number(10_000))
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(p.backoff_ceiling(), Duration::from_secs(10));
+        let below = PolicySpec::new()
+            .with("backoff_base_ms", Value::Number(5000))
+            .unwrap()
+            .with("backoff_ceiling_ms", Value::Number(10))
+            .unwrap()
+            .build();
+        assert_eq!(below, Err(PolicyError::CeilingBelowBase));
+    }
+
+    #[test]
+    fn names_for_the_other_front_ends() {
+        let f = field("first_token_timeout_ms").unwrap();
+        assert_eq!(f.camel_case(), "firstTokenTimeoutMs");
+        assert_eq!(f.flag(), "--first-token-timeout-ms");
+        assert_eq!(
+            field_by_camel_case("retryProtocolViolations").map(|f| f.name),
+            Some("retry_protocol_violations")
+        );
+        assert_eq!(
+            field("retryable_statuses").unwrap().parse("408, 429"),
+            Value::List(vec![Value::Number(408), Value::Number(429)])
+        );
+    }
+}
