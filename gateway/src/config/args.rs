@@ -207,7 +207,7 @@ mod tests {
         std::fs::write(
             &path,
             "max_streams = 5\nmax_body_bytes = 10\nkeep_generating_ms = 7\n\
-             [policy]\nmax_attempts = 4\nattempts_per_target = 2\nidle_timeout_ms = 0\n\
+             [policy]\nmax_attempts = 4\nattempts_per_target = 2\nidle_timeout_ms = \"off\"\n\
              first_token_timeout_ms = 10000\n\
              [[routes]]\nprefix = \"/a/\"\nupstream = \"https://api.anthropic.com\"\nstrip_prefix = true\nprotocol = \"anthropic\"\n",
         )
@@ -233,6 +233,57 @@ mod tests {
             c.routes[0].protocol,
             RouteProtocol::Fixed(ProtocolKind::Anthropic)
         );
+    }
+
+    /// `[policy]` is the policy spec every front end reads: `"off"` turns a
+    /// bound off, 0 is refused with the spec's own words under `policy.`,
+    /// and a value a knob does not take names the knob (and the table's
+    /// line).
+    #[test]
+    fn the_policy_table_is_the_spec() {
+        let c = from_toml("[policy]\ndeadline_ms = 9000\nhead_timeout_ms = \"off\"\n").unwrap();
+        assert_eq!(c.policy.deadline(), Some(Duration::from_secs(9)));
+        assert_eq!(c.policy.head_timeout(), None);
+        assert_eq!(
+            from_toml("[policy]\nidle_timeout_ms = 0\n").unwrap_err().0,
+            "policy.idle_timeout_ms: 0 is not a duration; use \"off\" to turn it off"
+        );
+        assert_eq!(
+            from_toml("[policy]\nmax_attempts = 0\n").unwrap_err().0,
+            "policy.max_attempts: must be at least 1"
+        );
+        for (text, want) in [
+            (
+                "budget_ms = \"soon\"",
+                "budget_ms: expected a whole number of milliseconds",
+            ),
+            (
+                "max_attempts = \"off\"",
+                "max_attempts: expected a whole number",
+            ),
+            ("max_atempts = 3", "unknown policy knob `max_atempts`"),
+        ] {
+            let e = from_toml(&format!("[policy]\n{text}\n")).unwrap_err().0;
+            assert!(e.starts_with("line ") && e.contains(want), "{text}: {e}");
+        }
+        let e = from_toml("[policy]\nretryable_statuses = [401]\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(e, "[policy]: status 401 cannot be made retryable");
+    }
+
+    /// The README's config file is one the gateway takes, and its
+    /// `[policy]` is the default policy written out.
+    #[test]
+    fn the_readme_config_file_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("## Config file (TOML)").unwrap();
+        let block = &readme[start..];
+        let block = &block[block.find("```toml\n").unwrap() + 8..];
+        let block = &block[..block.find("```").unwrap()];
+        let secret = "0123456789abcdef0123456789abcdef";
+        let c = from_toml_with_env(block, &|_| Some(secret.into())).unwrap();
+        assert_eq!(c.policy, recovery_core::RecoveryPolicy::default());
     }
 
     #[test]

@@ -1,12 +1,11 @@
 //! The TOML file: its shape (unknown keys are errors, so a typo is not
 //! ignored) and the conversions of its values.
 
-use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
-use recovery_core::policy::RecoveryPolicy;
+use recovery_core::policy::{PolicyError, PolicySpec, RecoveryPolicy};
 use serde::Deserialize;
 
 use recovery_core::continuation::Prefill;
@@ -45,8 +44,10 @@ pub(super) struct File {
     pub(super) upstream_headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub(super) clients: Vec<ClientFile>,
+    /// `[policy]`: the knobs of [`PolicySpec`] (an absent key keeps its
+    /// default; `"off"` turns a bound off; 0 is refused).
     #[serde(default)]
-    pub(super) policy: PolicyFile,
+    pub(super) policy: PolicySpec,
     #[serde(default)]
     pub(super) log: LogFile,
     #[serde(default)]
@@ -87,28 +88,6 @@ pub(super) struct AlternateFile {
     pub(super) prefill_template: Option<String>,
     #[serde(default)]
     pub(super) headers: std::collections::BTreeMap<String, String>,
-}
-
-/// `[policy]`: the main knobs of [`RecoveryPolicy`]; a missing key keeps
-/// its default. A timeout of 0 turns that watchdog off.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PolicyFile {
-    pub(super) max_attempts: Option<u32>,
-    pub(super) attempts_per_target: Option<u32>,
-    pub(super) max_resumes: Option<u32>,
-    pub(super) budget_ms: Option<u64>,
-    pub(super) deadline_ms: Option<u64>,
-    pub(super) backoff_base_ms: Option<u64>,
-    pub(super) backoff_ceiling_ms: Option<u64>,
-    pub(super) retry_after_ceiling_ms: Option<u64>,
-    pub(super) head_timeout_ms: Option<u64>,
-    pub(super) idle_timeout_ms: Option<u64>,
-    pub(super) progress_timeout_ms: Option<u64>,
-    pub(super) first_token_timeout_ms: Option<u64>,
-    pub(super) retryable_statuses: Option<Vec<u16>>,
-    pub(super) idempotency_key: Option<bool>,
-    pub(super) retry_protocol_violations: Option<bool>,
 }
 
 /// `[retry_budget]`: the budget every request shares (20 % of requests
@@ -231,11 +210,6 @@ pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// A timeout in ms where 0 means none.
-pub(super) fn watchdog(n: u64) -> Option<Duration> {
-    (n > 0).then(|| ms(n))
-}
-
 /// `value`, or the environment variable it names as `$NAME`.
 pub(super) fn from_env(
     at: &str,
@@ -345,57 +319,12 @@ pub(super) fn declared(
     })
 }
 
-pub(super) fn policy(p: &PolicyFile) -> Result<RecoveryPolicy, ConfigError> {
-    let base = RecoveryPolicy::default();
-    let mut b = RecoveryPolicy::builder();
-    if let Some(n) = p.max_attempts {
-        let n = NonZeroU32::new(n)
-            .ok_or_else(|| ConfigError("policy.max_attempts must be at least 1".into()))?;
-        b = b.max_attempts(n);
-    }
-    if let Some(n) = p.attempts_per_target {
-        let n = NonZeroU32::new(n)
-            .ok_or_else(|| ConfigError("policy.attempts_per_target must be at least 1".into()))?;
-        b = b.attempts_per_target(n);
-    }
-    if let Some(n) = p.max_resumes {
-        b = b.max_resumes(n);
-    }
-    if let Some(n) = p.budget_ms {
-        b = b.budget(watchdog(n));
-    }
-    if let Some(n) = p.deadline_ms {
-        b = b.deadline(watchdog(n));
-    }
-    if p.backoff_base_ms.is_some() || p.backoff_ceiling_ms.is_some() {
-        let lo = p.backoff_base_ms.map_or(base.backoff_base(), ms);
-        let hi = p.backoff_ceiling_ms.map_or(base.backoff_ceiling(), ms);
-        b = b.backoff(lo, hi);
-    }
-    if let Some(n) = p.retry_after_ceiling_ms {
-        b = b.retry_after_ceiling(ms(n), base.over_ceiling());
-    }
-    if let Some(n) = p.head_timeout_ms {
-        b = b.head_timeout(watchdog(n));
-    }
-    if let Some(n) = p.idle_timeout_ms {
-        b = b.idle_timeout(watchdog(n));
-    }
-    if let Some(n) = p.progress_timeout_ms {
-        b = b.progress_timeout(watchdog(n));
-    }
-    if let Some(n) = p.first_token_timeout_ms {
-        b = b.first_token_timeout(watchdog(n));
-    }
-    if let Some(s) = &p.retryable_statuses {
-        b = b.retryable_statuses(s.iter().copied());
-    }
-    if let Some(k) = p.idempotency_key {
-        b = b.idempotency_key(k);
-    }
-    if let Some(v) = p.retry_protocol_violations {
-        b = b.retry_protocol_violations(v);
-    }
-    b.build()
-        .map_err(|e| ConfigError(format!("[policy]: {e}").replace('\n', " ")))
+/// The policy of `[policy]`. A 0 is refused naming its key
+/// (`policy.idle_timeout_ms: 0 is not a duration; use "off" to turn it
+/// off`); a combination the policy refuses names the table.
+pub(super) fn policy(spec: &PolicySpec) -> Result<RecoveryPolicy, ConfigError> {
+    spec.build().map_err(|e| match e {
+        PolicyError::Zero(_) | PolicyError::Invalid { .. } => ConfigError(format!("policy.{e}")),
+        e => ConfigError(format!("[policy]: {e}").replace('\n', " ")),
+    })
 }
