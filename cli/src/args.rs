@@ -1,52 +1,51 @@
 //! The `recover` command line: parsing and validation, kept apart from I/O so
 //! every usage error is tested without spawning a process.
+//!
+//! The policy flags are not written here: each knob of the policy spec's
+//! table ([`FIELDS`]) is a flag of its name with dashes
+//! (`idle_timeout_ms` is `--idle-timeout-ms`), read as the gateway's
+//! `[policy]` reads it (`--idle-timeout-ms off`, 0 refused with the same
+//! error), and `--help` lists them from the table. A knob added to the
+//! table is a flag of `recover` with nothing more to do here.
 
 use std::ffi::OsString;
-use std::fmt;
-use std::num::NonZeroU32;
+use std::fmt::{self, Write as _};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Uri};
-use recovery_core::{OverCeiling, ProtocolKind, RecoveryPolicy};
+use recovery_core::policy::{FIELDS, Field, PolicySpec, Unit, Value};
+use recovery_core::{ProtocolKind, RecoveryPolicy};
 
 /// The synopsis printed with every usage error and at the top of `--help`.
 pub const USAGE: &str = "\
 usage: recover --protocol {openai-chat|openai-responses|anthropic|gemini|ollama|sse}
-               [--max-attempts N] [--budget-ms N] [--retry-after-ceiling-ms N]
-               [--head-timeout-ms N] [--idle-timeout-ms N] [--progress-timeout-ms N]
-               [--resumable-sse] [--idempotency-key] [--retry-protocol-violations]
+               [POLICY OPTIONS] [--resumable-sse]
                [--header 'K: V']... [--events FILE] [--report FILE] URL
        recover --help | --version
 Reads the JSON request body from stdin, POSTs it to URL and writes the delivered
 body to stdout. Exit status: 0 completed with terminal proof, 1 recovery failed,
 2 usage error, 130 interrupted (Ctrl-C).";
 
-/// What `--help` prints after the synopsis.
-pub const HELP: &str = "
+/// What `--help` prints after the synopsis, before the policy options.
+const OPTIONS_HELP: &str = "
 
 Options:
   --protocol NAME              the wire protocol of the answer (required)
-  --max-attempts N             physical sends, first included (default 3)
-  --attempts-per-target N      sends a target gets before alternates take over (default 1)
-  --budget-ms N                time for recovery after the first failure (default 60000)
-  --retry-after-ceiling-ms N   the longest Retry-After honoured; longer ones fail (default 60000)
-  --head-timeout-ms N          from a send to its response head (default 300000)
-  --idle-timeout-ms N          a body silent this long has stalled (default 300000)
-  --progress-timeout-ms N      no output, keepalives aside, this long has stalled (default 600000)
-  --first-token-timeout-ms N   from a streamed head to its first token, before any output:
-                               past it the attempt is dropped and sent again (default off)
   --resumable-sse              the endpoint resumes an SSE stream from Last-Event-ID
                                (OpenAI Responses background streams need nothing)
-  --idempotency-key            one Idempotency-Key on every send, replay and resume
-  --retry-protocol-violations  replay a stream that breaks its protocol before any
-                               output, as a reset
   --header 'Name: value'       a request header (repeatable); values are never logged
   --events FILE                lifecycle events as JSON lines
   --report FILE                the final report as JSON (also after a failure or Ctrl-C)
   -h, --help                   this text
   -V, --version                the version
 
+Policy options: the gateway's [policy] keys with dashes (the npm options in
+camelCase, the Python keywords). One left out keeps its default; \"off\" turns
+a bound off; 0 is refused where it would mean nothing.
+";
+
+/// What `--help` prints after the policy options.
+const EXAMPLES_HELP: &str = "
 A request is replayed only while no output was seen; after that it is resumed
 where the provider allows it, or fails with exit status 1. When stderr is a
 terminal a status line shows what recovery is doing (\"Reconnecting… attempt
@@ -61,7 +60,67 @@ Examples:
     --header 'anthropic-version: 2023-06-01' --events events.jsonl --report report.json \\
     https://api.anthropic.com/v1/messages < request.json
 
-  recover --protocol ollama http://127.0.0.1:11434/api/chat < request.json";
+  recover --protocol ollama --idle-timeout-ms off http://127.0.0.1:11434/api/chat < request.json";
+
+/// The column the help's descriptions start at, and the width they wrap to.
+const HELP_COLUMN: usize = 31;
+const HELP_WIDTH: usize = 80;
+
+/// What `--help` prints after the synopsis: `recover`'s own options, one
+/// line or more per knob of the policy table, and examples.
+pub fn help() -> String {
+    let mut out = String::from(OPTIONS_HELP);
+    for f in FIELDS {
+        let mut doc = f.doc.to_owned();
+        if !f.choices.is_empty() && f.unit == Unit::List {
+            let _ = write!(doc, ": {}", f.choices.join(", "));
+        }
+        if f.unit != Unit::Bool {
+            let _ = write!(doc, " (default {})", f.default);
+        }
+        let head = match metavar(f) {
+            Some(v) => format!("  {} {v}", f.flag()),
+            None => format!("  {}", f.flag()),
+        };
+        out.push_str(&head);
+        let mut column = head.chars().count();
+        let mut first = true;
+        for word in doc.split(' ') {
+            let fits = column + 1 + word.chars().count() <= HELP_WIDTH;
+            if first || !fits {
+                if !first || column >= HELP_COLUMN {
+                    out.push('\n');
+                    column = 0;
+                }
+                out.push_str(&" ".repeat(HELP_COLUMN - column));
+                column = HELP_COLUMN;
+            } else {
+                out.push(' ');
+                column += 1;
+            }
+            out.push_str(word);
+            column += word.chars().count();
+            first = false;
+        }
+        out.push('\n');
+    }
+    out.push_str(EXAMPLES_HELP);
+    out
+}
+
+/// What a policy flag's value looks like in the help; none for a switch.
+fn metavar(f: &Field) -> Option<String> {
+    Some(match f.unit {
+        Unit::Ms if f.can_be_off => "MS|off".into(),
+        Unit::Ms => "MS".into(),
+        Unit::Count => "N".into(),
+        Unit::Bytes => "BYTES".into(),
+        Unit::Bool => return None,
+        Unit::Choice => f.choices.join("|"),
+        Unit::List if f.choices.is_empty() => "STATUS,...".into(),
+        Unit::List => "NAME,...".into(),
+    })
+}
 
 /// The protocol names the command accepts, exactly.
 pub const PROTOCOLS: [&str; 6] = [
@@ -105,28 +164,10 @@ pub enum Command {
 pub struct RecoverArgs {
     /// The wire protocol of the response.
     pub protocol: ProtocolKind,
-    /// `--max-attempts`: physical sends, first included.
-    pub max_attempts: Option<NonZeroU32>,
-    /// `--attempts-per-target`: sends a target gets before the next one.
-    pub attempts_per_target: Option<NonZeroU32>,
-    /// `--budget-ms`: the recovery budget.
-    pub budget: Option<Duration>,
-    /// `--retry-after-ceiling-ms`: the largest `Retry-After` honoured.
-    pub retry_after_ceiling: Option<Duration>,
-    /// `--head-timeout-ms`: the bound from a send to its response head.
-    pub head_timeout: Option<Duration>,
-    /// `--idle-timeout-ms`: the stall watchdog on silence.
-    pub idle_timeout: Option<Duration>,
-    /// `--progress-timeout-ms`: the stall watchdog on semantic progress.
-    pub progress_timeout: Option<Duration>,
-    /// `--first-token-timeout-ms`: head to first token, before commit.
-    pub first_token_timeout: Option<Duration>,
+    /// The policy flags given, as the policy spec they write.
+    pub spec: PolicySpec,
     /// `--resumable-sse`: the endpoint resumes from `Last-Event-ID`.
     pub resumable_sse: bool,
-    /// `--idempotency-key`: one `Idempotency-Key` on every send.
-    pub idempotency_key: bool,
-    /// `--retry-protocol-violations`: a violation before output is replayed.
-    pub retry_protocol_violations: bool,
     /// `--header`, in order.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// `--events`: where lifecycle events go, one JSON object per line.
@@ -138,66 +179,131 @@ pub struct RecoverArgs {
 }
 
 impl RecoverArgs {
-    /// The policy: the defaults with the command line's overrides.
+    /// The policy: the defaults with the command line's policy flags.
     pub fn policy(&self) -> Result<RecoveryPolicy, UsageError> {
-        let mut b = RecoveryPolicy::builder();
-        if let Some(n) = self.max_attempts {
-            b = b.max_attempts(n);
-        }
-        if let Some(n) = self.attempts_per_target {
-            b = b.attempts_per_target(n);
-        }
-        if let Some(budget) = self.budget {
-            b = b.budget(Some(budget));
-        }
-        if let Some(ceiling) = self.retry_after_ceiling {
-            b = b.retry_after_ceiling(ceiling, OverCeiling::Refuse);
-        }
-        if let Some(head) = self.head_timeout {
-            b = b.head_timeout(Some(head));
-        }
-        if let Some(idle) = self.idle_timeout {
-            b = b.idle_timeout(Some(idle));
-        }
-        if let Some(progress) = self.progress_timeout {
-            b = b.progress_timeout(Some(progress));
-        }
-        if let Some(first) = self.first_token_timeout {
-            b = b.first_token_timeout(Some(first));
-        }
-        b = b
-            .idempotency_key(self.idempotency_key)
-            .retry_protocol_violations(self.retry_protocol_violations);
-        b.build().map_err(|e| usage(format!("invalid policy: {e}")))
+        self.spec
+            .build()
+            .map_err(|e| usage(format!("invalid policy: {e}")))
     }
 }
 
-/// A count from 1: `--max-attempts`, `--attempts-per-target`.
-fn count(flag: &str, value: &str) -> Result<NonZeroU32, UsageError> {
-    let n = number(flag, value)?;
-    u32::try_from(n)
-        .ok()
-        .and_then(NonZeroU32::new)
-        .ok_or_else(|| usage(format!("{flag} must be between 1 and {}", u32::MAX)))
+/// `recover`'s own options, beside the policy's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Own {
+    Protocol,
+    ResumableSse,
+    Header,
+    Events,
+    Report,
 }
 
-fn number(flag: &str, value: &str) -> Result<u64, UsageError> {
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+impl Own {
+    const ALL: [(&'static str, Own); 5] = [
+        ("--protocol", Own::Protocol),
+        ("--resumable-sse", Own::ResumableSse),
+        ("--header", Own::Header),
+        ("--events", Own::Events),
+        ("--report", Own::Report),
+    ];
+
+    fn takes_value(self) -> bool {
+        self != Own::ResumableSse
+    }
+}
+
+/// An option of the command line: one of `recover`'s own, or a policy knob.
+#[derive(Clone, Copy)]
+enum Opt {
+    Own(Own),
+    Knob(&'static Field),
+}
+
+impl Opt {
+    fn named(flag: &str) -> Option<Opt> {
+        Own::ALL
+            .iter()
+            .find(|(name, _)| *name == flag)
+            .map(|(_, own)| Opt::Own(*own))
+            .or_else(|| FIELDS.iter().find(|f| f.flag() == flag).map(Opt::Knob))
+    }
+
+    fn takes_value(self) -> bool {
+        match self {
+            Opt::Own(own) => own.takes_value(),
+            Opt::Knob(f) => f.unit != Unit::Bool,
+        }
+    }
+}
+
+/// The command line read so far.
+#[derive(Default)]
+struct Parsed {
+    protocol: Option<ProtocolKind>,
+    spec: PolicySpec,
+    resumable_sse: bool,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    events: Option<PathBuf>,
+    report: Option<PathBuf>,
+    urls: Vec<String>,
+}
+
+impl Parsed {
+    /// `opt` with its value (`None` for a switch).
+    fn apply(&mut self, opt: Opt, value: Option<String>) -> Result<(), UsageError> {
+        let own = match opt {
+            Opt::Knob(f) => {
+                let v = value.map_or(Value::Bool(true), |text| f.parse(&text));
+                return self
+                    .spec
+                    .set(f.name, v)
+                    .map_err(|e| usage(format!("invalid policy: {e}")));
+            }
+            Opt::Own(own) => own,
+        };
+        let value = value.unwrap_or_default();
+        match own {
+            Own::Protocol => self.protocol = Some(protocol(&value)?),
+            Own::ResumableSse => self.resumable_sse = true,
+            Own::Header => self.headers.push(header(&value)?),
+            Own::Events => self.events = Some(PathBuf::from(value)),
+            Own::Report => self.report = Some(PathBuf::from(value)),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Command, UsageError> {
+        let protocol = self
+            .protocol
+            .ok_or_else(|| usage("--protocol is required"))?;
+        let url = match self.urls.as_slice() {
+            [] => return Err(usage("missing URL")),
+            [one] => url(one)?,
+            [_, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
+        };
+        let parsed = RecoverArgs {
+            protocol,
+            spec: self.spec,
+            resumable_sse: self.resumable_sse,
+            headers: self.headers,
+            events: self.events,
+            report: self.report,
+            url,
+        };
+        parsed.policy()?;
+        Ok(Command::Run(Box::new(parsed)))
+    }
+}
+
+fn protocol(value: &str) -> Result<ProtocolKind, UsageError> {
+    if !PROTOCOLS.contains(&value) {
         return Err(usage(format!(
-            "{flag} expects a whole number, got {value:?}"
+            "unknown protocol {value:?} (expected one of {})",
+            PROTOCOLS.join(", ")
         )));
     }
     value
-        .parse()
-        .map_err(|_| usage(format!("{flag} value {value:?} is too large")))
-}
-
-fn millis(flag: &str, value: &str) -> Result<Duration, UsageError> {
-    let n = number(flag, value)?;
-    if n == 0 {
-        return Err(usage(format!("{flag} must be greater than zero")));
-    }
-    Ok(Duration::from_millis(n))
+        .parse::<ProtocolKind>()
+        .map_err(|_| usage(format!("unknown protocol {value:?}")))
 }
 
 fn header(value: &str) -> Result<(HeaderName, HeaderValue), UsageError> {
@@ -225,23 +331,7 @@ fn url(value: &str) -> Result<Uri, UsageError> {
 
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut protocol = None;
-    let mut max_attempts = None;
-    let mut attempts_per_target = None;
-    let mut budget = None;
-    let mut retry_after_ceiling = None;
-    let mut head_timeout = None;
-    let mut idle_timeout = None;
-    let mut progress_timeout = None;
-    let mut first_token_timeout = None;
-    let mut resumable_sse = false;
-    let mut idempotency_key = false;
-    let mut retry_protocol_violations = false;
-    let mut headers = Vec::new();
-    let mut events = None;
-    let mut report = None;
-    let mut urls = Vec::new();
-
+    let mut parsed = Parsed::default();
     let mut args = args.into_iter();
     let mut only_positional = false;
     while let Some(arg) = args.next() {
@@ -249,127 +339,45 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
             .into_string()
             .map_err(|a| usage(format!("argument {} is not valid UTF-8", a.display())))?;
         if only_positional || !arg.starts_with('-') || arg == "-" {
-            urls.push(arg);
+            parsed.urls.push(arg);
             continue;
         }
-        if arg == "--" {
-            only_positional = true;
-            continue;
-        }
-        if arg == "-h" || arg == "--help" {
-            return Ok(Command::Help);
-        }
-        if arg == "-V" || arg == "--version" {
-            return Ok(Command::Version);
-        }
-        let switch = match arg.as_str() {
-            "--resumable-sse" => Some(&mut resumable_sse),
-            "--idempotency-key" => Some(&mut idempotency_key),
-            "--retry-protocol-violations" => Some(&mut retry_protocol_violations),
-            _ => None,
-        };
-        if let Some(on) = switch {
-            *on = true;
-            continue;
+        match arg.as_str() {
+            "--" => {
+                only_positional = true;
+                continue;
+            }
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            _ => {}
         }
         let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
-            _ => (arg.clone(), None),
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
         };
-        let known = [
-            "--protocol",
-            "--max-attempts",
-            "--attempts-per-target",
-            "--budget-ms",
-            "--retry-after-ceiling-ms",
-            "--head-timeout-ms",
-            "--idle-timeout-ms",
-            "--progress-timeout-ms",
-            "--first-token-timeout-ms",
-            "--header",
-            "--events",
-            "--report",
-        ];
-        if [
-            "--resumable-sse",
-            "--idempotency-key",
-            "--retry-protocol-violations",
-        ]
-        .contains(&flag.as_str())
-        {
-            return Err(usage(format!("{flag} takes no value")));
-        }
-        if !known.contains(&flag.as_str()) {
-            return Err(usage(format!("unknown option {flag}")));
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => args
-                .next()
-                .ok_or_else(|| usage(format!("{flag} needs a value")))?
-                .into_string()
-                .map_err(|a| usage(format!("{flag} value {} is not valid UTF-8", a.display())))?,
+        let opt = Opt::named(flag).ok_or_else(|| usage(format!("unknown option {flag}")))?;
+        let value = match (opt.takes_value(), inline) {
+            (false, Some(_)) => return Err(usage(format!("{flag} takes no value"))),
+            (false, None) => None,
+            (true, Some(v)) => Some(v),
+            (true, None) => Some(
+                args.next()
+                    .ok_or_else(|| usage(format!("{flag} needs a value")))?
+                    .into_string()
+                    .map_err(|a| {
+                        usage(format!("{flag} value {} is not valid UTF-8", a.display()))
+                    })?,
+            ),
         };
-        match flag.as_str() {
-            "--protocol" => {
-                if !PROTOCOLS.contains(&value.as_str()) {
-                    return Err(usage(format!(
-                        "unknown protocol {value:?} (expected one of {})",
-                        PROTOCOLS.join(", ")
-                    )));
-                }
-                protocol = Some(
-                    value
-                        .parse::<ProtocolKind>()
-                        .map_err(|_| usage(format!("unknown protocol {value:?}")))?,
-                );
-            }
-            "--max-attempts" => max_attempts = Some(count(&flag, &value)?),
-            "--attempts-per-target" => attempts_per_target = Some(count(&flag, &value)?),
-            "--budget-ms" => budget = Some(millis(&flag, &value)?),
-            "--retry-after-ceiling-ms" => {
-                retry_after_ceiling = Some(Duration::from_millis(number(&flag, &value)?));
-            }
-            "--head-timeout-ms" => head_timeout = Some(millis(&flag, &value)?),
-            "--idle-timeout-ms" => idle_timeout = Some(millis(&flag, &value)?),
-            "--progress-timeout-ms" => progress_timeout = Some(millis(&flag, &value)?),
-            "--first-token-timeout-ms" => first_token_timeout = Some(millis(&flag, &value)?),
-            "--header" => headers.push(header(&value)?),
-            "--events" => events = Some(PathBuf::from(value)),
-            "--report" => report = Some(PathBuf::from(value)),
-            _ => unreachable!("every known flag is matched"),
-        }
+        parsed.apply(opt, value)?;
     }
-    let protocol = protocol.ok_or_else(|| usage("--protocol is required"))?;
-    let url = match urls.as_slice() {
-        [] => return Err(usage("missing URL")),
-        [one] => url(one)?,
-        [_, extra, ..] => return Err(usage(format!("unexpected argument {extra:?}"))),
-    };
-    let parsed = RecoverArgs {
-        protocol,
-        max_attempts,
-        attempts_per_target,
-        budget,
-        retry_after_ceiling,
-        head_timeout,
-        idle_timeout,
-        progress_timeout,
-        first_token_timeout,
-        resumable_sse,
-        idempotency_key,
-        retry_protocol_violations,
-        headers,
-        events,
-        report,
-        url,
-    };
-    parsed.policy()?;
-    Ok(Command::Run(Box::new(parsed)))
+    parsed.finish()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn run(args: &[&str]) -> Result<Command, UsageError> {
@@ -419,15 +427,13 @@ mod tests {
             "https://example.invalid/v1/messages",
         ]);
         assert_eq!(a.protocol, ProtocolKind::Anthropic);
-        assert_eq!(a.max_attempts.unwrap().get(), 5);
-        assert_eq!(a.budget, Some(Duration::from_secs(2)));
-        assert_eq!(a.retry_after_ceiling, Some(Duration::ZERO));
-        assert_eq!(a.idle_timeout, Some(Duration::from_millis(300)));
         assert_eq!(a.headers.len(), 2);
         assert_eq!(a.headers[1].1, "2023-06-01");
         assert_eq!(a.events, Some(PathBuf::from("ev.jsonl")));
         let p = a.policy().unwrap();
         assert_eq!(p.max_attempts().get(), 5);
+        assert_eq!(p.budget(), Some(Duration::from_secs(2)));
+        assert_eq!(p.retry_after_ceiling(), Duration::ZERO);
         assert_eq!(p.attempts_per_target().get(), 2);
         assert_eq!(p.idle_timeout(), Some(Duration::from_millis(300)));
         assert_eq!(p.head_timeout(), Some(Duration::from_secs(4)));
@@ -439,15 +445,64 @@ mod tests {
             .unwrap();
         assert_eq!(d.head_timeout(), Some(Duration::from_mins(5)));
         assert_eq!(d.progress_timeout(), Some(Duration::from_mins(10)));
-        assert!(
-            run(&[
+        assert_eq!(
+            err(&[
                 "--protocol",
                 "ollama",
                 "--head-timeout-ms",
                 "0",
                 "http://h/"
-            ])
-            .is_err()
+            ]),
+            "invalid policy: head_timeout_ms: 0 is not a duration; use \"off\" to turn it off"
+        );
+    }
+
+    /// Every knob of the policy table is a flag, `off` turns a bound off,
+    /// and the help lists each one with its default.
+    #[test]
+    fn the_policy_flags_are_the_table() {
+        let help = help();
+        for f in FIELDS {
+            assert!(help.contains(&f.flag()), "--help lacks {}", f.flag());
+            let mut args = vec!["--protocol".to_owned(), "sse".to_owned()];
+            match f.unit {
+                Unit::Bool => args.push(f.flag()),
+                _ => args.extend([f.flag(), f.default.to_owned()]),
+            }
+            args.push("http://h/".into());
+            let a = match parse(args.iter().map(OsString::from)) {
+                Ok(Command::Run(a)) => a,
+                other => panic!("{args:?}: {other:?}"),
+            };
+            assert!(a.spec.get(f.name).is_some(), "{}", f.name);
+        }
+        let off = ok(&[
+            "--protocol",
+            "sse",
+            "--idle-timeout-ms",
+            "off",
+            "--deadline-ms=off",
+            "--endpoint",
+            "local",
+            "--retryable-statuses",
+            "503,429",
+            "--retryable-categories",
+            "http",
+            "--holdback-cap",
+            "1024",
+            "http://h/",
+        ])
+        .policy()
+        .unwrap();
+        assert_eq!(off.idle_timeout(), None);
+        assert_eq!(off.deadline(), None);
+        assert_eq!(off.endpoint(), recovery_core::Endpoint::Local);
+        assert_eq!(off.retryable_statuses(), &[429, 503]);
+        assert!(off.categories().http && !off.categories().transport);
+        assert_eq!(off.holdback_cap(), 1024);
+        assert!(
+            err(&["--protocol", "sse", "--max-attempts", "off", "http://h/"])
+                .contains("max_attempts: expected a whole number up to 4294967295, got \"off\"")
         );
     }
 

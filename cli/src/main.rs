@@ -29,7 +29,7 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request};
 use http_body_util::Full;
-use recovery_cli::args::{self, Command, HELP, RecoverArgs, USAGE, UsageError};
+use recovery_cli::args::{self, Command, RecoverArgs, USAGE, UsageError};
 use recovery_cli::client::{exchange, https_client};
 use recovery_cli::show;
 use recovery_cli::status::Painter;
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     let args = match args::parse(std::env::args_os().skip(1)) {
         Ok(Command::Run(args)) => args,
         Ok(Command::Help) => {
-            println!("{USAGE}{HELP}");
+            println!("{USAGE}{}", args::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
