@@ -9,7 +9,10 @@ from ._shell import DEFAULT, Platform
 __all__ = ["Configured"]
 
 Event = Mapping[str, Any]
+# Whole milliseconds (a float that is a whole number is taken too).
 Millis = Union[int, float]
+# A bound in milliseconds, or "off" (None is its synonym).
+Bound = Union[int, float, str, None]
 
 
 class Configured:
@@ -22,22 +25,27 @@ class Configured:
     retries off (``max_retries=0``): this transport retries, within its
     policy.
 
-    Policy (the names and meanings of the gateway's ``[policy]`` and the npm
-    package's options; an option left out keeps the engine's default;
-    durations in milliseconds; ``None`` turns a timeout or a bound off, 0 is
-    refused with ``ValueError``):
-    ``max_attempts`` (3, the first send included), ``backoff_base_ms`` (500),
-    ``backoff_ceiling_ms`` (8000), ``budget_ms`` (60000, from the first
-    failure), ``deadline_ms`` (none, from the start), ``retry_after_ceiling_ms``
-    (60000; a ``Retry-After`` above it is refused, never shortened, unless
-    ``over_ceiling="backoff"``), ``retryable_statuses`` (408, 429, 500, 502,
-    503, 504, 529), ``retryable_categories``, ``endpoint`` (``"remote"``, or
-    ``"local"``: an ambiguous resend then needs ``admission``),
-    ``max_resumes`` (1), ``head_timeout_ms`` (300000), ``idle_timeout_ms``
-    (300000), ``progress_timeout_ms`` (600000), ``first_token_timeout_ms``
-    (none), ``retry_protocol_violations`` (False), ``idempotency_key``
-    (False), ``attempts_per_target`` (1), ``replay_body_cap``,
-    ``holdback_cap``, ``evidence_cap`` (bytes).
+    Policy: the knobs of the policy spec every front end reads, by the
+    same names (the gateway's ``[policy]`` keys, ``recover``'s flags with
+    dashes, the npm options in camelCase; ``recovery_llm._machine.
+    policy_fields()`` lists them). A knob left out keeps its default;
+    durations in whole milliseconds; ``"off"`` (or its synonym ``None``)
+    turns a bound off, and 0 is refused where it would mean nothing, with
+    ``ValueError`` and the words every front end uses
+    (``idle_timeout_ms: 0 is not a duration; use "off" to turn it off``):
+    ``max_attempts`` (3, the first send included), ``attempts_per_target``
+    (1), ``max_resumes`` (1), ``budget_ms`` (60000, from the first failure),
+    ``deadline_ms`` (off, from the start), ``backoff_base_ms`` (500),
+    ``backoff_ceiling_ms`` (8000), ``retry_after_ceiling_ms`` (60000; a
+    ``Retry-After`` above it is refused, never shortened, unless
+    ``over_ceiling="backoff"``), ``head_timeout_ms`` (300000),
+    ``idle_timeout_ms`` (300000), ``progress_timeout_ms`` (600000),
+    ``first_token_timeout_ms`` (off), ``retryable_statuses`` (408, 429,
+    500, 502, 503, 504, 529), ``retryable_categories``, ``endpoint``
+    (``"remote"``, or ``"local"``: an ambiguous resend then needs
+    ``admission``), ``replay_body_cap``, ``holdback_cap``, ``evidence_cap``
+    (bytes), ``idempotency_key`` (False), ``retry_protocol_violations``
+    (False).
 
     What the requests of this transport share: ``retry_budget`` (the default
     budget, 20 % of requests plus 1 retry/s over 10 s; ``None`` for none, or
@@ -87,26 +95,26 @@ class Configured:
         transport: Any = None,
         *,
         max_attempts: int = DEFAULT,
+        attempts_per_target: int = DEFAULT,
+        max_resumes: int = DEFAULT,
+        budget_ms: Bound = DEFAULT,
+        deadline_ms: Bound = DEFAULT,
         backoff_base_ms: Millis = DEFAULT,
         backoff_ceiling_ms: Millis = DEFAULT,
-        budget_ms: Optional[Millis] = DEFAULT,
-        deadline_ms: Optional[Millis] = DEFAULT,
         retry_after_ceiling_ms: Millis = DEFAULT,
         over_ceiling: str = DEFAULT,
+        head_timeout_ms: Bound = DEFAULT,
+        idle_timeout_ms: Bound = DEFAULT,
+        progress_timeout_ms: Bound = DEFAULT,
+        first_token_timeout_ms: Bound = DEFAULT,
         retryable_statuses: Iterable[int] = DEFAULT,
         retryable_categories: Iterable[str] = DEFAULT,
         endpoint: str = DEFAULT,
-        max_resumes: int = DEFAULT,
-        head_timeout_ms: Optional[Millis] = DEFAULT,
-        idle_timeout_ms: Optional[Millis] = DEFAULT,
-        progress_timeout_ms: Optional[Millis] = DEFAULT,
-        first_token_timeout_ms: Optional[Millis] = DEFAULT,
-        retry_protocol_violations: bool = DEFAULT,
-        idempotency_key: bool = DEFAULT,
-        attempts_per_target: int = DEFAULT,
         replay_body_cap: int = DEFAULT,
         holdback_cap: int = DEFAULT,
         evidence_cap: int = DEFAULT,
+        idempotency_key: bool = DEFAULT,
+        retry_protocol_violations: bool = DEFAULT,
         retry_budget: Union[None, bool, Mapping[str, Any]] = DEFAULT,
         cooldowns: bool = DEFAULT,
         protocol: str = "auto",
@@ -124,26 +132,26 @@ class Configured:
     ) -> None:
         values = {
             "max_attempts": max_attempts,
-            "backoff_base_ms": backoff_base_ms,
-            "backoff_ceiling_ms": backoff_ceiling_ms,
+            "attempts_per_target": attempts_per_target,
+            "max_resumes": max_resumes,
             "budget_ms": budget_ms,
             "deadline_ms": deadline_ms,
+            "backoff_base_ms": backoff_base_ms,
+            "backoff_ceiling_ms": backoff_ceiling_ms,
             "retry_after_ceiling_ms": retry_after_ceiling_ms,
             "over_ceiling": over_ceiling,
-            "retryable_statuses": retryable_statuses,
-            "retryable_categories": retryable_categories,
-            "endpoint": endpoint,
-            "max_resumes": max_resumes,
             "head_timeout_ms": head_timeout_ms,
             "idle_timeout_ms": idle_timeout_ms,
             "progress_timeout_ms": progress_timeout_ms,
             "first_token_timeout_ms": first_token_timeout_ms,
-            "retry_protocol_violations": retry_protocol_violations,
-            "idempotency_key": idempotency_key,
-            "attempts_per_target": attempts_per_target,
+            "retryable_statuses": retryable_statuses,
+            "retryable_categories": retryable_categories,
+            "endpoint": endpoint,
             "replay_body_cap": replay_body_cap,
             "holdback_cap": holdback_cap,
             "evidence_cap": evidence_cap,
+            "idempotency_key": idempotency_key,
+            "retry_protocol_violations": retry_protocol_violations,
             "retry_budget": retry_budget,
             "cooldowns": cooldowns,
             "protocol": protocol,
@@ -163,5 +171,7 @@ class Configured:
 
     @property
     def policy(self) -> Mapping[str, Any]:
-        """The policy in force: every knob's value (ms; None when off)."""
+        """The policy in force: every knob of the policy table and its value
+        (ms; ``"off"`` for a bound that is off), keywords that build it
+        again."""
         return self._options.client.policy()  # type: ignore[attr-defined]

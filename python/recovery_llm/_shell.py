@@ -60,38 +60,6 @@ class _Default:
 
 DEFAULT: Any = _Default()
 
-# The policy knobs, by their names in the gateway's [policy] and the
-# conformance vectors (the npm options in snake_case).
-POLICY_KNOBS = (
-    "max_attempts",
-    "backoff_base_ms",
-    "backoff_ceiling_ms",
-    "budget_ms",
-    "deadline_ms",
-    "retry_after_ceiling_ms",
-    "over_ceiling",
-    "retryable_statuses",
-    "retryable_categories",
-    "endpoint",
-    "max_resumes",
-    "head_timeout_ms",
-    "idle_timeout_ms",
-    "progress_timeout_ms",
-    "first_token_timeout_ms",
-    "retry_protocol_violations",
-    "idempotency_key",
-    "attempts_per_target",
-    "replay_body_cap",
-    "holdback_cap",
-    "evidence_cap",
-    "retry_budget",
-    "cooldowns",
-    "context_window",
-    "sse_terminal",
-    "resumable_sse",
-    "protocol",
-)
-
 
 class RecoveryErrorMixin:
     """What a recovery failure carries, whatever httpx it is raised through.

@@ -43,14 +43,13 @@
 //! (PyO3's macros expand to calls into PyO3, whose own FFI is its
 //! business).
 
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
@@ -60,11 +59,12 @@ use recovery_core::exchange::{
     Send as SendKind,
 };
 use recovery_core::failover::Target;
-use recovery_core::failure::{Category, Failure, Phase, TransportKind};
+use recovery_core::failure::{Failure, Phase, TransportKind};
 use recovery_core::outcome::ReplayDisabled;
+use recovery_core::policy::{self, FIELDS, Field, PolicyError, PolicySpec, Unit, field};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use recovery_core::timing::{Fraction, Instant};
-use recovery_core::{Endpoint, OverCeiling, RecoveryPolicy, RecoveryStatus};
+use recovery_core::{RecoveryPolicy, RecoveryStatus};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -115,16 +115,6 @@ const PROTOCOLS: [&str; 7] = [
     "gemini",
     "ollama",
     "sse",
-];
-
-/// Failure categories by their snake_case names.
-const CATEGORIES: [(&str, Category); 6] = [
-    ("transport", Category::Transport),
-    ("http", Category::Http),
-    ("provider_response", Category::ProviderResponse),
-    ("protocol", Category::Protocol),
-    ("cancellation", Category::Cancellation),
-    ("client_timeout", Category::ClientTimeout),
 ];
 
 /// About 285 years: the largest duration an option may name.
@@ -194,13 +184,92 @@ fn millis(field: &str, v: &Bound<'_, PyAny>, positive: bool) -> PyResult<Duratio
     Ok(Duration::from_micros((n * 1000.0) as u64))
 }
 
-/// An optional bound: `None` turns it off.
-fn bound(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<Duration>> {
-    if v.is_none() {
-        Ok(None)
-    } else {
-        millis(field, v, true).map(Some)
+/// A policy keyword's value as the policy spec reads it, once its Python
+/// type is right for its unit (`TypeError` otherwise): `None` is `"off"`
+/// for a bound, as `"off"` is; an int, or a float that is a whole number,
+/// is its number; what no knob takes (a negative or fractional number, an
+/// unknown name) is left for the spec to refuse with its own words.
+fn knob(f: &Field, v: &Bound<'_, PyAny>) -> PyResult<policy::Value> {
+    let statuses = f.unit == Unit::List && f.choices.is_empty();
+    let what = match f.unit {
+        Unit::Ms => "an int, \"off\" or None",
+        Unit::Count | Unit::Bytes => "an int",
+        Unit::Bool => "a bool",
+        Unit::Choice => "a str",
+        Unit::List if statuses => "a list of ints",
+        Unit::List => "a list of str",
+    };
+    let is_str = v.is_instance_of::<PyString>();
+    let value = match f.unit {
+        Unit::Ms if v.is_none() && f.can_be_off => Some(policy::Value::Off),
+        Unit::Ms | Unit::Choice if is_str => Some(policy::Value::Name(v.extract()?)),
+        Unit::Ms | Unit::Count | Unit::Bytes => number(v),
+        Unit::Bool if v.is_instance_of::<PyBool>() => Some(policy::Value::Bool(v.extract()?)),
+        Unit::List if !is_str => {
+            let items = v.try_iter().map_err(|_| wrong_type(f.name, what, v))?;
+            let mut list = Vec::new();
+            for item in items {
+                let item = item?;
+                let one = if statuses {
+                    number(&item)
+                } else if item.is_instance_of::<PyString>() {
+                    Some(policy::Value::Name(item.extract()?))
+                } else {
+                    None
+                };
+                list.push(one.ok_or_else(|| wrong_type(f.name, what, &item))?);
+            }
+            Some(policy::Value::List(list))
+        }
+        _ => None,
+    };
+    value.ok_or_else(|| wrong_type(f.name, what, v))
+}
+
+/// An int (not a bool) or a float as a policy number; one that is not a
+/// whole number from 0 is kept as written.
+fn number(v: &Bound<'_, PyAny>) -> Option<policy::Value> {
+    if v.is_instance_of::<PyBool>() {
+        return None;
     }
+    if v.is_instance_of::<PyInt>() {
+        let n: i128 = v.extract().ok()?;
+        return Some(u64::try_from(n).map_or_else(
+            |_| policy::Value::Other(n.to_string()),
+            policy::Value::Number,
+        ));
+    }
+    if v.is_instance_of::<PyFloat>() {
+        let x: f64 = v.extract().ok()?;
+        let whole = x.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&x);
+        return Some(if whole {
+            policy::Value::Number(x as u64)
+        } else {
+            policy::Value::Other(x.to_string())
+        });
+    }
+    None
+}
+
+/// A value of the policy spec as Python shows it (`"off"`, an int, a bool,
+/// a str, a list).
+fn py_value<'py>(py: Python<'py>, v: &policy::Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        policy::Value::Number(n) => n.into_pyobject(py)?.into_any(),
+        policy::Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        policy::Value::List(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(py_value(py, item)?)?;
+            }
+            list.into_any()
+        }
+        other => PyString::new(py, &other.to_string()).into_any(),
+    })
+}
+
+fn invalid_policy(e: &PolicyError) -> PyErr {
+    PyValueError::new_err(format!("invalid recovery policy: {e}"))
 }
 
 fn flag(field: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -259,14 +328,8 @@ struct Options {
     prefill: Option<Prefill>,
 }
 
-#[allow(clippy::too_many_lines)]
 fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
-    let mut b = RecoveryPolicy::builder();
-    let defaults = RecoveryPolicy::default();
-    let mut base = None;
-    let mut ceiling = None;
-    let mut ra_ceiling = None;
-    let mut over = OverCeiling::Refuse;
+    let mut spec = PolicySpec::new();
     let mut protocol = ProtocolChoice::Auto;
     let mut terminal: Option<SseTerminal> = None;
     let mut resumable_sse = false;
@@ -277,91 +340,14 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
     for (key, v) in options.iter() {
         let key: String = key.extract()?;
         let k = key.as_str();
+        if let Some(f) = field(k) {
+            spec.set(f.name, knob(f, &v)?)
+                .map_err(|e| invalid_policy(&e))?;
+            continue;
+        }
         match k {
-            "max_attempts" => {
-                let n = whole(k, &v, 1, u64::from(u32::MAX))?;
-                b = b.max_attempts(NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN));
-            }
-            "attempts_per_target" => {
-                let n = whole(k, &v, 1, u64::from(u32::MAX))?;
-                b = b.attempts_per_target(NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN));
-            }
-            "max_resumes" => b = b.max_resumes(whole(k, &v, 0, u64::from(u32::MAX))? as u32),
-            "backoff_base_ms" => base = Some(millis(k, &v, true)?),
-            "backoff_ceiling_ms" => ceiling = Some(millis(k, &v, true)?),
-            "budget_ms" => b = b.budget(bound(k, &v)?),
-            "deadline_ms" => b = b.deadline(bound(k, &v)?),
-            "head_timeout_ms" => b = b.head_timeout(bound(k, &v)?),
-            "idle_timeout_ms" => b = b.idle_timeout(bound(k, &v)?),
-            "progress_timeout_ms" => b = b.progress_timeout(bound(k, &v)?),
-            "first_token_timeout_ms" => b = b.first_token_timeout(bound(k, &v)?),
-            "retry_after_ceiling_ms" => ra_ceiling = Some(millis(k, &v, false)?),
-            "over_ceiling" => {
-                over = match variant(k, &v, &["refuse", "backoff"])? {
-                    "backoff" => OverCeiling::Backoff,
-                    _ => OverCeiling::Refuse,
-                };
-            }
-            "retryable_statuses" => {
-                let mut statuses = Vec::new();
-                for s in v
-                    .try_iter()
-                    .map_err(|_| wrong_type(k, "a list of ints", &v))?
-                {
-                    statuses.push(whole(k, &s?, 100, 599)? as u16);
-                }
-                b = b.retryable_statuses(statuses);
-            }
-            "retryable_categories" => {
-                let mut chosen = Vec::new();
-                for c in v
-                    .try_iter()
-                    .map_err(|_| wrong_type(k, "a list of str", &v))?
-                {
-                    let names: Vec<&str> = CATEGORIES.iter().map(|(n, _)| *n).collect();
-                    let name = variant(k, &c?, &names)?;
-                    if let Some((_, cat)) = CATEGORIES.iter().find(|(n, _)| *n == name) {
-                        chosen.push(*cat);
-                    }
-                }
-                b = b.retryable_categories(chosen);
-            }
-            "endpoint" => {
-                b = b.endpoint(match variant(k, &v, &["remote", "local"])? {
-                    "local" => Endpoint::Local,
-                    _ => Endpoint::Remote,
-                });
-            }
-            "replay_body_cap" => {
-                b = b.replay_body_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
-            }
-            "holdback_cap" => {
-                b = b.holdback_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
-            }
-            "evidence_cap" => {
-                b = b.evidence_cap(whole(k, &v, 0, u64::from(u32::MAX))? as usize);
-            }
-            "retry_protocol_violations" => b = b.retry_protocol_violations(flag(k, &v)?),
-            "idempotency_key" => b = b.idempotency_key(flag(k, &v)?),
             "protocol" => protocol = protocol_choice(k, &v)?,
-            "sse_terminal" => {
-                if v.is_none() {
-                    continue;
-                }
-                let d = v
-                    .cast::<PyDict>()
-                    .map_err(|_| wrong_type(k, "a dict with `data` or `event`", &v))?;
-                let data = d.get_item("data")?.filter(|x| !x.is_none());
-                let event = d.get_item("event")?.filter(|x| !x.is_none());
-                if d.len() != usize::from(data.is_some()) + usize::from(event.is_some()) {
-                    return Err(invalid(k, "only `data` or `event` may be given"));
-                }
-                terminal = match (data, event) {
-                    (Some(x), None) => Some(SseTerminal::Data(text("sse_terminal.data", &x)?)),
-                    (None, Some(x)) => Some(SseTerminal::Event(text("sse_terminal.event", &x)?)),
-                    _ => return Err(invalid(k, "give exactly one of `data` or `event`")),
-                };
-            }
+            "sse_terminal" => terminal = sse_terminal(&v)?,
             "resumable_sse" => resumable_sse = flag(k, &v)?,
             "cooldowns" => cooldowns = flag(k, &v)?,
             "context_window" => {
@@ -380,14 +366,6 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
             }
         }
     }
-    if base.is_some() || ceiling.is_some() {
-        let base = base.unwrap_or(defaults.backoff_base());
-        let ceiling = ceiling.unwrap_or(defaults.backoff_ceiling().max(base));
-        b = b.backoff(base, ceiling);
-    }
-    if ra_ceiling.is_some() || over != OverCeiling::Refuse {
-        b = b.retry_after_ceiling(ra_ceiling.unwrap_or(defaults.retry_after_ceiling()), over);
-    }
     if terminal.is_some() {
         if !matches!(protocol, ProtocolChoice::Fixed(ProtocolKind::Sse { .. })) {
             return Err(invalid(
@@ -399,11 +377,8 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
             terminal_sentinel: terminal,
         });
     }
-    let policy = b
-        .build()
-        .map_err(|e| PyValueError::new_err(format!("invalid recovery policy: {e}")))?;
     Ok(Options {
-        policy,
+        policy: spec.build().map_err(|e| invalid_policy(&e))?,
         protocol,
         resumable_sse,
         budget: budget.map(|c| -> Arc<dyn BudgetStore> { Arc::new(RetryBudget::new(c)) }),
@@ -411,6 +386,27 @@ fn read_options(options: &Bound<'_, PyDict>) -> PyResult<Options> {
         context_window,
         prefill,
     })
+}
+
+/// `sse_terminal`: `None`, or a dict of exactly one of `data`, `event`.
+fn sse_terminal(v: &Bound<'_, PyAny>) -> PyResult<Option<SseTerminal>> {
+    let k = "sse_terminal";
+    if v.is_none() {
+        return Ok(None);
+    }
+    let d = v
+        .cast::<PyDict>()
+        .map_err(|_| wrong_type(k, "a dict with `data` or `event`", v))?;
+    let data = d.get_item("data")?.filter(|x| !x.is_none());
+    let event = d.get_item("event")?.filter(|x| !x.is_none());
+    if d.len() != usize::from(data.is_some()) + usize::from(event.is_some()) {
+        return Err(invalid(k, "only `data` or `event` may be given"));
+    }
+    Ok(Some(match (data, event) {
+        (Some(x), None) => SseTerminal::Data(text("sse_terminal.data", &x)?),
+        (None, Some(x)) => SseTerminal::Event(text("sse_terminal.event", &x)?),
+        _ => return Err(invalid(k, "give exactly one of `data` or `event`")),
+    }))
 }
 
 /// A prefill form by name (`auto`, `assistant`, `prefix`,
@@ -577,34 +573,14 @@ impl Client {
         self.online.store(online, Ordering::Relaxed);
     }
 
-    /// The policy in force, as the knobs' names and values (milliseconds;
-    /// `None` for a bound that is off).
+    /// The policy in force, every knob of the policy table by its name
+    /// (milliseconds; `"off"` for a bound that is off): keywords that
+    /// build this policy again.
     fn policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = &self.policy;
-        let ms = |d: Duration| d.as_millis() as u64;
         let d = PyDict::new(py);
-        d.set_item("max_attempts", p.max_attempts().get())?;
-        d.set_item("attempts_per_target", p.attempts_per_target().get())?;
-        d.set_item("max_resumes", p.max_resumes())?;
-        d.set_item("backoff_base_ms", ms(p.backoff_base()))?;
-        d.set_item("backoff_ceiling_ms", ms(p.backoff_ceiling()))?;
-        d.set_item("budget_ms", p.budget().map(ms))?;
-        d.set_item("deadline_ms", p.deadline().map(ms))?;
-        d.set_item("retry_after_ceiling_ms", ms(p.retry_after_ceiling()))?;
-        d.set_item("retryable_statuses", p.retryable_statuses().to_vec())?;
-        d.set_item(
-            "endpoint",
-            match p.endpoint() {
-                Endpoint::Local => "local",
-                _ => "remote",
-            },
-        )?;
-        d.set_item("head_timeout_ms", p.head_timeout().map(ms))?;
-        d.set_item("idle_timeout_ms", p.idle_timeout().map(ms))?;
-        d.set_item("progress_timeout_ms", p.progress_timeout().map(ms))?;
-        d.set_item("first_token_timeout_ms", p.first_token_timeout().map(ms))?;
-        d.set_item("retry_protocol_violations", p.retry_protocol_violations())?;
-        d.set_item("idempotency_key", p.idempotency_key())?;
+        for (field, value) in PolicySpec::from_policy(&self.policy).iter() {
+            d.set_item(field.name, py_value(py, value)?)?;
+        }
         Ok(d)
     }
 
@@ -1320,12 +1296,40 @@ fn protocols() -> Vec<&'static str> {
     PROTOCOLS.to_vec()
 }
 
+/// The policy table: one `(name, unit, default, can_be_off, refuses_zero,
+/// doc)` per knob, in order; the transports' policy keywords are these
+/// names (a test holds them equal).
+#[pyfunction]
+fn policy_fields() -> Vec<(
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+    &'static str,
+)> {
+    FIELDS
+        .iter()
+        .map(|f| {
+            (
+                f.name,
+                f.unit.name(),
+                f.default,
+                f.can_be_off,
+                f.refuses_zero,
+                f.doc,
+            )
+        })
+        .collect()
+}
+
 /// The machine of one logical request for the `recovery_llm` shell.
 #[pymodule]
 fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Machine>()?;
     m.add_function(wrap_pyfunction!(protocols, m)?)?;
+    m.add_function(wrap_pyfunction!(policy_fields, m)?)?;
     for (name, value) in [
         ("SEND", action::SEND),
         ("AWAIT_HEAD", action::AWAIT_HEAD),
