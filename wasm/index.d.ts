@@ -139,17 +139,30 @@ export type RecoveryStatus = 'in_progress' | 'reconnecting' | 'waiting_for_netwo
 export type ProtocolName = 'auto' | 'openai-chat' | 'openai-responses' | 'anthropic' | 'gemini' | 'ollama' | 'sse';
 export type Category = 'transport' | 'http' | 'client_timeout' | 'provider_response';
 
-/** Options: the Rust `RecoveryPolicy` in camelCase (durations in ms), plus the JS hooks. */
+/**
+ * A bound in milliseconds, or `'off'` (`null` is its synonym): the budget,
+ * the deadline and the four timeouts. 0 is refused.
+ */
+export type Bound = number | 'off' | null;
+
+/**
+ * Options: the policy spec every front end reads (the gateway's `[policy]`,
+ * `recover`'s flags, the Python keywords), in camelCase, with durations in
+ * whole milliseconds; plus the JS hooks. A knob left out keeps its default;
+ * 0 is refused where it would mean nothing, with the words every front end
+ * uses (`invalid recovery policy: idle_timeout_ms: 0 is not a duration; use
+ * "off" to turn it off`).
+ */
 export interface RecoveringFetchOptions {
   /** Physical sends allowed, the first included (default 3). */
   maxAttempts?: number;
   /** Full-jitter backoff base and ceiling (defaults 500 / 8000). */
   backoffBaseMs?: number;
   backoffCeilingMs?: number;
-  /** Recovery budget from the first failure; `null` for unbounded (default 60000). */
-  budgetMs?: number | null;
-  /** Deadline from the start of the request; `null` for none (default). */
-  deadlineMs?: number | null;
+  /** Recovery budget from the first failure; `'off'` for unbounded (default 60000). */
+  budgetMs?: Bound;
+  /** Deadline from the start of the request; `'off'` for none (the default). */
+  deadlineMs?: Bound;
   retryableStatuses?: number[];
   retryableCategories?: Category[];
   /** Largest Retry-After honoured (default 60000) and what to do above it. */
@@ -160,19 +173,19 @@ export interface RecoveringFetchOptions {
   evidenceCap?: number;
   maxResumes?: number;
   endpoint?: 'remote' | 'local';
-  /** Bound on a silence with no byte at all; `null` for none (default 300000). */
-  idleTimeoutMs?: number | null;
-  /** Bound on a time without a semantic fragment, keepalives aside; `null` for none (default 600000). */
-  progressTimeoutMs?: number | null;
-  /** Bound from a send to its response head; `null` for none (default 300000). */
-  headTimeoutMs?: number | null;
+  /** Bound on a silence with no byte at all; `'off'` for none (default 300000). */
+  idleTimeoutMs?: Bound;
+  /** Bound on a time without a semantic fragment, keepalives aside; `'off'` for none (default 600000). */
+  progressTimeoutMs?: Bound;
+  /** Bound from a send to its response head; `'off'` for none (default 300000). */
+  headTimeoutMs?: Bound;
   /**
    * Bound from a streamed answer's head to its first semantic fragment,
-   * before commit; `null` for none (the default). Past it the attempt is
+   * before commit; `'off'` for none (the default). Past it the attempt is
    * released and the next send goes to the next alternate, else the same
    * target.
    */
-  firstTokenTimeoutMs?: number | null;
+  firstTokenTimeoutMs?: Bound;
   /**
    * The context window, in tokens, of the endpoint a request is sent to: a
    * prompt too long for it moves only to an alternate whose declared
@@ -287,8 +300,37 @@ export interface Cooldowns {
   remaining(url: string, body?: string | Uint8Array): number;
 }
 
+/**
+ * The policy a recovering fetch runs under, every knob of the policy spec
+ * (camelCase; `'off'` for a bound that is off): options that build it again.
+ */
+export interface PolicyInForce {
+  readonly maxAttempts: number;
+  readonly attemptsPerTarget: number;
+  readonly maxResumes: number;
+  readonly budgetMs: number | 'off';
+  readonly deadlineMs: number | 'off';
+  readonly backoffBaseMs: number;
+  readonly backoffCeilingMs: number;
+  readonly retryAfterCeilingMs: number;
+  readonly overCeiling: 'refuse' | 'backoff';
+  readonly headTimeoutMs: number | 'off';
+  readonly idleTimeoutMs: number | 'off';
+  readonly progressTimeoutMs: number | 'off';
+  readonly firstTokenTimeoutMs: number | 'off';
+  readonly retryableStatuses: readonly number[];
+  readonly retryableCategories: readonly Category[];
+  readonly endpoint: 'remote' | 'local';
+  readonly replayBodyCap: number;
+  readonly holdbackCap: number;
+  readonly evidenceCap: number;
+  readonly idempotencyKey: boolean;
+  readonly retryProtocolViolations: boolean;
+}
+
 export type RecoveringFetch = ((input: RequestInfo | URL, init?: RequestInit) => Promise<Response & { readonly recovery: RecoveryHandle }>) & {
   readonly cooldowns: Cooldowns;
+  readonly policy: PolicyInForce;
 };
 
 /** Thrown (rejected) before any response when attempts run out without an HTTP answer. */

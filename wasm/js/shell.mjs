@@ -56,19 +56,26 @@ export function recoveryOf(response) {
 
 // ---------------------------------------------------------------- options
 
+// The policy's knobs (recovery-core's policy table, `FIELDS`, camelCased)
+// and their units, in the table's order. The module reads them by these
+// names; a wasm unit test holds this list equal to the table.
+const POLICY = {
+  maxAttempts: 'count', attemptsPerTarget: 'count', maxResumes: 'count', budgetMs: 'ms', deadlineMs: 'ms',
+  backoffBaseMs: 'ms', backoffCeilingMs: 'ms', retryAfterCeilingMs: 'ms', overCeiling: 'choice',
+  headTimeoutMs: 'ms', idleTimeoutMs: 'ms', progressTimeoutMs: 'ms', firstTokenTimeoutMs: 'ms',
+  retryableStatuses: 'list', retryableCategories: 'list', endpoint: 'choice', replayBodyCap: 'bytes',
+  holdbackCap: 'bytes', evidenceCap: 'bytes', idempotencyKey: 'bool', retryProtocolViolations: 'bool',
+};
+// The other options the module reads as numbers, by index (wasm/src/machine.rs, `mod slot`).
 const NUMBER_SLOTS = [
-  'maxAttempts', 'backoffBaseMs', 'backoffCeilingMs', 'budgetMs', 'deadlineMs', 'retryAfterCeilingMs',
-  'overCeiling', 'replayBodyCap', 'holdbackCap', 'evidenceCap', 'maxResumes', 'endpoint', 'idleTimeoutMs',
-  'progressTimeoutMs', 'headTimeoutMs', 'retryableCategories', 'protocol', 'resumableSse',
-  'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent', 'retryProtocolViolations',
-  'idempotencyKey', 'noCooldowns', 'attemptsPerTarget', 'firstTokenTimeoutMs', 'contextWindow', 'prefill',
+  'protocol', 'resumableSse', 'retryBudget.ttlMs', 'retryBudget.minRetriesPerSec', 'retryBudget.percent',
+  'noCooldowns', 'contextWindow', 'prefill',
 ];
 const slot = (name) => NUMBER_SLOTS.indexOf(name);
 const FUNCTIONS = ['onEvent', 'onStatus', 'fetch', 'admission', 'continuation', 'cooldownKey'];
 // The prefill forms, in the module's order (`Prefill::ALL`).
 const PREFILLS = ['auto', 'assistant', 'prefix', 'continue_final_message'];
 const PROTOCOLS = ['auto', 'openai-chat', 'openai-responses', 'anthropic', 'gemini', 'ollama', 'sse'];
-const CATEGORIES = ['transport', 'http', 'provider_response', 'protocol', 'cancellation', 'client_timeout'];
 // About 285 years: the largest duration an option may name.
 const MAX_MS = 9e12;
 
@@ -116,28 +123,54 @@ function millis(field, v, positive) {
   return v;
 }
 
-function bytes(field, v) {
-  expect(field, v, 'number', 'a number');
-  if (!Number.isInteger(v) || v < 0 || v > 4294967295) {
-    throw range(field, `${v} is not a whole number of bytes (0 to 2^32-1)`);
+/**
+ * One policy option as the module reads it (`recover`'s text: `off`,
+ * digits, `true`, a name, a comma-separated list), after the check of its
+ * JS type; `null` is `'off'` for a bound. The module judges the value.
+ */
+function knob(key, unit, v) {
+  const text = (x) => {
+    if (typeof x === 'number') return String(x);
+    if (/[\n,]/.test(x)) throw range(key, `${JSON.stringify(x)} is not a value of it`);
+    return x;
+  };
+  switch (unit) {
+    case 'ms':
+      if (v === null) return 'off';
+      if (typeof v !== 'number' && v !== 'off') throw shape(`\`${key}\`: expected a number, 'off' or null, got ${kindOf(v)}`);
+      return text(v);
+    case 'count': case 'bytes':
+      return text(expect(key, v, 'number', 'a number'));
+    case 'bool':
+      return String(expect(key, v, 'boolean', 'a boolean'));
+    case 'choice':
+      return text(expect(key, v, 'string', 'a string'));
+    default:
+      if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
+      for (const x of v) {
+        if (typeof x !== 'number' && typeof x !== 'string') throw shape(`\`${key}\`: expected numbers or strings, got ${kindOf(x)}`);
+      }
+      return v.map(text).join(',');
   }
-  return v;
 }
 
-function variant(field, v, names) {
-  expect(field, v, 'string', 'a string');
-  const i = names.indexOf(v);
-  if (i < 0) throw shape(`\`${field}\`: unknown variant \`${v}\``);
-  return i;
+/** The policy text of the module (`name=value` lines) as npm options. */
+function policyOf(text) {
+  const out = {};
+  for (const line of text.split('\n')) {
+    const at = line.indexOf('=');
+    if (at < 0) continue;
+    const key = line.slice(0, at);
+    const value = line.slice(at + 1);
+    const read = (x) => {
+      if (/^[0-9]+$/.test(x)) return Number(x);
+      if (x === 'true' || x === 'false') return x === 'true';
+      return x;
+    };
+    out[key] = POLICY[key] === 'list' ? (value === '' ? [] : value.split(',').map(read)) : read(value);
+  }
+  return Object.freeze(out);
 }
-
-const POLICY_ERRORS = [
-  null,
-  (d) => `status ${d} cannot be made retryable`,
-  (d) => `failure category ${CATEGORIES[d]} is never retryable`,
-  () => 'backoff ceiling is below its base',
-  (_, field) => `${field} must be greater than zero`,
-];
 
 /**
  * Checks `options` and builds the module's client; throws a TypeError (a
@@ -161,21 +194,20 @@ function client(wasm, options, available) {
     throw optionError(TypeError, 'invalid recovery option `signal`: expected an AbortSignal');
   }
   const n = new Float64Array(NUMBER_SLOTS.length).fill(NaN);
-  let statuses = new Uint16Array(0);
-  let statusesGiven = false;
+  let policy = '';
   let protocol = available.includes('auto') ? 'auto' : available[0];
   let sseData = '';
   let sseEvent = '';
   let terminal = false;
   let alternates = [];
-  const nullable = (field, v) => { n[slot(field)] = v === null ? -1 : millis(field, v, true); };
   for (const [key, v] of Object.entries(options)) {
     if (v === undefined || FUNCTIONS.includes(key) || key === 'signal') continue;
+    if (Object.prototype.hasOwnProperty.call(POLICY, key)) {
+      // null keeps the default, except for a bound, which it turns off.
+      if (v !== null || POLICY[key] === 'ms') policy += `${key}=${knob(key, POLICY[key], v)}\n`;
+      continue;
+    }
     switch (key) {
-      case 'budgetMs': case 'deadlineMs': case 'idleTimeoutMs': case 'progressTimeoutMs': case 'headTimeoutMs':
-      case 'firstTokenTimeoutMs':
-        nullable(key, v);
-        continue;
       case 'retryBudget':
         // Absent: the engine's default budget; null: none.
         if (v === null) {
@@ -202,30 +234,10 @@ function client(wasm, options, available) {
         continue;
     }
     if (v === null) {
-      if (NUMBER_SLOTS.includes(key) || ['retryableStatuses', 'sseTerminal', 'prefillTemplate'].includes(key)) continue;
+      if (['protocol', 'resumableSse', 'contextWindow', 'sseTerminal', 'prefillTemplate'].includes(key)) continue;
       throw shape(`unknown field \`${key}\``);
     }
     switch (key) {
-      case 'maxAttempts':
-        if (whole(key, v, 4294967295) === 0) throw range(key, 'must be at least 1 (the first send counts)');
-        n[slot(key)] = v;
-        break;
-      case 'backoffBaseMs': case 'backoffCeilingMs':
-        n[slot(key)] = millis(key, v, true);
-        break;
-      case 'retryAfterCeilingMs':
-        n[slot(key)] = millis(key, v, false);
-        break;
-      case 'replayBodyCap': case 'holdbackCap': case 'evidenceCap':
-        n[slot(key)] = bytes(key, v);
-        break;
-      case 'maxResumes':
-        n[slot(key)] = whole(key, v, 4294967295);
-        break;
-      case 'attemptsPerTarget':
-        if (whole(key, v, 4294967295) === 0) throw range(key, 'must be at least 1');
-        n[slot(key)] = v;
-        break;
       case 'contextWindow':
         expect(key, v, 'number', 'a number');
         if (!Number.isSafeInteger(v) || v < 1) throw range(key, 'must be a whole number of tokens, at least 1');
@@ -235,24 +247,6 @@ function client(wasm, options, available) {
         if (options.continuation !== 'prefill') throw range(key, "applies only with continuation: 'prefill'");
         n[slot('prefill')] = prefillTemplate(key, v);
         break;
-      case 'overCeiling':
-        n[slot(key)] = variant(key, v, ['refuse', 'backoff']);
-        break;
-      case 'endpoint':
-        n[slot(key)] = variant(key, v, ['remote', 'local']);
-        break;
-      case 'retryableStatuses':
-        if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
-        statuses = Uint16Array.from(v, (s) => whole(key, s, 65535));
-        statusesGiven = true;
-        break;
-      case 'retryableCategories': {
-        if (!Array.isArray(v)) throw shape(`\`${key}\`: expected an array, got ${kindOf(v)}`);
-        let mask = 0;
-        for (const c of v) mask |= 1 << variant(key, c, CATEGORIES);
-        n[slot(key)] = mask;
-        break;
-      }
       case 'protocol': {
         expect(key, v, 'string', 'a string');
         const name = v.trim().toLowerCase();
@@ -276,7 +270,7 @@ function client(wasm, options, available) {
         if ((sseData === '') === (sseEvent === '')) throw range(key, 'give exactly one of `data` or `event`');
         terminal = true;
         break;
-      case 'resumableSse': case 'retryProtocolViolations': case 'idempotencyKey':
+      case 'resumableSse':
         n[slot(key)] = expect(key, v, 'boolean', 'a boolean') ? 1 : 0;
         break;
       case 'cooldowns':
@@ -293,12 +287,11 @@ function client(wasm, options, available) {
   if (terminal && protocol !== 'sse') throw range('sseTerminal', 'only applies with protocol "sse"');
   n[slot('protocol')] = PROTOCOLS.indexOf(protocol);
   if (options.continuation === 'prefill' && Number.isNaN(n[slot('prefill')])) n[slot('prefill')] = 0;
-  const c = new wasm.Client(n, statuses, statusesGiven, sseData, sseEvent);
-  const error = c.error();
-  if (error !== 0) {
-    const text = POLICY_ERRORS[error] ? POLICY_ERRORS[error](c.errorDetail(), c.errorField()) : 'refused';
+  const c = new wasm.Client(policy, n, sseData, sseEvent);
+  const refused = c.errorText();
+  if (refused !== '') {
     c.free();
-    throw optionError(RangeError, `invalid recovery policy: ${text}`);
+    throw optionError(RangeError, `invalid recovery policy: ${refused}`);
   }
   for (const [i, a] of alternates.entries()) {
     const refused = c.alternate(a.label, a.url, a.model, a.protocol, a.contextWindow, a.prefill);
@@ -1185,6 +1178,8 @@ export function bind(wasm, platform = defaultPlatform) {
       }
       return attach(response, handle);
     };
+    // The policy in force, every knob (npm names; 'off' for a bound that is off).
+    recoveringFetch.policy = policyOf(c.policyText());
     // The endpoint cooldowns this function's requests share.
     const key = (url, body) => {
       const u = new Request(url).url;

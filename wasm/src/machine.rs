@@ -33,6 +33,7 @@
 //! | `0x400` | the deadline moved (`deadline`) |
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -43,11 +44,12 @@ use recovery_core::exchange::{
     AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
 };
 use recovery_core::failover::Target;
-use recovery_core::failure::{Category, Failure, Phase, TransportKind};
+use recovery_core::failure::{Failure, Phase, TransportKind};
 use recovery_core::outcome::ReplayDisabled;
+use recovery_core::policy::{PolicyError, PolicySpec, field_by_camel_case};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use recovery_core::timing::{Fraction, Instant};
-use recovery_core::{Endpoint, OverCeiling, PolicyError, RecoveryPolicy, RecoveryStatus};
+use recovery_core::{RecoveryPolicy, RecoveryStatus};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen::prelude::*;
 
@@ -176,39 +178,35 @@ impl Head for JsHead<'_> {
     }
 }
 
-/// Indices of the numeric options in `Client::new`'s `numbers`. `NaN`
-/// keeps the policy default; `-1` turns an optional bound off.
+/// Indices of the numeric options in `Client::new`'s `numbers`: the
+/// options that are not policy knobs (those come as text, by the names of
+/// the policy table). `NaN` keeps the default.
 mod slot {
-    pub const MAX_ATTEMPTS: usize = 0;
-    pub const BACKOFF_BASE_MS: usize = 1;
-    pub const BACKOFF_CEILING_MS: usize = 2;
-    pub const BUDGET_MS: usize = 3;
-    pub const DEADLINE_MS: usize = 4;
-    pub const RETRY_AFTER_CEILING_MS: usize = 5;
-    pub const OVER_CEILING: usize = 6;
-    pub const REPLAY_BODY_CAP: usize = 7;
-    pub const HOLDBACK_CAP: usize = 8;
-    pub const EVIDENCE_CAP: usize = 9;
-    pub const MAX_RESUMES: usize = 10;
-    pub const ENDPOINT: usize = 11;
-    pub const IDLE_TIMEOUT_MS: usize = 12;
-    pub const PROGRESS_TIMEOUT_MS: usize = 13;
-    pub const HEAD_TIMEOUT_MS: usize = 14;
-    pub const CATEGORIES: usize = 15;
-    pub const PROTOCOL: usize = 16;
-    pub const RESUMABLE_SSE: usize = 17;
-    pub const BUDGET_TTL_MS: usize = 18;
-    pub const BUDGET_MIN_PER_SEC: usize = 19;
-    pub const BUDGET_PERCENT: usize = 20;
-    pub const RETRY_PROTOCOL_VIOLATIONS: usize = 21;
-    pub const IDEMPOTENCY_KEY: usize = 22;
-    pub const NO_COOLDOWNS: usize = 23;
-    pub const ATTEMPTS_PER_TARGET: usize = 24;
-    pub const FIRST_TOKEN_TIMEOUT_MS: usize = 25;
-    pub const CONTEXT_WINDOW: usize = 26;
-    pub const PREFILL: usize = 27;
+    pub const PROTOCOL: usize = 0;
+    pub const RESUMABLE_SSE: usize = 1;
+    pub const BUDGET_TTL_MS: usize = 2;
+    pub const BUDGET_MIN_PER_SEC: usize = 3;
+    pub const BUDGET_PERCENT: usize = 4;
+    pub const NO_COOLDOWNS: usize = 5;
+    pub const CONTEXT_WINDOW: usize = 6;
+    pub const PREFILL: usize = 7;
     #[cfg(test)]
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 8;
+}
+
+/// The policy spec the shell wrote: one `name=value` line per policy
+/// option given, `name` the npm option (the policy table's name in
+/// camelCase), `value` as `recover` takes it (`off`, digits, `true`, a
+/// name, a comma-separated list).
+fn spec_of(text: &str) -> Result<PolicySpec, PolicyError> {
+    let mut spec = PolicySpec::new();
+    for line in text.lines() {
+        let (name, value) = line.split_once('=').unwrap_or((line, ""));
+        let field =
+            field_by_camel_case(name).ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
+        spec.set_text(field.name, value)?;
+    }
+    Ok(spec)
 }
 
 /// The prefill form of index `n` in `Prefill::ALL`; none for -1, NaN or
@@ -232,16 +230,6 @@ const PROTOCOLS: [&str; 7] = [
     "sse",
 ];
 
-/// The categories of the `CATEGORIES` bit mask, bit by bit.
-const CATEGORIES: [Category; 6] = [
-    Category::Transport,
-    Category::Http,
-    Category::ProviderResponse,
-    Category::Protocol,
-    Category::Cancellation,
-    Category::ClientTimeout,
-];
-
 /// A flag or a two-way choice: 1 (the second way) or 0.
 fn set(n: f64) -> bool {
     n > 0.5
@@ -253,12 +241,6 @@ fn given(n: f64) -> Option<f64> {
 
 fn ms(n: f64) -> Duration {
     Duration::from_micros((n * 1000.0) as u64)
-}
-
-/// An optional bound: `None` keeps the default, `Some(None)` turns it off.
-#[allow(clippy::option_option)]
-fn bound(n: f64) -> Option<Option<Duration>> {
-    given(n).map(|n| (n >= 0.0).then(|| ms(n)))
 }
 
 /// The protocols this module decodes, comma-separated (`auto` when it has
@@ -317,116 +299,20 @@ pub struct Client {
     context_window: Option<u64>,
     /// The prefill form the request's own endpoint continues with.
     prefill: Option<Prefill>,
-    error: u32,
-    error_detail: u32,
-    error_field: String,
+    /// Why the policy was refused (the policy error's text), or empty.
+    error: String,
 }
 
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 impl Client {
-    /// A client from options the shell already checked for types and
-    /// ranges: `numbers` by `slot`, the retryable statuses when given
-    /// (`statuses_given`), the generic SSE terminal (`sse_data` or
-    /// `sse_event`, empty for none). A combination the policy refuses sets
-    /// [`Client::error`].
+    /// A client from options the shell already checked for types:
+    /// `policy` the policy options given, one `name=value` line each (see
+    /// `spec_of`); `numbers` the other options by `slot`; the generic SSE
+    /// terminal (`sse_data` or `sse_event`, empty for none). A policy the
+    /// spec refuses sets [`Client::error_text`].
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(constructor))]
-    pub fn new(
-        numbers: &[f64],
-        statuses: &[u16],
-        statuses_given: bool,
-        sse_data: &str,
-        sse_event: &str,
-    ) -> Client {
+    pub fn new(policy: &str, numbers: &[f64], sse_data: &str, sse_event: &str) -> Client {
         let n = |i: usize| numbers.get(i).copied().unwrap_or(f64::NAN);
-        let mut b = RecoveryPolicy::builder();
-        if let Some(v) =
-            given(n(slot::MAX_ATTEMPTS)).and_then(|v| std::num::NonZeroU32::new(v as u32))
-        {
-            b = b.max_attempts(v);
-        }
-        let defaults = RecoveryPolicy::default();
-        let (base, ceiling) = (
-            given(n(slot::BACKOFF_BASE_MS)),
-            given(n(slot::BACKOFF_CEILING_MS)),
-        );
-        if base.is_some() || ceiling.is_some() {
-            let base = base.map_or(defaults.backoff_base(), ms);
-            let ceiling = ceiling.map_or(defaults.backoff_ceiling().max(base), ms);
-            b = b.backoff(base, ceiling);
-        }
-        if let Some(v) = bound(n(slot::BUDGET_MS)) {
-            b = b.budget(v);
-        }
-        if let Some(v) = bound(n(slot::DEADLINE_MS)) {
-            b = b.deadline(v);
-        }
-        if statuses_given {
-            b = b.retryable_statuses(statuses.iter().copied());
-        }
-        if let Some(mask) = given(n(slot::CATEGORIES)) {
-            let mask = mask as u32;
-            b = b.retryable_categories(
-                CATEGORIES
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| mask & (1 << i) != 0)
-                    .map(|(_, c)| *c),
-            );
-        }
-        let (ceiling, over) = (
-            given(n(slot::RETRY_AFTER_CEILING_MS)),
-            given(n(slot::OVER_CEILING)),
-        );
-        if ceiling.is_some() || over.is_some() {
-            let over = if over.is_some_and(set) {
-                OverCeiling::Backoff
-            } else {
-                OverCeiling::Refuse
-            };
-            b = b.retry_after_ceiling(ceiling.map_or(defaults.retry_after_ceiling(), ms), over);
-        }
-        if let Some(v) = given(n(slot::REPLAY_BODY_CAP)) {
-            b = b.replay_body_cap(v as usize);
-        }
-        if let Some(v) = given(n(slot::HOLDBACK_CAP)) {
-            b = b.holdback_cap(v as usize);
-        }
-        if let Some(v) = given(n(slot::EVIDENCE_CAP)) {
-            b = b.evidence_cap(v as usize);
-        }
-        if let Some(v) = given(n(slot::MAX_RESUMES)) {
-            b = b.max_resumes(v as u32);
-        }
-        if let Some(v) =
-            given(n(slot::ATTEMPTS_PER_TARGET)).and_then(|v| std::num::NonZeroU32::new(v as u32))
-        {
-            b = b.attempts_per_target(v);
-        }
-        if let Some(v) = given(n(slot::RETRY_PROTOCOL_VIOLATIONS)) {
-            b = b.retry_protocol_violations(set(v));
-        }
-        if let Some(v) = given(n(slot::IDEMPOTENCY_KEY)) {
-            b = b.idempotency_key(set(v));
-        }
-        if let Some(v) = given(n(slot::ENDPOINT)) {
-            b = b.endpoint(if set(v) {
-                Endpoint::Local
-            } else {
-                Endpoint::Remote
-            });
-        }
-        if let Some(v) = bound(n(slot::IDLE_TIMEOUT_MS)) {
-            b = b.idle_timeout(v);
-        }
-        if let Some(v) = bound(n(slot::PROGRESS_TIMEOUT_MS)) {
-            b = b.progress_timeout(v);
-        }
-        if let Some(v) = bound(n(slot::HEAD_TIMEOUT_MS)) {
-            b = b.head_timeout(v);
-        }
-        if let Some(v) = bound(n(slot::FIRST_TOKEN_TIMEOUT_MS)) {
-            b = b.first_token_timeout(v);
-        }
         let terminal = if !sse_data.is_empty() {
             Some(SseTerminal::Data(sse_data.to_owned()))
         } else if !sse_event.is_empty() {
@@ -454,8 +340,12 @@ impl Client {
                 given(n(slot::BUDGET_PERCENT)).unwrap_or(d.percent),
             )))
         });
-        let mut client = Client {
-            policy: None,
+        let (policy, error) = match spec_of(policy).and_then(|s| s.build()) {
+            Ok(policy) => (Some(policy), String::new()),
+            Err(e) => (None, e.to_string()),
+        };
+        Client {
+            policy,
             protocol,
             resumable_sse: set(n(slot::RESUMABLE_SSE)),
             budget,
@@ -466,35 +356,30 @@ impl Client {
                 .filter(|v| *v >= 1.0 && v.is_finite())
                 .map(|v| v as u64),
             prefill: prefill_of(n(slot::PREFILL)),
-            error: 0,
-            error_detail: 0,
-            error_field: String::new(),
-        };
-        match b.build() {
-            Ok(policy) => client.policy = Some(policy),
-            Err(e) => client.refuse(&e),
+            error,
         }
-        client
     }
 
-    /// Why the policy was refused: 0 it was not; 1 a status that can never
-    /// be retried (`errorDetail`); 2 a category that can never be retried
-    /// (`errorDetail`: its bit); 3 the backoff ceiling is below its base;
-    /// 4 a duration or cap that must be positive (`errorField`).
-    pub fn error(&self) -> u32 {
-        self.error
+    /// Why the policy was refused, in the words every front end uses for
+    /// it (`idle_timeout_ms: 0 is not a duration; use "off" to turn it
+    /// off`); empty when it was not.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = errorText))]
+    pub fn error_text(&self) -> String {
+        self.error.clone()
     }
 
-    /// The status or category bit of [`Client::error`].
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = errorDetail))]
-    pub fn error_detail(&self) -> u32 {
-        self.error_detail
-    }
-
-    /// The policy knob of error 4.
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = errorField))]
-    pub fn error_field(&self) -> String {
-        self.error_field.clone()
+    /// The policy in force, every knob, one `name=value` line each (the
+    /// npm option's name; `off` for a bound that is off; lists
+    /// comma-separated): what `rfetch.policy` shows.
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = policyText))]
+    pub fn policy_text(&self) -> String {
+        let mut out = String::new();
+        if let Some(policy) = &self.policy {
+            for (field, value) in PolicySpec::from_policy(policy).iter() {
+                let _ = writeln!(out, "{}={value}", field.camel_case());
+            }
+        }
+        out
     }
 
     /// Adds an alternate, after those added before ([`recovery_core::failover`]):
@@ -653,26 +538,7 @@ impl Client {
     }
 }
 
-impl Client {
-    fn refuse(&mut self, e: &PolicyError) {
-        self.error = match e {
-            PolicyError::InvalidStatus(s) => {
-                self.error_detail = u32::from(*s);
-                1
-            }
-            PolicyError::UnsupportedCategory(c) => {
-                self.error_detail = CATEGORIES.iter().position(|x| x == c).unwrap_or(0) as u32;
-                2
-            }
-            PolicyError::CeilingBelowBase => 3,
-            PolicyError::ZeroDuration(what) | PolicyError::ZeroCap(what) => {
-                str::clone_into(what, &mut self.error_field);
-                4
-            }
-            _ => 5,
-        };
-    }
-}
+impl Client {}
 
 /// What a send asks for.
 struct Outgoing {
@@ -1169,7 +1035,7 @@ mod tests {
     fn client(numbers: &[f64]) -> Client {
         let mut all = [NAN; slot::COUNT];
         all[..numbers.len()].copy_from_slice(numbers);
-        Client::new(&all, &[], false, "", "")
+        Client::new("", &all, "", "")
     }
 
     fn start(c: &Client) -> Machine {
@@ -1372,36 +1238,113 @@ mod tests {
 
     #[test]
     fn a_refused_policy_names_its_reason() {
-        let mut numbers = [NAN; slot::COUNT];
-        let c = Client::new(&numbers, &[401], true, "", "");
-        assert_eq!((c.error(), c.error_detail()), (1, 401));
-        numbers[slot::BACKOFF_BASE_MS] = 5000.0;
-        numbers[slot::BACKOFF_CEILING_MS] = 10.0;
-        assert_eq!(Client::new(&numbers, &[], false, "", "").error(), 3);
-        assert_eq!(client(&[]).error(), 0);
+        let numbers = [NAN; slot::COUNT];
+        let refused = |policy: &str| Client::new(policy, &numbers, "", "").error_text();
+        assert_eq!(
+            refused("retryableStatuses=401"),
+            "status 401 cannot be made retryable"
+        );
+        assert_eq!(
+            refused("backoffBaseMs=5000\nbackoffCeilingMs=10"),
+            "backoff ceiling is below its base"
+        );
+        assert_eq!(
+            refused("idleTimeoutMs=0"),
+            "idle_timeout_ms: 0 is not a duration; use \"off\" to turn it off"
+        );
+        assert_eq!(refused("maxAttempts=0"), "max_attempts: must be at least 1");
+        assert_eq!(refused("maxAtempts=3"), "unknown policy knob `maxAtempts`");
+        assert!(refused("budgetMs=1.5").contains("got \"1.5\""));
+        assert_eq!(client(&[]).error_text(), "");
     }
 
     #[test]
     fn options_map_onto_the_policy() {
         let mut n = [NAN; slot::COUNT];
-        n[slot::MAX_ATTEMPTS] = 5.0;
-        n[slot::BUDGET_MS] = -1.0;
-        n[slot::IDLE_TIMEOUT_MS] = 1500.0;
-        n[slot::PROGRESS_TIMEOUT_MS] = -1.0;
-        n[slot::ENDPOINT] = 1.0;
-        n[slot::CATEGORIES] = 0b11.into();
         n[slot::PROTOCOL] = 3.0;
-        let c = Client::new(&n, &[503, 429], true, "", "");
+        let policy = "maxAttempts=5\nbudgetMs=off\nidleTimeoutMs=1500\nprogressTimeoutMs=off\n\
+                      endpoint=local\nretryableCategories=transport,http\n\
+                      retryableStatuses=503,429\n";
+        let c = Client::new(policy, &n, "", "");
         let p = c.policy.as_ref().unwrap();
         assert_eq!(p.max_attempts().get(), 5);
         assert_eq!(p.budget(), None);
         assert_eq!(p.idle_timeout(), Some(Duration::from_millis(1500)));
         assert_eq!(p.progress_timeout(), None);
-        assert_eq!(p.endpoint(), Endpoint::Local);
+        assert_eq!(p.endpoint(), recovery_core::Endpoint::Local);
         assert_eq!(p.retryable_statuses(), &[429, 503]);
         assert!(p.categories().transport && p.categories().http);
         assert!(!p.categories().provider_response);
         assert_eq!(c.protocol, ProtocolChoice::Fixed(ProtocolKind::Anthropic));
         assert!(protocols().contains("openai-chat"));
+        let text = c.policy_text();
+        assert!(text.contains("budgetMs=off\n"), "{text}");
+        assert!(text.contains("retryableStatuses=429,503\n"), "{text}");
+        assert_eq!(
+            Client::new(&text, &n, "", "").policy,
+            c.policy,
+            "the policy text reads back"
+        );
+    }
+
+    /// The shell's list of the policy options is the policy table: every
+    /// knob of `FIELDS`, camelCased, with its unit, in the table's order.
+    /// A knob added to the table fails this test until the shell takes it.
+    #[test]
+    fn the_shells_policy_options_are_the_policy_table() {
+        let shell = include_str!("../js/shell.mjs");
+        let start = shell.find("const POLICY = {").expect("the shell's POLICY") + 16;
+        let list = &shell[start..start + shell[start..].find("};").unwrap()];
+        let shell_knobs: Vec<(String, String)> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (name, unit) = e.split_once(':').expect("name: 'unit'");
+                (
+                    name.trim().to_owned(),
+                    unit.trim().trim_matches('\'').to_owned(),
+                )
+            })
+            .collect();
+        let table: Vec<(String, String)> = recovery_core::policy::FIELDS
+            .iter()
+            .map(|f| (f.camel_case(), f.unit.name().to_owned()))
+            .collect();
+        assert_eq!(shell_knobs, table);
+    }
+
+    /// The shell's `NUMBER_SLOTS` puts each option where `slot` reads it.
+    #[test]
+    fn the_shells_number_slots_are_the_modules() {
+        let shell = include_str!("../js/shell.mjs");
+        let start = shell.find("const NUMBER_SLOTS = [").expect("NUMBER_SLOTS") + 22;
+        let list = &shell[start..start + shell[start..].find("];").unwrap()];
+        let names: Vec<&str> = list
+            .split(',')
+            .map(|e| e.trim().trim_matches('\''))
+            .filter(|e| !e.is_empty())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (slot::PROTOCOL, "protocol"),
+                (slot::RESUMABLE_SSE, "resumableSse"),
+                (slot::BUDGET_TTL_MS, "retryBudget.ttlMs"),
+                (slot::BUDGET_MIN_PER_SEC, "retryBudget.minRetriesPerSec"),
+                (slot::BUDGET_PERCENT, "retryBudget.percent"),
+                (slot::NO_COOLDOWNS, "noCooldowns"),
+                (slot::CONTEXT_WINDOW, "contextWindow"),
+                (slot::PREFILL, "prefill"),
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, (at, name))| {
+                assert_eq!(i, *at, "{name}");
+                *name
+            })
+            .collect::<Vec<_>>()
+        );
+        assert_eq!(names.len(), slot::COUNT);
     }
 }

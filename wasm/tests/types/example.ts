@@ -7,6 +7,7 @@ const rfetch = createRecoveringFetch({
   maxAttempts: 4,
   backoffBaseMs: 250,
   budgetMs: null,
+  idleTimeoutMs: 'off',
   retryableCategories: ['transport', 'http'],
   protocol: 'anthropic',
   onEvent: (e) => {
@@ -19,6 +20,9 @@ const rfetch = createRecoveringFetch({
   signal: controller.signal,
   admission: async (ctx) => ctx.nextAttempt <= 2,
 });
+
+const idle: number | 'off' = rfetch.policy.idleTimeoutMs;
+console.log(idle, rfetch.policy.retryableStatuses.length);
 
 export async function run(url: string): Promise<string> {
   try {
