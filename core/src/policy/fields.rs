@@ -153,7 +153,7 @@ pub const FIELDS: &[Field] = &[
     choice("endpoint",               Unit::Choice, "remote",  &["remote", "local"],
         "local: a resend that may overlap inference needs the admission hook"),
     row("replay_body_cap",           Unit::Bytes, "8388608",  false, false,
-        "largest request body kept for a replay; 0: none is"),
+        "largest request body kept for a replay; 0: no body is replayed"),
     row("holdback_cap",              Unit::Bytes, "65536",    false, true,
         "largest prefix held back before the first token commits the answer"),
     row("evidence_cap",              Unit::Bytes, "16384",    false, false,
