@@ -2,7 +2,7 @@
 //! without spawning a process: the command line ([`args`]), the HTTPS
 //! client and one exchange through the recovery stack ([`client`]),
 //! readable output ([`show`]) and the live status line ([`status`]).
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 pub mod args;
 pub mod client;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::timing::Fraction;
 
 /// The upper bound of the jitter draw for retry `n` (1-based).
-pub fn bound(base: Duration, ceiling: Duration, retry: u32) -> Duration {
+pub(crate) fn bound(base: Duration, ceiling: Duration, retry: u32) -> Duration {
     let exponent = retry.saturating_sub(1).min(32);
     let scaled = base.saturating_mul(1u32 << exponent.min(31));
     let scaled = if exponent > 31 {
@@ -22,7 +22,7 @@ pub fn bound(base: Duration, ceiling: Duration, retry: u32) -> Duration {
 }
 
 /// The jittered wait before retry `n`: `fraction · bound(n)`.
-pub fn delay(base: Duration, ceiling: Duration, retry: u32, fraction: Fraction) -> Duration {
+pub(crate) fn delay(base: Duration, ceiling: Duration, retry: u32, fraction: Fraction) -> Duration {
     fraction.of(bound(base, ceiling, retry))
 }
 

@@ -46,7 +46,7 @@ pub enum DelayCause {
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Wait `delay`, then replay the request.
     RetryAfter {
         /// How long.
@@ -73,7 +73,7 @@ pub enum Action {
 
 /// The logical request's state, as far as the decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptState {
+pub(crate) struct AttemptState {
     /// Physical sends made so far (the failed one included).
     pub attempts_made: u32,
     /// Physical sends still allowed (shared allowance).
@@ -110,7 +110,7 @@ pub struct AttemptState {
 
 impl AttemptState {
     /// State after the first send of a request that started at `started_at`.
-    pub fn first(started_at: Instant, max_attempts: u32) -> Self {
+    pub(crate) fn first(started_at: Instant, max_attempts: u32) -> Self {
         AttemptState {
             attempts_made: 1,
             attempts_left: max_attempts.saturating_sub(1),
@@ -133,7 +133,7 @@ impl AttemptState {
 
 /// Everything the decision reads.
 #[derive(Debug, Clone, Copy)]
-pub struct DecisionInput<'a> {
+pub(crate) struct DecisionInput<'a> {
     /// The policy.
     pub policy: &'a RecoveryPolicy,
     /// The request's state.
@@ -150,7 +150,7 @@ pub struct DecisionInput<'a> {
 
 /// Whether the policy would retry `failure` at all (before any budget,
 /// attempt, semantic or admission check), and if not, the outcome.
-pub fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<(), Outcome> {
+pub(crate) fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<(), Outcome> {
     if let FailureKind::Unsuccessful { reason } = &failure.kind {
         return Err(Outcome::Unsuccessful {
             reason: reason.clone(),
@@ -188,7 +188,7 @@ pub fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<(), Out
 
 /// Whether the failure shows (or may hide) semantic output, which forbids a
 /// replay.
-pub fn semantic_seen(state: &AttemptState, failure: &Failure) -> bool {
+pub(crate) fn semantic_seen(state: &AttemptState, failure: &Failure) -> bool {
     state.committed || failure.shows_output()
 }
 
@@ -321,7 +321,7 @@ fn limits(
 /// the request fails naming them); the backoff against the deadline;
 /// admission; connectivity (for a replay; a resume checks it after its
 /// backoff). Only then a wait is scheduled, or the switch made.
-pub fn decide(input: DecisionInput<'_>) -> Action {
+pub(crate) fn decide(input: DecisionInput<'_>) -> Action {
     let DecisionInput {
         policy,
         state,

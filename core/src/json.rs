@@ -21,7 +21,7 @@ use crate::wire::ProtocolViolation;
 
 /// The JSON type of a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JsonKind {
+pub(crate) enum JsonKind {
     /// `null`
     Null,
     /// `true` / `false`
@@ -37,7 +37,7 @@ pub enum JsonKind {
 }
 
 /// Read access to a parsed JSON value, as much as classifiers need.
-pub trait JsonView<'a>: Copy + Sized {
+pub(crate) trait JsonView<'a>: Copy + Sized {
     /// The value's type.
     fn kind(self) -> JsonKind;
     /// The values of `keys` when this is an object (last duplicate wins, as in
@@ -74,11 +74,11 @@ pub trait JsonView<'a>: Copy + Sized {
 /// but every look-up walks the bytes again. Used for documents too large
 /// for a [`Tape`].
 #[derive(Debug, Clone, Copy)]
-pub struct Lazy<'a>(&'a [u8]);
+pub(crate) struct Lazy<'a>(&'a [u8]);
 
 impl<'a> Lazy<'a> {
     /// Validates `doc` as one JSON document and returns its root value.
-    pub fn parse(doc: &'a [u8]) -> Result<Self, ProtocolViolation> {
+    pub(crate) fn parse(doc: &'a [u8]) -> Result<Self, ProtocolViolation> {
         if std::str::from_utf8(doc).is_err() {
             return Err(ProtocolViolation::InvalidUtf8);
         }
@@ -87,14 +87,14 @@ impl<'a> Lazy<'a> {
     }
 
     /// The value's bytes.
-    pub fn as_bytes(self) -> &'a [u8] {
+    pub(crate) fn as_bytes(self) -> &'a [u8] {
         self.0
     }
 }
 
 /// Parses `doc` the slow, reference way: a full `serde_json::Value`.
 #[cfg(feature = "serde_json")]
-pub fn parse_reference(doc: &[u8]) -> Result<Value, ProtocolViolation> {
+pub(crate) fn parse_reference(doc: &[u8]) -> Result<Value, ProtocolViolation> {
     if std::str::from_utf8(doc).is_err() {
         return Err(ProtocolViolation::InvalidUtf8);
     }
@@ -195,7 +195,7 @@ fn escape(b: &[u8], i: usize) -> Option<usize> {
 /// surrogate pairs joined; `None` for anything that is not exactly one
 /// valid literal (bad escape, lone surrogate, raw control byte or quote,
 /// invalid UTF-8).
-pub fn unescape(literal: &[u8]) -> Option<String> {
+pub(crate) fn unescape(literal: &[u8]) -> Option<String> {
     let body = literal.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
     let mut out = Vec::with_capacity(body.len());
     let mut i = 0;
@@ -693,7 +693,7 @@ impl<'a> JsonView<'a> for &'a Value {
 
 /// Largest document scanned onto a [`Tape`]; larger ones are read [`Lazy`]
 /// so the tape stays bounded (at most ~`TAPE_MAX_DOC / 2` nodes).
-pub const TAPE_MAX_DOC: usize = 64 * 1024;
+pub(crate) const TAPE_MAX_DOC: usize = 64 * 1024;
 
 /// No enclosing container (the root's parent).
 const NONE: u32 = u32::MAX;
@@ -726,7 +726,7 @@ struct Node {
 /// of the bytes read so far, so the state there is the state a full scan
 /// would reach, and the result is the same.
 #[derive(Debug, Clone, Default)]
-pub struct Tape {
+pub(crate) struct Tape {
     nodes: Vec<Node>,
     /// The last document that scanned valid; `nodes` describes it.
     prev: Vec<u8>,
@@ -734,7 +734,7 @@ pub struct Tape {
 
 /// A document read through a [`Tape`]: on the tape, or lazily when large.
 #[derive(Debug, Clone, Copy)]
-pub enum Parsed<'a> {
+pub(crate) enum Parsed<'a> {
     /// Scanned onto the tape.
     Tape(Skim<'a>),
     /// Too large for the tape: validated, read lazily.
@@ -744,7 +744,7 @@ pub enum Parsed<'a> {
 impl Tape {
     /// Validates `doc` exactly as `serde_json` would (after a UTF-8 check)
     /// and returns its root.
-    pub fn parse<'a>(&'a mut self, doc: &'a [u8]) -> Result<Parsed<'a>, ProtocolViolation> {
+    pub(crate) fn parse<'a>(&'a mut self, doc: &'a [u8]) -> Result<Parsed<'a>, ProtocolViolation> {
         if doc.len() > TAPE_MAX_DOC {
             self.forget();
             return Lazy::parse(doc).map(Parsed::Lazy);
@@ -982,7 +982,7 @@ fn scan(b: &[u8], nodes: &mut Vec<Node>, from: usize) -> Option<()> {
 /// A validated JSON value on a [`Tape`]: look-ups jump between recorded
 /// spans.
 #[derive(Debug, Clone, Copy)]
-pub struct Skim<'a> {
+pub(crate) struct Skim<'a> {
     doc: &'a [u8],
     nodes: &'a [Node],
     at: usize,
@@ -1005,7 +1005,7 @@ impl<'a> Skim<'a> {
     }
 
     /// The value's bytes.
-    pub fn as_bytes(self) -> &'a [u8] {
+    pub(crate) fn as_bytes(self) -> &'a [u8] {
         let n = self.node();
         &self.doc[n.start as usize..n.end as usize]
     }
@@ -1131,7 +1131,7 @@ impl<'a> JsonView<'a> for Skim<'a> {
 impl<'a> Skim<'a> {
     /// Calls `f` with each member of an object: the key's bytes between its
     /// quotes (`None` when the key holds escapes) and the value.
-    pub fn members(self, mut f: impl FnMut(Option<&'a [u8]>, Self)) {
+    pub(crate) fn members(self, mut f: impl FnMut(Option<&'a [u8]>, Self)) {
         let n = self.node();
         if self.doc[n.start as usize] != b'{' {
             return;
@@ -1149,7 +1149,7 @@ impl<'a> Skim<'a> {
     /// The value rebuilt as a `serde_json::Value` from the tape alone (for
     /// tests that compare the tape with `serde_json`).
     #[cfg(all(test, feature = "serde_json"))]
-    pub fn to_value(self) -> Value {
+    pub(crate) fn to_value(self) -> Value {
         match self.kind() {
             JsonKind::Object => {
                 let mut map = serde_json::Map::new();
@@ -1201,7 +1201,7 @@ const MAX_HOLES: usize = 8;
 /// between leave the template in place: what it proves does not depend on
 /// them.
 #[derive(Debug, Clone, Default)]
-pub struct Template {
+pub(crate) struct Template {
     doc: Vec<u8>,
     /// Body spans (between the quotes) in `doc`, in document order.
     holes: Vec<(usize, usize)>,
@@ -1215,7 +1215,7 @@ pub struct Template {
 
 impl Template {
     /// Forgets the learned shape.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.doc.clear();
         self.holes.clear();
         self.probe = 0;
@@ -1226,7 +1226,11 @@ impl Template {
     /// Learns the document `probe` belongs to, with `probe` (a string) as
     /// the value whose emptiness [`check`](Self::check) reports and
     /// `spares` (strings the classifier never reads) free to differ.
-    pub fn learn<'a>(&mut self, probe: Skim<'a>, spares: impl IntoIterator<Item = Skim<'a>>) {
+    pub(crate) fn learn<'a>(
+        &mut self,
+        probe: Skim<'a>,
+        spares: impl IntoIterator<Item = Skim<'a>>,
+    ) {
         self.clear();
         if probe.kind() != JsonKind::String {
             return;
@@ -1243,7 +1247,7 @@ impl Template {
 
     /// Whether `doc` has the learned shape; if so, whether the probe's
     /// string is non-empty.
-    pub fn check(&mut self, doc: &[u8]) -> Option<bool> {
+    pub(crate) fn check(&mut self, doc: &[u8]) -> Option<bool> {
         self.check_at(doc, true).map(|(nonempty, _)| nonempty)
     }
 
@@ -1252,7 +1256,7 @@ impl Template {
     /// Bytes after the document are not looked at. `None` also when the
     /// learned document spans lines, so that a match never crosses a line
     /// end of the framing around it.
-    pub fn check_prefix(&mut self, buf: &[u8]) -> Option<(bool, usize)> {
+    pub(crate) fn check_prefix(&mut self, buf: &[u8]) -> Option<(bool, usize)> {
         if self.multiline {
             return None;
         }

@@ -186,7 +186,7 @@
 //! - **Headers can differ between attempts before commit.** The caller sees
 //!   the committed attempt's status and headers only; request ids, rate-limit
 //!   headers and the like come from that attempt, not the first one sent.
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 #![deny(unnameable_types)]
 // A build with some protocols left out (the wasm package's one-protocol
 // modules) leaves shared helpers unused; the full build is held to every

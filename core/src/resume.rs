@@ -246,7 +246,11 @@ pub const BODY_HEADERS: [&str; 3] = ["content-type", "content-length", "transfer
 impl ResumePlan {
     /// The resume request, from the original request's method and URL (an
     /// absolute URL or a path with its query).
-    pub fn request(&self, method: &str, url: &str) -> Result<ResumeRequest, ResumeRequestError> {
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        url: &str,
+    ) -> Result<ResumeRequest, ResumeRequestError> {
         match self {
             ResumePlan::ResponsesBackground {
                 response_id,
@@ -325,7 +329,7 @@ impl ResumePlan {
 
     /// The cursor after which the resumed stream's events are new, for
     /// dropping the ones a server repeats.
-    pub fn after_sequence(&self) -> Option<u64> {
+    pub(crate) fn after_sequence(&self) -> Option<u64> {
         match self {
             ResumePlan::ResponsesBackground { after_sequence, .. } => Some(*after_sequence),
             ResumePlan::LastEventId { .. } => None,

@@ -80,7 +80,7 @@ impl RetryAfter {
 
 /// Reads `x-should-retry`: `true` or `false` (surrounding spaces allowed);
 /// anything else is no hint.
-pub fn parse_should_retry(value: &str) -> Option<bool> {
+pub(crate) fn parse_should_retry(value: &str) -> Option<bool> {
     match value.trim() {
         "true" => Some(true),
         "false" => Some(false),
@@ -129,7 +129,7 @@ const MAX_SECONDS: u64 = 1 << 30;
 
 /// Parses a `Retry-After` value: `1*DIGIT` seconds or an HTTP-date
 /// (IMF-fixdate, RFC 850, asctime) compared with `wall_now`.
-pub fn parse_retry_after(value: &str, wall_now: SystemTime) -> RetryAfter {
+pub(crate) fn parse_retry_after(value: &str, wall_now: SystemTime) -> RetryAfter {
     let value = value.trim();
     if value.is_empty() {
         return RetryAfter::Invalid;
@@ -153,7 +153,7 @@ pub fn parse_retry_after(value: &str, wall_now: SystemTime) -> RetryAfter {
 
 /// Parses `retry-after-ms`: decimal milliseconds (fractions accepted, as the
 /// provider SDKs do), non-negative and finite.
-pub fn parse_millis(value: &str) -> RetryAfter {
+pub(crate) fn parse_millis(value: &str) -> RetryAfter {
     let value = value.trim();
     let well_formed = !value.is_empty()
         && value.len() <= 24

@@ -10,7 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Longest token kept.
-pub const MAX_TOKEN_LEN: usize = 64;
+pub(crate) const MAX_TOKEN_LEN: usize = 64;
 
 /// A short identifier-like string (`[A-Za-z0-9_.:-]`, at most 64 bytes).
 ///
@@ -62,7 +62,7 @@ impl fmt::Display for SafeToken {
 }
 
 /// Provider error codes that may be surfaced; anything else is `None`.
-pub const PROVIDER_CODE_ALLOWLIST: &[&str] = &[
+pub(crate) const PROVIDER_CODE_ALLOWLIST: &[&str] = &[
     "rate_limit_exceeded",
     "server_error",
     "invalid_request_error",
@@ -76,10 +76,10 @@ pub const PROVIDER_CODE_ALLOWLIST: &[&str] = &[
 /// The code a provider error is given when it says the prompt is longer
 /// than the model's context window, whatever the provider's own words
 /// (OpenAI's code, Anthropic's "prompt is too long", Gemini's token count).
-pub const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
+pub(crate) const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
 
 /// The provider code, when it is on [`PROVIDER_CODE_ALLOWLIST`].
-pub fn allowlisted_code(raw: &str) -> Option<SafeToken> {
+pub(crate) fn allowlisted_code(raw: &str) -> Option<SafeToken> {
     PROVIDER_CODE_ALLOWLIST
         .contains(&raw)
         .then(|| SafeToken(raw.to_owned()))
@@ -92,7 +92,7 @@ const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "request-id", "x-generatio
 /// short alphabetic prefix ending in `_` or `-`, then hex digits, dashes or
 /// base62 characters, 8 to 64 bytes, with no spaces or punctuation that could
 /// carry request text.
-pub fn safe_request_id(raw: &str) -> Option<SafeToken> {
+pub(crate) fn safe_request_id(raw: &str) -> Option<SafeToken> {
     let raw = raw.trim();
     if raw.len() < 8 || raw.len() > MAX_TOKEN_LEN {
         return None;
@@ -109,7 +109,7 @@ pub fn safe_request_id(raw: &str) -> Option<SafeToken> {
 
 /// Picks the first safe provider request id through a header lookup (for
 /// drivers whose headers are not an `http::HeaderMap`, such as fetch).
-pub fn request_id_with(get: impl Fn(&str) -> Option<String>) -> Option<SafeToken> {
+pub(crate) fn request_id_with(get: impl Fn(&str) -> Option<String>) -> Option<SafeToken> {
     REQUEST_ID_HEADERS
         .iter()
         .find_map(|name| get(name).as_deref().and_then(safe_request_id))
@@ -173,7 +173,7 @@ const RATE_LIMIT_HEADERS: [[&str; 2]; 6] = [
 
 /// The rate-limit evidence of a response whose headers `get` looks up by
 /// lowercase name; `None` when it sent none of a safe shape.
-pub fn rate_limits_with(get: impl Fn(&str) -> Option<String>) -> Option<RateLimits> {
+pub(crate) fn rate_limits_with(get: impl Fn(&str) -> Option<String>) -> Option<RateLimits> {
     let [
         req_limit,
         req_left,

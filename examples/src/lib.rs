@@ -1,6 +1,6 @@
 //! Shared pieces of the Recovery examples: a provider run, delta text, and
 //! (from `recovery-cli`) the HTTPS client and readable output.
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 pub mod provider;
 pub mod text;

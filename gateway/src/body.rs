@@ -13,10 +13,10 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 
 /// A type-erased error, as hyper takes.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every response body the gateway writes.
-pub type GatewayBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type GatewayBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A whole body.
 pub(crate) fn full(bytes: impl Into<Bytes>) -> GatewayBody {

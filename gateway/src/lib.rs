@@ -43,7 +43,7 @@
 //! bytes, the registry, the pump, readers, numbering). Beside them:
 //! [`config`], `routes`, [`auth`] (client keys), `identity` (stream ids,
 //! owners, log keys), [`log`], [`metrics`], [`logs`].
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 pub mod auth;
 mod body;

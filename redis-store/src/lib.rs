@@ -46,7 +46,7 @@
 //! | `{prefix}stream:{id}` | stream, entries `0-{seq}` and the end marker `1-0` | a logged stream's events |
 //! | `{prefix}meta:{id}` | hash `last`, `bytes`, `state` | a logged stream's state |
 //! | `{prefix}reader:{id}` | string, `PX` = the lease | a reader follows the stream |
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 mod budget;
 mod cooldowns;

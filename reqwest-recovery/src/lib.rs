@@ -77,7 +77,7 @@
 //! the request went out (acceptance unknown) or a reset of the body. After
 //! commit the body ends with a [`RecoveryError`]: through a `reqwest::Response`
 //! it arrives inside a `reqwest::Error`, and [`recovery_error`] finds it.
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;

@@ -1,5 +1,5 @@
 //! The loopback fault provider and cross-crate integration tests.
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 pub mod fault;
 pub mod process;

@@ -173,7 +173,7 @@
 //! a socket does not prove remote termination; headers can differ between
 //! attempts before commit), the policy defaults and the lifecycle vocabulary
 //! are documented in [`recovery_core`].
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "https")]

@@ -19,7 +19,7 @@ use crate::safe::{RateLimits, SafeToken};
 use crate::timing::Instant;
 
 /// Formats a logical id the way events and reports show it.
-pub fn format_logical_id(id: u64) -> String {
+pub(super) fn format_logical_id(id: u64) -> String {
     let mut s = String::with_capacity(16);
     crate::text::push_hex16(&mut s, id);
     s

@@ -8,7 +8,7 @@ use crate::wire::ProtocolViolation;
 
 /// Messages: `message_start`, content blocks, `message_delta`, `message_stop`.
 #[derive(Debug, Clone, Default)]
-pub struct Anthropic {
+pub(crate) struct Anthropic {
     opaque_reasoning: bool,
     message_id: Option<String>,
     open: bool,
@@ -83,7 +83,7 @@ pub(crate) fn block_kind<'a, V: JsonView<'a>>(block: V, opaque: bool) -> Option<
 impl Anthropic {
     /// A fresh stream; `opaque_reasoning` counts thinking without visible
     /// text (omitted thinking, signatures, redacted thinking) as semantic.
-    pub fn new(opaque_reasoning: bool) -> Self {
+    pub(crate) fn new(opaque_reasoning: bool) -> Self {
         Anthropic {
             opaque_reasoning,
             ..Self::default()

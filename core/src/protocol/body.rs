@@ -17,7 +17,7 @@ use crate::wire::ProtocolViolation;
 /// terminal proof (strong: the document is complete). A body that does not
 /// parse is a protocol violation; the caller decides whether it was
 /// truncated (see [`partial_body_may_be_semantic`]).
-pub fn classify_json_body(
+pub(crate) fn classify_json_body(
     kind: &ProtocolKind,
     body: &[u8],
     options: SemanticOptions,
@@ -168,7 +168,7 @@ const SEMANTIC_STRING_KEYS: &[&[u8]] = &[b"delta"];
 /// Conservative by design: a value cut right after its opening quote or
 /// bracket counts, since the next byte may have been output. A cut inside a
 /// key, before any value, or inside values of other keys does not.
-pub fn partial_body_may_be_semantic(body: &[u8]) -> bool {
+pub(crate) fn partial_body_may_be_semantic(body: &[u8]) -> bool {
     let mut i = 0;
     while i < body.len() {
         if body[i] != b'"' {

@@ -23,7 +23,7 @@ const CONTEXT_CODES: &[&str] = &[
 /// DeepSeek's and OpenRouter's "maximum context length is N tokens",
 /// Mistral's "too large for model with N maximum context length",
 /// llama.cpp's "exceeds the available context size".
-pub fn says_context_overflow<'t>(
+pub(super) fn says_context_overflow<'t>(
     codes: impl IntoIterator<Item = &'t str>,
     message: Option<&str>,
 ) -> bool {
@@ -50,7 +50,7 @@ pub fn says_context_overflow<'t>(
 /// anything: the codes OpenAI, Anthropic, Gemini and Ollama document for
 /// overload, rate limits and server errors are transient; authentication,
 /// quota and invalid-request codes are permanent.
-pub fn transience_for_token(token: &str) -> Option<Transience> {
+pub(super) fn transience_for_token(token: &str) -> Option<Transience> {
     match token {
         "server_error"
         | "rate_limit_exceeded"
@@ -90,7 +90,7 @@ pub fn transience_for_token(token: &str) -> Option<Transience> {
 
 /// What an HTTP-like status code says about retrying: 408, 409, 429 and 5xx
 /// are transient, other 4xx permanent, anything else unknown.
-pub fn transience_for_status(status: u64) -> Transience {
+pub(super) fn transience_for_status(status: u64) -> Transience {
     match status {
         408 | 409 | 429 | 500..=599 => Transience::Transient,
         400..=499 => Transience::Permanent,
@@ -159,7 +159,7 @@ pub(crate) fn classify_error_value<'a, V: JsonView<'a>>(
 /// `{"error":"…"}`, vLLM `{"object":"error",…}`. Returns `None` when the body
 /// is not one of them. A 429 whose body says `insufficient_quota` is
 /// permanent: a quota does not come back by waiting.
-pub fn classify_error_body(
+pub(crate) fn classify_error_body(
     kind: &ProtocolKind,
     http_status: Option<u16>,
     body: &[u8],

@@ -12,7 +12,7 @@ use crate::wire::ProtocolViolation;
 
 /// Gemini: proof is weak only (every candidate finished, then clean EOF).
 #[derive(Debug, Clone, Default)]
-pub struct Gemini {
+pub(crate) struct Gemini {
     candidates: Choices,
     tape: Tape,
 }
@@ -34,7 +34,7 @@ fn reason_end(raw: &str) -> ChoiceEnd {
 
 impl Gemini {
     /// A fresh stream.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

@@ -8,13 +8,13 @@ use crate::wire::ProtocolViolation;
 
 /// Any SSE stream, with an optional success sentinel.
 #[derive(Debug, Clone, Default)]
-pub struct GenericSse {
+pub(crate) struct GenericSse {
     sentinel: Option<SseTerminal>,
 }
 
 impl GenericSse {
     /// A fresh stream ended successfully only by `sentinel`.
-    pub fn new(sentinel: Option<SseTerminal>) -> Self {
+    pub(crate) fn new(sentinel: Option<SseTerminal>) -> Self {
         GenericSse { sentinel }
     }
 }

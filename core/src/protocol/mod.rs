@@ -72,7 +72,7 @@ pub(crate) enum Decode {
 impl Decode {
     /// [`Decode::Reference`] when `reference` is set and the reference path
     /// is built (feature `serde_json`), else [`Decode::Fast`].
-    pub fn new(reference: bool) -> Self {
+    pub(crate) fn new(reference: bool) -> Self {
         #[cfg(feature = "serde_json")]
         if reference {
             return Decode::Reference;
@@ -136,7 +136,7 @@ pub(crate) struct EventInfo {
 
 impl EventInfo {
     /// A frame of class `class` without a sequence number.
-    pub const fn of(class: EventClass) -> Self {
+    pub(crate) const fn of(class: EventClass) -> Self {
         EventInfo {
             class,
             sequence_number: None,
@@ -173,12 +173,12 @@ pub(crate) struct Evidence {
 impl Evidence {
     /// Whether the stream is over as far as the protocol is concerned: a
     /// terminal or a provider error was seen. Later frames change nothing.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         self.terminal.is_some() || self.provider_error.is_some()
     }
 
     /// Records terminal proof unless the stream already settled.
-    pub fn set_terminal(&mut self, terminal: Terminal) -> EventClass {
+    pub(crate) fn set_terminal(&mut self, terminal: Terminal) -> EventClass {
         let class = if terminal.is_success() {
             EventClass::TerminalSuccess
         } else {
@@ -191,7 +191,7 @@ impl Evidence {
     }
 
     /// Records a provider error unless the stream already settled.
-    pub fn set_error(&mut self, error: ProviderError) -> EventClass {
+    pub(crate) fn set_error(&mut self, error: ProviderError) -> EventClass {
         if !self.is_settled() {
             self.provider_error = Some(error);
         }
@@ -200,7 +200,7 @@ impl Evidence {
 
     /// Completed tool calls that may be executed: only after terminal
     /// success proof.
-    pub fn executable_tool_calls(&self) -> u64 {
+    pub(crate) fn executable_tool_calls(&self) -> u64 {
         match &self.terminal {
             Some(t) if t.is_success() => self.progress.completed_tool_calls,
             _ => 0,

@@ -11,7 +11,7 @@ use crate::wire::ProtocolViolation;
 
 /// Ollama: one object per line, `done: true` ends it.
 #[derive(Debug, Clone, Default)]
-pub struct Ollama {
+pub(crate) struct Ollama {
     tape: Tape,
     /// The shape of a plain delta line, once one was seen.
     template: Template,
@@ -41,7 +41,7 @@ const MESSAGE_KEYS: [&str; 3] = ["content", "thinking", "tool_calls"];
 
 impl Ollama {
     /// A fresh stream.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

@@ -26,7 +26,7 @@ const DELTA_KEYS: [&str; 8] = [
 
 /// Chat Completions: `data:` chunks, `[DONE]`, finish reasons per choice.
 #[derive(Debug, Clone, Default)]
-pub struct OpenAiChat {
+pub(crate) struct OpenAiChat {
     choices: Choices,
     done: bool,
     tape: Tape,
@@ -68,7 +68,7 @@ fn finish(raw: &str) -> Finish {
 
 impl OpenAiChat {
     /// A fresh stream.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

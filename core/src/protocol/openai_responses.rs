@@ -9,7 +9,7 @@ use crate::wire::ProtocolViolation;
 /// Responses: every event named, numbered, and typed in its JSON.
 #[derive(Debug, Clone, Default)]
 #[allow(clippy::case_sensitive_file_extension_comparisons)] // event names, not files
-pub struct OpenAiResponses {
+pub(crate) struct OpenAiResponses {
     opaque_reasoning: bool,
     tape: Tape,
 }
@@ -77,7 +77,7 @@ fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulRe
 impl OpenAiResponses {
     /// A fresh stream; `opaque_reasoning` counts reasoning items without
     /// visible text as semantic.
-    pub fn new(opaque_reasoning: bool) -> Self {
+    pub(crate) fn new(opaque_reasoning: bool) -> Self {
         OpenAiResponses {
             opaque_reasoning,
             ..Self::default()

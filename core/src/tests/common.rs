@@ -33,24 +33,24 @@ use crate::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use crate::report::RecoveryReport;
 use crate::timing::{Connectivity, Fraction, Instant, ManualTiming, ScriptedConnectivity, Timing};
 
-pub const MS: Duration = Duration::from_millis(1);
+pub(super) const MS: Duration = Duration::from_millis(1);
 
-pub fn ms(n: u64) -> Duration {
+pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-pub fn secs(n: u64) -> Duration {
+pub(super) fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
 /// The fault rows' test policy: 3 attempts, backoff
 /// 0.5 s / 8 s, Retry-After ceiling 60 s, recovery budget 120 s, statuses
 /// 408, 409, 429, 500, 502, 503, 504, 529.
-pub fn test_policy() -> RecoveryPolicy {
+pub(super) fn test_policy() -> RecoveryPolicy {
     test_builder().build().expect("test policy")
 }
 
-pub fn test_builder() -> crate::policy::PolicyBuilder {
+pub(super) fn test_builder() -> crate::policy::PolicyBuilder {
     RecoveryPolicy::builder()
         .max_attempts(NonZeroU32::new(3).expect("3"))
         .backoff(ms(500), secs(8))
@@ -59,7 +59,7 @@ pub fn test_builder() -> crate::policy::PolicyBuilder {
 }
 
 /// Progress with `n` observed (not yet delivered) fragments of `kind`.
-pub fn observed(kind: SemanticKind, n: u64) -> Progress {
+pub(super) fn observed(kind: SemanticKind, n: u64) -> Progress {
     let mut p = Progress {
         headers_received: true,
         raw_bytes: 100,
@@ -73,7 +73,7 @@ pub fn observed(kind: SemanticKind, n: u64) -> Progress {
 }
 
 /// Progress of a stream that carried only keepalives.
-pub fn keepalives_only(n: u64) -> Progress {
+pub(super) fn keepalives_only(n: u64) -> Progress {
     Progress {
         headers_received: true,
         raw_bytes: 20 * n,
@@ -85,7 +85,7 @@ pub fn keepalives_only(n: u64) -> Progress {
 
 /// What one physical send does.
 #[derive(Debug, Clone)]
-pub enum Step {
+pub(super) enum Step {
     /// The send fails `after` it started. With `commit`, the attempt commits
     /// (first semantic fragment delivered) before failing. With `offline`, the
     /// platform goes offline at the failure.
@@ -116,7 +116,7 @@ pub enum Step {
     Played(Played),
 }
 
-pub fn fail(failure: Failure) -> Step {
+pub(super) fn fail(failure: Failure) -> Step {
     Step::Fail {
         after: Duration::ZERO,
         failure,
@@ -125,7 +125,7 @@ pub fn fail(failure: Failure) -> Step {
     }
 }
 
-pub fn fail_after(after: Duration, failure: Failure) -> Step {
+pub(super) fn fail_after(after: Duration, failure: Failure) -> Step {
     Step::Fail {
         after,
         failure,
@@ -134,7 +134,7 @@ pub fn fail_after(after: Duration, failure: Failure) -> Step {
     }
 }
 
-pub fn commit_then_fail(failure: Failure) -> Step {
+pub(super) fn commit_then_fail(failure: Failure) -> Step {
     Step::Fail {
         after: Duration::ZERO,
         failure,
@@ -143,7 +143,7 @@ pub fn commit_then_fail(failure: Failure) -> Step {
     }
 }
 
-pub fn fail_offline(failure: Failure) -> Step {
+pub(super) fn fail_offline(failure: Failure) -> Step {
     Step::Fail {
         after: Duration::ZERO,
         failure,
@@ -152,7 +152,7 @@ pub fn fail_offline(failure: Failure) -> Step {
     }
 }
 
-pub fn succeed() -> Step {
+pub(super) fn succeed() -> Step {
     Step::Succeed {
         after: Duration::ZERO,
         proof: Proof::Strong,
@@ -160,7 +160,7 @@ pub fn succeed() -> Step {
     }
 }
 
-pub fn succeed_after(after: Duration) -> Step {
+pub(super) fn succeed_after(after: Duration) -> Step {
     Step::Succeed {
         after,
         proof: Proof::Strong,
@@ -168,13 +168,13 @@ pub fn succeed_after(after: Duration) -> Step {
     }
 }
 
-pub fn status(code: u16) -> Failure {
+pub(super) fn status(code: u16) -> Failure {
     Failure::status(code, crate::retry_after::RetryAfter::Absent, None)
 }
 
 /// What the admission hook does when asked.
 #[derive(Debug, Clone, Copy)]
-pub enum Hook {
+pub(super) enum Hook {
     /// Answers after `after`.
     Answer {
         after: Duration,
@@ -186,7 +186,7 @@ pub enum Hook {
     Never,
 }
 
-pub fn answer(answer: AdmissionAnswer) -> Hook {
+pub(super) fn answer(answer: AdmissionAnswer) -> Hook {
     Hook::Answer {
         after: Duration::ZERO,
         answer,
@@ -195,7 +195,7 @@ pub fn answer(answer: AdmissionAnswer) -> Hook {
 
 /// What happens while parked offline.
 #[derive(Debug, Clone, Copy)]
-pub enum Park {
+pub(super) enum Park {
     /// The platform comes back online after this long.
     OnlineAfter(Duration),
     /// The caller cancels after this long.
@@ -204,7 +204,7 @@ pub enum Park {
 
 /// How jitter is drawn.
 #[derive(Debug, Clone)]
-pub enum Jitter {
+pub(super) enum Jitter {
     Pinned(f64),
     Seeded(u64),
     Scripted(Vec<f64>),
@@ -212,7 +212,7 @@ pub enum Jitter {
 
 /// A whole scenario.
 #[derive(Debug, Clone)]
-pub struct Script {
+pub(super) struct Script {
     pub policy: RecoveryPolicy,
     pub steps: Vec<Step>,
     /// `Some` installs an admission hook answering in this order.
@@ -239,7 +239,7 @@ pub struct Script {
 
 /// The request side of a conformance vector.
 #[derive(Debug, Clone)]
-pub struct VectorSetup {
+pub(super) struct VectorSetup {
     pub protocol: ProtocolKind,
     pub request: RequestSpec,
     pub resumable_sse: bool,
@@ -255,7 +255,7 @@ pub struct VectorSetup {
 }
 
 impl Script {
-    pub fn new(policy: RecoveryPolicy, steps: Vec<Step>) -> Self {
+    pub(super) fn new(policy: RecoveryPolicy, steps: Vec<Step>) -> Self {
         Script {
             policy,
             steps,
@@ -273,24 +273,24 @@ impl Script {
         }
     }
 
-    pub fn hook(mut self, answers: Vec<Hook>) -> Self {
+    pub(super) fn hook(mut self, answers: Vec<Hook>) -> Self {
         self.hook = Some(answers);
         self
     }
 
-    pub fn jitter(mut self, jitter: Jitter) -> Self {
+    pub(super) fn jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
         self
     }
 
-    pub fn run(self) -> Run {
+    pub(super) fn run(self) -> Run {
         run(self)
     }
 }
 
 /// What the admission hook was shown.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HookCall {
+pub(super) struct HookCall {
     pub logical_id: String,
     pub next_attempt: u32,
     pub failure: Failure,
@@ -299,7 +299,7 @@ pub struct HookCall {
 
 /// What a run did.
 #[derive(Debug, Clone)]
-pub struct Run {
+pub(super) struct Run {
     pub outcome: Outcome,
     pub events: Vec<LifecycleEvent>,
     /// (time of the send, wire attempt).
@@ -328,24 +328,24 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn names(&self) -> Vec<&'static str> {
+    pub(super) fn names(&self) -> Vec<&'static str> {
         self.events.iter().map(|e| e.kind.name()).collect()
     }
 
     /// Event names without `committed` (the canonical sequences list
     /// transitions only; commit is asserted apart).
-    pub fn transitions(&self) -> Vec<&'static str> {
+    pub(super) fn transitions(&self) -> Vec<&'static str> {
         self.names()
             .into_iter()
             .filter(|n| *n != "committed")
             .collect()
     }
 
-    pub fn send_count(&self) -> usize {
+    pub(super) fn send_count(&self) -> usize {
         self.sends.len()
     }
 
-    pub fn terminal(&self) -> &LifecycleEvent {
+    pub(super) fn terminal(&self) -> &LifecycleEvent {
         self.events.last().expect("events")
     }
 }
@@ -357,7 +357,7 @@ fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
 
 /// Sleeps `d` on the virtual clock, asserting the sleep is still pending at
 /// `d − 1 ms` and complete at `d`.
-pub fn sleep_exactly(timing: &ManualTiming, d: Duration) {
+pub(super) fn sleep_exactly(timing: &ManualTiming, d: Duration) {
     let mut sleep = Box::pin(timing.sleep(d));
     if d >= MS {
         assert!(
@@ -895,7 +895,7 @@ impl Driver {
 }
 
 /// Runs `script` to its end and checks the global invariants.
-pub fn run(script: Script) -> Run {
+pub(super) fn run(script: Script) -> Run {
     let timing = ManualTiming::new(0).with_wall_clock(script.wall);
     let timing = match &script.jitter {
         Jitter::Pinned(f) => timing.with_pinned_jitter(Fraction::new(*f)),
@@ -1076,7 +1076,7 @@ pub fn run(script: Script) -> Run {
 }
 
 /// LC1, G2, G9, G12, asserted after every run.
-pub fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
+pub(super) fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
     let names = run.names();
     // LC1: exactly one terminal event, and it is the last one.
     let terminals: Vec<_> = run.events.iter().filter(|e| e.kind.is_terminal()).collect();

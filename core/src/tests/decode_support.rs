@@ -15,7 +15,7 @@ use crate::wire::ProtocolViolation;
 
 /// Everything one run showed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
+pub(super) struct Run {
     pub records: Vec<EventRecord>,
     pub error: Option<ProtocolViolation>,
     pub end: EndOfStream,
@@ -26,7 +26,7 @@ pub struct Run {
 
 impl Run {
     /// Class codes of all records, space separated.
-    pub fn classes(&self) -> String {
+    pub(super) fn classes(&self) -> String {
         self.records
             .iter()
             .map(|r| code(r.info.class))
@@ -48,14 +48,14 @@ fn code(class: EventClass) -> &'static str {
     }
 }
 
-pub fn fixture(rel: &str) -> Vec<u8> {
+pub(super) fn fixture(rel: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-pub fn kind_of(rel: &str) -> ProtocolKind {
+pub(super) fn kind_of(rel: &str) -> ProtocolKind {
     let dir = rel.split('/').next().unwrap();
     if dir == "sse" && rel.contains("sentinel") {
         return ProtocolKind::Sse {
@@ -66,7 +66,7 @@ pub fn kind_of(rel: &str) -> ProtocolKind {
 }
 
 /// All fixture files (relative paths) of streamed protocols.
-pub fn all_stream_fixtures() -> Vec<String> {
+pub(super) fn all_stream_fixtures() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut out = Vec::new();
     for dir in std::fs::read_dir(&root).unwrap() {
@@ -91,7 +91,12 @@ pub fn all_stream_fixtures() -> Vec<String> {
 }
 
 /// Feeds `bytes` cut at `cuts` (sorted offsets) to a fresh observer.
-pub fn run_with(kind: ProtocolKind, config: ObserverConfig, bytes: &[u8], cuts: &[usize]) -> Run {
+pub(super) fn run_with(
+    kind: ProtocolKind,
+    config: ObserverConfig,
+    bytes: &[u8],
+    cuts: &[usize],
+) -> Run {
     let mut obs = StreamObserver::with_config(kind, config);
     let mut records = Vec::new();
     let mut error = None;
@@ -126,16 +131,16 @@ pub fn run_with(kind: ProtocolKind, config: ObserverConfig, bytes: &[u8], cuts: 
     }
 }
 
-pub fn run(kind: ProtocolKind, bytes: &[u8]) -> Run {
+pub(super) fn run(kind: ProtocolKind, bytes: &[u8]) -> Run {
     run_with(kind, ObserverConfig::default(), bytes, &[])
 }
 
-pub fn run_fixture(rel: &str) -> Run {
+pub(super) fn run_fixture(rel: &str) -> Run {
     run(kind_of(rel), &fixture(rel))
 }
 
 /// Same fixture decoded with the full `serde_json` reference.
-pub fn reference() -> ObserverConfig {
+pub(super) fn reference() -> ObserverConfig {
     ObserverConfig {
         reference_decode: true,
         ..ObserverConfig::default()

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Default cap on one line and on one event: 1 MiB.
-pub const DEFAULT_CAP: usize = 1 << 20;
+pub(super) const DEFAULT_CAP: usize = 1 << 20;
 
 /// Caps on buffered bytes per stream.
 ///

@@ -11,7 +11,7 @@ use super::{Limits, ProtocolViolation};
 
 /// What the decoder hands out, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NdjsonItem<'a> {
+pub(crate) enum NdjsonItem<'a> {
     /// A non-blank line, without its terminator.
     Line {
         /// The line.
@@ -27,7 +27,7 @@ pub enum NdjsonItem<'a> {
 }
 
 /// What an [`NdjsonDecoder`] hands its items to.
-pub trait NdjsonSink {
+pub(crate) trait NdjsonSink {
     /// A completed item, in stream order.
     fn item(&mut self, item: NdjsonItem<'_>) -> Result<(), ProtocolViolation>;
 
@@ -45,7 +45,7 @@ pub trait NdjsonSink {
 
 /// Incremental NDJSON decoder.
 #[derive(Debug, Clone)]
-pub struct NdjsonDecoder {
+pub(crate) struct NdjsonDecoder {
     cap: usize,
     carry: Vec<u8>,
     consumed: u64,
@@ -59,7 +59,7 @@ fn is_blank(line: &[u8]) -> bool {
 impl NdjsonDecoder {
     /// A decoder at the start of a stream; a line may not exceed the smaller
     /// of the two caps.
-    pub fn new(limits: Limits) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         NdjsonDecoder {
             cap: limits.max_line.min(limits.max_event),
             carry: Vec::new(),
@@ -72,7 +72,7 @@ impl NdjsonDecoder {
     /// order, and is offered whole lines first.
     ///
     /// After an error the decoder stays failed and returns the same error.
-    pub fn feed_into<S: NdjsonSink>(
+    pub(crate) fn feed_into<S: NdjsonSink>(
         &mut self,
         chunk: &[u8],
         mut sink: S,
@@ -151,7 +151,7 @@ impl NdjsonDecoder {
     }
 
     /// The unterminated tail (without a trailing CR), empty when none.
-    pub fn pending(&self) -> &[u8] {
+    pub(crate) fn pending(&self) -> &[u8] {
         match self.carry.last() {
             Some(b'\r') => &self.carry[..self.carry.len() - 1],
             _ => &self.carry,
@@ -159,7 +159,7 @@ impl NdjsonDecoder {
     }
 
     /// Bytes currently buffered.
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.carry.len()
     }
 }

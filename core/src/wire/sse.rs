@@ -14,7 +14,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// One dispatched SSE event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SseEvent<'a> {
+pub(crate) struct SseEvent<'a> {
     /// The `event:` field, empty when none was sent (the spec then says
     /// `message`).
     pub event_type: &'a [u8],
@@ -27,7 +27,7 @@ pub struct SseEvent<'a> {
 
 /// What the decoder hands out, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SseItem<'a> {
+pub(crate) enum SseItem<'a> {
     /// A dispatched event.
     Event(SseEvent<'a>),
     /// A comment line (`:` first): a keepalive.
@@ -39,7 +39,7 @@ pub enum SseItem<'a> {
 
 /// Bytes the decoder holds that no dispatch has consumed yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SsePending<'a> {
+pub(crate) struct SsePending<'a> {
     /// An unterminated line.
     pub partial_line: &'a [u8],
     /// Whether `data:` lines are waiting for their blank line.
@@ -52,14 +52,14 @@ pub struct SsePending<'a> {
 
 impl SsePending<'_> {
     /// Whether anything is pending at all (truncation evidence at EOF).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.partial_line.is_empty() && !self.has_data && self.event_type.is_empty()
     }
 }
 
 /// What an [`SseDecoder`] hands its items to.
 ///
-pub trait SseSink {
+pub(crate) trait SseSink {
     /// A completed item, in stream order.
     fn item(&mut self, item: SseItem<'_>) -> Result<(), ProtocolViolation>;
 
@@ -106,7 +106,7 @@ pub(crate) fn data_value_start(buf: &[u8]) -> Option<usize> {
 
 /// Incremental SSE decoder.
 #[derive(Debug, Clone)]
-pub struct SseDecoder {
+pub(crate) struct SseDecoder {
     limits: Limits,
     /// Unterminated line carried over from the previous read.
     carry: Vec<u8>,
@@ -131,7 +131,7 @@ pub struct SseDecoder {
 
 impl SseDecoder {
     /// A decoder at the start of a stream.
-    pub fn new(limits: Limits) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         SseDecoder {
             limits,
             carry: Vec::new(),
@@ -154,7 +154,7 @@ impl SseDecoder {
     ///
     /// After an error the decoder stays failed and returns the same error.
     #[cfg(test)]
-    pub fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
+    pub(crate) fn feed<F>(&mut self, chunk: &[u8], emit: F) -> Result<(), ProtocolViolation>
     where
         F: FnMut(SseItem<'_>) -> Result<(), ProtocolViolation>,
     {
@@ -165,7 +165,7 @@ impl SseDecoder {
     /// order, and is offered whole events first.
     ///
     /// After an error the decoder stays failed and returns the same error.
-    pub fn feed_into<S: SseSink>(
+    pub(crate) fn feed_into<S: SseSink>(
         &mut self,
         chunk: &[u8],
         mut sink: S,
@@ -502,7 +502,7 @@ impl SseDecoder {
     }
 
     /// What is buffered without having been dispatched.
-    pub fn pending(&self) -> SsePending<'_> {
+    pub(crate) fn pending(&self) -> SsePending<'_> {
         SsePending {
             partial_line: &self.carry,
             has_data: self.has_data,
@@ -512,29 +512,29 @@ impl SseDecoder {
     }
 
     /// The stream's last event id (the `Last-Event-ID` to send), as bytes.
-    pub fn last_event_id(&self) -> &[u8] {
+    pub(crate) fn last_event_id(&self) -> &[u8] {
         &self.last_id
     }
 
     /// Bumped each time the last event id changes; lets callers copy it only
     /// when it did.
-    pub fn last_event_id_version(&self) -> u64 {
+    pub(crate) fn last_event_id_version(&self) -> u64 {
         self.id_version
     }
 
     /// The last valid `retry:` value, in milliseconds.
     #[cfg(test)]
-    pub fn retry_ms(&self) -> Option<u64> {
+    pub(crate) fn retry_ms(&self) -> Option<u64> {
         self.retry
     }
 
     /// Total bytes fed so far.
-    pub fn consumed(&self) -> u64 {
+    pub(crate) fn consumed(&self) -> u64 {
         self.consumed
     }
 
     /// Bytes currently buffered (carried line plus copied event data).
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.carry.len() + self.data.len() + self.event_type.len()
     }
 }

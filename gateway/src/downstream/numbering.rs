@@ -44,7 +44,7 @@ impl Comments {
 /// The comment lines of a comment block without its blank lines, so they
 /// reach a reader as comments and dispatch no event; `None` when nothing
 /// is left (a stray blank line).
-pub fn comment_lines(block: &[u8]) -> Option<Bytes> {
+pub(crate) fn comment_lines(block: &[u8]) -> Option<Bytes> {
     let mut out = BytesMut::with_capacity(block.len());
     for (line, term) in lines(block) {
         if !line.is_empty() {
@@ -62,7 +62,7 @@ fn is_id_field(line: &[u8]) -> bool {
 
 /// `event` with the gateway's id `<stream>:<seq>` first and the upstream's
 /// `id` fields removed; its own line ending is used for the new line.
-pub fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
+pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
     let term: &[u8] = lines(event)
         .next()
         .map_or(b"\n", |(_, t)| if t.is_empty() { b"\n" } else { t });
@@ -84,7 +84,7 @@ pub fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
 /// Parses a `Last-Event-ID` of the gateway's form, `<stream>:<seq>`, where
 /// `<stream>` looks like one of the gateway's ids; anything else is left
 /// to the upstream.
-pub fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
+pub(crate) fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
     let (stream, seq) = value.trim().rsplit_once(':')?;
     if !crate::identity::looks_like_stream_id(stream) {
         return None;

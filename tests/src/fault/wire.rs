@@ -30,7 +30,7 @@ pub(crate) struct Parsed {
 
 impl Parsed {
     /// First value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
+    pub(super) fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -38,7 +38,7 @@ impl Parsed {
     }
 
     /// The path without its query string.
-    pub fn path(&self) -> &str {
+    pub(super) fn path(&self) -> &str {
         path_of(&self.target)
     }
 }
