@@ -47,6 +47,9 @@ step "native tests"
 cargo test --workspace
 cargo test -p recovery-tests --features tracing --test tracing_spans
 
+step "rig-core in-process (its own workspace: its serde_json features would change the workspace's)"
+cargo test --manifest-path reqwest-recovery/rig-tests/Cargo.toml
+
 step "gateway under the official SDKs (Python: openai, anthropic, google-genai, ollama, mistralai, groq; JS: openai, @anthropic-ai/sdk, @google/genai; pinned; fault provider upstream)"
 bash scripts/setup-python.sh && bash scripts/test-gateway-sdks.sh
 

@@ -1,8 +1,10 @@
 //! Recovery for reqwest: streamed LLM responses kept whole when the network
 //! is not, for clients built on [`reqwest`].
 //!
-//! Most Rust LLM clients send with a `reqwest::Client` and cannot take a
-//! tower layer. This crate brings them the recovery of
+//! Most Rust LLM clients send with a `reqwest::Client`, and few take a
+//! tower layer (async-openai's `with_http_service` and rig's
+//! `HttpClientExt` do: README, "Rust LLM SDKs"). This crate brings them the
+//! recovery of
 //! [`tower_recovery`] (replay while no semantic output was observed, the
 //! pre-commit prefix held back so a failed attempt is invisible, a typed
 //! [`RecoveryError`] after commit, a report of every attempt), the same
