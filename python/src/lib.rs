@@ -42,6 +42,7 @@
 //! None: the workspace's `unsafe_code = "forbid"` holds for this crate too
 //! (PyO3's macros expand to calls into PyO3, whose own FFI is its
 //! business).
+#![deny(unreachable_pub)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -13,7 +13,7 @@
 //!
 //! Everything here also builds natively, so the translation is tested with
 //! `cargo test -p recovery-wasm`.
-#![deny(unsafe_code, missing_docs)]
+#![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 mod json;
 mod machine;

@@ -182,16 +182,16 @@ impl Head for JsHead<'_> {
 /// options that are not policy knobs (those come as text, by the names of
 /// the policy table). `NaN` keeps the default.
 mod slot {
-    pub const PROTOCOL: usize = 0;
-    pub const RESUMABLE_SSE: usize = 1;
-    pub const BUDGET_TTL_MS: usize = 2;
-    pub const BUDGET_MIN_PER_SEC: usize = 3;
-    pub const BUDGET_PERCENT: usize = 4;
-    pub const NO_COOLDOWNS: usize = 5;
-    pub const CONTEXT_WINDOW: usize = 6;
-    pub const PREFILL: usize = 7;
+    pub(super) const PROTOCOL: usize = 0;
+    pub(super) const RESUMABLE_SSE: usize = 1;
+    pub(super) const BUDGET_TTL_MS: usize = 2;
+    pub(super) const BUDGET_MIN_PER_SEC: usize = 3;
+    pub(super) const BUDGET_PERCENT: usize = 4;
+    pub(super) const NO_COOLDOWNS: usize = 5;
+    pub(super) const CONTEXT_WINDOW: usize = 6;
+    pub(super) const PREFILL: usize = 7;
     #[cfg(test)]
-    pub const COUNT: usize = 8;
+    pub(super) const COUNT: usize = 8;
 }
 
 /// The policy spec the shell wrote: one `name=value` line per policy
