@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff;
 use crate::failure::{Acceptance, Failure, FailureKind, PermanentCause, Stall};
-use crate::outcome::{BudgetKind, InterruptCause, Outcome, RefusalLimit, ReplayDisabled};
+use crate::outcome::{
+    BudgetKind, FailureReason, InterruptCause, Outcome, RefusalLimit, ReplayDisabled,
+};
 use crate::policy::{Endpoint, OverCeiling, RecoveryPolicy};
 use crate::progress::Transience;
 use crate::timing::{Fraction, Instant};
@@ -183,6 +185,40 @@ pub(crate) fn eligibility(policy: &RecoveryPolicy, failure: &Failure) -> Result<
             category,
             status: failure.status,
         })
+    }
+}
+
+/// Why an attempt's failure is what it is, as its record and
+/// `attempt_failed` say.
+pub(crate) fn reason(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    failure: &Failure,
+) -> FailureReason {
+    if failure.is_context_overflow() {
+        return FailureReason::ContextLength;
+    }
+    if matches!(failure.kind, FailureKind::Unsuccessful { .. }) {
+        return FailureReason::UnsuccessfulTerminal;
+    }
+    if eligibility(policy, failure).is_err() {
+        return match &failure.kind {
+            FailureKind::Protocol { .. } => FailureReason::Protocol,
+            _ if failure.should_retry == Some(false) => FailureReason::ServerVetoed,
+            _ if failure.permanent_cause().is_some() => FailureReason::Permanent,
+            _ => FailureReason::NotSelected,
+        };
+    }
+    if semantic_seen(state, failure) {
+        return FailureReason::SemanticOutput;
+    }
+    match &failure.kind {
+        FailureKind::UnexpectedEof => FailureReason::UnexpectedEof,
+        FailureKind::Timeout { .. } => FailureReason::Stall,
+        FailureKind::Provider { error } if error.transience != Transience::Transient => {
+            FailureReason::Permanent
+        }
+        _ => FailureReason::Transient,
     }
 }
 

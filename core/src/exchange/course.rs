@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ledger::{Ending, Ledger};
+use super::targets::Targets;
 use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
 use crate::decision::{
     Action, AdmissionAnswer, AttemptState, CooldownHold, DecisionInput, DelayCause, cooldown_hold,
@@ -20,7 +21,7 @@ use crate::outcome::{
     BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, ReplayDisabled,
 };
 use crate::policy::RecoveryPolicy;
-use crate::progress::{Progress, Proof, Transience};
+use crate::progress::{Progress, Proof};
 use crate::timing::{Fraction, Instant};
 
 /// What kind of send comes next.
@@ -54,13 +55,8 @@ pub(crate) struct Course {
     last_failure: Option<Failure>,
     /// Semantic output was observed in some attempt (delivered or not).
     output_observed: bool,
-    /// The labels of the request's own target and its alternates; empty
-    /// when it has none ([`crate::failover`]).
-    targets: Vec<String>,
-    /// The target the next (or current) send goes to.
-    target: usize,
-    /// Each target's declared context window, in the order of `targets`.
-    windows: Vec<Option<u64>>,
+    /// The targets it may be served from ([`crate::failover`]).
+    targets: Targets,
     /// The interruption a prefill continuation stands in for: if the
     /// continuation ends the request after all, this is its outcome.
     continuing_from: Option<Outcome>,
@@ -89,9 +85,7 @@ impl Course {
             next: NextSend::First,
             last_failure: None,
             output_observed: false,
-            targets: Vec::new(),
-            target: 0,
-            windows: Vec::new(),
+            targets: Targets::default(),
             continuing_from: None,
             prepaid: false,
         }
@@ -102,66 +96,38 @@ impl Course {
     /// with each one's declared context window.
     #[must_use]
     pub(crate) fn with_targets(mut self, labels: Vec<String>, windows: Vec<Option<u64>>) -> Self {
-        if labels.len() > 1 {
-            self.state.alternates_left = Some(labels.len() as u32 - 1);
-            self.targets = labels;
+        self.targets = Targets::new(labels, windows);
+        if self.targets.len() > 1 {
+            self.state.alternates_left = Some(self.targets.left());
         }
-        self.windows = windows;
         self
     }
 
     /// The index of the target the next (or current) send goes to: 0 for
     /// the request's own, `i` for its alternate `i`.
     pub(crate) fn target(&self) -> usize {
-        self.target
-    }
-
-    fn target_label(&self) -> Option<String> {
-        self.targets.get(self.target).cloned()
+        self.targets.current()
     }
 
     /// Moves the next send to the next target: the next one, or for a
     /// prompt too long for the current one, the next that may take it.
     fn switch_target(&mut self, now: Instant) {
-        let from = self.target_label().unwrap_or_default();
         let reason = self
             .last_failure
             .as_ref()
             .map_or(FailureReason::Transient, |f| self.reason_for(f));
-        let next = match reason {
-            FailureReason::ContextLength => self.larger_window_target(),
-            _ => None,
-        };
-        self.target = next.unwrap_or(self.target + 1);
+        let (from, to) = self.targets.switch(reason == FailureReason::ContextLength);
         self.state.target_sends = 0;
         if let Some(left) = self.state.alternates_left.as_mut() {
-            *left = (self.targets.len().saturating_sub(self.target + 1)) as u32;
+            *left = self.targets.left();
         }
-        let to = self.target_label().unwrap_or_default();
         self.ledger
             .emit(now, EventKind::Failover { from, to, reason });
     }
 
     /// Declares the request's own target's context window.
     pub(crate) fn declare_own_window(&mut self, tokens: Option<u64>) {
-        if let Some(own) = self.windows.first_mut() {
-            *own = tokens;
-        }
-    }
-
-    /// The target after the current one that may take a prompt too long
-    /// for it: the first whose declared context window is larger than the
-    /// current one's (an undeclared current window counts as 0), or, when
-    /// none after it declares one, the next target.
-    fn larger_window_target(&self) -> Option<usize> {
-        let rest = self.target + 1..self.targets.len();
-        let window = |i: usize| self.windows.get(i).copied().flatten();
-        if rest.clone().all(|i| window(i).is_none()) {
-            return rest.clone().next();
-        }
-        let current = window(self.target).unwrap_or(0);
-        rest.into_iter()
-            .find(|&i| window(i).is_some_and(|w| w > current))
+        self.targets.declare_own_window(tokens);
     }
 
     /// Uses a cross-request retry budget; this request deposits into it.
@@ -311,7 +277,7 @@ impl Course {
         if resume {
             self.state.resumes_made += 1;
         }
-        let target = self.target_label();
+        let target = self.targets.label();
         self.ledger.open(now, resume, target);
         Ok(resume)
     }
@@ -385,8 +351,7 @@ impl Course {
         if let Action::Fail(outcome) = self.would(now, failure, online, false) {
             self.continuing_from = Some(outcome);
         }
-        if target != self.target && target < self.targets.len() {
-            self.target = target;
+        if self.targets.go_to(target) {
             self.state.target_sends = 0;
         }
     }
@@ -420,7 +385,7 @@ impl Course {
             return;
         }
         self.state.committed = true;
-        let target = self.target_label();
+        let target = self.targets.label();
         self.ledger.commit(now, trigger, target);
     }
 
@@ -430,37 +395,13 @@ impl Course {
             return done.clone();
         }
         self.ledger.progress(progress);
-        let target = self.target_label();
+        let target = self.targets.label();
         self.ledger.succeeded(now, proof, target);
         self.finish(now, Outcome::Completed { proof })
     }
 
     fn reason_for(&self, failure: &Failure) -> FailureReason {
-        if failure.is_context_overflow() {
-            return FailureReason::ContextLength;
-        }
-        if matches!(failure.kind, FailureKind::Unsuccessful { .. }) {
-            return FailureReason::UnsuccessfulTerminal;
-        }
-        if crate::decision::eligibility(&self.policy, failure).is_err() {
-            return match &failure.kind {
-                FailureKind::Protocol { .. } => FailureReason::Protocol,
-                _ if failure.should_retry == Some(false) => FailureReason::ServerVetoed,
-                _ if failure.permanent_cause().is_some() => FailureReason::Permanent,
-                _ => FailureReason::NotSelected,
-            };
-        }
-        if crate::decision::semantic_seen(&self.state, failure) {
-            return FailureReason::SemanticOutput;
-        }
-        match &failure.kind {
-            FailureKind::UnexpectedEof => FailureReason::UnexpectedEof,
-            FailureKind::Timeout { .. } => FailureReason::Stall,
-            FailureKind::Provider { error } if error.transience != Transience::Transient => {
-                FailureReason::Permanent
-            }
-            _ => FailureReason::Transient,
-        }
+        crate::decision::reason(&self.policy, &self.state, failure)
     }
 
     /// The attempt in flight failed. Emits `attempt_failed`, decides, and
@@ -556,7 +497,7 @@ impl Course {
             ));
         };
         self.state.attempts_left = self.ledger.sends_left();
-        self.state.larger_window_left = self.larger_window_target().is_some();
+        self.state.larger_window_left = self.targets.larger_window().is_some();
         let action = decide(DecisionInput {
             policy: &self.policy,
             state: &self.state,
@@ -567,7 +508,7 @@ impl Course {
         });
         match action {
             Action::Fail(Outcome::AlternatesExhausted { attempts, .. }) => {
-                let targets = self.targets[..=self.target].to_vec();
+                let targets = self.targets.tried();
                 let outcome = Outcome::AlternatesExhausted { attempts, targets };
                 Action::Fail(self.finish(now, outcome))
             }

@@ -76,6 +76,7 @@ mod outbox;
 mod reading;
 mod resumption;
 mod route;
+mod targets;
 mod timers;
 
 use std::collections::VecDeque;
