@@ -272,13 +272,14 @@ async fn a_first_token_timeout_closes_the_attempt_at_once() {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
         .unwrap();
+    let started = std::time::Instant::now();
     let watch = async {
         provider.wait_for_stalls(1).await;
         let stalled = std::time::Instant::now();
         provider.wait_until(|s| s.open_connections == 0).await;
-        stalled.elapsed()
+        (stalled.elapsed(), std::time::Instant::now())
     };
-    let (result, closed_after) =
+    let (result, (closed_after, closed_at)) =
         tokio::time::timeout(LIMIT, async { tokio::join!(svc.call(req), watch) })
             .await
             .expect("hung");
@@ -303,10 +304,23 @@ async fn a_first_token_timeout_closes_the_attempt_at_once() {
     );
     let ended = error.report().attempts[0].ended_ms.expect("ended");
     assert!((150..450).contains(&ended), "ended at {ended} ms");
-    // The decision comes at 150 ms; the close follows it at once.
+    // The decision comes at 150 ms; the close follows it at once: the
+    // provider sees its peer gone within 100 ms of it.
     assert!(
         closed_after < Duration::from_millis(450),
         "the stalled connection closed {closed_after:?} after the stall began"
+    );
+    let decided = events
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|e| e.kind.name() == "attempt_failed")
+        .map(|e| started + e.at)
+        .expect("the attempt failed");
+    let close_delay = closed_at.saturating_duration_since(decided);
+    assert!(
+        close_delay < Duration::from_millis(100),
+        "closed {close_delay:?} after the decision"
     );
     assert_eq!(provider.count_path(PATH), 1);
 }
