@@ -9,18 +9,25 @@
 //! front end it came through. The knobs, their units, defaults and rules
 //! are the rows of [`FIELDS`].
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use serde::de::{self, Deserialize, Deserializer, IntoDeserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 pub use super::fields::{FIELDS, Field, MAX_MS, Unit, field, field_by_camel_case};
 pub use super::value::Value;
 use super::{Categories, Endpoint, OverCeiling, PolicyError, RecoveryPolicy};
 use crate::failure::Category;
+
+/// The index in [`FIELDS`] of the knob named `name`, found as the crate
+/// compiles: a name that is no row's does not build.
+macro_rules! knob {
+    ($name:literal) => {
+        const { index($name) }
+    };
+}
 
 /// A policy as written: the knobs given, each checked against its row of
 /// [`FIELDS`] when set; every knob left out keeps the policy default (an
@@ -31,10 +38,18 @@ use crate::failure::Category;
 /// Its serde form is a flat map of the knobs' names (`{"max_attempts": 5,
 /// "idle_timeout_ms": "off"}`, a TOML table), and a name it does not know
 /// is an error.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySpec {
-    /// The knobs given, by their index in [`FIELDS`].
-    given: BTreeMap<usize, Value>,
+    /// The value given for each row of [`FIELDS`], in its order.
+    given: Vec<Option<Value>>,
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        PolicySpec {
+            given: vec![None; FIELDS.len()],
+        }
+    }
 }
 
 impl PolicySpec {
@@ -50,7 +65,7 @@ impl PolicySpec {
             .enumerate()
             .find(|(_, f)| f.name == name)
             .ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
-        self.given.insert(i, f.check(value)?);
+        self.given[i] = Some(f.check(value)?);
         Ok(())
     }
 
@@ -70,17 +85,20 @@ impl PolicySpec {
     /// The value given for the knob `name`, if one was.
     pub fn get(&self, name: &str) -> Option<&Value> {
         let i = FIELDS.iter().position(|f| f.name == name)?;
-        self.given.get(&i)
+        self.given[i].as_ref()
     }
 
     /// The knobs given, in the order of [`FIELDS`].
     pub fn iter(&self) -> impl Iterator<Item = (&'static Field, &Value)> {
-        self.given.iter().map(|(i, v)| (&FIELDS[*i], v))
+        FIELDS
+            .iter()
+            .zip(&self.given)
+            .filter_map(|(f, v)| v.as_ref().map(|v| (f, v)))
     }
 
     /// Whether no knob is given (the default policy).
     pub fn is_empty(&self) -> bool {
-        self.given.is_empty()
+        self.given.iter().all(Option::is_none)
     }
 
     /// The policy these knobs describe: the defaults with the knobs given.
@@ -90,77 +108,83 @@ impl PolicySpec {
     pub fn build(&self) -> Result<RecoveryPolicy, PolicyError> {
         let d = RecoveryPolicy::default();
         let mut b = RecoveryPolicy::builder();
-        if let Some(n) = self.count("max_attempts")? {
+        if let Some(n) = self.count(knob!("max_attempts"))? {
             b = b.max_attempts(n);
         }
-        if let Some(n) = self.count("attempts_per_target")? {
+        if let Some(n) = self.count(knob!("attempts_per_target"))? {
             b = b.attempts_per_target(n);
         }
-        if let Some(n) = self.number("max_resumes")? {
+        if let Some(n) = self.number(knob!("max_resumes"))? {
             b = b.max_resumes(u32::try_from(n).unwrap_or(u32::MAX));
         }
-        if let Some(t) = self.bound("budget_ms")? {
+        if let Some(t) = self.bound(knob!("budget_ms"))? {
             b = b.budget(t);
         }
-        if let Some(t) = self.bound("deadline_ms")? {
+        if let Some(t) = self.bound(knob!("deadline_ms"))? {
             b = b.deadline(t);
         }
-        let base = self.ms("backoff_base_ms")?;
-        let ceiling = self.ms("backoff_ceiling_ms")?;
+        let base = self.ms(knob!("backoff_base_ms"))?;
+        let ceiling = self.ms(knob!("backoff_ceiling_ms"))?;
         if base.is_some() || ceiling.is_some() {
             // A base alone above the default ceiling raises the ceiling to
             // it rather than failing: the base is what was asked for.
             let base = base.unwrap_or(d.backoff_base());
             b = b.backoff(base, ceiling.unwrap_or(d.backoff_ceiling().max(base)));
         }
-        let retry_after = self.ms("retry_after_ceiling_ms")?;
-        let over = self.named::<OverCeiling>("over_ceiling");
+        let retry_after = self.ms(knob!("retry_after_ceiling_ms"))?;
+        let over = self.name(knob!("over_ceiling")).map(|n| match n {
+            "backoff" => OverCeiling::Backoff,
+            _ => OverCeiling::Refuse,
+        });
         if retry_after.is_some() || over.is_some() {
             b = b.retry_after_ceiling(
                 retry_after.unwrap_or(d.retry_after_ceiling()),
                 over.unwrap_or(d.over_ceiling()),
             );
         }
-        if let Some(t) = self.bound("head_timeout_ms")? {
+        if let Some(t) = self.bound(knob!("head_timeout_ms"))? {
             b = b.head_timeout(t);
         }
-        if let Some(t) = self.bound("idle_timeout_ms")? {
+        if let Some(t) = self.bound(knob!("idle_timeout_ms"))? {
             b = b.idle_timeout(t);
         }
-        if let Some(t) = self.bound("progress_timeout_ms")? {
+        if let Some(t) = self.bound(knob!("progress_timeout_ms"))? {
             b = b.progress_timeout(t);
         }
-        if let Some(t) = self.bound("first_token_timeout_ms")? {
+        if let Some(t) = self.bound(knob!("first_token_timeout_ms"))? {
             b = b.first_token_timeout(t);
         }
-        if let Some(Value::List(items)) = self.entry("retryable_statuses").1 {
+        if let Some(Value::List(items)) = self.entry(knob!("retryable_statuses")).1 {
             b = b.retryable_statuses(items.iter().filter_map(|s| match s {
                 Value::Number(n) => u16::try_from(*n).ok(),
                 _ => None,
             }));
         }
-        if let Some(Value::List(items)) = self.entry("retryable_categories").1 {
+        if let Some(Value::List(items)) = self.entry(knob!("retryable_categories")).1 {
             b = b.retryable_categories(items.iter().filter_map(|c| match c {
-                Value::Name(n) => named::<Category>(n),
+                Value::Name(n) => category(n),
                 _ => None,
             }));
         }
-        if let Some(e) = self.named::<Endpoint>("endpoint") {
-            b = b.endpoint(e);
+        if let Some(n) = self.name(knob!("endpoint")) {
+            b = b.endpoint(match n {
+                "local" => Endpoint::Local,
+                _ => Endpoint::Remote,
+            });
         }
-        if let Some(n) = self.bytes("replay_body_cap")? {
+        if let Some(n) = self.bytes(knob!("replay_body_cap"))? {
             b = b.replay_body_cap(n);
         }
-        if let Some(n) = self.bytes("holdback_cap")? {
+        if let Some(n) = self.bytes(knob!("holdback_cap"))? {
             b = b.holdback_cap(n);
         }
-        if let Some(n) = self.bytes("evidence_cap")? {
+        if let Some(n) = self.bytes(knob!("evidence_cap"))? {
             b = b.evidence_cap(n);
         }
-        if let Some(Value::Bool(on)) = self.entry("idempotency_key").1 {
+        if let Some(Value::Bool(on)) = self.entry(knob!("idempotency_key")).1 {
             b = b.idempotency_key(*on);
         }
-        if let Some(Value::Bool(on)) = self.entry("retry_protocol_violations").1 {
+        if let Some(Value::Bool(on)) = self.entry(knob!("retry_protocol_violations")).1 {
             b = b.retry_protocol_violations(*on);
         }
         b.build()
@@ -194,30 +218,33 @@ impl PolicySpec {
         .collect();
         let mut spec = PolicySpec::default();
         for (knob, value) in [
-            ("max_attempts", number(p.max_attempts().get().into())),
+            (knob!("max_attempts"), number(p.max_attempts().get().into())),
             (
-                "attempts_per_target",
+                knob!("attempts_per_target"),
                 number(p.attempts_per_target().get().into()),
             ),
-            ("max_resumes", number(p.max_resumes().into())),
-            ("budget_ms", bound(p.budget())),
-            ("deadline_ms", bound(p.deadline())),
-            ("backoff_base_ms", ms(p.backoff_base())),
-            ("backoff_ceiling_ms", ms(p.backoff_ceiling())),
-            ("retry_after_ceiling_ms", ms(p.retry_after_ceiling())),
+            (knob!("max_resumes"), number(p.max_resumes().into())),
+            (knob!("budget_ms"), bound(p.budget())),
+            (knob!("deadline_ms"), bound(p.deadline())),
+            (knob!("backoff_base_ms"), ms(p.backoff_base())),
+            (knob!("backoff_ceiling_ms"), ms(p.backoff_ceiling())),
+            (knob!("retry_after_ceiling_ms"), ms(p.retry_after_ceiling())),
             (
-                "over_ceiling",
+                knob!("over_ceiling"),
                 name(match p.over_ceiling() {
                     OverCeiling::Backoff => "backoff",
                     _ => "refuse",
                 }),
             ),
-            ("head_timeout_ms", bound(p.head_timeout())),
-            ("idle_timeout_ms", bound(p.idle_timeout())),
-            ("progress_timeout_ms", bound(p.progress_timeout())),
-            ("first_token_timeout_ms", bound(p.first_token_timeout())),
+            (knob!("head_timeout_ms"), bound(p.head_timeout())),
+            (knob!("idle_timeout_ms"), bound(p.idle_timeout())),
+            (knob!("progress_timeout_ms"), bound(p.progress_timeout())),
             (
-                "retryable_statuses",
+                knob!("first_token_timeout_ms"),
+                bound(p.first_token_timeout()),
+            ),
+            (
+                knob!("retryable_statuses"),
                 Value::List(
                     p.retryable_statuses()
                         .iter()
@@ -225,37 +252,35 @@ impl PolicySpec {
                         .collect(),
                 ),
             ),
-            ("retryable_categories", Value::List(categories)),
+            (knob!("retryable_categories"), Value::List(categories)),
             (
-                "endpoint",
+                knob!("endpoint"),
                 name(match p.endpoint() {
                     Endpoint::Local => "local",
                     _ => "remote",
                 }),
             ),
-            ("replay_body_cap", bytes(p.replay_body_cap())),
-            ("holdback_cap", bytes(p.holdback_cap())),
-            ("evidence_cap", bytes(p.evidence_cap())),
-            ("idempotency_key", Value::Bool(p.idempotency_key())),
+            (knob!("replay_body_cap"), bytes(p.replay_body_cap())),
+            (knob!("holdback_cap"), bytes(p.holdback_cap())),
+            (knob!("evidence_cap"), bytes(p.evidence_cap())),
+            (knob!("idempotency_key"), Value::Bool(p.idempotency_key())),
             (
-                "retry_protocol_violations",
+                knob!("retry_protocol_violations"),
                 Value::Bool(p.retry_protocol_violations()),
             ),
         ] {
-            let i = index(knob);
-            spec.given.insert(i, value);
+            spec.given[knob] = Some(value);
         }
         spec
     }
 
     /// The row of `knob` and the value given for it.
-    fn entry(&self, knob: &'static str) -> (&'static Field, Option<&Value>) {
-        let i = index(knob);
-        (&FIELDS[i], self.given.get(&i))
+    fn entry(&self, knob: usize) -> (&'static Field, Option<&Value>) {
+        (&FIELDS[knob], self.given[knob].as_ref())
     }
 
     /// A number given for `knob`; 0 refused when its row refuses it.
-    fn number(&self, knob: &'static str) -> Result<Option<u64>, PolicyError> {
+    fn number(&self, knob: usize) -> Result<Option<u64>, PolicyError> {
         match self.entry(knob) {
             (f, Some(Value::Number(0))) if f.refuses_zero => Err(PolicyError::Zero(f)),
             (_, Some(Value::Number(n))) => Ok(Some(*n)),
@@ -263,54 +288,75 @@ impl PolicySpec {
         }
     }
 
-    fn count(&self, knob: &'static str) -> Result<Option<NonZeroU32>, PolicyError> {
+    fn count(&self, knob: usize) -> Result<Option<NonZeroU32>, PolicyError> {
         Ok(self
             .number(knob)?
             .and_then(|n| NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))))
     }
 
-    fn bytes(&self, knob: &'static str) -> Result<Option<usize>, PolicyError> {
+    fn bytes(&self, knob: usize) -> Result<Option<usize>, PolicyError> {
         Ok(self
             .number(knob)?
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
     }
 
-    fn ms(&self, knob: &'static str) -> Result<Option<Duration>, PolicyError> {
+    fn ms(&self, knob: usize) -> Result<Option<Duration>, PolicyError> {
         Ok(self.number(knob)?.map(Duration::from_millis))
     }
 
     /// A bound given for `knob`: `Some(None)` when it is off.
     #[allow(clippy::option_option)]
-    fn bound(&self, knob: &'static str) -> Result<Option<Option<Duration>>, PolicyError> {
+    fn bound(&self, knob: usize) -> Result<Option<Option<Duration>>, PolicyError> {
         if let (_, Some(Value::Off)) = self.entry(knob) {
             return Ok(Some(None));
         }
         Ok(self.ms(knob)?.map(Some))
     }
 
-    /// The choice given for `knob`, as the enum whose serde names are its
-    /// choices.
-    fn named<T: de::DeserializeOwned>(&self, knob: &'static str) -> Option<T> {
+    /// The choice given for `knob`.
+    fn name(&self, knob: usize) -> Option<&str> {
         match self.entry(knob).1 {
-            Some(Value::Name(n)) => named(n),
+            Some(Value::Name(n)) => Some(n),
             _ => None,
         }
     }
 }
 
-/// The index of `knob` in [`FIELDS`]; every name this module passes is
-/// one of its rows (the tests build every row).
-fn index(knob: &str) -> usize {
-    FIELDS
-        .iter()
-        .position(|f| f.name == knob)
-        .expect("a knob of the table")
+const fn index(name: &str) -> usize {
+    let mut i = 0;
+    while i < FIELDS.len() {
+        if same(FIELDS[i].name.as_bytes(), name.as_bytes()) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not a knob of the policy table");
 }
 
-/// The variant of `T` whose serde name is `name`.
-fn named<T: de::DeserializeOwned>(name: &str) -> Option<T> {
-    let d: de::value::StrDeserializer<'_, de::value::Error> = name.into_deserializer();
-    T::deserialize(d).ok()
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The category a choice of `retryable_categories` names (its serde and
+/// `Display` name).
+fn category(name: &str) -> Option<Category> {
+    Some(match name {
+        "transport" => Category::Transport,
+        "http" => Category::Http,
+        "client_timeout" => Category::ClientTimeout,
+        "provider_response" => Category::ProviderResponse,
+        _ => return None,
+    })
 }
 
 /// The knobs as `recover` would take them, one `name=value` per line.
@@ -325,7 +371,7 @@ impl fmt::Display for PolicySpec {
 
 impl Serialize for PolicySpec {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.given.len()))?;
+        let mut map = s.serialize_map(Some(self.iter().count()))?;
         for (field, value) in self.iter() {
             map.serialize_entry(field.name, value)?;
         }
@@ -420,6 +466,8 @@ mod tests {
         }
         let policy = spec.build().unwrap();
         assert_eq!(PolicySpec::from_policy(&policy), spec);
+        let default = RecoveryPolicy::default();
+        assert_eq!(PolicySpec::from_policy(&default).build(), Ok(default));
         let json = serde_json::to_string(&spec).unwrap();
         assert_eq!(serde_json::from_str::<PolicySpec>(&json).unwrap(), spec);
         let text = spec.to_string();

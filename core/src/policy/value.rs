@@ -54,7 +54,7 @@ impl fmt::Display for Value {
             Value::Off => f.write_str(if f.alternate() { "\"off\"" } else { "off" }),
             Value::Number(n) => write!(f, "{n}"),
             Value::Bool(b) => f.write_str(if *b { "true" } else { "false" }),
-            Value::Name(n) if f.alternate() => write!(f, "{n:?}"),
+            Value::Name(n) if f.alternate() => write!(f, "\"{n}\""),
             Value::Name(n) | Value::Other(n) => f.write_str(n),
             Value::List(items) => {
                 if f.alternate() {
