@@ -1095,7 +1095,7 @@ impl Machine {
             // The first token's deadline is due as it stands.
             return None;
         }
-        let quiet = if m.ex.outcome().is_some() {
+        let quiet = if m.ex.ledger().outcome().is_some() {
             Some(DRAIN_GRACE)
         } else if m.ex.keeps_response() {
             p.idle_timeout()
@@ -1132,13 +1132,14 @@ impl Machine {
 
     /// The report so far, as a dict (the documented JSON form).
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        serde_py(py, self.lock().ex.report())
+        serde_py(py, self.lock().ex.ledger().report())
     }
 
     /// The outcome once the request ended, as a dict (`None` before).
     fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.lock()
             .ex
+            .ledger()
             .outcome()
             .map(|o| serde_py(py, o))
             .transpose()
@@ -1148,11 +1149,15 @@ impl Machine {
     /// `None` while it has not failed.
     fn error_text(&self) -> Option<String> {
         let m = self.lock();
-        let outcome = m.ex.outcome()?;
+        let outcome = m.ex.ledger().outcome()?;
         if outcome.name() == "completed" {
             return None;
         }
-        let e = RecoveryError::new(outcome.clone(), m.ex.report().clone(), Evidence::default());
+        let e = RecoveryError::new(
+            outcome.clone(),
+            m.ex.ledger().report().clone(),
+            Evidence::default(),
+        );
         Some(e.to_string())
     }
 
@@ -1287,7 +1292,7 @@ impl Machine {
 
     /// The request's logical id, as events show it.
     fn logical_id(&self) -> String {
-        self.lock().ex.logical_id().to_owned()
+        self.lock().ex.ledger().logical_id().to_owned()
     }
 }
 

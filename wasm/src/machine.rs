@@ -777,13 +777,14 @@ impl Machine {
     /// The report so far, as JSON.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = reportJson))]
     pub fn report_json(&self) -> String {
-        to_json(self.ex.report())
+        to_json(self.ex.ledger().report())
     }
 
     /// The outcome once the request ended, as JSON (`null` before).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = outcomeJson))]
     pub fn outcome_json(&self) -> String {
         self.ex
+            .ledger()
             .outcome()
             .map_or_else(|| String::from("null"), to_json)
     }
@@ -1123,11 +1124,11 @@ mod tests {
         assert_eq!(statuses, ["reconnecting", "in_progress", "completed"]);
         assert_eq!(
             m.report_json(),
-            serde_json::to_string(m.ex.report()).unwrap()
+            serde_json::to_string(m.ex.ledger().report()).unwrap()
         );
         assert_eq!(
             m.outcome_json(),
-            serde_json::to_string(m.ex.outcome().unwrap()).unwrap()
+            serde_json::to_string(m.ex.ledger().outcome().unwrap()).unwrap()
         );
     }
 

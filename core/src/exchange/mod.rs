@@ -100,7 +100,6 @@ use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
 use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind};
-use crate::report::RecoveryReport;
 use crate::resume::native_resume;
 use crate::timing::Instant;
 use course::{CooldownStep, Course};
@@ -346,26 +345,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The request's books: its logical id, sends, report and outcome.
     pub fn ledger(&self) -> &Ledger {
         &self.course.ledger
-    }
-
-    /// The logical id, as events show it.
-    pub fn logical_id(&self) -> &str {
-        self.course.ledger.logical_id()
-    }
-
-    /// The current physical send number (0 before the first).
-    pub fn wire_attempt(&self) -> u32 {
-        self.course.ledger.wire_attempt()
-    }
-
-    /// The outcome, once the request ended.
-    pub fn outcome(&self) -> Option<&Outcome> {
-        self.course.ledger.outcome()
-    }
-
-    /// The report so far.
-    pub fn report(&self) -> &RecoveryReport {
-        self.course.ledger.report()
     }
 
     /// The `Idempotency-Key` the send about to go out carries, when the

@@ -660,7 +660,7 @@ impl Driver {
                                 e.kind,
                                 EventKind::AttemptFailed { .. }
                             ) && e.identity.wire_attempt
-                                == self.ex.wire_attempt()),
+                                == self.ex.ledger().wire_attempt()),
                             "a scripted delay reaches past the machine's deadline"
                         );
                     }
@@ -736,7 +736,8 @@ impl Driver {
     }
 
     fn send(&mut self, kind: Send) {
-        self.sends.push((self.env.0.now(), self.ex.wire_attempt()));
+        self.sends
+            .push((self.env.0.now(), self.ex.ledger().wire_attempt()));
         let path = |url: &str| {
             url.find("://")
                 .and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()))
@@ -795,7 +796,7 @@ impl Driver {
         // (each runner draws its own).
         if let (Some(key), Some(line)) = (self.ex.idempotency_key(false), self.requests.last_mut())
         {
-            let key = key.replace(self.ex.logical_id(), "{id}");
+            let key = key.replace(self.ex.ledger().logical_id(), "{id}");
             line.push_str(" idempotency-key=");
             line.push_str(&key);
         }
@@ -1040,7 +1041,7 @@ pub(super) fn run(script: Script) -> Run {
         d.drain();
     }
     d.drain();
-    let report = d.ex.report().clone();
+    let report = d.ex.ledger().report().clone();
     let waits = report
         .delays
         .iter()
@@ -1053,7 +1054,7 @@ pub(super) fn run(script: Script) -> Run {
         })
         .collect();
     let run = Run {
-        outcome: d.ex.outcome().cloned().expect("the request ended"),
+        outcome: d.ex.ledger().outcome().cloned().expect("the request ended"),
         events: d.events,
         sends: d.sends,
         waits,

@@ -444,7 +444,7 @@ fn the_idempotency_key_is_the_requests_and_a_callers_own_key_wins() {
             .unwrap(),
     );
     let key = on.idempotency_key(false).expect("asked for");
-    assert_eq!(key, format!("recovery-{}", on.logical_id()));
+    assert_eq!(key, format!("recovery-{}", on.ledger().logical_id()));
     assert_eq!(
         on.idempotency_key(false),
         Some(key),

@@ -163,7 +163,7 @@ where
         #[cfg(feature = "tracing")] spans: Spans,
     ) -> Self {
         let evidence = Evidence::with_cap(ex.policy().evidence_cap());
-        let report = ReportHandle::new(ex.report().clone());
+        let report = ReportHandle::new(ex.ledger().report().clone());
         let cancelled = Some(Box::pin(origin.call.cancellation().cancelled()));
         let mut driver = Driver {
             ex,
@@ -200,16 +200,21 @@ where
             self.hooks.observer.on_event(&event);
         }
         if any {
-            self.report.set(self.ex.report());
+            self.report.set(self.ex.ledger().report());
         }
     }
 
     /// The request's typed error now: its outcome, or (when it has none)
     /// that it ended without an answer.
     pub(crate) fn unanswered(&self) -> RecoveryError {
-        let outcome = self.ex.outcome().cloned().unwrap_or(Outcome::Exhausted {
-            attempts: self.ex.wire_attempt(),
-        });
+        let outcome = self
+            .ex
+            .ledger()
+            .outcome()
+            .cloned()
+            .unwrap_or(Outcome::Exhausted {
+                attempts: self.ex.ledger().wire_attempt(),
+            });
         self.error(outcome)
     }
 
@@ -217,7 +222,7 @@ where
         let mut evidence = self.evidence.clone();
         evidence.clear_bytes();
         evidence.push_bytes(self.ex.error_body());
-        RecoveryError::new(outcome, self.ex.report().clone(), evidence)
+        RecoveryError::new(outcome, self.ex.ledger().report().clone(), evidence)
     }
 
     /// The caller cancelled before the request ended, or dropped what held
@@ -380,7 +385,7 @@ where
                     self.ended = true;
                     // The final report, with what followed the last event
                     // (a late error after proof).
-                    self.report.set(self.ex.report());
+                    self.report.set(self.ex.ledger().report());
                     self.inner = None;
                     self.activity = Activity::None;
                     self.timer = None;
@@ -494,11 +499,11 @@ where
         }
         #[cfg(feature = "tracing")]
         {
-            let attempt = self.ex.wire_attempt();
+            let attempt = self.ex.ledger().wire_attempt();
             let span = tracing::info_span!(
                 parent: &self.spans.request,
                 "recovery.attempt",
-                recovery.logical_id = self.ex.logical_id(),
+                recovery.logical_id = self.ex.ledger().logical_id(),
                 recovery.attempt = attempt,
                 http.request.resend_count = tracing::field::Empty,
             );
@@ -509,7 +514,8 @@ where
         }
         if let Some(wire) = &self.hooks.wire {
             let (head, body) = req.into_parts();
-            let checked = wire.on_request(self.ex.wire_attempt(), &head, &self.origin.body);
+            let checked =
+                wire.on_request(self.ex.ledger().wire_attempt(), &head, &self.origin.body);
             req = Request::from_parts(head, body);
             if let Err(e) = checked {
                 self.evidence.set_cause(Arc::from(e));
@@ -582,7 +588,7 @@ where
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
                 self.ex.on_head(&env, &parts, handle);
                 if let Some(wire) = &self.hooks.wire
-                    && let Err(e) = wire.on_response_head(self.ex.wire_attempt(), &parts)
+                    && let Err(e) = wire.on_response_head(self.ex.ledger().wire_attempt(), &parts)
                 {
                     self.evidence.set_cause(Arc::from(e));
                     let failure =
@@ -625,7 +631,7 @@ where
     fn chunk(&mut self, data: Bytes) -> Option<Bytes> {
         let env = &*self.hooks.surroundings;
         if let Some(wire) = &self.hooks.wire
-            && let Err(e) = wire.on_body_chunk(self.ex.wire_attempt(), &data)
+            && let Err(e) = wire.on_body_chunk(self.ex.ledger().wire_attempt(), &data)
         {
             self.evidence.set_cause(Arc::from(e));
             let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
@@ -742,7 +748,7 @@ impl<B> Drop for Driver<B> {
             for event in self.ex.drain_events() {
                 self.hooks.observer.on_event(&event);
             }
-            self.report.set(self.ex.report());
+            self.report.set(self.ex.ledger().report());
         }
     }
 }

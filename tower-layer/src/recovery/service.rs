@@ -237,7 +237,7 @@ where
         ex = ex.without_replay(reason);
     }
     #[cfg(feature = "tracing")]
-    span.record("recovery.logical_id", ex.logical_id());
+    span.record("recovery.logical_id", ex.ledger().logical_id());
     let origin = Origin {
         head,
         url,
