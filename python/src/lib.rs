@@ -57,7 +57,7 @@ use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{
     AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Env, Exchange, Head, Io, RequestFacts,
-    Send as SendKind,
+    Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
@@ -644,43 +644,31 @@ impl Client {
         let body = body.unwrap_or_default();
         let allowance = AttemptAllowance::new(policy.max_attempts().get());
         let start = instant(now);
-        let mut ex = Exchange::new(
-            policy,
-            &self.protocol,
-            RequestFacts::new(method, url, body),
-            allowance,
-            logical_id,
-            start,
-        )
-        .with_admission_hook(admission)
-        .with_resumable_sse(self.resumable_sse)
-        .with_continuation_hook(continuation)
-        .with_prefill(RequestFacts::new(method, url, body), self.prefill);
-        if let Some(budget) = &self.budget {
-            ex = ex.with_retry_budget(Arc::clone(budget));
-        }
-        if let Some(cooldowns) = &self.cooldowns {
-            let store: Arc<dyn CooldownStore> = cooldowns.clone();
-            ex = ex.with_cooldown(store, key_of(key, url, body));
-        }
-        if let Some(reason) = replay {
-            ex = ex.without_replay(reason);
-        }
         let mut targets = self.alternates.clone();
         for (t, own) in targets.iter_mut().zip(bodies.unwrap_or_default()) {
             if let Some(own) = own {
                 *t = t.clone().with_body(own);
             }
         }
-        if !targets.is_empty() {
-            ex = ex
-                .with_alternates(
-                    RequestFacts::new(method, url, body),
-                    &self.protocol,
-                    &targets,
-                )
-                .with_context_window(self.context_window);
+        let request = RequestFacts::new(method, url, body);
+        let mut setup = Setup::new(policy, &self.protocol, request, allowance, logical_id)
+            .admission_hook(admission)
+            .resumable_sse(self.resumable_sse)
+            .continuation_hook(continuation)
+            .prefill(self.prefill)
+            .alternates(&targets)
+            .context_window(self.context_window);
+        if let Some(budget) = &self.budget {
+            setup = setup.retry_budget(Arc::clone(budget));
         }
+        if let Some(cooldowns) = &self.cooldowns {
+            let store: Arc<dyn CooldownStore> = cooldowns.clone();
+            setup = setup.cooldown(store, key_of(key, url, body));
+        }
+        if let Some(reason) = replay {
+            setup = setup.without_replay(reason);
+        }
+        let ex = setup.start(start);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_micros((wall.max(0.0) * 1e6) as u64);
         Machine {
             inner: Mutex::new(Inner {

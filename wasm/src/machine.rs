@@ -41,7 +41,7 @@ use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBud
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
-    AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind,
+    AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
@@ -459,28 +459,6 @@ impl Client {
         let too_large = body.len() > policy.replay_body_cap();
         let allowance = AttemptAllowance::new(policy.max_attempts().get());
         let id = u64::from(id_hi) << 32 | u64::from(id_lo);
-        let mut ex = Exchange::new(
-            policy,
-            &self.protocol,
-            RequestFacts::new(method, url, body),
-            allowance,
-            id,
-            instant(now_ms),
-        )
-        .with_admission_hook(admission)
-        .with_resumable_sse(self.resumable_sse)
-        .with_continuation_hook(continuation)
-        .with_prefill(RequestFacts::new(method, url, body), self.prefill);
-        if let Some(budget) = &self.budget {
-            ex = ex.with_retry_budget(Arc::clone(budget));
-        }
-        if let Some(cooldowns) = &self.cooldowns {
-            let store: Arc<dyn CooldownStore> = cooldowns.clone();
-            ex = ex.with_cooldown(store, key_of(key, url, body));
-        }
-        if too_large {
-            ex = ex.without_replay(ReplayDisabled::BodyTooLarge);
-        }
         let mut targets = self.alternates.clone();
         let mut at = 0;
         for (t, len) in targets.iter_mut().zip(lengths) {
@@ -492,15 +470,25 @@ impl Client {
                 *t = t.clone().with_body(own.to_vec());
             }
         }
-        if !targets.is_empty() {
-            ex = ex
-                .with_alternates(
-                    RequestFacts::new(method, url, body),
-                    &self.protocol,
-                    &targets,
-                )
-                .with_context_window(self.context_window);
+        let request = RequestFacts::new(method, url, body);
+        let mut setup = Setup::new(policy, &self.protocol, request, allowance, id)
+            .admission_hook(admission)
+            .resumable_sse(self.resumable_sse)
+            .continuation_hook(continuation)
+            .prefill(self.prefill)
+            .alternates(&targets)
+            .context_window(self.context_window);
+        if let Some(budget) = &self.budget {
+            setup = setup.retry_budget(Arc::clone(budget));
         }
+        if let Some(cooldowns) = &self.cooldowns {
+            let store: Arc<dyn CooldownStore> = cooldowns.clone();
+            setup = setup.cooldown(store, key_of(key, url, body));
+        }
+        if too_large {
+            setup = setup.without_replay(ReplayDisabled::BodyTooLarge);
+        }
+        let ex = setup.start(instant(now_ms));
         Machine {
             ex,
             targets,

@@ -76,27 +76,25 @@ mod outbox;
 mod reading;
 mod resumption;
 mod route;
+mod setup;
 mod targets;
 mod timers;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
 pub use io::{AdmissionRequest, Chunk, Env, Head, Io, RequestFacts, Send};
 pub use ledger::Ledger;
+pub use setup::Setup;
 pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
 
-#[cfg(doc)]
-use crate::budget::RetryBudget;
-use crate::budget::{AttemptAllowance, BudgetStore};
-use crate::continuation::{DeliveredPrefix, Prefill};
-use crate::cooldown::CooldownStore;
+use crate::budget::AttemptAllowance;
+use crate::continuation::DeliveredPrefix;
 use crate::decision::Action;
 use crate::failure::{Failure, FailureKind, Phase, Stall};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
-use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
+use crate::outcome::{CancelPhase, Outcome};
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
 use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind};
@@ -164,9 +162,10 @@ pub struct Exchange<C, D = SelfDecoded> {
 }
 
 impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
-    /// Starts a logical request at `now`: its answer is decoded as
-    /// `protocol` resolves for its URL, and its sends are drawn from
-    /// `allowance` (shared with any nested layer).
+    /// Starts a logical request at `now` with nothing more declared: its
+    /// answer is decoded as `protocol` resolves for its URL, and its sends
+    /// are drawn from `allowance` (shared with any nested layer). A driver
+    /// that declares more starts it from a [`Setup`].
     pub fn new(
         policy: RecoveryPolicy,
         protocol: &ProtocolChoice,
@@ -175,143 +174,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         logical_id: u64,
         now: Instant,
     ) -> Self {
-        let protocol = protocol.resolve(request.url);
-        let route = Route::new(request);
-        let native = native_resume(&protocol, false, route.background);
-        Exchange {
-            timers: Timers::new(policy.idle_timeout(), policy.progress_timeout(), now),
-            course: Course::new(policy, allowance, logical_id, now),
-            protocol,
-            stage: Stage::ToSend,
-            route,
-            reading: Reading::new(),
-            outbox: Outbox::new(),
-            resumption: native.then(|| Resumption::new(true)),
-        }
-    }
-
-    /// Lets the request be served by `alternates`, in order, before commit
-    /// ([`crate::failover`]). `request` and `protocol` are what
-    /// [`Exchange::new`] was given: each alternate's URL, body and protocol
-    /// are derived from them, and its cooldown key from its URL and body.
-    /// Drivers send [`Exchange::target`]'s rewrite of the request.
-    #[must_use]
-    pub fn with_alternates(
-        mut self,
-        request: RequestFacts<'_>,
-        protocol: &ProtocolChoice,
-        alternates: &[crate::failover::Target],
-    ) -> Self {
-        if alternates.is_empty() {
-            return self;
-        }
-        let declared = self
-            .route
-            .with_alternates(request, protocol, &self.protocol, alternates);
-        for (i, t) in alternates.iter().enumerate() {
-            if let Some(prefill) = t.prefill() {
-                let body = t.rewrite_body(request.body);
-                self.resumption_mut().declare_prefill(i + 1, prefill, &body);
-                self.keep_prefix();
-            }
-        }
-        self.course = self.course.with_targets(declared.labels, declared.windows);
-        self
-    }
-
-    /// Declares the context window, in tokens, of the request's own target
-    /// (after [`Exchange::with_alternates`]; without alternates it changes
-    /// nothing): a prompt too long for it moves only to an alternate whose
-    /// declared window is larger.
-    #[must_use]
-    pub fn with_context_window(mut self, tokens: Option<u64>) -> Self {
-        self.course.declare_own_window(tokens);
-        self
-    }
-
-    /// Shares waits with the other requests that use `store`: a wait this
-    /// request learns from its endpoint (`Retry-After`, `retry-after-ms`)
-    /// is noted under `key`, and before each send that is not a resume the
-    /// request waits out one in force for `key`, or fails refused when it
-    /// may not wait that long ([`crate::cooldown`]). `key` is usually
-    /// [`crate::cooldown::key_for`] of the request.
-    #[must_use]
-    pub fn with_cooldown(mut self, store: Arc<dyn CooldownStore>, key: String) -> Self {
-        self.route.share_cooldown(store, key);
-        self
-    }
-
-    /// Uses a cross-request retry budget (a [`RetryBudget`], or any
-    /// [`BudgetStore`]); this request deposits into it.
-    #[must_use]
-    pub fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
-        self.course = self.course.with_retry_budget(budget);
-        self
-    }
-
-    /// Declares that an admission hook is installed.
-    #[must_use]
-    pub fn with_admission_hook(mut self, installed: bool) -> Self {
-        self.course = self.course.with_admission_hook(installed);
-        self
-    }
-
-    /// Sets an absolute deadline for the whole request.
-    #[must_use]
-    pub fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.course = self.course.with_deadline(deadline);
-        self
-    }
-
-    /// An outer layer already debited the first send.
-    #[must_use]
-    pub fn with_prepaid_first_send(mut self, prepaid: bool) -> Self {
-        self.course = self.course.with_prepaid_first_send(prepaid);
-        self
-    }
-
-    /// Turns replay off (the request body could not be buffered, or was
-    /// over the replay cap).
-    #[must_use]
-    pub fn without_replay(mut self, reason: ReplayDisabled) -> Self {
-        self.course.disable_replay(reason);
-        self
-    }
-
-    /// Declares the endpoint an SSE stream that honours `Last-Event-ID`.
-    #[must_use]
-    pub fn with_resumable_sse(mut self, resumable: bool) -> Self {
-        self.route.sse_resumable = resumable;
-        let native = native_resume(&self.protocol, resumable, self.route.background);
-        self.resumption_mut().native = native;
-        self.drop_idle_resumption();
-        self
-    }
-
-    /// Declares a continuation hook: a committed stream no native strategy
-    /// can continue is offered to it ([`Io::AskContinuation`]).
-    #[must_use]
-    pub fn with_continuation_hook(mut self, installed: bool) -> Self {
-        self.resumption_mut().hook = installed;
-        if installed {
-            self.keep_prefix();
-        }
-        self.drop_idle_resumption();
-        self
-    }
-
-    /// Declares how the request's own target continues a committed answer
-    /// from a prefill of the delivered text ([`crate::continuation`]);
-    /// `request` is what [`Exchange::new`] was given. Alternates declare
-    /// theirs on their [`crate::failover::Target`].
-    #[must_use]
-    pub fn with_prefill(mut self, request: RequestFacts<'_>, prefill: Option<Prefill>) -> Self {
-        if let Some(prefill) = prefill {
-            self.resumption_mut()
-                .declare_prefill(0, prefill, request.body);
-            self.keep_prefix();
-        }
-        self
+        Setup::new(policy, protocol, request, allowance, logical_id).start(now)
     }
 
     fn resumption_mut(&mut self) -> &mut Resumption {
@@ -319,20 +182,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             .get_or_insert_with(|| Resumption::new(false))
     }
 
-    fn drop_idle_resumption(&mut self) {
-        if self.resumption.as_ref().is_some_and(|r| r.is_idle()) {
-            self.resumption = None;
-        }
-    }
-
-    /// Keeps what the consumer receives, for a continuation.
-    fn keep_prefix(&mut self) {
-        let protocol = self.protocol.clone();
-        self.resumption_mut().keep_prefix(&protocol);
-    }
-
     /// The target the current (or next) send goes to: 0 for the request as
-    /// it was given, `i` for alternate `i` ([`Exchange::with_alternates`]).
+    /// it was given, `i` for alternate `i` ([`Setup::alternates`]).
     pub fn target(&self) -> usize {
         self.course.target()
     }

@@ -66,6 +66,12 @@ impl Resumption {
         !self.native && !self.hook && !self.prefill.iter().any(Option::is_some)
     }
 
+    /// Whether a continuation at the prompt level may come (a hook, or a
+    /// declared prefill): what the consumer receives is kept for it.
+    pub(super) fn continues_by_prompt(&self) -> bool {
+        self.hook || self.prefill.iter().any(Option::is_some)
+    }
+
     /// Keeps what the consumer receives, read as `protocol`.
     pub(super) fn keep_prefix(&mut self, protocol: &ProtocolKind) {
         if self.prefix.is_none() {

@@ -23,7 +23,7 @@ use crate::budget::{AttemptAllowance, RetryBudget};
 use crate::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
 use crate::cooldown::{self, CooldownStore, Cooldowns};
 use crate::decision::{AdmissionAnswer, DelayCause};
-use crate::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send};
+use crate::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send, Setup};
 use crate::failure::{Failure, Phase, Stall, TransportKind};
 use crate::lifecycle::{EventKind, LifecycleEvent};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
@@ -946,26 +946,6 @@ pub(super) fn run(script: Script) -> Run {
         .vector
         .as_ref()
         .is_some_and(|v| v.continuation.is_some());
-    let mut ex = Exchange::new(
-        script.policy.clone(),
-        &ProtocolChoice::Fixed(protocol),
-        request,
-        allowance.clone(),
-        0x2a,
-        timing.now(),
-    )
-    .with_admission_hook(script.hook.is_some())
-    .with_resumable_sse(resumable_sse)
-    .with_continuation_hook(continuation);
-    if let Some(b) = &script.retry_budget {
-        ex = ex.with_retry_budget(Arc::new(b.clone()));
-    }
-    if let Some(d) = script.deadline {
-        ex = ex.with_deadline(timing.now().saturating_add(d));
-    }
-    if let Some(r) = script.replay_disabled {
-        ex = ex.without_replay(r);
-    }
     // A vector run shares a cooldown store, as every driver does.
     let cooldown = script.vector.as_ref().map(|v| {
         let store = Arc::new(Cooldowns::new());
@@ -975,21 +955,36 @@ pub(super) fn run(script: Script) -> Run {
         }
         (store, key)
     });
+    let choice = ProtocolChoice::Fixed(protocol);
+    let mut setup = Setup::new(
+        script.policy.clone(),
+        &choice,
+        request,
+        allowance.clone(),
+        0x2a,
+    )
+    .admission_hook(script.hook.is_some())
+    .resumable_sse(resumable_sse)
+    .continuation_hook(continuation);
+    if let Some(b) = &script.retry_budget {
+        setup = setup.retry_budget(Arc::new(b.clone()));
+    }
+    if let Some(d) = script.deadline {
+        setup = setup.deadline(timing.now().saturating_add(d));
+    }
+    if let Some(r) = script.replay_disabled {
+        setup = setup.without_replay(r);
+    }
     if let Some((store, key)) = &cooldown {
-        ex = ex.with_cooldown(store.clone(), key.clone());
+        setup = setup.cooldown(store.clone(), key.clone());
     }
     if let Some(v) = &script.vector {
-        ex = ex
-            .with_alternates(
-                request,
-                &ProtocolChoice::Fixed(v.protocol.clone()),
-                &v.alternates,
-            )
-            .with_context_window(v.context_window);
+        setup = setup
+            .alternates(&v.alternates)
+            .context_window(v.context_window)
+            .prefill(v.prefill);
     }
-    if let Some(v) = &script.vector {
-        ex = ex.with_prefill(request, v.prefill);
-    }
+    let ex = setup.start(timing.now());
     let mut d = Driver {
         ex,
         chunks,

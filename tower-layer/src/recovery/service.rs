@@ -10,7 +10,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::call::{RecoveryCall, SendCredit};
 use recovery_core::cooldown;
 use recovery_core::error::RecoveryError;
-use recovery_core::exchange::{Exchange, RequestFacts};
+use recovery_core::exchange::{RequestFacts, Setup};
 use recovery_core::outcome::ReplayDisabled;
 use recovery_core::protocol::ProtocolChoice;
 use tower_service::Service;
@@ -187,20 +187,24 @@ where
         Some(kind) => ProtocolChoice::Fixed(kind.clone()),
         None => hooks.protocol.clone(),
     };
-    let mut ex = Exchange::new(policy, &protocol, request, allowance, logical_id, now)
-        .with_admission_hook(hooks.admission.is_some())
-        .with_resumable_sse(hooks.sse_resumable)
-        .with_continuation_hook(hooks.continuation.is_some())
-        .with_prepaid_first_send(prepaid);
+    let mut setup = Setup::new(policy, &protocol, request, allowance, logical_id)
+        .admission_hook(hooks.admission.is_some())
+        .resumable_sse(hooks.sse_resumable)
+        .continuation_hook(hooks.continuation.is_some())
+        .prepaid_first_send(prepaid)
+        .prefill(call.prefill());
     if let Some(budget) = &hooks.retry_budget {
-        ex = ex.with_retry_budget(Arc::clone(budget));
+        setup = setup.retry_budget(Arc::clone(budget));
     }
     if let Some(store) = &hooks.cooldowns {
         let key = match &hooks.cooldown_key {
             Some(key) => key(&head, &bytes),
             None => cooldown::key_for(&url, &bytes),
         };
-        ex = ex.with_cooldown(Arc::clone(store), key);
+        setup = setup.cooldown(Arc::clone(store), key);
+    }
+    if let Some(reason) = replay {
+        setup = setup.without_replay(reason);
     }
     // The alternates this request may use, in order (the machine's target
     // `i` is `alternates[i - 1]`); those that map the body get this
@@ -228,14 +232,9 @@ where
     });
     if !alternates.is_empty() {
         let own = targets.as_deref().unwrap_or(&hooks.targets);
-        ex = ex
-            .with_alternates(request, &protocol, own)
-            .with_context_window(call.context_window());
+        setup = setup.alternates(own).context_window(call.context_window());
     }
-    ex = ex.with_prefill(request, call.prefill());
-    if let Some(reason) = replay {
-        ex = ex.without_replay(reason);
-    }
+    let ex = setup.start(now);
     #[cfg(feature = "tracing")]
     span.record("recovery.logical_id", ex.ledger().logical_id());
     let origin = Origin {
