@@ -66,6 +66,7 @@
 //! assert!(matches!(ex.poll(&env), Io::Read));
 //! ```
 
+mod attempt;
 pub(crate) mod course;
 mod decoded;
 mod gate;
@@ -73,7 +74,6 @@ mod head;
 mod io;
 mod ledger;
 mod outbox;
-mod reading;
 mod resumption;
 mod route;
 mod setup;
@@ -92,39 +92,30 @@ pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
 use crate::budget::AttemptAllowance;
 use crate::continuation::DeliveredPrefix;
 use crate::decision::Action;
-use crate::failure::{Failure, FailureKind, Phase, Stall};
+use crate::failure::{Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
 use crate::outcome::{CancelPhase, Outcome};
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
-use crate::protocol::{BodyForm, ProtocolChoice, ProtocolKind};
+use crate::protocol::{ProtocolChoice, ProtocolKind};
 use crate::resume::native_resume;
 use crate::timing::Instant;
+use attempt::{Attempt, Ctx, Phase as AttemptPhase, Step};
 use course::{CooldownStep, Course};
-use head::{ErrorHead, Verdict};
+use head::Verdict;
 use outbox::{Due, Holds, Outbox};
-use reading::{Reading, Taken};
 use resumption::{Continue, Resumption};
 use route::Route;
-use timers::{Timer, Timers, Watching};
+use timers::{Timer, Timers};
 
 /// Where the request is; the timers each stage arms are in [`Timers`].
 #[derive(Debug)]
 enum Stage {
     /// The next send is due.
     ToSend,
-    /// The request is on its way: connecting, writing.
-    Sending,
-    /// Sent; no head yet.
-    AwaitingHead,
-    /// Reading (a capped part of) an error body.
-    ErrorBody(Box<ErrorHead>),
-    /// Reading a successful body, before or after commit.
-    Streaming,
-    /// Completed (strong proof was handed out); the rest of the body passes
-    /// through until it ends or is silent for [`DRAIN_GRACE`], and nothing
-    /// that follows changes the outcome.
-    Draining,
+    /// An attempt is on its way or being read ([`Attempt`]'s phase says
+    /// where).
+    InFlight,
     /// A wait before the next send (a resume's, when `resume`).
     Waiting { resume: bool },
     /// Offline; `then_send` when the resume is due as soon as it is back.
@@ -152,8 +143,8 @@ pub struct Exchange<C, D = SelfDecoded> {
     stage: Stage,
     /// Where the request is sent.
     route: Route,
-    /// The body of the attempt in flight.
-    reading: Reading<D>,
+    /// The attempt in flight (or the last one).
+    attempt: Attempt<D>,
     /// What is due to the driver and the consumer.
     outbox: Outbox<C>,
     timers: Timers,
@@ -235,7 +226,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The last error body read (capped at the policy's evidence cap):
     /// sensitive evidence, for `inspect_*` only.
     pub fn error_body(&self) -> &[u8] {
-        &self.reading.error_body
+        &self.attempt.error_body
     }
 
     /// What the consumer has received, as the continuation hook is given
@@ -255,8 +246,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// runtime can copy a body (a `Response.clone()`) reads the copy and
     /// keeps the original for [`Io::RespondError`].
     pub fn keeps_response(&self) -> bool {
-        !self.outbox.responded() && matches!(self.stage, Stage::ErrorBody(_))
+        !self.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
             || matches!(self.stage, Stage::Ended(_)) && self.outbox.error_response_due()
+    }
+
+    /// Whether an attempt is in flight in a phase `is` says yes to.
+    fn in_phase(&self, is: impl Fn(&AttemptPhase) -> bool) -> bool {
+        matches!(self.stage, Stage::InFlight) && is(&self.attempt.phase)
     }
 
     /// Whether the body streams the committed attempt with nothing queued,
@@ -265,8 +261,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     #[inline]
     pub fn is_passing_through(&self) -> bool {
         self.outbox.is_idle()
-            && self.reading.gate.is_none()
-            && matches!(self.stage, Stage::Streaming | Stage::Draining)
+            && self.attempt.gate.is_none()
+            && self.in_phase(|p| matches!(p, AttemptPhase::Streaming | AttemptPhase::Draining))
     }
 
     /// When the driver must wake the machine ([`Exchange::handle_timeout`])
@@ -300,8 +296,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     Some(io) => io,
                     None => continue,
                 },
-                Stage::Sending | Stage::AwaitingHead => Io::AwaitHead,
-                Stage::ErrorBody(_) | Stage::Streaming | Stage::Draining => Io::Read,
+                Stage::InFlight if self.attempt.awaits_head() => Io::AwaitHead,
+                Stage::InFlight => Io::Read,
                 Stage::Waiting { .. } => Io::Sleep,
                 Stage::Parked { .. } => Io::WaitOnline,
                 Stage::Admission { request } => match request.take() {
@@ -320,31 +316,43 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.stage = stage;
     }
 
-    /// What the stall watchdogs watch in the stage the request is in.
-    fn watching(&self) -> Option<Watching> {
-        match self.stage {
-            Stage::ErrorBody(_) => Some(Watching::ErrorBody),
-            Stage::Draining => Some(Watching::Drain),
-            Stage::Streaming => Some(Watching::Stream {
-                proven: self.reading.proven(),
-            }),
-            _ => None,
-        }
+    /// What an attempt's inputs reach beyond it, and the attempt.
+    fn split(&mut self) -> (&mut Attempt<D>, Ctx<'_, C>) {
+        let prefix = self
+            .resumption
+            .as_deref_mut()
+            .and_then(|r| r.prefix.as_mut());
+        let cx = Ctx {
+            course: &mut self.course,
+            outbox: &mut self.outbox,
+            timers: &mut self.timers,
+            prefix,
+            protocol: &self.protocol,
+        };
+        (&mut self.attempt, cx)
     }
 
-    /// Restarts the stall watchdogs at `now` for the stage just entered.
-    fn restart_watch(&mut self, now: Instant) {
-        if let Some(watching) = self.watching() {
-            self.timers
-                .restart_watch(now, self.reading.chunks, watching);
+    /// Carries out what an attempt's input means for the request.
+    fn step<E: Env + ?Sized>(&mut self, env: &E, step: Step<C>) -> Option<C> {
+        match step {
+            Step::Quiet => None,
+            Step::Pass(chunk) => {
+                self.settle_if_proven(env.now());
+                Some(chunk)
+            }
+            Step::Failed(failure) => {
+                self.attempt_failed(env, failure);
+                None
+            }
+            Step::Proven(proof) => {
+                self.complete(env.now(), proof);
+                None
+            }
+            Step::Drained => {
+                self.enter(Stage::Ended(Ok(())));
+                None
+            }
         }
-    }
-
-    /// A chunk was read.
-    #[inline]
-    fn count_chunk(&mut self) {
-        self.reading.chunks += 1;
-        self.timers.chunk_came(self.reading.chunks);
     }
 
     /// The send is due: counts it (allowance, deadline, retry permit) and
@@ -380,10 +388,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }
         };
         self.outbox.new_attempt();
-        self.reading.restart();
-        self.enter(Stage::Sending);
-        let head_by = self.course.policy().head_timeout().map(|d| now + d);
-        self.timers.set(Timer::Head, head_by);
+        self.enter(Stage::InFlight);
+        let head_timeout = self.course.policy().head_timeout();
+        self.attempt.send(now, head_timeout, &mut self.timers);
         if !resumed {
             if let Some(r) = self.resumption.as_mut() {
                 r.next_gate = Some((None, None));
@@ -429,8 +436,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The request left: the head timer runs, a cancel now catches it
     /// awaiting its head.
     pub fn on_sent<E: Env + ?Sized>(&mut self, _env: &E) {
-        if matches!(self.stage, Stage::Sending) {
-            self.stage = Stage::AwaitingHead;
+        if matches!(self.stage, Stage::InFlight) {
+            self.attempt.sent();
         }
     }
 
@@ -442,7 +449,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         head: &H,
         decoded: Option<D>,
     ) {
-        if !matches!(self.stage, Stage::Sending | Stage::AwaitingHead) {
+        if !self.in_phase(|_| self.attempt.awaits_head()) {
             return;
         }
         let now = env.now();
@@ -450,7 +457,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.course
             .ledger
             .head(now, seen.status, seen.request_id, seen.rate_limits);
-        self.reading.status = Some(seen.status);
+        self.attempt.status = Some(seen.status);
         let form = match verdict {
             Verdict::Redirect(failure) => {
                 self.outbox.set_holds(Holds::ErrorResponse);
@@ -458,8 +465,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 return;
             }
             Verdict::Error(error) => {
-                self.enter(Stage::ErrorBody(error));
-                self.restart_watch(now);
+                self.attempt.read_error(now, error, &mut self.timers);
                 return;
             }
             Verdict::Answer(form) => form,
@@ -471,19 +477,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.adopt(kind);
         }
         let next_gate = self.resumption.as_mut().and_then(|r| r.next_gate.take());
-        self.reading.start(&self.protocol, form, decoded, next_gate);
-        self.enter(Stage::Streaming);
-        // A streamed answer's first token is due, before commit (a resume
-        // continues a committed answer); a whole JSON answer has its output
-        // only at its end, bounded by the other watchdogs.
+        // A resume continues a committed answer: its first token is not due.
         let first_token = self
             .course
             .policy()
             .first_token_timeout()
-            .filter(|_| form == BodyForm::Stream && !self.course.is_committed());
-        self.timers
-            .set(Timer::FirstToken, first_token.map(|d| now + d));
-        self.restart_watch(now);
+            .filter(|_| !self.course.is_committed());
+        let (attempt, mut cx) = self.split();
+        attempt.read_answer(now, form, decoded, next_gate, first_token, &mut cx);
     }
 
     /// Reads the exchange as `protocol` from now on: the decoder of the
@@ -515,26 +516,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     #[inline]
     pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &[u8]) -> bool {
         debug_assert!(self.is_passing_through());
-        if matches!(self.stage, Stage::Draining) {
-            self.count_chunk();
-            self.outbox.passed(chunk.len());
-            return true;
-        }
-        let Some(source) = self.reading.source.as_mut() else {
-            return false;
-        };
-        match source.feed(chunk) {
-            Ok(()) if !source.flagged() => {
-                self.count_chunk();
-                self.outbox.passed(chunk.len());
-                true
-            }
-            Ok(()) => {
-                self.reading.kept = true;
-                false
-            }
+        match self
+            .attempt
+            .on_passing_chunk(chunk, &mut self.outbox, &mut self.timers)
+        {
+            Ok(passes) => passes,
             Err(v) => {
-                self.violated(env, v);
+                self.attempt_failed(env, attempt::violation(v));
                 false
             }
         }
@@ -543,16 +531,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
     /// returns it when it goes out at once after all.
     pub fn on_kept_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        if !std::mem::take(&mut self.reading.kept) || !matches!(self.stage, Stage::Streaming) {
-            return None;
-        }
-        self.on_fed_chunk(env, chunk)
-    }
-
-    /// The decoder refused the stream.
-    #[cold]
-    fn violated<E: Env + ?Sized>(&mut self, env: &E, v: crate::wire::ProtocolViolation) {
-        self.attempt_failed(env, reading::violation(v));
+        let now = env.now();
+        let (attempt, mut cx) = self.split();
+        let step = attempt.on_kept_chunk(now, chunk, &mut cx);
+        self.step(env, step)
     }
 
     /// A chunk of the body arrived. Returns it when it goes to the consumer
@@ -561,98 +543,21 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// follows.
     #[inline]
     pub fn on_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        if !matches!(self.stage, Stage::Streaming) {
-            return self.on_other_chunk(env, chunk);
-        }
-        let source = self.reading.source.as_mut()?;
-        if let Err(v) = source.feed(chunk.as_ref()) {
-            self.violated(env, v);
+        if !matches!(self.stage, Stage::InFlight) {
             return None;
         }
-        self.on_fed_chunk(env, chunk)
-    }
-
-    /// A chunk the decoder took: held, queued, cut into events, or handed
-    /// out; a commit or a failure it shows is acted on.
-    fn on_fed_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        self.count_chunk();
-        let prefix = self.resumption.as_mut().and_then(|r| r.prefix.as_mut());
-        let cap = self.course.policy().holdback_cap();
-        let committed = self.course.is_committed();
-        match self
-            .reading
-            .take(chunk, committed, cap, &mut self.outbox, prefix)
-        {
-            Taken::Pass(chunk) => {
-                self.settle_if_proven(env.now());
-                return Some(chunk);
-            }
-            Taken::Queued => {}
-            Taken::Held(progress, trigger) => {
-                self.course.ledger.progress(progress);
-                if let Some(trigger) = trigger {
-                    self.commit(env.now(), trigger);
-                }
-            }
-            Taken::HeldFailed(progress, failure) => {
-                self.course.ledger.progress(progress);
-                self.attempt_failed(env, failure);
-            }
-            Taken::Failed(failure) => self.attempt_failed(env, failure),
-        }
-        None
-    }
-
-    /// A chunk outside a streamed answer: one after its completion, an
-    /// error body's, or a late one.
-    #[cold]
-    fn on_other_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        self.count_chunk();
-        if matches!(self.stage, Stage::Draining) {
-            if self.outbox.pass(chunk.as_ref().len()) {
-                return Some(chunk);
-            }
-            self.outbox.push(Chunk::Read(chunk));
-            return None;
-        }
-        let cap = self.course.policy().evidence_cap();
-        let Stage::ErrorBody(e) = &mut self.stage else {
-            return None;
-        };
-        let full = e.take(chunk.as_ref(), cap);
-        // Kept for a final error response; after commit (a resume answered
-        // with an error) the consumer never sees it.
-        if !self.outbox.responded() {
-            self.outbox.push(Chunk::Read(chunk));
-        }
-        if full {
-            self.finish_error_head(env);
-        }
-        None
-    }
-
-    fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
-        if !self.course.is_committed() {
-            self.course.commit(now, trigger);
-            self.outbox.respond();
-        }
-        self.timers.stop(Timer::FirstToken);
+        let now = env.now();
+        let (attempt, mut cx) = self.split();
+        let step = attempt.on_chunk(now, chunk, &mut cx);
+        self.step(env, step)
     }
 
     /// The body ended cleanly (the transport's end of body).
     pub fn on_end<E: Env + ?Sized>(&mut self, env: &E) {
-        match &self.stage {
-            Stage::Draining => self.enter(Stage::Ended(Ok(()))),
-            Stage::ErrorBody(_) => self.finish_error_head(env),
-            Stage::Streaming => match self.reading.finish() {
-                Some(Ok(proof)) => self.complete(env.now(), proof),
-                Some(Err(failure)) => {
-                    let failure = self.enrich(failure);
-                    self.attempt_failed(env, failure);
-                }
-                None => {}
-            },
-            _ => {}
+        if matches!(self.stage, Stage::InFlight) {
+            let (attempt, mut cx) = self.split();
+            let step = attempt.on_end(&mut cx);
+            self.step(env, step);
         }
     }
 
@@ -660,27 +565,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// hook of the driver vetoed it. `failure` says what and where (kind,
     /// phase, acceptance); the machine adds what the attempt showed.
     pub fn on_error<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
-        match &self.stage {
-            Stage::Sending | Stage::AwaitingHead => self.attempt_failed(env, failure),
-            Stage::ErrorBody(_) => self.finish_error_head(env),
-            Stage::Draining => {
-                // A reset right after `[DONE]` changes nothing.
-                self.course.ledger.late_error();
-                self.enter(Stage::Ended(Ok(())));
-                self.outbox.release();
-            }
-            Stage::Streaming => {
-                if let Some(proof) = self.reading.proof() {
-                    // A reset right after `[DONE]` changes nothing.
-                    self.course.ledger.late_error();
-                    self.complete(env.now(), proof);
-                    self.outbox.release();
-                    return;
-                }
-                let failure = self.enrich(failure);
-                self.attempt_failed(env, failure);
-            }
-            _ => {}
+        if matches!(self.stage, Stage::InFlight) {
+            let (attempt, mut cx) = self.split();
+            let step = attempt.on_error(failure, &mut cx);
+            self.step(env, step);
         }
     }
 
@@ -690,31 +578,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let now = env.now();
         while let Some(timer) = self.timers.expired(now) {
             match timer {
-                Timer::Head => {
-                    // Not yet sent: the request never left (connecting).
-                    let phase = match self.stage {
-                        Stage::Sending => Phase::Connecting,
-                        _ => Phase::AwaitingHeaders,
-                    };
-                    let failure = Failure::new(FailureKind::Timeout { stall: Stall::Head }, phase);
-                    self.outbox.release();
-                    self.attempt_failed(env, failure);
-                }
-                Timer::FirstToken => self.stalled(env, Stall::FirstToken),
-                Timer::Watch => {
-                    // A check: what came since the last one moves the
-                    // marks; only a deadline still passed after it is a
-                    // stall.
-                    let Some(watching) = self.watching() else {
-                        self.timers.stop(Timer::Watch);
-                        continue;
-                    };
-                    let semantic = self.reading.semantic(0);
-                    self.timers
-                        .check_watch(now, self.reading.chunks, semantic, watching);
-                    if self.timers.get(Timer::Watch).is_some_and(|d| now >= d) {
-                        self.watch_fired(env, now);
-                    }
+                Timer::Head | Timer::FirstToken | Timer::Watch => {
+                    let (attempt, mut cx) = self.split();
+                    let step = attempt.on_timer(timer, now, &mut cx);
+                    self.step(env, step);
                 }
                 Timer::Wait => {
                     let resume = matches!(self.stage, Stage::Waiting { resume: true });
@@ -735,39 +602,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 },
             }
         }
-    }
-
-    /// The stall watchdogs ran out in the stage the request is in.
-    fn watch_fired<E: Env + ?Sized>(&mut self, env: &E, now: Instant) {
-        match self.stage {
-            Stage::ErrorBody(_) => self.finish_error_head(env),
-            Stage::Draining => {
-                // Silent after its proof: the answer is whole; stop reading.
-                self.enter(Stage::Ended(Ok(())));
-                self.outbox.release();
-            }
-            _ => {
-                let stall = if self.timers.idle_due(now) {
-                    Stall::Idle
-                } else {
-                    Stall::Progress
-                };
-                self.stalled(env, stall);
-            }
-        }
-    }
-
-    /// A streamed body stalled (`stall` fired): the attempt is released,
-    /// and fails, unless its proof was already seen.
-    fn stalled<E: Env + ?Sized>(&mut self, env: &E, stall: Stall) {
-        self.outbox.release();
-        if let Some(proof) = self.reading.proof() {
-            self.complete(env.now(), proof);
-            return;
-        }
-        let failure = Failure::new(FailureKind::Timeout { stall }, Phase::Streaming);
-        let failure = self.enrich(failure);
-        self.attempt_failed(env, failure);
     }
 
     /// Parks offline until the recovery budget or the deadline;
@@ -825,31 +659,32 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// `cancelled`, in the phase the request was in.
     pub fn cancel<E: Env + ?Sized>(&mut self, env: &E) {
         let now = env.now();
-        let phase = match &self.stage {
-            Stage::Ended(_) => return,
-            Stage::Draining => {
+        let phase = match (&self.stage, &self.attempt.phase) {
+            (Stage::Ended(_), _) => return,
+            (Stage::InFlight, AttemptPhase::Draining) => {
                 self.enter(Stage::Ended(Ok(())));
                 self.outbox.release();
                 return;
             }
-            Stage::ToSend if self.course.ledger.wire_attempt() == 0 => CancelPhase::Sending,
-            Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_) => CancelPhase::Waiting,
-            Stage::Sending => CancelPhase::Sending,
-            Stage::AwaitingHead => CancelPhase::AwaitingHead,
-            Stage::ErrorBody(_) | Stage::Streaming => CancelPhase::Streaming,
-            Stage::Parked { .. } => CancelPhase::Parked,
-            Stage::Admission { .. } => CancelPhase::Admission,
+            (Stage::ToSend, _) if self.course.ledger.wire_attempt() == 0 => CancelPhase::Sending,
+            (Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_), _) => {
+                CancelPhase::Waiting
+            }
+            (Stage::InFlight, AttemptPhase::Sending) => CancelPhase::Sending,
+            (Stage::InFlight, AttemptPhase::AwaitingHead) => CancelPhase::AwaitingHead,
+            (Stage::InFlight, _) => CancelPhase::Streaming,
+            (Stage::Parked { .. }, _) => CancelPhase::Parked,
+            (Stage::Admission { .. }, _) => CancelPhase::Admission,
         };
         if self.outbox.responded()
             && self.outbox.is_empty()
-            && let Some(proof) = self.reading.proof()
+            && let Some(proof) = self.attempt.proof()
         {
             self.complete(now, proof);
             self.outbox.release();
             return;
         }
-        if let Some(source) = &self.reading.source {
-            let mut progress = source.progress();
+        if let Some(mut progress) = self.attempt.progress() {
             if self.outbox.responded() {
                 progress.deliver_observed();
                 progress.delivered_bytes = self.outbox.delivered();
@@ -869,33 +704,26 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// the clean end) waits for the end.
     #[inline]
     fn settle_if_proven(&mut self, now: Instant) {
-        if self.reading.proven() {
+        if self.attempt.proven() {
             self.settle(now);
         }
     }
 
     #[cold]
     fn settle(&mut self, now: Instant) {
-        if !matches!(self.stage, Stage::Streaming)
+        if !self.in_phase(|p| matches!(p, AttemptPhase::Streaming))
             || !self.outbox.responded()
             || !self.outbox.is_empty()
         {
             return;
         }
-        if let Some(Proof::Strong) = self.reading.proof()
+        if let Some(Proof::Strong) = self.attempt.proof()
             && !self.outbox.deferred()
         {
             self.complete(now, Proof::Strong);
-            self.enter(Stage::Draining);
-            self.restart_watch(now);
+            self.stage = Stage::InFlight;
+            self.attempt.drain(now, &mut self.timers);
         }
-    }
-
-    /// What the attempt showed, added to a failure the driver or the
-    /// decoder reported.
-    fn enrich(&self, failure: Failure) -> Failure {
-        let delivered = self.outbox.responded().then(|| self.outbox.delivered());
-        self.reading.enrich(failure, delivered)
     }
 
     fn end(&mut self, result: Result<(), Outcome>) {
@@ -905,9 +733,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The attempt finished with success proof.
     fn complete(&mut self, now: Instant, proof: Proof) {
-        self.commit(now, CommitTrigger::Terminal);
+        let (_, mut cx) = self.split();
+        cx.commit(now, CommitTrigger::Terminal);
         if let Some(rest) = self
-            .reading
+            .attempt
             .gate
             .as_mut()
             .map(|g| g.rest())
@@ -915,21 +744,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         {
             self.outbox.push(Chunk::Made(rest));
         }
-        let mut progress = self.reading.progress();
+        let mut progress = self.attempt.progress().unwrap_or_default();
         progress.deliver_observed();
         progress.delivered_bytes = self.outbox.delivered() + self.outbox.queued_bytes();
         self.course.succeed(now, proof, progress);
         self.end(Ok(()));
-    }
-
-    fn finish_error_head<E: Env + ?Sized>(&mut self, env: &E) {
-        let Stage::ErrorBody(e) = std::mem::replace(&mut self.stage, Stage::Streaming) else {
-            return;
-        };
-        let (failure, body) = e.judge(&self.protocol);
-        self.reading.error_body = body;
-        self.outbox.set_holds(Holds::ErrorResponse);
-        self.attempt_failed(env, failure);
     }
 
     /// The attempt in flight failed. After commit, a failure found inside a
@@ -948,7 +767,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.route.note_cooldown(now, wait);
         }
         if self.course.is_committed() {
-            let cursor = self.reading.cursor();
+            let cursor = self.attempt.cursor();
             let (route, protocol) = (&self.route, &self.protocol);
             let native = self.resumption.as_mut().is_some_and(|r| {
                 r.fold(cursor.as_ref());
@@ -992,9 +811,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// before commit, held here with what came before it.
     fn shows_stream_error(&self) -> bool {
         !self.outbox.responded()
-            && self.reading.gate.is_none()
+            && self.attempt.gate.is_none()
             && !self.outbox.is_empty()
-            && self.reading.status.is_some_and(|s| (200..300).contains(&s))
+            && self.attempt.status.is_some_and(|s| (200..300).contains(&s))
             && self.course.last_failure().is_some_and(|f| {
                 matches!(f.kind, FailureKind::Provider { .. }) && f.phase == Phase::Streaming
             })

@@ -217,7 +217,7 @@ impl<'a> Setup<'a> {
             protocol,
             stage: Stage::ToSend,
             route,
-            reading: super::reading::Reading::new(),
+            attempt: super::attempt::Attempt::new(),
             outbox: super::outbox::Outbox::new(),
             timers,
             resumption: (!resumption.is_idle()).then_some(resumption),
