@@ -358,6 +358,12 @@ fn limits(
 /// admission; connectivity (for a replay; a resume checks it after its
 /// backoff). Only then a wait is scheduled, or the switch made.
 pub(crate) fn decide(input: DecisionInput<'_>) -> Action {
+    next_action(input).unwrap_or_else(Action::Fail)
+}
+
+/// [`decide`]'s checks in their order; `Err` is the outcome the request
+/// ends with.
+fn next_action(input: DecisionInput<'_>) -> Result<Action, Outcome> {
     let DecisionInput {
         policy,
         state,
@@ -367,55 +373,91 @@ pub(crate) fn decide(input: DecisionInput<'_>) -> Action {
         jitter,
     } = input;
 
+    let route = route(policy, state, failure)?;
+
+    let (budget_end, deadline) = limits(policy, state, now);
+    within_limits(budget_end, deadline, |end| now >= end)?;
+
+    let (hint, switch) = handover(input, &route, budget_end, deadline)?;
+    let (delay, cause) = if switch {
+        (Duration::ZERO, DelayCause::Backoff)
+    } else {
+        wait(policy, state, hint, jitter)
+    };
+    let at = now.saturating_add(delay);
+    within_limits(budget_end, deadline, |end| at > end)?;
+
+    if !admitted(policy, state, failure)? {
+        return Ok(Action::AskAdmission);
+    }
+
+    // A replay parks before any backoff is spent (AD4). A resume waits its
+    // backoff first; the driver checks connectivity again just before the
+    // send ([`crate::engine::Recovery::park_before_send`], AD5).
+    if !online && !route.resume {
+        return Ok(Action::ParkUntilOnline);
+    }
+
+    Ok(if route.resume {
+        Action::Resume { delay, cause }
+    } else if switch {
+        Action::Failover
+    } else {
+        Action::RetryAfter { delay, cause }
+    })
+}
+
+/// How a failure that may be recovered from goes on, as the checks that
+/// read no clock found it.
+struct Route {
+    /// The committed stream is continued rather than the request replayed.
+    resume: bool,
+    /// The current target used its share of sends.
+    share_spent: bool,
+    /// The prompt was too long for this target and one left may take it.
+    to_larger_window: bool,
+}
+
+/// The checks that read no clock, in [`decide`]'s order: cancellation, the
+/// failure's class, the semantic gate, replay disabled, every target's
+/// share used, attempts left.
+fn route(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    failure: &Failure,
+) -> Result<Route, Outcome> {
     if state.cancelled {
-        return Action::Fail(Outcome::Cancelled {
+        return Err(Outcome::Cancelled {
             phase: crate::outcome::CancelPhase::Waiting,
         });
     }
 
     let semantic = semantic_seen(state, failure);
-    // A protocol violation before any output is replayed like a reset when
-    // the policy opts in; with output it ends the request as ever.
-    let replayable_violation = policy.retry_protocol_violations()
-        && !semantic
-        && matches!(failure.kind, FailureKind::Protocol { .. });
     // A prompt too long for this target is never sent to it again; before
     // output it moves to a target that may take it, when one is left.
-    let context = failure.is_context_overflow();
-    let to_larger_window = context && !semantic && state.larger_window_left;
-    if !replayable_violation
-        && !to_larger_window
-        && let Err(outcome) = eligibility(policy, failure)
-    {
-        // A failure that ends a committed stream is reported as an
-        // interruption when it is a transport-level or not-selected one; the
-        // typed terminal (unsuccessful, permanent, protocol) stands as it is.
-        return Action::Fail(match outcome {
-            Outcome::NotRetryable { .. } if semantic => interrupted(state, failure, None),
-            other => other,
-        });
-    }
+    let to_larger_window = failure.is_context_overflow() && !semantic && state.larger_window_left;
+    class_allows(policy, state, failure, semantic, to_larger_window)?;
 
     let resume = semantic && state.resume_possible && state.resumes_made < policy.max_resumes();
     if semantic && !resume {
-        return Action::Fail(interrupted(state, failure, None));
+        return Err(interrupted(state, failure, None));
     }
     if !resume && let Some(reason) = state.replay_disabled {
-        return Action::Fail(Outcome::ReplayDisabled { reason });
+        return Err(Outcome::ReplayDisabled { reason });
     }
 
     // Every target used its share: the request fails naming them (the
     // engine fills in their labels).
     let share_spent = state.target_sends >= policy.attempts_per_target().get();
     if !resume && share_spent && state.alternates_left == Some(0) {
-        return Action::Fail(Outcome::AlternatesExhausted {
+        return Err(Outcome::AlternatesExhausted {
             attempts: state.attempts_made,
             targets: Vec::new(),
         });
     }
 
     if state.attempts_left == 0 {
-        return Action::Fail(if semantic {
+        return Err(if semantic {
             interrupted(state, failure, Some(InterruptCause::AttemptsExhausted))
         } else {
             Outcome::Exhausted {
@@ -424,16 +466,76 @@ pub(crate) fn decide(input: DecisionInput<'_>) -> Action {
         });
     }
 
-    let (budget_end, deadline) = limits(policy, state, now);
-    if deadline.is_some_and(|d| now >= d) {
-        return Action::Fail(Outcome::DeadlineExceeded);
+    Ok(Route {
+        resume,
+        share_spent,
+        to_larger_window,
+    })
+}
+
+/// Whether the failure's class lets the request go on: unsuccessful
+/// terminal, permanent, vetoed and not-selected failures end it, except a
+/// protocol violation the policy replays and a prompt that moves to a
+/// larger window.
+fn class_allows(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    failure: &Failure,
+    semantic: bool,
+    to_larger_window: bool,
+) -> Result<(), Outcome> {
+    // A protocol violation before any output is replayed like a reset when
+    // the policy opts in; with output it ends the request as ever.
+    let replayable_violation = policy.retry_protocol_violations()
+        && !semantic
+        && matches!(failure.kind, FailureKind::Protocol { .. });
+    if replayable_violation || to_larger_window {
+        return Ok(());
     }
-    if budget_end.is_some_and(|b| now >= b) {
-        return Action::Fail(Outcome::BudgetExhausted {
+    // A failure that ends a committed stream is reported as an interruption
+    // when it is a transport-level or not-selected one; the typed terminal
+    // (unsuccessful, permanent, protocol) stands as it is.
+    eligibility(policy, failure).map_err(|outcome| match outcome {
+        Outcome::NotRetryable { .. } if semantic => interrupted(state, failure, None),
+        other => other,
+    })
+}
+
+/// Fails when `passed` holds for the deadline or the end of the recovery
+/// budget (the deadline named first when both do).
+fn within_limits(
+    budget_end: Option<Instant>,
+    deadline: Option<Instant>,
+    passed: impl Fn(Instant) -> bool,
+) -> Result<(), Outcome> {
+    if deadline.is_some_and(&passed) {
+        return Err(Outcome::DeadlineExceeded);
+    }
+    if budget_end.is_some_and(&passed) {
+        return Err(Outcome::BudgetExhausted {
             budget: BudgetKind::Recovery,
         });
     }
+    Ok(())
+}
 
+/// The server's `Retry-After` as the wait takes it (`None` when absent or
+/// ignored above the ceiling), and whether the request hands over to the
+/// next target instead of waiting; `Err` when the hint may not be waited
+/// and no target is left to switch to.
+fn handover(
+    input: DecisionInput<'_>,
+    route: &Route,
+    budget_end: Option<Instant>,
+    deadline: Option<Instant>,
+) -> Result<(Option<Duration>, bool), Outcome> {
+    let DecisionInput {
+        policy,
+        state,
+        failure,
+        now,
+        ..
+    } = input;
     let mut hint = failure.retry_after.delay();
     let refused = match hint.and_then(|h| refusal(policy, h, now, budget_end, deadline)) {
         Some(Refusal::Refused(outcome)) => Some(outcome),
@@ -455,63 +557,54 @@ pub(crate) fn decide(input: DecisionInput<'_>) -> Action {
         }
     );
     let switch = match state.alternates_left {
-        Some(left) if !resume && left > 0 => {
-            share_spent || refused.is_some() || to_larger_window || slow
+        Some(left) if !route.resume && left > 0 => {
+            route.share_spent || refused.is_some() || route.to_larger_window || slow
         }
         _ => false,
     };
-    if !switch && let Some(outcome) = refused {
-        return Action::Fail(outcome);
+    match refused {
+        Some(outcome) if !switch => Err(outcome),
+        _ => Ok((hint, switch)),
     }
+}
 
-    let (delay, cause) = if switch {
-        (Duration::ZERO, DelayCause::Backoff)
-    } else {
-        let retry_index = state.attempts_made.max(1);
-        let drawn = backoff::delay(
-            policy.backoff_base(),
-            policy.backoff_ceiling(),
-            retry_index,
-            jitter,
-        );
-        match hint {
-            Some(h) if h > drawn => (h, DelayCause::RetryAfter),
-            _ => (drawn, DelayCause::Backoff),
-        }
-    };
-    let at = now.saturating_add(delay);
-    if deadline.is_some_and(|d| at > d) {
-        return Action::Fail(Outcome::DeadlineExceeded);
+/// How long the next send waits and why: the jittered backoff, or the
+/// server's hint when that is longer.
+fn wait(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    hint: Option<Duration>,
+    jitter: Fraction,
+) -> (Duration, DelayCause) {
+    let retry_index = state.attempts_made.max(1);
+    let drawn = backoff::delay(
+        policy.backoff_base(),
+        policy.backoff_ceiling(),
+        retry_index,
+        jitter,
+    );
+    match hint {
+        Some(h) if h > drawn => (h, DelayCause::RetryAfter),
+        _ => (drawn, DelayCause::Backoff),
     }
-    if budget_end.is_some_and(|b| at > b) {
-        return Action::Fail(Outcome::BudgetExhausted {
-            budget: BudgetKind::Recovery,
-        });
-    }
+}
 
+/// Whether the admission hook's answer lets the resend go: `Ok(false)`
+/// when the hook is still to be asked; `Err` when it rejected, could not
+/// tell, or an ambiguous failure on a local endpoint has no hook to ask.
+fn admitted(
+    policy: &RecoveryPolicy,
+    state: &AttemptState,
+    failure: &Failure,
+) -> Result<bool, Outcome> {
     let ambiguous = failure.acceptance == Acceptance::Unknown;
     match state.admission {
-        Some(AdmissionAnswer::Reject) => return Action::Fail(Outcome::AdmissionRejected),
-        Some(AdmissionAnswer::Unresolved) => return Action::Fail(Outcome::AdmissionUnresolved),
-        None if state.admission_hook => return Action::AskAdmission,
+        Some(AdmissionAnswer::Reject) => Err(Outcome::AdmissionRejected),
+        Some(AdmissionAnswer::Unresolved) => Err(Outcome::AdmissionUnresolved),
+        None if state.admission_hook => Ok(false),
         None if ambiguous && policy.endpoint() == Endpoint::Local => {
-            return Action::Fail(Outcome::AdmissionRequired);
+            Err(Outcome::AdmissionRequired)
         }
-        Some(AdmissionAnswer::Allow) | None => {}
-    }
-
-    // A replay parks before any backoff is spent (AD4). A resume waits its
-    // backoff first; the driver checks connectivity again just before the
-    // send ([`crate::engine::Recovery::park_before_send`], AD5).
-    if !online && !resume {
-        return Action::ParkUntilOnline;
-    }
-
-    if resume {
-        Action::Resume { delay, cause }
-    } else if switch {
-        Action::Failover
-    } else {
-        Action::RetryAfter { delay, cause }
+        Some(AdmissionAnswer::Allow) | None => Ok(true),
     }
 }
