@@ -23,18 +23,19 @@ use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request};
 use http_body_util::Full;
 use recovery_cli::args::{self, Command, RecoverArgs, USAGE, UsageError};
-use recovery_cli::client::{exchange, https_client};
+use recovery_cli::client::{Exchange, exchange, https_client};
 use recovery_cli::show;
 use recovery_cli::status::Painter;
 use recovery_core::lifecycle::LifecycleEvent;
-use recovery_core::{Cancellation, RecoveryCall};
+use recovery_core::report::RecoveryReport;
+use recovery_core::{Cancellation, RecoveryCall, RecoveryPolicy};
 use tokio::io::AsyncReadExt as _;
 use tower_layer::Layer as _;
 use tower_recovery::{ObserveLayer, RecoveryLayer};
@@ -129,21 +130,7 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
         eprintln!("recover: cannot listen for Ctrl-C: {e}");
         return FAILED;
     }
-    let prepared = (|| {
-        let policy = args.policy()?;
-        let events = args
-            .events
-            .as_deref()
-            .map(|p| create("--events", p))
-            .transpose()?;
-        let report = args
-            .report
-            .as_deref()
-            .map(|p| create("--report", p))
-            .transpose()?;
-        Ok::<_, UsageError>((policy, events, report))
-    })();
-    let (policy, events, report_file) = match prepared {
+    let (policy, events, report_file) = match outputs(&args) {
         Ok(p) => p,
         Err(e) => {
             usage_error(&e);
@@ -162,44 +149,124 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
         }
     };
 
-    let events = events.map(|f| Arc::new(Mutex::new(f)));
-    let event_error: Arc<Mutex<Option<io::Error>>> = Arc::default();
+    let log = EventLog::new(events);
     let painter = Arc::new(Mutex::new(Painter::for_stderr()));
-    let sink = events.clone();
-    let errors = Arc::clone(&event_error);
-    let status = Arc::clone(&painter);
     let ticker = tokio::spawn(count_down(Arc::clone(&painter)));
     let mut svc = RecoveryLayer::new(policy)
         .with_resumable_sse(args.resumable_sse)
-        .on_event(move |event: &LifecycleEvent| {
-            status
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .on_event(event, &mut io::stderr());
-            let Some(file) = &sink else { return };
-            let line = match serde_json::to_string(event) {
-                Ok(mut line) => {
-                    line.push('\n');
-                    line
-                }
-                Err(e) => {
-                    errors
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .get_or_insert(io::Error::other(e));
-                    return;
-                }
-            };
-            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(e) = file.write_all(line.as_bytes()).and_then(|()| file.flush()) {
-                errors
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get_or_insert(e);
-            }
-        })
+        .on_event(observer(Arc::clone(&painter), log.clone()))
         .layer(ObserveLayer::new(args.protocol.clone()).layer(https_client()));
+    let request = match request(&args, body, &cancel) {
+        Ok(r) => r,
+        Err(e) => {
+            usage_error(&e);
+            return USAGE_ERROR;
+        }
+    };
 
+    let stdout = io::stdout();
+    let result = exchange(&mut svc, request, &cancel, |chunk| {
+        lock(&painter).before_output(chunk, &mut io::stderr());
+        let mut out = stdout.lock();
+        out.write_all(chunk)?;
+        out.flush()
+    })
+    .await;
+    drop(svc);
+    ticker.abort();
+    lock(&painter).clear(&mut io::stderr());
+
+    let code = exit_code(&result);
+    written(code, report_file, &result.report, &log)
+}
+
+/// The policy and the files `--events` and `--report` name, created
+/// before anything is read or sent so that a bad flag costs no request.
+fn outputs(args: &RecoverArgs) -> Result<(RecoveryPolicy, Option<File>, Option<File>), UsageError> {
+    let policy = args.policy()?;
+    let events = args
+        .events
+        .as_deref()
+        .map(|p| create("--events", p))
+        .transpose()?;
+    let report = args
+        .report
+        .as_deref()
+        .map(|p| create("--report", p))
+        .transpose()?;
+    Ok((policy, events, report))
+}
+
+/// The mutex's value, also after a panic elsewhere: the status line and
+/// the event file stay usable to the end of the run.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The `--events` file, shared with the layer's observer, and the first
+/// error writing to it, which the exit status reports once the run ends.
+#[derive(Clone)]
+struct EventLog {
+    file: Option<Arc<Mutex<File>>>,
+    error: Arc<Mutex<Option<io::Error>>>,
+}
+
+impl EventLog {
+    fn new(file: Option<File>) -> Self {
+        EventLog {
+            file: file.map(|f| Arc::new(Mutex::new(f))),
+            error: Arc::default(),
+        }
+    }
+
+    /// Appends `event` as one JSON line; a failure is kept, not shown
+    /// mid-stream.
+    fn write(&self, event: &LifecycleEvent) {
+        let Some(file) = &self.file else { return };
+        let line = match serde_json::to_string(event) {
+            Ok(mut line) => {
+                line.push('\n');
+                line
+            }
+            Err(e) => {
+                self.keep_error(io::Error::other(e));
+                return;
+            }
+        };
+        let mut file = lock(file);
+        if let Err(e) = file.write_all(line.as_bytes()).and_then(|()| file.flush()) {
+            self.keep_error(e);
+        }
+    }
+
+    fn keep_error(&self, e: io::Error) {
+        lock(&self.error).get_or_insert(e);
+    }
+
+    fn take_error(&self) -> Option<io::Error> {
+        lock(&self.error).take()
+    }
+}
+
+/// The layer's observer: every event moves the status line and goes to
+/// the event log.
+fn observer(
+    painter: Arc<Mutex<Painter>>,
+    log: EventLog,
+) -> impl Fn(&LifecycleEvent) + Send + Sync + 'static {
+    move |event: &LifecycleEvent| {
+        lock(&painter).on_event(event, &mut io::stderr());
+        log.write(event);
+    }
+}
+
+/// The POST of `body` to the URL with the given headers (JSON unless a
+/// content type is given), cancelled by `cancel`.
+fn request(
+    args: &RecoverArgs,
+    body: Vec<u8>,
+    cancel: &Cancellation,
+) -> Result<Request<Full<Bytes>>, UsageError> {
     let mut builder = Request::post(args.url.clone());
     let has_content_type = args.headers.iter().any(|(name, _)| name == CONTENT_TYPE);
     if !has_content_type {
@@ -208,36 +275,19 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
     for (name, value) in &args.headers {
         builder = builder.header(name, value);
     }
-    let mut request = match builder.body(Full::new(Bytes::from(body))) {
-        Ok(r) => r,
-        Err(e) => {
-            usage_error(&UsageError(format!("cannot build the request: {e}")));
-            return USAGE_ERROR;
-        }
-    };
+    let mut request = builder
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| UsageError(format!("cannot build the request: {e}")))?;
     request
         .extensions_mut()
         .insert(RecoveryCall::new().with_cancellation(cancel.clone()));
+    Ok(request)
+}
 
-    let stdout = io::stdout();
-    let result = exchange(&mut svc, request, &cancel, |chunk| {
-        painter
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .before_output(chunk, &mut io::stderr());
-        let mut out = stdout.lock();
-        out.write_all(chunk)?;
-        out.flush()
-    })
-    .await;
-    drop(svc);
-    ticker.abort();
-    painter
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clear(&mut io::stderr());
-
-    let mut code = if result.cancelled {
+/// The exit status the exchange earns, its reason said on stderr when it
+/// did not complete.
+fn exit_code(result: &Exchange) -> u8 {
+    if result.cancelled {
         eprintln!(
             "recover: interrupted; {}",
             result
@@ -255,28 +305,21 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
     } else {
         eprintln!("recover: {}", show::failure_line(&result.report));
         FAILED
-    };
+    }
+}
 
-    if let Some(mut file) = report_file {
-        let written = serde_json::to_vec_pretty(&result.report)
-            .map_err(io::Error::other)
-            .and_then(|mut json| {
-                json.push(b'\n');
-                file.write_all(&json)?;
-                file.flush()
-            });
-        if let Err(e) = written {
-            eprintln!("recover: cannot write the report: {e}");
-            if code == 0 {
-                code = FAILED;
-            }
+/// `code` once the report is written to `--report` and the event log's
+/// error is read: a run that succeeded fails when either was lost.
+fn written(mut code: u8, report_file: Option<File>, report: &RecoveryReport, log: &EventLog) -> u8 {
+    if let Some(file) = report_file
+        && let Err(e) = write_report(file, report)
+    {
+        eprintln!("recover: cannot write the report: {e}");
+        if code == 0 {
+            code = FAILED;
         }
     }
-    let event_error = event_error
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
-    if let Some(e) = event_error {
+    if let Some(e) = log.take_error() {
         eprintln!("recover: cannot write the events: {e}");
         if code == 0 {
             code = FAILED;
@@ -285,12 +328,20 @@ async fn run(args: Box<RecoverArgs>) -> u8 {
     code
 }
 
+/// `report` as pretty JSON and a newline.
+fn write_report(mut file: File, report: &RecoveryReport) -> io::Result<()> {
+    let mut json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
+    json.push(b'\n');
+    file.write_all(&json)?;
+    file.flush()
+}
+
 /// Moves the countdown of a scheduled retry on the status line.
 async fn count_down(painter: Arc<Mutex<Painter>>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     loop {
         tick.tick().await;
-        let mut p = painter.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut p = lock(&painter);
         if p.counting_down() {
             p.redraw(std::time::Instant::now(), &mut io::stderr());
         }
