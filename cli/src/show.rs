@@ -78,99 +78,90 @@ pub fn snake<T: Serialize>(value: &T) -> String {
 
 /// One line describing `event`, e.g. `✗ attempt 1 failed: http 503 (transient)`.
 pub fn describe(event: &LifecycleEvent, style: Style) -> String {
-    let n = event.identity.wire_attempt;
     let at = style.paint(DIM, &format!("{:>6} ms", event.at.as_millis()));
-    let (code, mark, text) = match &event.kind {
+    let (code, mark) = look(&event.kind);
+    let text = what_happened(&event.kind, event.identity.wire_attempt);
+    format!("{at}  {}", style.paint(code, &format!("{mark} {text}")))
+}
+
+/// The color and the mark an event's line starts with: blue for a send,
+/// yellow for trouble, cyan for the commit, green for success, red for a
+/// failure, dim for the rest.
+fn look(kind: &EventKind) -> (&'static str, &'static str) {
+    match kind {
+        EventKind::AttemptStarted { .. } => (BLUE, "→"),
+        EventKind::Failover { .. } => (YELLOW, "⇄"),
+        EventKind::AttemptFailed { .. } => (YELLOW, "✗"),
+        EventKind::DelayScheduled { .. } => (DIM, "…"),
+        EventKind::RetryStarted | EventKind::ResumeStarted => (BLUE, "↻"),
+        EventKind::ParkedOffline => (YELLOW, "⏸"),
+        EventKind::Committed { .. } => (CYAN, "●"),
+        EventKind::AttemptSucceeded { .. } => (GREEN, "✓"),
+        EventKind::Completed { .. } => (GREEN, "✔"),
+        EventKind::Exhausted { .. } | EventKind::Interrupted { .. } => (RED, "✘"),
+        EventKind::Cancelled { .. } => (YELLOW, "■"),
+        _ => (DIM, "·"),
+    }
+}
+
+/// What an event says, in words; `n` is the attempt it belongs to.
+fn what_happened(kind: &EventKind, n: u32) -> String {
+    match kind {
         EventKind::AttemptStarted {
             max_attempts,
             resume,
             target,
-        } => (
-            BLUE,
-            "→",
-            format!(
-                "attempt {n}/{max_attempts} sent{}{}",
-                target
-                    .as_ref()
-                    .map(|t| format!(" to {t}"))
-                    .unwrap_or_default(),
-                if *resume { " (resume)" } else { "" }
-            ),
+        } => format!(
+            "attempt {n}/{max_attempts} sent{}{}",
+            target
+                .as_ref()
+                .map(|t| format!(" to {t}"))
+                .unwrap_or_default(),
+            if *resume { " (resume)" } else { "" }
         ),
-        EventKind::Failover { from, to, .. } => (
-            YELLOW,
-            "⇄",
-            format!("failing over from {from} to {to} (no output yet)"),
-        ),
+        EventKind::Failover { from, to, .. } => {
+            format!("failing over from {from} to {to} (no output yet)")
+        }
         EventKind::AttemptFailed {
             category,
             phase,
             reason,
             status,
             ..
-        } => (
-            YELLOW,
-            "✗",
-            format!(
-                "attempt {n} failed: {category}{} while {phase} ({})",
-                status.map(|s| format!(" {s}")).unwrap_or_default(),
-                snake(reason)
-            ),
+        } => format!(
+            "attempt {n} failed: {category}{} while {phase} ({})",
+            status.map(|s| format!(" {s}")).unwrap_or_default(),
+            snake(reason)
         ),
-        EventKind::DelayScheduled { delay_ms, cause } => (
-            DIM,
-            "…",
-            format!("waiting {} ms ({})", delay_ms.as_millis(), snake(cause)),
+        EventKind::DelayScheduled { delay_ms, cause } => {
+            format!("waiting {} ms ({})", delay_ms.as_millis(), snake(cause))
+        }
+        EventKind::RetryStarted => String::from("retrying"),
+        EventKind::ResumeStarted => String::from("resuming the stream"),
+        EventKind::ParkedOffline => String::from("offline: waiting for the network"),
+        EventKind::Committed { trigger } => format!(
+            "attempt {n} committed ({}): output flows to the consumer",
+            snake(trigger)
         ),
-        EventKind::RetryStarted => (BLUE, "↻", String::from("retrying")),
-        EventKind::ResumeStarted => (BLUE, "↻", String::from("resuming the stream")),
-        EventKind::ParkedOffline => (
-            YELLOW,
-            "⏸",
-            String::from("offline: waiting for the network"),
+        EventKind::AttemptSucceeded { proof } => {
+            format!("attempt {n} ended with {} terminal proof", snake(proof))
+        }
+        EventKind::Completed { proof, attempts } => format!(
+            "completed ({} proof) after {attempts} attempt(s)",
+            snake(proof)
         ),
-        EventKind::Committed { trigger } => (
-            CYAN,
-            "●",
-            format!(
-                "attempt {n} committed ({}): output flows to the consumer",
-                snake(trigger)
-            ),
+        EventKind::Exhausted { outcome, attempts } => {
+            format!("failed before any output after {attempts} attempt(s): {outcome}")
+        }
+        EventKind::Interrupted { outcome, attempts } => {
+            format!("interrupted after output was delivered ({attempts} attempt(s)): {outcome}")
+        }
+        EventKind::Cancelled { phase, attempts } => format!(
+            "cancelled while {} after {attempts} attempt(s)",
+            snake(phase)
         ),
-        EventKind::AttemptSucceeded { proof } => (
-            GREEN,
-            "✓",
-            format!("attempt {n} ended with {} terminal proof", snake(proof)),
-        ),
-        EventKind::Completed { proof, attempts } => (
-            GREEN,
-            "✔",
-            format!(
-                "completed ({} proof) after {attempts} attempt(s)",
-                snake(proof)
-            ),
-        ),
-        EventKind::Exhausted { outcome, attempts } => (
-            RED,
-            "✘",
-            format!("failed before any output after {attempts} attempt(s): {outcome}"),
-        ),
-        EventKind::Interrupted { outcome, attempts } => (
-            RED,
-            "✘",
-            format!("interrupted after output was delivered ({attempts} attempt(s)): {outcome}"),
-        ),
-        EventKind::Cancelled { phase, attempts } => (
-            YELLOW,
-            "■",
-            format!(
-                "cancelled while {} after {attempts} attempt(s)",
-                snake(phase)
-            ),
-        ),
-        other => (DIM, "·", other.name().replace('_', " ")),
-    };
-    format!("{at}  {}", style.paint(code, &format!("{mark} {text}")))
+        other => other.name().replace('_', " "),
+    }
 }
 
 /// A short multi-line summary of `report`: outcome, attempts, delays and
