@@ -188,67 +188,8 @@ impl Metrics {
     pub fn render(&self) -> String {
         let s = self.snapshot();
         let mut out = String::with_capacity(2048);
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = write!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            );
-        };
-        counter(
-            "recovery_gateway_requests_total",
-            "Requests forwarded upstream.",
-            s.requests,
-        );
-        counter(
-            "recovery_gateway_attempts_total",
-            "Physical sends upstream, first sends included.",
-            s.attempts,
-        );
-        counter(
-            "recovery_gateway_resends_total",
-            "Sends that replayed a request before any output.",
-            s.resends,
-        );
-        counter(
-            "recovery_gateway_resumes_total",
-            "Sends that resumed a committed stream.",
-            s.resumes,
-        );
-        counter(
-            "recovery_gateway_commits_total",
-            "Requests whose output began to reach the client.",
-            s.commits,
-        );
-        counter(
-            "recovery_gateway_downstream_reconnects_total",
-            "Client reconnects served from a stream log.",
-            s.downstream_reconnects,
-        );
-        counter(
-            "recovery_gateway_rejected_total",
-            "Requests refused at the concurrent stream limit.",
-            s.rejected,
-        );
-        counter(
-            "recovery_gateway_body_timeouts_total",
-            "Requests refused because their body missed its read deadline.",
-            s.body_timeouts,
-        );
-        let _ = write!(
-            out,
-            "# HELP recovery_gateway_outcomes_total Requests by terminal outcome.\n\
-             # TYPE recovery_gateway_outcomes_total counter\n"
-        );
-        for (name, value) in
-            OUTCOMES
-                .iter()
-                .zip([s.completed, s.exhausted, s.interrupted, s.cancelled])
-        {
-            let _ = writeln!(
-                out,
-                "recovery_gateway_outcomes_total{{outcome=\"{name}\"}} {value}"
-            );
-        }
+        render_counters(&mut out, &s);
+        render_outcomes(&mut out, &s);
         let _ = write!(
             out,
             "# HELP recovery_gateway_streams_active Upstream generations running now.\n\
@@ -256,6 +197,14 @@ impl Metrics {
              recovery_gateway_streams_active {}\n",
             s.streams_active
         );
+        self.render_histograms(&mut out);
+        self.render_bounds(&mut out);
+        out
+    }
+
+    /// The two GenAI latency histograms: durations labelled by the
+    /// terminal other than `completed`, and the time to the first chunk.
+    fn render_histograms(&self, out: &mut String) {
         let name = "gen_ai_client_inference_duration_seconds";
         let _ = write!(
             out,
@@ -267,7 +216,7 @@ impl Metrics {
                 "completed" => String::new(),
                 other => format!("error_type=\"{other}\""),
             };
-            h.render(&mut out, name, &label);
+            h.render(out, name, &label);
         }
         let name = "gen_ai_client_inference_time_to_first_chunk_seconds";
         let _ = write!(
@@ -275,18 +224,92 @@ impl Metrics {
             "# HELP {name} Time to the first output the client receives, after hold-back (OpenTelemetry gen_ai.client.inference.time_to_first_chunk).\n\
              # TYPE {name} histogram\n"
         );
-        self.time_to_first_chunk.render(&mut out, name, "");
-        if let Some(bounds) = self.bounds.get() {
-            let _ = write!(
-                out,
-                "# HELP recovery_gateway_bound A configured bound, by name.\n\
-                 # TYPE recovery_gateway_bound gauge\n"
-            );
-            for (name, value) in bounds {
-                let _ = writeln!(out, "recovery_gateway_bound{{name=\"{name}\"}} {value}");
-            }
+        self.time_to_first_chunk.render(out, name, "");
+    }
+
+    /// The configured bounds as gauges, once they were set.
+    fn render_bounds(&self, out: &mut String) {
+        let Some(bounds) = self.bounds.get() else {
+            return;
+        };
+        let _ = write!(
+            out,
+            "# HELP recovery_gateway_bound A configured bound, by name.\n\
+             # TYPE recovery_gateway_bound gauge\n"
+        );
+        for (name, value) in bounds {
+            let _ = writeln!(out, "recovery_gateway_bound{{name=\"{name}\"}} {value}");
         }
-        out
+    }
+}
+
+/// The plain counters, each with its help text, in the exposition's order.
+fn render_counters(out: &mut String, s: &Snapshot) {
+    let counters = [
+        (
+            "recovery_gateway_requests_total",
+            "Requests forwarded upstream.",
+            s.requests,
+        ),
+        (
+            "recovery_gateway_attempts_total",
+            "Physical sends upstream, first sends included.",
+            s.attempts,
+        ),
+        (
+            "recovery_gateway_resends_total",
+            "Sends that replayed a request before any output.",
+            s.resends,
+        ),
+        (
+            "recovery_gateway_resumes_total",
+            "Sends that resumed a committed stream.",
+            s.resumes,
+        ),
+        (
+            "recovery_gateway_commits_total",
+            "Requests whose output began to reach the client.",
+            s.commits,
+        ),
+        (
+            "recovery_gateway_downstream_reconnects_total",
+            "Client reconnects served from a stream log.",
+            s.downstream_reconnects,
+        ),
+        (
+            "recovery_gateway_rejected_total",
+            "Requests refused at the concurrent stream limit.",
+            s.rejected,
+        ),
+        (
+            "recovery_gateway_body_timeouts_total",
+            "Requests refused because their body missed its read deadline.",
+            s.body_timeouts,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+        );
+    }
+}
+
+/// One counter of requests by terminal outcome, a sample per outcome.
+fn render_outcomes(out: &mut String, s: &Snapshot) {
+    let _ = write!(
+        out,
+        "# HELP recovery_gateway_outcomes_total Requests by terminal outcome.\n\
+         # TYPE recovery_gateway_outcomes_total counter\n"
+    );
+    for (name, value) in OUTCOMES
+        .iter()
+        .zip([s.completed, s.exhausted, s.interrupted, s.cancelled])
+    {
+        let _ = writeln!(
+            out,
+            "recovery_gateway_outcomes_total{{outcome=\"{name}\"}} {value}"
+        );
     }
 }
 
