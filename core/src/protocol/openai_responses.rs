@@ -194,36 +194,14 @@ impl OpenAiResponses {
             input,
             code_text,
             transcript,
-        ] = root.fields([
-            "type",
-            "sequence_number",
-            "response",
-            "item",
-            "code",
-            "error",
-            "text",
-            "arguments",
-            "refusal",
-            "part",
-            "input",
-            "code",
-            "transcript",
-        ]);
+        ] = root.fields(EVENT_KEYS);
         let sequence_number = seq.and_then(JsonView::as_u64);
-        if let Some(n) = sequence_number {
-            match ev.cursor.sequence_number {
-                Some(last) if n <= last => {
-                    ev.duplicate_events += 1;
-                    return Ok(EventInfo {
-                        class: EventClass::NonSemantic,
-                        sequence_number,
-                        duplicate: true,
-                    });
-                }
-                Some(last) if n > last + 1 => ev.sequence_gaps += 1,
-                _ => {}
-            }
-            ev.cursor.sequence_number = Some(n);
+        if !next_in_sequence(sequence_number, ev) {
+            return Ok(EventInfo {
+                class: EventClass::NonSemantic,
+                sequence_number,
+                duplicate: true,
+            });
         }
         let info = |class| EventInfo {
             class,
@@ -245,70 +223,130 @@ impl OpenAiResponses {
                 EventClass::NonSemantic
             }
             "response.completed" | "response.incomplete" | "response.failed" | "response.done" => {
-                Self::response_facts(response, ev);
-                let status = match t {
-                    "response.completed" => Some("completed".into()),
-                    "response.incomplete" => Some("incomplete".into()),
-                    "response.failed" => Some("failed".into()),
-                    _ => response
-                        .and_then(|r| r.get("status"))
-                        .and_then(JsonView::text),
-                };
-                status
-                    .and_then(|s| Self::finished(&s, response, ev, Proof::Strong))
-                    .unwrap_or(EventClass::NonSemantic)
+                Self::ended(t, response, ev)
             }
-            "error" => {
-                // Flat shape: `code` at the top; nested: inside `error`.
-                let source = if code.is_some_and(JsonView::is_nonempty_str) {
-                    Some(root)
-                } else {
-                    error.filter(|e| e.kind() == JsonKind::Object)
-                };
-                ev.set_error(classify_error_value(source.unwrap_or(root), None))
-            }
+            "error" => error_event(root, code, error, ev),
             "response.output_item.added" => self.item(item, false, ev),
             "response.output_item.done" => self.item(item, true, ev),
-            "response.output_text.annotation.added" => {
-                ev.progress.observe(SemanticKind::Content);
-                EventClass::Semantic(SemanticKind::Content)
-            }
-            t if side_effect(t) => {
-                ev.progress.observe(SemanticKind::SideEffect);
-                EventClass::Semantic(SemanticKind::SideEffect)
-            }
+            "response.output_text.annotation.added" => observed(ev, SemanticKind::Content),
+            t if side_effect(t) => observed(ev, SemanticKind::SideEffect),
             t if t.ends_with(".delta")
                 || has(t, "partial")
                 || t.starts_with("response.shell_call_command.") =>
             {
-                let k = kind_of(t);
-                ev.progress.observe(k);
-                EventClass::Semantic(k)
+                observed(ev, kind_of(t))
             }
-            t if t.ends_with(".done") => {
-                let carries = [text, arguments, refusal, input, code_text, transcript]
-                    .into_iter()
-                    .flatten()
-                    .any(JsonView::is_nonempty_str)
-                    || part.is_some_and(|p| {
-                        let [a, b, c] = p.fields(["text", "refusal", "transcript"]);
-                        [a, b, c]
-                            .into_iter()
-                            .flatten()
-                            .any(JsonView::is_nonempty_str)
-                    });
-                if carries {
-                    let k = kind_of(t);
-                    ev.progress.observe(k);
-                    EventClass::Semantic(k)
-                } else {
-                    EventClass::NonSemantic
-                }
+            t if t.ends_with(".done")
+                && carries_output(
+                    [text, arguments, refusal, input, code_text, transcript],
+                    part,
+                ) =>
+            {
+                observed(ev, kind_of(t))
             }
             _ => EventClass::NonSemantic,
         };
         Ok(info(class))
     }
+
+    /// A response that ended (`response.completed`, `.incomplete`,
+    /// `.failed`, or `.done` with its status inside): its facts, then the
+    /// terminal its status proves.
+    #[inline]
+    fn ended<'a, V: JsonView<'a>>(
+        event_type: &str,
+        response: Option<V>,
+        ev: &mut Evidence,
+    ) -> EventClass {
+        Self::response_facts(response, ev);
+        let status = match event_type {
+            "response.completed" => Some("completed".into()),
+            "response.incomplete" => Some("incomplete".into()),
+            "response.failed" => Some("failed".into()),
+            _ => response
+                .and_then(|r| r.get("status"))
+                .and_then(JsonView::text),
+        };
+        status
+            .and_then(|s| Self::finished(&s, response, ev, Proof::Strong))
+            .unwrap_or(EventClass::NonSemantic)
+    }
+}
+
+/// Top-level keys [`OpenAiResponses::event`] reads; `code` twice: the
+/// error code of an `error` event, and the code text of a code
+/// interpreter's `.done`.
+const EVENT_KEYS: [&str; 13] = [
+    "type",
+    "sequence_number",
+    "response",
+    "item",
+    "code",
+    "error",
+    "text",
+    "arguments",
+    "refusal",
+    "part",
+    "input",
+    "code",
+    "transcript",
+];
+
+/// Takes the event's sequence number into the cursor; `false` for a
+/// duplicate (a number not past the last one), which is counted and
+/// changes nothing else. A number past the next one counts a gap.
+#[inline]
+fn next_in_sequence(sequence_number: Option<u64>, ev: &mut Evidence) -> bool {
+    let Some(n) = sequence_number else {
+        return true;
+    };
+    match ev.cursor.sequence_number {
+        Some(last) if n <= last => {
+            ev.duplicate_events += 1;
+            return false;
+        }
+        Some(last) if n > last + 1 => ev.sequence_gaps += 1,
+        _ => {}
+    }
+    ev.cursor.sequence_number = Some(n);
+    true
+}
+
+/// The provider error an `error` event reports: flat, with `code` at the
+/// top, or nested inside `error`.
+#[inline]
+fn error_event<'a, V: JsonView<'a>>(
+    root: V,
+    code: Option<V>,
+    error: Option<V>,
+    ev: &mut Evidence,
+) -> EventClass {
+    let source = if code.is_some_and(JsonView::is_nonempty_str) {
+        Some(root)
+    } else {
+        error.filter(|e| e.kind() == JsonKind::Object)
+    };
+    ev.set_error(classify_error_value(source.unwrap_or(root), None))
+}
+
+/// Whether a `.done` event carries output: one of its strings, or its
+/// content part's text, refusal or transcript, is non-empty.
+#[inline]
+fn carries_output<'a, V: JsonView<'a>>(strings: [Option<V>; 6], part: Option<V>) -> bool {
+    strings.into_iter().flatten().any(JsonView::is_nonempty_str)
+        || part.is_some_and(|p| {
+            p.fields(["text", "refusal", "transcript"])
+                .into_iter()
+                .flatten()
+                .any(JsonView::is_nonempty_str)
+        })
+}
+
+/// Counts `kind` as observed output and classes the event by it.
+#[inline]
+fn observed(ev: &mut Evidence, kind: SemanticKind) -> EventClass {
+    ev.progress.observe(kind);
+    EventClass::Semantic(kind)
 }
 
 impl Protocol for OpenAiResponses {
