@@ -108,66 +108,14 @@ impl Anthropic {
         if ev.is_settled() {
             return Ok(EventClass::NonSemantic);
         }
-        let observe = |ev: &mut Evidence, k: Option<SemanticKind>| match k {
-            Some(k) => {
-                ev.progress.observe(k);
-                EventClass::Semantic(k)
-            }
-            None => EventClass::NonSemantic,
-        };
         Ok(match kind.as_ref() {
-            "message_start" => {
-                let [id, usage_v] = message.map_or([None, None], |m| m.fields(["id", "usage"]));
-                let id = id.and_then(JsonView::text);
-                if self.open {
-                    if id.as_deref() != self.message_id.as_deref() {
-                        return Err(ProtocolViolation::SplicedMessage);
-                    }
-                    // A duplicate of the open message's start: ignored.
-                    return Ok(EventClass::NonSemantic);
-                }
-                self.open = true;
-                self.message_id = id.map(std::borrow::Cow::into_owned);
-                if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-                    usage::anthropic(&mut ev.usage, u);
-                }
-                EventClass::NonSemantic
-            }
+            "message_start" => return self.message_start(message, ev),
             "content_block_start" => {
                 let k = block.and_then(|b| block_kind(b, self.opaque_reasoning));
-                let is_tool = block
-                    .and_then(|b| b.get("type"))
-                    .is_some_and(|t| t.str_eq("tool_use"));
-                if is_tool {
-                    if self.open_tools.len() == MAX_OPEN_TOOLS {
-                        return Err(ProtocolViolation::TooManyParallelItems);
-                    }
-                    self.open_tools
-                        .push(index.and_then(JsonView::as_u64).unwrap_or(0));
-                }
-                observe(ev, k)
+                self.open_tool(block, index)?;
+                observed(ev, k)
             }
-            "content_block_delta" => {
-                let k = delta.and_then(|d| {
-                    let [t, text, thinking] = d.fields(["type", "text", "thinking"]);
-                    let t = t.and_then(JsonView::text)?;
-                    match t.as_ref() {
-                        "text_delta" => text
-                            .is_some_and(JsonView::is_nonempty_str)
-                            .then_some(SemanticKind::Content),
-                        "input_json_delta" => Some(SemanticKind::Tool),
-                        "thinking_delta" => (self.opaque_reasoning
-                            || thinking.is_some_and(JsonView::is_nonempty_str))
-                        .then_some(SemanticKind::Reasoning),
-                        "signature_delta" => {
-                            self.opaque_reasoning.then_some(SemanticKind::Reasoning)
-                        }
-                        // citations_delta and unknown deltas: conservatively content.
-                        _ => Some(SemanticKind::Content),
-                    }
-                });
-                observe(ev, k)
-            }
+            "content_block_delta" => observed(ev, delta.and_then(|d| self.delta_kind(d))),
             "content_block_stop" => {
                 let i = index.and_then(JsonView::as_u64).unwrap_or(0);
                 if let Some(pos) = self.open_tools.iter().position(|&t| t == i) {
@@ -195,6 +143,85 @@ impl Anthropic {
             "error" => ev.set_error(classify_error_value(error.unwrap_or(root), None)),
             _ => EventClass::NonSemantic,
         })
+    }
+
+    /// Opens the message (its id and the usage it starts with); a second
+    /// start of the open message is ignored, one of another message is a
+    /// splice of two answers.
+    #[inline]
+    fn message_start<'a, V: JsonView<'a>>(
+        &mut self,
+        message: Option<V>,
+        ev: &mut Evidence,
+    ) -> Result<EventClass, ProtocolViolation> {
+        let [id, usage_v] = message.map_or([None, None], |m| m.fields(["id", "usage"]));
+        let id = id.and_then(JsonView::text);
+        if self.open {
+            if id.as_deref() != self.message_id.as_deref() {
+                return Err(ProtocolViolation::SplicedMessage);
+            }
+            // A duplicate of the open message's start: ignored.
+            return Ok(EventClass::NonSemantic);
+        }
+        self.open = true;
+        self.message_id = id.map(std::borrow::Cow::into_owned);
+        if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
+            usage::anthropic(&mut ev.usage, u);
+        }
+        Ok(EventClass::NonSemantic)
+    }
+
+    /// Tracks a `tool_use` block that starts at `index`, so that its stop
+    /// completes a tool call (at most [`MAX_OPEN_TOOLS`] open at once).
+    #[inline]
+    fn open_tool<'a, V: JsonView<'a>>(
+        &mut self,
+        block: Option<V>,
+        index: Option<V>,
+    ) -> Result<(), ProtocolViolation> {
+        let is_tool = block
+            .and_then(|b| b.get("type"))
+            .is_some_and(|t| t.str_eq("tool_use"));
+        if is_tool {
+            if self.open_tools.len() == MAX_OPEN_TOOLS {
+                return Err(ProtocolViolation::TooManyParallelItems);
+            }
+            self.open_tools
+                .push(index.and_then(JsonView::as_u64).unwrap_or(0));
+        }
+        Ok(())
+    }
+
+    /// The semantic kind a `content_block_delta`'s delta shows (`None`: N).
+    #[inline]
+    fn delta_kind<'a, V: JsonView<'a>>(&self, delta: V) -> Option<SemanticKind> {
+        let [t, text, thinking] = delta.fields(["type", "text", "thinking"]);
+        let t = t.and_then(JsonView::text)?;
+        match t.as_ref() {
+            "text_delta" => text
+                .is_some_and(JsonView::is_nonempty_str)
+                .then_some(SemanticKind::Content),
+            "input_json_delta" => Some(SemanticKind::Tool),
+            "thinking_delta" => (self.opaque_reasoning
+                || thinking.is_some_and(JsonView::is_nonempty_str))
+            .then_some(SemanticKind::Reasoning),
+            "signature_delta" => self.opaque_reasoning.then_some(SemanticKind::Reasoning),
+            // citations_delta and unknown deltas: conservatively content.
+            _ => Some(SemanticKind::Content),
+        }
+    }
+}
+
+/// Counts `kind` as observed output and classes the event by it (`None`:
+/// non-semantic).
+#[inline]
+fn observed(ev: &mut Evidence, kind: Option<SemanticKind>) -> EventClass {
+    match kind {
+        Some(k) => {
+            ev.progress.observe(k);
+            EventClass::Semantic(k)
+        }
+        None => EventClass::NonSemantic,
     }
 }
 

@@ -6,7 +6,9 @@ use super::{
     Decode, EventClass, EventInfo, Evidence, Frame, Protocol, note, semantic_or_n, token, usage,
 };
 use crate::json::{JsonKind, JsonView, Parsed, Skim, Tape, Template};
-use crate::progress::{Proof, SemanticKind, Terminal, Transience, UnsuccessfulReason};
+use crate::progress::{
+    Progress, Proof, ProviderError, SemanticKind, Terminal, Transience, UnsuccessfulReason,
+};
 use crate::wire::ProtocolViolation;
 
 /// Ollama: one object per line, `done: true` ends it.
@@ -71,34 +73,9 @@ impl Ollama {
             eval_duration,
         ] = root.fields(LINE_KEYS);
         if let Some(err) = error.filter(|e| !e.is_null()) {
-            let mut e = classify_error_value(err, None);
-            if err.kind() == JsonKind::String {
-                // Free text only: nothing says whether waiting helps.
-                e.transience = Transience::Unknown;
-            }
-            return Ok(ev.set_error(e));
+            return Ok(ev.set_error(line_error(err)));
         }
-        let [m_content, m_thinking, m_tools] =
-            message.map_or([None, None, None], |m| m.fields(MESSAGE_KEYS));
-        let mut first = None;
-        let p = &mut ev.progress;
-        if m_content.is_some_and(JsonView::is_nonempty_str)
-            || response.is_some_and(JsonView::is_nonempty_str)
-        {
-            note(p, &mut first, SemanticKind::Content);
-        }
-        if m_thinking.is_some_and(JsonView::is_nonempty_str)
-            || thinking.is_some_and(JsonView::is_nonempty_str)
-        {
-            note(p, &mut first, SemanticKind::Reasoning);
-        }
-        for calls in [m_tools, tool_calls].into_iter().flatten() {
-            if calls.kind() == JsonKind::Array && calls.is_nonempty() {
-                note(p, &mut first, SemanticKind::Tool);
-                // Ollama sends tool calls whole.
-                calls.for_each(|_| p.completed_tool_calls += 1);
-            }
-        }
+        let first = note_output(message, response, thinking, tool_calls, &mut ev.progress);
         if done.and_then(JsonView::as_bool) != Some(true) {
             return Ok(semantic_or_n(first));
         }
@@ -113,28 +90,80 @@ impl Ollama {
                 eval_duration,
             },
         );
-        let reason = done_reason.and_then(JsonView::text);
-        let terminal = match reason.as_deref() {
-            Some("stop" | "load" | "unload") => Terminal::Success {
-                proof: Proof::Strong,
-            },
-            None => {
-                ev.done_without_reason = true;
-                Terminal::Success {
-                    proof: Proof::Strong,
-                }
-            }
-            Some("length") => Terminal::Unsuccessful {
-                reason: UnsuccessfulReason::Length,
-            },
-            Some(other) => Terminal::Unsuccessful {
-                reason: UnsuccessfulReason::Other(token(other)),
-            },
-        };
+        let terminal = done_terminal(done_reason, ev);
         let class = ev.set_terminal(terminal);
         // A final line may carry content too; the terminal class wins for
         // the record, the content was counted above.
         Ok(class)
+    }
+}
+
+/// The provider error an `error` member reports.
+#[inline]
+fn line_error<'a, V: JsonView<'a>>(err: V) -> ProviderError {
+    let mut e = classify_error_value(err, None);
+    if err.kind() == JsonKind::String {
+        // Free text only: nothing says whether waiting helps.
+        e.transience = Transience::Unknown;
+    }
+    e
+}
+
+/// Notes the output a line carries (content or response text, thinking,
+/// whole tool calls, each counted complete) and returns the first kind
+/// noted.
+#[inline]
+fn note_output<'a, V: JsonView<'a>>(
+    message: Option<V>,
+    response: Option<V>,
+    thinking: Option<V>,
+    tool_calls: Option<V>,
+    p: &mut Progress,
+) -> Option<SemanticKind> {
+    let [m_content, m_thinking, m_tools] =
+        message.map_or([None, None, None], |m| m.fields(MESSAGE_KEYS));
+    let mut first = None;
+    if m_content.is_some_and(JsonView::is_nonempty_str)
+        || response.is_some_and(JsonView::is_nonempty_str)
+    {
+        note(p, &mut first, SemanticKind::Content);
+    }
+    if m_thinking.is_some_and(JsonView::is_nonempty_str)
+        || thinking.is_some_and(JsonView::is_nonempty_str)
+    {
+        note(p, &mut first, SemanticKind::Reasoning);
+    }
+    for calls in [m_tools, tool_calls].into_iter().flatten() {
+        if calls.kind() == JsonKind::Array && calls.is_nonempty() {
+            note(p, &mut first, SemanticKind::Tool);
+            // Ollama sends tool calls whole.
+            calls.for_each(|_| p.completed_tool_calls += 1);
+        }
+    }
+    first
+}
+
+/// The terminal a `done: true` line proves by its `done_reason`; a line
+/// without one still ends the stream well, and the evidence says so.
+#[inline]
+fn done_terminal<'a, V: JsonView<'a>>(done_reason: Option<V>, ev: &mut Evidence) -> Terminal {
+    let reason = done_reason.and_then(JsonView::text);
+    match reason.as_deref() {
+        Some("stop" | "load" | "unload") => Terminal::Success {
+            proof: Proof::Strong,
+        },
+        None => {
+            ev.done_without_reason = true;
+            Terminal::Success {
+                proof: Proof::Strong,
+            }
+        }
+        Some("length") => Terminal::Unsuccessful {
+            reason: UnsuccessfulReason::Length,
+        },
+        Some(other) => Terminal::Unsuccessful {
+            reason: UnsuccessfulReason::Other(token(other)),
+        },
     }
 }
 
