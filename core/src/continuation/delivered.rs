@@ -140,117 +140,158 @@ impl DeliveredPrefix {
         let Ok(v) = Lazy::parse(data) else {
             return;
         };
-        let mut text: Vec<String> = Vec::new();
-        let mut reasoning: Vec<String> = Vec::new();
-        let mut tools: Vec<String> = Vec::new();
-        let s = |v: Option<Lazy<'_>>| v.and_then(JsonView::text).map(std::borrow::Cow::into_owned);
-        let raw = |v: Lazy<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
+        let mut got = Pieces::default();
         match self.kind {
             #[cfg(feature = "openai-chat")]
-            ProtocolKind::OpenAiChat => {
-                if self.seam.chunk_id.is_none() {
-                    self.seam.chunk_id = s(v.get("id"));
-                }
-                for choice in items(v.get("choices")) {
-                    let Some(d) = choice.get("delta") else {
-                        continue;
-                    };
-                    text.extend(s(d.get("content")));
-                    reasoning
-                        .extend(s(d.get("reasoning_content")).or_else(|| s(d.get("reasoning"))));
-                    for call in items(d.get("tool_calls")) {
-                        let f = call.get("function");
-                        tools.extend(s(f.and_then(|f| f.get("name"))));
-                        tools.extend(s(f.and_then(|f| f.get("arguments"))));
-                    }
-                }
-            }
+            ProtocolKind::OpenAiChat => openai_chat(v, &mut self.seam, &mut got),
             #[cfg(feature = "anthropic")]
-            ProtocolKind::Anthropic => {
-                let kind = s(v.get("type"));
-                if let Some(i) = v.get("index").and_then(JsonView::as_u64) {
-                    self.seam.block_index = Some(i);
-                }
-                let usage = match kind.as_deref() {
-                    Some("message_start") => v.get("message").and_then(|m| m.get("usage")),
-                    Some("message_delta") => v.get("usage"),
-                    _ => None,
-                };
-                if let Some(n) = usage
-                    .and_then(|u| u.get("output_tokens"))
-                    .and_then(JsonView::as_u64)
-                {
-                    self.seam.output_tokens = Some(n);
-                }
-                match kind.as_deref() {
-                    Some("content_block_delta") => {
-                        let d = v.get("delta");
-                        let field = |k| s(d.and_then(|d| d.get(k)));
-                        match s(d.and_then(|d| d.get("type"))).as_deref() {
-                            Some("text_delta") => text.extend(field("text")),
-                            Some("thinking_delta") => reasoning.extend(field("thinking")),
-                            Some("input_json_delta") => tools.extend(field("partial_json")),
-                            _ => {}
-                        }
-                    }
-                    Some("content_block_start") => {
-                        let b = v.get("content_block");
-                        let t = s(b.and_then(|b| b.get("type")));
-                        if matches!(t.as_deref(), Some("tool_use" | "server_tool_use")) {
-                            tools.extend(s(b.and_then(|b| b.get("name"))));
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            ProtocolKind::Anthropic => anthropic(v, &mut self.seam, &mut got),
             #[cfg(feature = "openai-responses")]
-            ProtocolKind::OpenAiResponses => {
-                let t = s(v.get("type")).unwrap_or_default();
-                if t == "response.output_text.delta" || t == "response.refusal.delta" {
-                    text.extend(s(v.get("delta")));
-                } else if t.starts_with("response.reasoning")
-                    && t.rsplit('.').next() == Some("delta")
-                {
-                    reasoning.extend(s(v.get("delta")));
-                } else if t == "response.function_call_arguments.delta" {
-                    tools.extend(s(v.get("delta")));
-                }
-            }
+            ProtocolKind::OpenAiResponses => openai_responses(v, &mut got),
             #[cfg(feature = "gemini")]
-            ProtocolKind::Gemini => {
-                for cand in items(v.get("candidates")) {
-                    let parts = cand.get("content").and_then(|c| c.get("parts"));
-                    for part in items(parts) {
-                        if let Some(call) = part.get("functionCall") {
-                            tools.push(raw(call));
-                        } else if part.get("thought").and_then(JsonView::as_bool) == Some(true) {
-                            reasoning.extend(s(part.get("text")));
-                        } else {
-                            text.extend(s(part.get("text")));
-                        }
-                    }
-                }
-            }
+            ProtocolKind::Gemini => gemini(v, &mut got),
             #[cfg(feature = "ollama")]
-            ProtocolKind::Ollama => {
-                let m = v.get("message");
-                let field = |k| s(m.and_then(|m| m.get(k)));
-                text.extend(field("content").or_else(|| s(v.get("response"))));
-                reasoning.extend(field("thinking").or_else(|| s(v.get("thinking"))));
-                for call in items(m.and_then(|m| m.get("tool_calls"))) {
-                    tools.push(raw(call));
-                }
-            }
+            ProtocolKind::Ollama => ollama(v, &mut got),
             _ => {}
         }
-        for t in text {
+        for t in got.text {
             push(&mut self.text, &t, &mut self.truncated);
         }
-        for r in reasoning {
+        for r in got.reasoning {
             push(&mut self.reasoning, &r, &mut self.truncated);
         }
         self.tool_fragments
-            .extend(tools.into_iter().filter(|t| !t.is_empty()));
+            .extend(got.tools.into_iter().filter(|t| !t.is_empty()));
+    }
+}
+
+/// What one delivered event carried, by kind, in order, before it is
+/// added to the prefix under its size limit.
+#[derive(Default)]
+struct Pieces {
+    text: Vec<String>,
+    reasoning: Vec<String>,
+    tools: Vec<String>,
+}
+
+/// `v`'s text, owned (escapes decoded), when it is a string.
+fn owned(v: Option<Lazy<'_>>) -> Option<String> {
+    v.and_then(JsonView::text).map(std::borrow::Cow::into_owned)
+}
+
+/// `v`'s JSON as it was delivered: a tool call these protocols send whole.
+#[cfg(any(feature = "gemini", feature = "ollama"))]
+fn raw(v: Lazy<'_>) -> String {
+    String::from_utf8_lossy(v.as_bytes()).into_owned()
+}
+
+/// An OpenAI Chat chunk: each choice's delta (content, reasoning, tool
+/// call names and arguments); the chunk id for the seam.
+#[cfg(feature = "openai-chat")]
+fn openai_chat(v: Lazy<'_>, seam: &mut SeamFacts, got: &mut Pieces) {
+    if seam.chunk_id.is_none() {
+        seam.chunk_id = owned(v.get("id"));
+    }
+    for choice in items(v.get("choices")) {
+        let Some(d) = choice.get("delta") else {
+            continue;
+        };
+        got.text.extend(owned(d.get("content")));
+        got.reasoning
+            .extend(owned(d.get("reasoning_content")).or_else(|| owned(d.get("reasoning"))));
+        for call in items(d.get("tool_calls")) {
+            let f = call.get("function");
+            got.tools.extend(owned(f.and_then(|f| f.get("name"))));
+            got.tools.extend(owned(f.and_then(|f| f.get("arguments"))));
+        }
+    }
+}
+
+/// An Anthropic event: block deltas and tool blocks' names; the block
+/// index and the output tokens reported so far for the seam.
+#[cfg(feature = "anthropic")]
+fn anthropic(v: Lazy<'_>, seam: &mut SeamFacts, got: &mut Pieces) {
+    let kind = owned(v.get("type"));
+    if let Some(i) = v.get("index").and_then(JsonView::as_u64) {
+        seam.block_index = Some(i);
+    }
+    let usage = match kind.as_deref() {
+        Some("message_start") => v.get("message").and_then(|m| m.get("usage")),
+        Some("message_delta") => v.get("usage"),
+        _ => None,
+    };
+    if let Some(n) = usage
+        .and_then(|u| u.get("output_tokens"))
+        .and_then(JsonView::as_u64)
+    {
+        seam.output_tokens = Some(n);
+    }
+    match kind.as_deref() {
+        Some("content_block_delta") => {
+            let d = v.get("delta");
+            let field = |k| owned(d.and_then(|d| d.get(k)));
+            match owned(d.and_then(|d| d.get("type"))).as_deref() {
+                Some("text_delta") => got.text.extend(field("text")),
+                Some("thinking_delta") => got.reasoning.extend(field("thinking")),
+                Some("input_json_delta") => got.tools.extend(field("partial_json")),
+                _ => {}
+            }
+        }
+        Some("content_block_start") => {
+            let b = v.get("content_block");
+            let t = owned(b.and_then(|b| b.get("type")));
+            if matches!(t.as_deref(), Some("tool_use" | "server_tool_use")) {
+                got.tools.extend(owned(b.and_then(|b| b.get("name"))));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An OpenAI Responses event: text, refusal, reasoning and function-call
+/// argument deltas.
+#[cfg(feature = "openai-responses")]
+fn openai_responses(v: Lazy<'_>, got: &mut Pieces) {
+    let t = owned(v.get("type")).unwrap_or_default();
+    if t == "response.output_text.delta" || t == "response.refusal.delta" {
+        got.text.extend(owned(v.get("delta")));
+    } else if t.starts_with("response.reasoning") && t.rsplit('.').next() == Some("delta") {
+        got.reasoning.extend(owned(v.get("delta")));
+    } else if t == "response.function_call_arguments.delta" {
+        got.tools.extend(owned(v.get("delta")));
+    }
+}
+
+/// A Gemini chunk: each candidate's parts, as text, thought or a whole
+/// function call.
+#[cfg(feature = "gemini")]
+fn gemini(v: Lazy<'_>, got: &mut Pieces) {
+    for cand in items(v.get("candidates")) {
+        let parts = cand.get("content").and_then(|c| c.get("parts"));
+        for part in items(parts) {
+            if let Some(call) = part.get("functionCall") {
+                got.tools.push(raw(call));
+            } else if part.get("thought").and_then(JsonView::as_bool) == Some(true) {
+                got.reasoning.extend(owned(part.get("text")));
+            } else {
+                got.text.extend(owned(part.get("text")));
+            }
+        }
+    }
+}
+
+/// An Ollama line (`/api/chat` or `/api/generate`): content, thinking and
+/// whole tool calls.
+#[cfg(feature = "ollama")]
+fn ollama(v: Lazy<'_>, got: &mut Pieces) {
+    let m = v.get("message");
+    let field = |k| owned(m.and_then(|m| m.get(k)));
+    got.text
+        .extend(field("content").or_else(|| owned(v.get("response"))));
+    got.reasoning
+        .extend(field("thinking").or_else(|| owned(v.get("thinking"))));
+    for call in items(m.and_then(|m| m.get("tool_calls"))) {
+        got.tools.push(raw(call));
     }
 }
 
