@@ -858,44 +858,117 @@ fn tape_key(b: &[u8], i: usize, nodes: &mut Vec<Node>, parent: u32) -> Option<us
     matches!(b.get(j), Some(b':')).then_some(j + 1)
 }
 
-/// Scans `b` onto `nodes`, resuming at node `from` (0: from the start) of
-/// the previous document, whose bytes before that node's start equal `b`'s.
-fn scan(b: &[u8], nodes: &mut Vec<Node>, from: usize) -> Option<()> {
-    let mut i;
-    let mut cur = NONE;
-    let mut depth: u32 = 0;
-    let mut stack: u128 = 0; // one bit per open container, 1 = object
-    if from == 0 {
-        nodes.clear();
-        i = 0;
-    } else {
-        i = nodes[from].start as usize;
-        cur = nodes[from].parent;
-        let mut a = cur;
+/// The containers open where a scan stands.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    /// The innermost one's node, [`NONE`] at the root.
+    cur: u32,
+    /// How many there are.
+    depth: u32,
+    /// One bit per open container, the innermost lowest; 1 = object.
+    stack: u128,
+}
+
+impl Open {
+    /// None open: the scan is at the root.
+    const ROOT: Open = Open {
+        cur: NONE,
+        depth: 0,
+        stack: 0,
+    };
+
+    /// The containers enclosing node `at` of a scanned document, rebuilt
+    /// from its parents.
+    fn around(b: &[u8], nodes: &[Node], at: usize) -> Open {
+        let mut open = Open {
+            cur: nodes[at].parent,
+            ..Open::ROOT
+        };
+        let mut a = open.cur;
         while a != NONE {
             let n = nodes[a as usize];
             if b[n.start as usize] == b'{' {
-                stack |= 1 << depth;
+                open.stack |= 1 << open.depth;
             }
-            depth += 1;
+            open.depth += 1;
             a = n.parent;
         }
-        nodes.truncate(from);
+        open
     }
+
+    /// Whether the innermost container is an object.
+    #[inline]
+    fn in_object(self) -> bool {
+        self.stack & 1 == 1
+    }
+
+    /// Steps into the container at node `at`.
+    #[inline]
+    fn enter(&mut self, at: u32, object: bool) {
+        self.cur = at;
+        self.depth += 1;
+        self.stack = (self.stack << 1) | u128::from(object);
+    }
+
+    /// Steps out of the innermost container, whose parent is `parent`.
+    #[inline]
+    fn leave(&mut self, parent: u32) {
+        self.cur = parent;
+        self.stack >>= 1;
+        self.depth -= 1;
+    }
+}
+
+impl Node {
+    /// A value that ends where it is scanned (no container opened), at
+    /// index `at` of the tape.
+    #[inline]
+    fn leaf(start: usize, end: usize, at: u32, parent: u32, escaped: bool) -> Node {
+        Node {
+            start: start as u32,
+            end: end as u32,
+            next: at + 1,
+            parent,
+            key: false,
+            escaped,
+        }
+    }
+}
+
+/// What follows a value, once the containers that close after it are
+/// closed.
+enum After {
+    /// Another value, starting at this index.
+    Value(usize),
+    /// The end of the document.
+    End,
+}
+
+/// Scans `b` onto `nodes`, resuming at node `from` (0: from the start) of
+/// the previous document, whose bytes before that node's start equal `b`'s.
+fn scan(b: &[u8], nodes: &mut Vec<Node>, from: usize) -> Option<()> {
+    let (mut i, mut open) = if from == 0 {
+        nodes.clear();
+        (0, Open::ROOT)
+    } else {
+        let resumed = (nodes[from].start as usize, Open::around(b, nodes, from));
+        nodes.truncate(from);
+        resumed
+    };
     'value: loop {
         i = ws(b, i);
         let at = nodes.len() as u32;
         let c = *b.get(i)?;
-        let end = match c {
+        match c {
             b'{' | b'[' => {
-                if depth == MAX_DEPTH {
+                if open.depth == MAX_DEPTH {
                     return None;
                 }
                 nodes.push(Node {
                     start: i as u32,
                     end: 0,
                     next: 0,
-                    parent: cur,
+                    parent: open.cur,
                     key: false,
                     escaped: false,
                 });
@@ -908,73 +981,62 @@ fn scan(b: &[u8], nodes: &mut Vec<Node>, from: usize) -> Option<()> {
                     n.end = i as u32;
                     n.next = at + 1;
                 } else {
-                    cur = at;
-                    depth += 1;
-                    stack = (stack << 1) | u128::from(object);
+                    open.enter(at, object);
                     if object {
-                        i = tape_key(b, i, nodes, cur)?;
+                        i = tape_key(b, i, nodes, open.cur)?;
                     }
                     continue 'value;
                 }
-                None
             }
             b'"' => {
                 let (end, escaped) = string_esc(b, i + 1)?;
-                nodes.push(Node {
-                    start: i as u32,
-                    end: end as u32,
-                    next: at + 1,
-                    parent: cur,
-                    key: false,
-                    escaped,
-                });
+                nodes.push(Node::leaf(i, end, at, open.cur, escaped));
                 i = end;
-                None
             }
-            b't' => Some(literal(b, i, b"true")?),
-            b'f' => Some(literal(b, i, b"false")?),
-            b'n' => Some(literal(b, i, b"null")?),
-            b'-' | b'0'..=b'9' => Some(number(b, i)?),
-            _ => return None,
-        };
-        if let Some(end) = end {
-            nodes.push(Node {
-                start: i as u32,
-                end: end as u32,
-                next: at + 1,
-                parent: cur,
-                key: false,
-                escaped: false,
-            });
-            i = end;
+            _ => {
+                let end = match c {
+                    b't' => literal(b, i, b"true")?,
+                    b'f' => literal(b, i, b"false")?,
+                    b'n' => literal(b, i, b"null")?,
+                    b'-' | b'0'..=b'9' => number(b, i)?,
+                    _ => return None,
+                };
+                nodes.push(Node::leaf(i, end, at, open.cur, false));
+                i = end;
+            }
         }
-        loop {
-            if cur == NONE {
-                return (ws(b, i) == b.len()).then_some(());
+        match after_value(b, nodes, i, &mut open)? {
+            After::Value(next) => i = next,
+            After::End => return Some(()),
+        }
+    }
+}
+
+/// Reads what follows a value that ends at `i`: closes the containers
+/// that end there (recording their ends on `nodes`) up to a comma (and,
+/// in an object, the next key) or the end of the document; `None` when
+/// the bytes there are not JSON.
+#[inline]
+fn after_value(b: &[u8], nodes: &mut Vec<Node>, mut i: usize, open: &mut Open) -> Option<After> {
+    loop {
+        if open.cur == NONE {
+            return (ws(b, i) == b.len()).then_some(After::End);
+        }
+        i = ws(b, i);
+        match (open.in_object(), *b.get(i)?) {
+            (true, b',') => {
+                return Some(After::Value(tape_key(b, ws(b, i + 1), nodes, open.cur)?));
             }
-            i = ws(b, i);
-            let in_object = stack & 1 == 1;
-            match (in_object, *b.get(i)?) {
-                (true, b',') => {
-                    i = tape_key(b, ws(b, i + 1), nodes, cur)?;
-                    continue 'value;
-                }
-                (false, b',') => {
-                    i += 1;
-                    continue 'value;
-                }
-                (true, b'}') | (false, b']') => {
-                    i += 1;
-                    let next = nodes.len() as u32;
-                    let n = &mut nodes[cur as usize];
-                    n.end = i as u32;
-                    n.next = next;
-                    cur = n.parent;
-                    stack >>= 1;
-                    depth -= 1;
-                }
-                _ => return None,
+            (false, b',') => return Some(After::Value(i + 1)),
+            (true, b'}') | (false, b']') => {
+                i += 1;
+                let next = nodes.len() as u32;
+                let n = &mut nodes[open.cur as usize];
+                n.end = i as u32;
+                n.next = next;
+                open.leave(n.parent);
             }
+            _ => return None,
         }
     }
 }
