@@ -1,0 +1,294 @@
+//! The constant-memory reader: a document validated once, then walked
+//! again from its bytes at every look-up.
+
+use std::borrow::Cow;
+
+use memchr::memchr;
+
+use super::syntax::{MAX_DEPTH, key, literal, number, special_pos, string, unescape, ws};
+use super::view::{JsonKind, JsonView};
+use crate::wire::ProtocolViolation;
+
+/// A validated JSON value, read lazily from its bytes: constant memory,
+/// but every look-up walks the bytes again. Used for documents too large
+/// for a [`Tape`](super::Tape).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lazy<'a>(pub(super) &'a [u8]);
+
+impl<'a> Lazy<'a> {
+    /// Validates `doc` as one JSON document and returns its root value.
+    pub(crate) fn parse(doc: &'a [u8]) -> Result<Self, ProtocolViolation> {
+        if std::str::from_utf8(doc).is_err() {
+            return Err(ProtocolViolation::InvalidUtf8);
+        }
+        let (start, end) = validate(doc).ok_or(ProtocolViolation::MalformedJson)?;
+        Ok(Lazy(&doc[start..end]))
+    }
+
+    /// The value's bytes.
+    pub(crate) fn as_bytes(self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// Validates one JSON document; returns the span of its root value.
+fn validate(b: &[u8]) -> Option<(usize, usize)> {
+    let mut stack: u128 = 0; // one bit per open container, 1 = object
+    let mut depth: u32 = 0;
+    let mut i = ws(b, 0);
+    let start = i;
+    'value: loop {
+        match *b.get(i)? {
+            b'{' => {
+                if depth == MAX_DEPTH {
+                    return None;
+                }
+                i = ws(b, i + 1);
+                if *b.get(i)? == b'}' {
+                    i += 1;
+                } else {
+                    stack = (stack << 1) | 1;
+                    depth += 1;
+                    i = key(b, i)?;
+                    continue 'value;
+                }
+            }
+            b'[' => {
+                if depth == MAX_DEPTH {
+                    return None;
+                }
+                i = ws(b, i + 1);
+                if *b.get(i)? == b']' {
+                    i += 1;
+                } else {
+                    stack <<= 1;
+                    depth += 1;
+                    continue 'value;
+                }
+            }
+            b'"' => i = string(b, i + 1)?,
+            b't' => i = literal(b, i, b"true")?,
+            b'f' => i = literal(b, i, b"false")?,
+            b'n' => i = literal(b, i, b"null")?,
+            b'-' | b'0'..=b'9' => i = number(b, i)?,
+            _ => return None,
+        }
+        loop {
+            if depth == 0 {
+                return (ws(b, i) == b.len()).then_some((start, i));
+            }
+            i = ws(b, i);
+            let in_object = stack & 1 == 1;
+            match (in_object, *b.get(i)?) {
+                (true, b',') => {
+                    i = key(b, ws(b, i + 1))?;
+                    continue 'value;
+                }
+                (false, b',') => {
+                    i = ws(b, i + 1);
+                    continue 'value;
+                }
+                (true, b'}') | (false, b']') => {
+                    i += 1;
+                    stack >>= 1;
+                    depth -= 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Skips a string body starting after its opening quote; returns the index
+/// after the closing quote and whether the string holds escapes.
+#[inline]
+fn skip_str(b: &[u8], mut i: usize) -> (usize, bool) {
+    let mut escaped = false;
+    loop {
+        match special_pos(&b[i..]) {
+            Some(p) if b[i + p] == b'\\' => {
+                escaped = true;
+                i += p + 2;
+            }
+            Some(p) => return (i + p + 1, escaped),
+            None => return (b.len(), escaped),
+        }
+    }
+}
+
+#[inline]
+fn skip_value(b: &[u8], i: usize) -> usize {
+    match b[i] {
+        b'"' => skip_str(b, i + 1).0,
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = skip_str(b, j + 1).0;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return j + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            b.len()
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            {
+                j += 1;
+            }
+            j
+        }
+    }
+}
+
+impl Lazy<'_> {
+    /// [`JsonView::fields`] for any number of keys: one copy of the walk,
+    /// not one per key count.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline)]
+    fn fields_into(self, keys: &[&str], out: &mut [Option<Self>]) {
+        let b = self.0;
+        if !matches!(b.first(), Some(b'{')) {
+            return;
+        }
+        let mut i = ws(b, 1);
+        while i < b.len() && b[i] == b'"' {
+            let (key_end, escaped) = skip_str(b, i + 1);
+            let key_span = &b[i..key_end];
+            let colon = ws(b, key_end);
+            let value_start = ws(b, colon + 1);
+            let value_end = skip_value(b, value_start);
+            let value = Lazy(&b[value_start..value_end]);
+            if escaped {
+                if let Some(name) = unescape(key_span) {
+                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                        if name == want {
+                            *slot = Some(value);
+                        }
+                    }
+                }
+            } else {
+                let raw = &key_span[1..key_span.len() - 1];
+                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                    let want = want.as_bytes();
+                    // Length and first byte first: most keys differ there, and
+                    // a library memcmp call costs more than a short key.
+                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
+                        *slot = Some(value);
+                    }
+                }
+            }
+            i = ws(b, value_end);
+            if i < b.len() && b[i] == b',' {
+                i = ws(b, i + 1);
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+impl<'a> JsonView<'a> for Lazy<'a> {
+    fn kind(self) -> JsonKind {
+        match self.0.first() {
+            Some(b'{') => JsonKind::Object,
+            Some(b'[') => JsonKind::Array,
+            Some(b'"') => JsonKind::String,
+            Some(b't' | b'f') => JsonKind::Bool,
+            Some(b'n') => JsonKind::Null,
+            _ => JsonKind::Number,
+        }
+    }
+
+    fn fields<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        let mut out = [None; N];
+        self.fields_into(&keys, &mut out);
+        out
+    }
+
+    fn for_each(self, mut f: impl FnMut(Self)) {
+        let b = self.0;
+        if !matches!(b.first(), Some(b'[')) {
+            return;
+        }
+        let mut i = ws(b, 1);
+        while i < b.len() && b[i] != b']' {
+            let end = skip_value(b, i);
+            f(Lazy(&b[i..end]));
+            i = ws(b, end);
+            if i < b.len() && b[i] == b',' {
+                i = ws(b, i + 1);
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn str_eq(self, s: &str) -> bool {
+        let b = self.0;
+        if !matches!(b.first(), Some(b'"')) {
+            return false;
+        }
+        let raw = &b[1..b.len() - 1];
+        if memchr(b'\\', raw).is_none() {
+            raw == s.as_bytes()
+        } else {
+            self.text().is_some_and(|t| t == s)
+        }
+    }
+
+    fn text(self) -> Option<Cow<'a, str>> {
+        let b = self.0;
+        if !matches!(b.first(), Some(b'"')) {
+            return None;
+        }
+        let raw = &b[1..b.len() - 1];
+        if memchr(b'\\', raw).is_none() {
+            std::str::from_utf8(raw).ok().map(Cow::Borrowed)
+        } else {
+            unescape(b).map(Cow::Owned)
+        }
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        let b = self.0;
+        if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        b.iter().try_fold(0u64, |acc, d| {
+            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+    }
+
+    fn as_bool(self) -> Option<bool> {
+        match self.0 {
+            b"true" => Some(true),
+            b"false" => Some(false),
+            _ => None,
+        }
+    }
+
+    fn is_nonempty(self) -> bool {
+        let b = self.0;
+        match b.first() {
+            Some(b'"') => b.len() > 2,
+            Some(b'[' | b'{') => {
+                let i = ws(b, 1);
+                i < b.len() && b[i] != b']' && b[i] != b'}'
+            }
+            _ => false,
+        }
+    }
+}
