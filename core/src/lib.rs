@@ -114,18 +114,11 @@
 //! use std::borrow::Cow;
 //! use std::time::{Duration, SystemTime};
 //! use recovery_core::budget::AttemptAllowance;
-//! use recovery_core::exchange::{Env, Exchange, Head, Io, RequestFacts};
+//! use recovery_core::exchange::{Exchange, Head, Io, RequestFacts};
 //! use recovery_core::protocol::ProtocolChoice;
-//! use recovery_core::timing::{Fraction, Instant};
+//! use recovery_core::timing::Instant;
 //! use recovery_core::RecoveryPolicy;
 //!
-//! struct Clock(Instant);
-//! impl Env for Clock {
-//!     fn now(&self) -> Instant { self.0 }
-//!     fn wall_now(&self) -> SystemTime { SystemTime::UNIX_EPOCH }
-//!     fn jitter(&self) -> Fraction { Fraction::ZERO }
-//!     fn online(&self) -> bool { true }
-//! }
 //! struct Overloaded;
 //! impl Head for Overloaded {
 //!     fn status(&self) -> u16 { 503 }
@@ -134,7 +127,7 @@
 //!     }
 //! }
 //!
-//! let env = Clock(Instant::from_origin(Duration::ZERO));
+//! let now = Instant::from_origin(Duration::ZERO);
 //! let request = RequestFacts::new("POST", "/v1/chat/completions", b"{}");
 //! let mut ex: Exchange<Vec<u8>> = Exchange::new(
 //!     RecoveryPolicy::default(),
@@ -142,15 +135,16 @@
 //!     request,
 //!     AttemptAllowance::new(3),
 //!     7,
-//!     env.now(),
+//!     now,
 //! );
-//! assert!(matches!(ex.poll(&env), Io::Send(_)));
-//! ex.on_sent(&env);
-//! ex.on_head(&env, &Overloaded, None);
-//! assert!(matches!(ex.poll(&env), Io::Read)); // the capped error body
-//! ex.on_end(&env);
-//! assert!(matches!(ex.poll(&env), Io::Release)); // done with that response
-//! assert!(matches!(ex.poll(&env), Io::Sleep)); // until the deadline below
+//! let online = true; // the platform's view, read where the machine decides
+//! assert!(matches!(ex.poll(now, online), Io::Send(_)));
+//! ex.on_sent(now);
+//! ex.on_head(now, SystemTime::UNIX_EPOCH, &Overloaded, None);
+//! assert!(matches!(ex.poll(now, online), Io::Read)); // the capped error body
+//! ex.on_end(now);
+//! assert!(matches!(ex.poll(now, online), Io::Release)); // done with that response
+//! assert!(matches!(ex.poll(now, online), Io::Sleep)); // until the deadline below
 //! assert_eq!(ex.poll_timeout(), Some(Instant::from_origin(Duration::from_secs(2))));
 //!
 //! let events: Vec<&str> = ex.drain_events().map(|e| e.kind.name()).collect();

@@ -56,7 +56,7 @@ use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{
-    AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Env, Exchange, Head, Io, RequestFacts,
+    AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Exchange, Head, Io, RequestFacts,
     Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
@@ -64,7 +64,7 @@ use recovery_core::failure::{Failure, Phase, TransportKind};
 use recovery_core::outcome::ReplayDisabled;
 use recovery_core::policy::{self, FIELDS, Field, PolicyError, PolicySpec, Unit, field};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
-use recovery_core::timing::{Fraction, Instant};
+use recovery_core::timing::{Fraction, Instant, JitterSource};
 use recovery_core::{RecoveryPolicy, RecoveryStatus};
 use serde::Serialize;
 use serde_json::Value;
@@ -668,6 +668,9 @@ impl Client {
         if let Some(reason) = replay {
             setup = setup.without_replay(reason);
         }
+        if let Some(pinned) = self.jitter {
+            setup = setup.jitter(JitterSource::pinned(Fraction::new(pinned)));
+        }
         let ex = setup.start(start);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_micros((wall.max(0.0) * 1e6) as u64);
         Machine {
@@ -681,8 +684,6 @@ impl Client {
                 status: RecoveryStatus::InProgress,
                 start,
                 wall,
-                rng: logical_id | 1,
-                jitter: self.jitter,
                 online: Arc::clone(&self.online),
                 fed_since_check: false,
             }),
@@ -695,29 +696,6 @@ fn key_of(key: Option<&str>, url: &str, body: &[u8]) -> String {
     match key {
         Some(k) if !k.is_empty() => k.to_owned(),
         _ => cooldown::key_for(url, body),
-    }
-}
-
-/// The platform at one call.
-struct PyEnv {
-    now: Instant,
-    wall: SystemTime,
-    jitter: Fraction,
-    online: bool,
-}
-
-impl Env for PyEnv {
-    fn now(&self) -> Instant {
-        self.now
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.wall
-    }
-    fn jitter(&self) -> Fraction {
-        self.jitter
-    }
-    fn online(&self) -> bool {
-        self.online
     }
 }
 
@@ -776,38 +754,21 @@ struct Inner {
     /// The monotonic and wall clocks when the request started.
     start: Instant,
     wall: SystemTime,
-    rng: u64,
-    jitter: Option<f64>,
     online: Arc<AtomicBool>,
     /// Chunks were read since the machine last judged its timers.
     fed_since_check: bool,
 }
 
 impl Inner {
-    fn env(&mut self, now: f64) -> PyEnv {
-        let now = instant(now);
-        let jitter = if let Some(j) = self.jitter {
-            j
-        } else {
-            // xorshift64*: a draw per call, seeded with the request's id.
-            let mut x = self.rng;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.rng = x;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-        };
-        PyEnv {
-            now,
-            wall: self.wall + now.saturating_since(self.start),
-            jitter: Fraction::new(jitter),
-            online: self.online.load(Ordering::Relaxed),
-        }
+    /// The wall clock at `now`, moved on from the start by the monotonic
+    /// clock.
+    fn wall_at(&self, now: Instant) -> SystemTime {
+        self.wall + now.saturating_since(self.start)
     }
 
     /// Polls the machine and answers the action code with its flags.
-    fn next(&mut self, env: &PyEnv) -> u32 {
-        let io = self.ex.poll(env);
+    fn next(&mut self, now: Instant) -> u32 {
+        let io = self.ex.poll(now, self.online.load(Ordering::Relaxed));
         let code = match io {
             Io::Send(kind) => {
                 // Matched by `if let`: a send of a kind this module does not
@@ -938,16 +899,16 @@ impl Machine {
     /// What to do next.
     fn poll(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.next(&env)
+        let now = instant(now);
+        m.next(now)
     }
 
     /// The send of action 1 is on its way.
     fn on_sent(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.on_sent(&env);
-        m.next(&env)
+        let now = instant(now);
+        m.ex.on_sent(now);
+        m.next(now)
     }
 
     /// The response head: `headers` as `(name, value)` pairs, names
@@ -955,21 +916,22 @@ impl Machine {
     #[allow(clippy::needless_pass_by_value)]
     fn on_head(&self, now: f64, status: u16, headers: Vec<(String, String)>) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
+        let now = instant(now);
         let head = PyHead {
             status,
             headers: &headers,
         };
-        m.ex.on_head(&env, &head, None);
+        let wall = m.wall_at(now);
+        m.ex.on_head(now, wall, &head, None);
         m.fed_since_check = false;
-        m.next(&env)
+        m.next(now)
     }
 
     /// A body chunk. With flag `0x100` the shell hands that same chunk on
     /// as it is, before the action.
     fn on_chunk(&self, now: f64, chunk: &Bound<'_, PyBytes>) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
+        let now = instant(now);
         let bytes = chunk.as_bytes();
         m.fed_since_check = true;
         let keep = || Kept {
@@ -977,11 +939,11 @@ impl Machine {
             bytes: bytes.to_vec(),
         };
         let now_out = if m.ex.is_passing_through() {
-            m.ex.on_passing_chunk(&env, bytes) || m.ex.on_kept_chunk(&env, keep()).is_some()
+            m.ex.on_passing_chunk(bytes) || m.ex.on_kept_chunk(now, keep()).is_some()
         } else {
-            m.ex.on_chunk(&env, keep()).is_some()
+            m.ex.on_chunk(now, keep()).is_some()
         };
-        let next = m.next(&env);
+        let next = m.next(now);
         if now_out {
             next | action::DELIVER_THIS
         } else {
@@ -992,9 +954,9 @@ impl Machine {
     /// The body ended cleanly.
     fn on_end(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.on_end(&env);
-        m.next(&env)
+        let now = instant(now);
+        m.ex.on_end(now);
+        m.next(now)
     }
 
     /// The send or the read failed: `kind` a transport kind (`dns`,
@@ -1005,57 +967,57 @@ impl Machine {
         let kind: TransportKind = named("transport kind", kind)?;
         let phase: Phase = named("phase", phase)?;
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.on_error(&env, Failure::transport(kind, phase));
-        Ok(m.next(&env))
+        let now = instant(now);
+        m.ex.on_error(now, Failure::transport(kind, phase));
+        Ok(m.next(now))
     }
 
     /// The deadline may have passed: the machine judges its timers at `now`.
     fn on_timeout(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.handle_timeout(&env);
+        let now = instant(now);
+        m.ex.handle_timeout(now);
         m.fed_since_check = false;
-        m.next(&env)
+        m.next(now)
     }
 
     /// The platform is online again.
     fn on_online(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.online(&env);
-        m.next(&env)
+        let now = instant(now);
+        m.ex.online(now);
+        m.next(now)
     }
 
     /// The admission hook answered: `"allow"`, `"reject"`, anything else
     /// unresolved.
     fn on_admission(&self, now: f64, answer: &str) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
+        let now = instant(now);
         let answer = match answer {
             "allow" => AdmissionAnswer::Allow,
             "reject" => AdmissionAnswer::Reject,
             _ => AdmissionAnswer::Unresolved,
         };
-        m.ex.admission(&env, answer);
-        m.next(&env)
+        m.ex.admission(now, answer);
+        m.next(now)
     }
 
     /// The continuation hook answered: `given` when it returned a request
     /// (which the shell keeps and sends at the next send of kind 2).
     fn on_continuation(&self, now: f64, given: bool) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.continuation(&env, given);
-        m.next(&env)
+        let now = instant(now);
+        m.ex.continuation(now, given);
+        m.next(now)
     }
 
     /// The caller cancelled, or closed the body.
     fn on_cancel(&self, now: f64) -> u32 {
         let mut m = self.lock();
-        let env = m.env(now);
-        m.ex.cancel(&env);
-        m.next(&env)
+        let now = instant(now);
+        m.ex.cancel(now);
+        m.next(now)
     }
 
     /// When the machine must be woken (`Machine.on_timeout`) if nothing

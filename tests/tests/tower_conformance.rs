@@ -28,7 +28,7 @@ use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::AdmissionAnswer;
 use recovery_core::failure::TransportKind;
 use recovery_core::lifecycle::LifecycleEvent;
-use recovery_core::timing::{Fraction, Instant, ScriptedConnectivity, Timing};
+use recovery_core::timing::{Fraction, Instant, JitterSource, ScriptedConnectivity, Timing};
 use tokio::sync::Notify;
 use tower_layer::Layer;
 use tower_recovery::recovery::{AdmissionHook, ContinuationHook};
@@ -58,6 +58,9 @@ impl Timing for PinnedTiming {
     }
     fn jitter(&self) -> Fraction {
         self.jitter
+    }
+    fn jitter_source(&self) -> JitterSource {
+        JitterSource::pinned(self.jitter)
     }
 }
 

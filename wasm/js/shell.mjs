@@ -543,6 +543,7 @@ class Driver {
     this.m = m;
     this.spec = spec;
     this.p = platform;
+    this.online = true;
     this.action = 0;
     this.fetching = null;
     this.controller = null;
@@ -584,10 +585,18 @@ class Driver {
     return this.last;
   }
 
-  /** The platform's view, as every machine input takes it. */
-  env() {
+  /**
+   * Now, as every machine input takes it; a change of connectivity is told
+   * to the machine first (it reads connectivity where it decides).
+   */
+  now() {
     const p = this.p;
-    return [p.now(), p.wall(), p.random(), p.online()];
+    const online = p.online();
+    if (online !== this.online) {
+      this.online = online;
+      this.m.setOnline(online);
+    }
+    return p.now();
   }
 
   /** Takes in the action code: events, deadline, the action. */
@@ -654,10 +663,10 @@ class Driver {
   idleDeadline() {
     if (this.busy || this.ended || !this.outcome || this.outcome.outcome !== 'completed') return;
     this.alarm = NO_ALARM;
-    this.take(this.m.onTimeout(...this.env()));
+    this.take(this.m.onTimeout(this.now()));
     if (this.action === RELEASE) {
       this.release();
-      this.take(this.m.poll(...this.env()));
+      this.take(this.m.poll(this.now()));
     }
     if (this.action === END_OK) this.end(null);
   }
@@ -692,12 +701,12 @@ class Driver {
   settled(won) {
     if (won === DEADLINE_PASSED) {
       this.alarm = NO_ALARM;
-      this.take(this.m.onTimeout(...this.env()));
+      this.take(this.m.onTimeout(this.now()));
       return won;
     }
     // A rejection the caller's abort caused is the cancellation.
     if (won === CANCELLED || (won.error !== undefined && this.cancelled)) {
-      this.take(this.m.onCancel(...this.env()));
+      this.take(this.m.onCancel(this.now()));
       return CANCELLED;
     }
     return won;
@@ -714,7 +723,7 @@ class Driver {
 
   /** A cancel while nothing runs: the machine decides at once. */
   finishCancel() {
-    this.take(this.m.onCancel(...this.env()));
+    this.take(this.m.onCancel(this.now()));
     this.release();
     this.ended = true;
     this.publish();
@@ -749,7 +758,7 @@ class Driver {
     if (this.ended) return { end: true };
     this.busy = true;
     try {
-      if (this.action === 0) this.take(this.m.poll(...this.env()));
+      if (this.action === 0) this.take(this.m.poll(this.now()));
       for (;;) {
         switch (this.action) {
           case SEND: this.send(); break;
@@ -759,11 +768,11 @@ class Driver {
             if (chunk) return chunk;
             break;
           }
-          case RELEASE: this.release(); this.take(this.m.poll(...this.env())); break;
+          case RELEASE: this.release(); this.take(this.m.poll(this.now())); break;
           case RESPOND: {
             const head = this.head;
             this.head = null;
-            this.take(this.m.poll(...this.env()));
+            this.take(this.m.poll(this.now()));
             return head ? { respond: head } : this.end(this.failure());
           }
           case RESPOND_ERROR: {
@@ -785,13 +794,13 @@ class Driver {
             } else {
               chunk = this.m.deliverBytes();
             }
-            this.take(this.m.poll(...this.env()));
+            this.take(this.m.poll(this.now()));
             if (chunk) return chunk;
             break;
           }
           case SLEEP: case AWAIT_ADMISSION: {
             const woke = await this.wait(null);
-            if (woke !== DEADLINE_PASSED && woke !== CANCELLED) this.take(this.m.poll(...this.env()));
+            if (woke !== DEADLINE_PASSED && woke !== CANCELLED) this.take(this.m.poll(this.now()));
             break;
           }
           case WAIT_ONLINE: {
@@ -800,7 +809,8 @@ class Driver {
             const woke = await this.wait(online);
             stop();
             if (woke !== DEADLINE_PASSED && woke !== CANCELLED) {
-              this.take(this.m.onOnline(this.p.now(), this.p.wall(), this.p.random()));
+              this.take(this.m.onOnline(this.now()));
+              this.online = true;
             }
             break;
           }
@@ -878,7 +888,7 @@ class Driver {
     this.kept.clear();
     this.head = null;
     if (!out) {
-      this.take(this.m.onError(...this.env(), false));
+      this.take(this.m.onError(this.now(), false));
       return;
     }
     this.controller = typeof AbortController === 'function' ? new AbortController() : null;
@@ -896,13 +906,13 @@ class Driver {
       this.fetching = Promise.reject(e);
     }
     this.fetching.catch(() => {});
-    this.take(this.m.onSent(...this.env()));
+    this.take(this.m.onSent(this.now()));
   }
 
   async awaitHead() {
     const fetching = this.fetching;
     if (!fetching) {
-      this.take(this.m.onError(...this.env(), false));
+      this.take(this.m.onError(this.now(), false));
       return;
     }
     const woke = await this.wait(fetching);
@@ -910,13 +920,13 @@ class Driver {
     this.fetching = null;
     if (woke.error !== undefined) {
       this.cause = woke.error;
-      this.take(this.m.onError(...this.env(), false));
+      this.take(this.m.onError(this.now(), false));
       return;
     }
     const response = woke.value;
     let headers = '';
     response.headers.forEach((value, key) => { headers += `${key.toLowerCase()}\n${value}\n`; });
-    const code = this.m.onHead(...this.env(), response.status, headers, response.type === 'opaqueredirect');
+    const code = this.m.onHead(this.now(), this.p.wall(), response.status, headers, response.type === 'opaqueredirect');
     // A head that may be the final answer is kept untouched: its body is
     // read from a copy.
     let body = null;
@@ -954,7 +964,7 @@ class Driver {
   async read() {
     const reader = this.reader;
     if (!reader) {
-      this.take(this.m.onEnd(...this.env()));
+      this.take(this.m.onEnd(this.now()));
       return null;
     }
     return this.afterRead(await this.wait(reader.read()));
@@ -966,19 +976,18 @@ class Driver {
     if (woke.error !== undefined) {
       this.cause = woke.error;
       this.reader = null;
-      this.take(this.m.onError(...this.env(), true));
+      this.take(this.m.onError(this.now(), true));
       return null;
     }
     const { done, value } = woke.value;
     if (done) {
       this.reader = null;
-      this.take(this.m.onEnd(...this.env()));
+      this.take(this.m.onEnd(this.now()));
       return null;
     }
     const chunk = value instanceof Uint8Array ? value : new Uint8Array(value);
     const id = this.nextId++;
-    const p = this.p;
-    const code = this.take(this.m.onChunk(p.now(), p.wall(), p.random(), p.online(), chunk, id));
+    const code = this.take(this.m.onChunk(this.now(), chunk, id));
     if (code & DELIVER_THIS) return chunk;
     this.kept.set(id, chunk);
     return null;
@@ -1005,7 +1014,7 @@ class Driver {
       value = woke.value;
     }
     const answer = value === true || value === 'allow' ? 1 : value === false || value === 'reject' ? 2 : 0;
-    this.take(this.m.onAdmission(...this.env(), answer));
+    this.take(this.m.onAdmission(this.now(), answer));
   }
 
   /** Calls the continuation hook with the delivered prefix. */
@@ -1019,7 +1028,7 @@ class Driver {
       given = woke.value ?? null;
     }
     this.continuation = given;
-    this.take(this.m.onContinuation(...this.env(), given !== null));
+    this.take(this.m.onContinuation(this.now(), given !== null));
   }
 }
 
@@ -1097,7 +1106,7 @@ export function bind(wasm, platform = defaultPlatform) {
       const [bodies, lengths] = alternates.length ? alternateBodies(alternates, body) : NO_BODIES;
       const m = c.start(method, request.url, body ?? new Uint8Array(0), platform.now(), hi, lo,
         typeof opts.admission === 'function', typeof opts.continuation === 'function', bodies, lengths,
-        cooldownKey(request.url, body));
+        cooldownKey(request.url, body), typeof platform.jitter === 'number' ? platform.jitter : -1);
       const driver = new Driver(m, {
         fetch: opts.fetch || platform.fetch || globalThis.fetch,
         url: request.url,

@@ -41,14 +41,14 @@ use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBud
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
-    AdmissionAnswer, Chunk, Env, Exchange, Head, Io, RequestFacts, Send as SendKind, Setup,
+    AdmissionAnswer, Chunk, Exchange, Head, Io, RequestFacts, Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
 use recovery_core::outcome::ReplayDisabled;
 use recovery_core::policy::{PolicyError, PolicySpec, field_by_camel_case};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
-use recovery_core::timing::{Fraction, Instant};
+use recovery_core::timing::{Fraction, Instant, JitterSource};
 use recovery_core::{RecoveryPolicy, RecoveryStatus};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen::prelude::*;
@@ -91,40 +91,6 @@ pub mod action {
     pub const EVENTS: u32 = 0x200;
     /// The deadline moved.
     pub const DEADLINE: u32 = 0x400;
-}
-
-/// The platform as the JS shell reports it at one call.
-struct JsEnv {
-    now: Instant,
-    wall: SystemTime,
-    jitter: Fraction,
-    online: bool,
-}
-
-impl JsEnv {
-    fn new(now_ms: f64, wall_ms: f64, random: f64, online: bool) -> Self {
-        JsEnv {
-            now: instant(now_ms),
-            wall: SystemTime::UNIX_EPOCH + Duration::from_millis(wall_ms.max(0.0) as u64),
-            jitter: Fraction::new(random),
-            online,
-        }
-    }
-}
-
-impl Env for JsEnv {
-    fn now(&self) -> Instant {
-        self.now
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.wall
-    }
-    fn jitter(&self) -> Fraction {
-        self.jitter
-    }
-    fn online(&self) -> bool {
-        self.online
-    }
 }
 
 /// `performance.now()` milliseconds as an [`Instant`] (microsecond grain).
@@ -454,6 +420,7 @@ impl Client {
         bodies: &[u8],
         lengths: &[i32],
         key: &str,
+        pinned_jitter: f64,
     ) -> Machine {
         let policy = self.policy.clone().unwrap_or_default();
         let too_large = body.len() > policy.replay_body_cap();
@@ -488,6 +455,9 @@ impl Client {
         if too_large {
             setup = setup.without_replay(ReplayDisabled::BodyTooLarge);
         }
+        if (0.0..=1.0).contains(&pinned_jitter) {
+            setup = setup.jitter(JitterSource::pinned(Fraction::new(pinned_jitter)));
+        }
         let ex = setup.start(instant(now_ms));
         Machine {
             ex,
@@ -499,6 +469,7 @@ impl Client {
             deliver_id: 0,
             deliver_bytes: Vec::new(),
             admission: String::new(),
+            online: true,
         }
     }
 }
@@ -555,84 +526,71 @@ pub struct Machine {
     deliver_id: u32,
     deliver_bytes: Vec<u8>,
     admission: String,
+    /// Whether the platform is online, as the shell last said
+    /// ([`Machine::set_online`]); read where the machine decides.
+    online: bool,
 }
 
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 impl Machine {
     /// What to do next.
-    pub fn poll(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
-        self.next(&JsEnv::new(now, wall, random, online))
+    pub fn poll(&mut self, now: f64) -> u32 {
+        self.next(instant(now))
+    }
+
+    /// The platform went offline or came back online (the shell says so
+    /// when it sees a change, before its next call).
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = setOnline))]
+    pub fn set_online(&mut self, online: bool) {
+        self.online = online;
     }
 
     /// The send of action 1 is on its way.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onSent))]
-    pub fn on_sent(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        self.ex.on_sent(&env);
-        self.next(&env)
+    pub fn on_sent(&mut self, now: f64) -> u32 {
+        let now = instant(now);
+        self.ex.on_sent(now);
+        self.next(now)
     }
 
-    /// The response head: `headers` as `name\nvalue\n` lines, names
-    /// lowercase; `opaque_redirect` for a browser's `opaqueredirect`.
-    #[allow(clippy::too_many_arguments)]
+    /// The response head at `now`, `wall` on the wall clock (`Date.now()`):
+    /// `headers` as `name\nvalue\n` lines, names lowercase;
+    /// `opaque_redirect` for a browser's `opaqueredirect`.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onHead))]
     pub fn on_head(
         &mut self,
         now: f64,
         wall: f64,
-        random: f64,
-        online: bool,
         status: u16,
         headers: &str,
         opaque_redirect: bool,
     ) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
+        let now = instant(now);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_millis(wall.max(0.0) as u64);
         let head = JsHead {
             status,
             headers,
             opaque_redirect,
         };
-        self.ex.on_head(&env, &head, None);
-        self.next(&env)
+        self.ex.on_head(now, wall, &head, None);
+        self.next(now)
     }
 
     /// A body chunk, which the shell knows as `id`. With flag `0x100` the
     /// shell hands that chunk on as it is, before the action.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onChunk))]
-    pub fn on_chunk(
-        &mut self,
-        now: f64,
-        wall: f64,
-        random: f64,
-        online: bool,
-        bytes: &[u8],
-        id: u32,
-    ) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        let now_out = if self.ex.is_passing_through() {
-            self.ex.on_passing_chunk(&env, bytes)
-                || self
-                    .ex
-                    .on_kept_chunk(
-                        &env,
-                        Kept {
-                            id,
-                            bytes: bytes.to_vec(),
-                        },
-                    )
-                    .is_some()
-        } else {
-            self.ex
-                .on_chunk(
-                    &env,
-                    Kept {
-                        id,
-                        bytes: bytes.to_vec(),
-                    },
-                )
-                .is_some()
+    pub fn on_chunk(&mut self, now: f64, bytes: &[u8], id: u32) -> u32 {
+        let now = instant(now);
+        let kept = || Kept {
+            id,
+            bytes: bytes.to_vec(),
         };
-        let next = self.next(&env);
+        let now_out = if self.ex.is_passing_through() {
+            self.ex.on_passing_chunk(bytes) || self.ex.on_kept_chunk(now, kept()).is_some()
+        } else {
+            self.ex.on_chunk(now, kept()).is_some()
+        };
+        let next = self.next(now);
         if now_out {
             next | action::DELIVER_THIS
         } else {
@@ -642,94 +600,74 @@ impl Machine {
 
     /// The body ended cleanly.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onEnd))]
-    pub fn on_end(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        self.ex.on_end(&env);
-        self.next(&env)
+    pub fn on_end(&mut self, now: f64) -> u32 {
+        let now = instant(now);
+        self.ex.on_end(now);
+        self.next(now)
     }
 
     /// The send or the read failed: `streaming` when a body read rejected,
     /// else a rejected `fetch()` (phase unknown: fetch cannot tell
     /// connecting from sending from awaiting the head).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onError))]
-    pub fn on_error(
-        &mut self,
-        now: f64,
-        wall: f64,
-        random: f64,
-        online: bool,
-        streaming: bool,
-    ) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
+    pub fn on_error(&mut self, now: f64, streaming: bool) -> u32 {
+        let now = instant(now);
         let phase = if streaming {
             Phase::Streaming
         } else {
             Phase::Unknown
         };
         self.ex
-            .on_error(&env, Failure::transport(TransportKind::Other, phase));
-        self.next(&env)
+            .on_error(now, Failure::transport(TransportKind::Other, phase));
+        self.next(now)
     }
 
     /// The deadline passed.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onTimeout))]
-    pub fn on_timeout(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        self.ex.handle_timeout(&env);
-        self.next(&env)
+    pub fn on_timeout(&mut self, now: f64) -> u32 {
+        let now = instant(now);
+        self.ex.handle_timeout(now);
+        self.next(now)
     }
 
     /// The platform is online again.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onOnline))]
-    pub fn on_online(&mut self, now: f64, wall: f64, random: f64) -> u32 {
-        let env = JsEnv::new(now, wall, random, true);
-        self.ex.online(&env);
-        self.next(&env)
+    pub fn on_online(&mut self, now: f64) -> u32 {
+        let now = instant(now);
+        self.online = true;
+        self.ex.online(now);
+        self.next(now)
     }
 
     /// The admission hook answered: 1 allow, 2 reject, anything else
     /// unresolved.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onAdmission))]
-    pub fn on_admission(
-        &mut self,
-        now: f64,
-        wall: f64,
-        random: f64,
-        online: bool,
-        answer: u32,
-    ) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
+    pub fn on_admission(&mut self, now: f64, answer: u32) -> u32 {
+        let now = instant(now);
         let answer = match answer {
             1 => AdmissionAnswer::Allow,
             2 => AdmissionAnswer::Reject,
             _ => AdmissionAnswer::Unresolved,
         };
-        self.ex.admission(&env, answer);
-        self.next(&env)
+        self.ex.admission(now, answer);
+        self.next(now)
     }
 
     /// The continuation hook answered: `given` when it returned a request
     /// (which the shell keeps and sends at the next send of kind 2).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onContinuation))]
-    pub fn on_continuation(
-        &mut self,
-        now: f64,
-        wall: f64,
-        random: f64,
-        online: bool,
-        given: bool,
-    ) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        self.ex.continuation(&env, given);
-        self.next(&env)
+    pub fn on_continuation(&mut self, now: f64, given: bool) -> u32 {
+        let now = instant(now);
+        self.ex.continuation(now, given);
+        self.next(now)
     }
 
     /// The caller cancelled, or dropped the body.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onCancel))]
-    pub fn on_cancel(&mut self, now: f64, wall: f64, random: f64, online: bool) -> u32 {
-        let env = JsEnv::new(now, wall, random, online);
-        self.ex.cancel(&env);
-        self.next(&env)
+    pub fn on_cancel(&mut self, now: f64) -> u32 {
+        let now = instant(now);
+        self.ex.cancel(now);
+        self.next(now)
     }
 
     /// The deadline in `performance.now()` milliseconds, or `-1`.
@@ -926,8 +864,8 @@ impl Machine {
     }
 
     /// Polls the machine and answers the action code with its flags.
-    fn next<E: Env>(&mut self, env: &E) -> u32 {
-        let io = self.ex.poll(env);
+    fn next(&mut self, now: Instant) -> u32 {
+        let io = self.ex.poll(now, self.online);
         let code = match &io {
             Io::Send(kind) => {
                 self.send = Some(match kind {
@@ -1040,6 +978,7 @@ mod tests {
             &[],
             &[],
             "",
+            -1.0,
         )
     }
 
@@ -1049,49 +988,39 @@ mod tests {
     fn a_503_with_retry_after_then_a_stream_completes() {
         let c = client(&[]);
         let mut m = start(&c);
-        let t = |m: &mut Machine| m.poll(0.0, 0.0, 0.0, true) & 0xff;
+        let t = |m: &mut Machine| m.poll(0.0) & 0xff;
         assert_eq!(t(&mut m), action::SEND);
-        assert_eq!(m.on_sent(1.0, 0.0, 0.0, true) & 0xff, action::AWAIT_HEAD);
+        assert_eq!(m.on_sent(1.0) & 0xff, action::AWAIT_HEAD);
         let a = m.on_head(
             2.0,
             0.0,
-            0.0,
-            true,
             503,
             "content-type\napplication/json\nretry-after\n2\n",
             false,
         );
         assert_eq!(a & 0xff, action::READ);
-        assert_eq!(m.on_end(3.0, 0.0, 0.0, true) & 0xff, action::RELEASE);
-        let a = m.poll(3.0, 0.0, 0.0, true);
+        assert_eq!(m.on_end(3.0) & 0xff, action::RELEASE);
+        let a = m.poll(3.0);
         assert_eq!(a & 0xff, action::SLEEP);
         assert!((m.deadline() - 2003.0).abs() < 1e-9, "{}", m.deadline());
-        assert_eq!(m.on_timeout(2003.0, 0.0, 0.0, true) & 0xff, action::SEND);
-        m.on_sent(2004.0, 0.0, 0.0, true);
-        let a = m.on_head(
-            2005.0,
-            0.0,
-            0.0,
-            true,
-            200,
-            "content-type\ntext/event-stream\n",
-            false,
-        );
+        assert_eq!(m.on_timeout(2003.0) & 0xff, action::SEND);
+        m.on_sent(2004.0);
+        let a = m.on_head(2005.0, 0.0, 200, "content-type\ntext/event-stream\n", false);
         assert_eq!(a & 0xff, action::READ);
-        let a = m.on_chunk(2006.0, 0.0, 0.0, true, CHAT, 7);
+        let a = m.on_chunk(2006.0, CHAT, 7);
         // The semantic delta commits: respond, then the kept chunk.
         assert_eq!(a & 0xff, action::RESPOND);
-        assert_eq!(m.poll(2006.0, 0.0, 0.0, true) & 0xff, action::DELIVER);
+        assert_eq!(m.poll(2006.0) & 0xff, action::DELIVER);
         assert_eq!(m.deliver_id(), 7);
         let mut last = 0;
         for _ in 0..10 {
-            last = m.poll(2007.0, 0.0, 0.0, true) & 0xff;
+            last = m.poll(2007.0) & 0xff;
             if last == action::END_OK || last == action::READ {
                 break;
             }
         }
         if last == action::READ {
-            last = m.on_end(2008.0, 0.0, 0.0, true) & 0xff;
+            last = m.on_end(2008.0) & 0xff;
         }
         assert_eq!(last, action::END_OK);
         let events: serde_json::Value = serde_json::from_str(&m.events()).unwrap();
@@ -1152,21 +1081,14 @@ mod tests {
             own,
             &[i32::try_from(own.len()).unwrap(), -1],
             "",
+            -1.0,
         );
-        assert_eq!(m.poll(0.0, 0.0, 0.0, true) & 0xff, action::SEND);
+        assert_eq!(m.poll(0.0) & 0xff, action::SEND);
         assert_eq!(m.send_kind(), 0);
-        m.on_sent(1.0, 0.0, 0.0, true);
-        m.on_head(
-            2.0,
-            0.0,
-            0.0,
-            true,
-            529,
-            "content-type\napplication/json\n",
-            false,
-        );
-        assert_eq!(m.on_end(3.0, 0.0, 0.0, true) & 0xff, action::RELEASE);
-        assert_eq!(m.poll(3.0, 0.0, 0.0, true) & 0xff, action::SEND, "at once");
+        m.on_sent(1.0);
+        m.on_head(2.0, 0.0, 529, "content-type\napplication/json\n", false);
+        assert_eq!(m.on_end(3.0) & 0xff, action::RELEASE);
+        assert_eq!(m.poll(3.0) & 0xff, action::SEND, "at once");
         assert_eq!(
             m.send_kind(),
             1 << 8,
@@ -1199,26 +1121,18 @@ mod tests {
     fn a_steady_stream_is_one_call_per_chunk() {
         let c = client(&[]);
         let mut m = start(&c);
-        m.poll(0.0, 0.0, 0.0, true);
-        m.on_sent(0.0, 0.0, 0.0, true);
-        m.on_head(
-            0.0,
-            0.0,
-            0.0,
-            true,
-            200,
-            "content-type\ntext/event-stream\n",
-            false,
-        );
+        m.poll(0.0);
+        m.on_sent(0.0);
+        m.on_head(0.0, 0.0, 200, "content-type\ntext/event-stream\n", false);
         let first = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
-        let mut a = m.on_chunk(1.0, 0.0, 0.0, true, first, 1);
+        let mut a = m.on_chunk(1.0, first, 1);
         while a & 0xff != action::READ {
-            a = m.poll(1.0, 0.0, 0.0, true);
+            a = m.poll(1.0);
         }
         m.events();
         // After commit, each delta passes through with the next read.
         for i in 2..50 {
-            let a = m.on_chunk(f64::from(i), 0.0, 0.0, true, first, i);
+            let a = m.on_chunk(f64::from(i), first, i);
             assert_eq!(a & 0xff, action::READ, "chunk {i}");
             assert!(a & action::DELIVER_THIS != 0, "chunk {i}");
             assert!(a & action::EVENTS == 0, "chunk {i}");

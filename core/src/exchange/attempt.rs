@@ -240,6 +240,15 @@ impl<D: Decoded> Attempt<D> {
         self.source.as_ref().map(Source::progress)
     }
 
+    /// What the attempt showed, all of it handed out: `delivered` bytes
+    /// reached the consumer.
+    pub(super) fn progress_delivered(&self, delivered: u64) -> Progress {
+        let mut progress = self.progress().unwrap_or_default();
+        progress.deliver_observed();
+        progress.delivered_bytes = delivered;
+        progress
+    }
+
     /// The cursor of the last complete event, where a resume continues.
     pub(super) fn cursor(&self) -> Option<ResumeCursor> {
         match (&self.gate, &self.source) {

@@ -22,7 +22,7 @@ use crate::outcome::{
 };
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof};
-use crate::timing::{Fraction, Instant};
+use crate::timing::{Fraction, Instant, JitterSource};
 
 /// What kind of send comes next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +62,8 @@ pub(crate) struct Course {
     continuing_from: Option<Outcome>,
     /// An outer layer already debited the first send.
     prepaid: bool,
+    /// The backoff's jitter draws, fixed when the request started.
+    jitter: JitterSource,
 }
 
 impl Course {
@@ -71,6 +73,7 @@ impl Course {
         policy: RecoveryPolicy,
         allowance: AttemptAllowance,
         logical_id: u64,
+        jitter: JitterSource,
         now: Instant,
     ) -> Self {
         let mut state = AttemptState::first(now, policy.max_attempts().get());
@@ -88,6 +91,7 @@ impl Course {
             targets: Targets::default(),
             continuing_from: None,
             prepaid: false,
+            jitter,
         }
     }
 
@@ -407,13 +411,7 @@ impl Course {
     /// The attempt in flight failed. Emits `attempt_failed`, decides, and
     /// returns what the driver does next (a terminal `Fail` has already
     /// emitted its terminal event).
-    pub(crate) fn fail(
-        &mut self,
-        now: Instant,
-        failure: Failure,
-        online: bool,
-        jitter: Fraction,
-    ) -> Action {
+    pub(crate) fn fail(&mut self, now: Instant, failure: Failure, online: bool) -> Action {
         if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
@@ -438,7 +436,15 @@ impl Course {
         self.state.first_failure_at.get_or_insert(now);
         self.state.admission = None;
         self.last_failure = Some(failure);
-        self.decide_next(now, online, jitter)
+        self.decide_next(now, online)
+    }
+
+    /// The first-token timeout of the answer about to be read: none once
+    /// committed (a resume continues an answer whose first token came).
+    pub(crate) fn first_token_timeout(&self) -> Option<std::time::Duration> {
+        self.policy
+            .first_token_timeout()
+            .filter(|_| !self.is_committed())
     }
 
     /// The admission hook answered.
@@ -447,7 +453,6 @@ impl Course {
         now: Instant,
         answer: AdmissionAnswer,
         online: bool,
-        jitter: Fraction,
     ) -> Action {
         if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
@@ -461,15 +466,15 @@ impl Course {
             },
         );
         self.state.admission = Some(answer);
-        self.decide_next(now, online, jitter)
+        self.decide_next(now, online)
     }
 
     /// The platform is online again after a park: decide again.
-    pub(crate) fn online_again(&mut self, now: Instant, jitter: Fraction) -> Action {
+    pub(crate) fn online_again(&mut self, now: Instant) -> Action {
         if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
-        self.decide_next(now, true, jitter)
+        self.decide_next(now, true)
     }
 
     /// The caller cancelled in `phase`. An attempt in flight is recorded as
@@ -487,7 +492,7 @@ impl Course {
         self.finish(now, Outcome::Cancelled { phase })
     }
 
-    fn decide_next(&mut self, now: Instant, online: bool, jitter: Fraction) -> Action {
+    fn decide_next(&mut self, now: Instant, online: bool) -> Action {
         let Some(failure) = self.last_failure.as_ref() else {
             return Action::Fail(self.finish(
                 now,
@@ -504,7 +509,7 @@ impl Course {
             failure,
             online,
             now,
-            jitter,
+            jitter: self.jitter.draw(),
         });
         match action {
             Action::Fail(Outcome::AlternatesExhausted { attempts, .. }) => {

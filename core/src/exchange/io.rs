@@ -1,10 +1,14 @@
-//! What the machine and its driver say to each other: the surroundings a
-//! driver reports ([`Env`]), a response head ([`Head`]), the request's facts
-//! ([`RequestFacts`]), and what the machine asks for ([`Io`], [`Send`],
-//! [`Chunk`], [`AdmissionRequest`]).
+//! What the machine and its driver say to each other: a response head
+//! ([`Head`]), the request's facts ([`RequestFacts`]), and what the machine
+//! asks for ([`Io`], [`Send`], [`Chunk`], [`AdmissionRequest`]).
+//!
+//! The driver's surroundings come in as plain values where they are read:
+//! `now` (the monotonic clock) with every input, the wall clock with a
+//! head (an HTTP-date `Retry-After` is judged against it), connectivity
+//! with [`Exchange::poll`] (where every decision that depends on it is
+//! taken), and the jitter once, at the start ([`super::Setup::jitter`]).
 
 use std::borrow::Cow;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 
@@ -13,51 +17,6 @@ use super::Exchange;
 use crate::failure::Failure;
 use crate::outcome::Outcome;
 use crate::resume::ResumeRequest;
-use crate::timing::{Connectivity, Fraction, Instant, Timing};
-
-/// What the driver's surroundings say now: the clocks, a jitter draw and
-/// connectivity. Every [`Timing`] with a [`Connectivity`] is one.
-pub trait Env {
-    /// Now, on the monotonic clock.
-    fn now(&self) -> Instant;
-    /// Now, on the wall clock (for HTTP-date `Retry-After` values).
-    fn wall_now(&self) -> SystemTime;
-    /// A jitter draw.
-    fn jitter(&self) -> Fraction;
-    /// Whether the platform believes it is online.
-    fn online(&self) -> bool;
-}
-
-impl<E: Env + ?Sized> Env for &E {
-    fn now(&self) -> Instant {
-        (**self).now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        (**self).wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        (**self).jitter()
-    }
-    fn online(&self) -> bool {
-        (**self).online()
-    }
-}
-
-/// A [`Timing`] and a [`Connectivity`] together are an environment.
-impl<T: Timing, C: Connectivity> Env for (T, C) {
-    fn now(&self) -> Instant {
-        self.0.now()
-    }
-    fn wall_now(&self) -> SystemTime {
-        self.0.wall_now()
-    }
-    fn jitter(&self) -> Fraction {
-        self.0.jitter()
-    }
-    fn online(&self) -> bool {
-        self.1.is_online()
-    }
-}
 
 /// A response head as the driver received it.
 pub trait Head {
@@ -144,6 +103,43 @@ pub struct AdmissionRequest {
 }
 
 /// What the driver does next.
+///
+/// ```
+/// use std::borrow::Cow;
+/// use std::time::{Duration, SystemTime};
+/// use recovery_core::budget::AttemptAllowance;
+/// use recovery_core::exchange::{Exchange, Head, Io, RequestFacts, Send};
+/// use recovery_core::policy::RecoveryPolicy;
+/// use recovery_core::protocol::ProtocolChoice;
+/// use recovery_core::timing::Instant;
+///
+/// struct Ok200;
+/// impl Head for Ok200 {
+///     fn status(&self) -> u16 { 200 }
+///     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+///         (name == "content-type").then_some(Cow::Borrowed("text/event-stream"))
+///     }
+/// }
+///
+/// let now = Instant::from_origin(Duration::ZERO);
+/// let request = RequestFacts::new("POST", "/v1/chat/completions", b"{}");
+/// let mut ex: Exchange<Vec<u8>> = Exchange::new(
+///     RecoveryPolicy::default(),
+///     &ProtocolChoice::Auto,
+///     request,
+///     AttemptAllowance::new(3),
+///     7,
+///     now,
+/// );
+/// assert!(matches!(ex.poll(now, true), Io::Send(Send::Original)));
+/// ex.on_sent(now);
+/// ex.on_head(now, SystemTime::UNIX_EPOCH, &Ok200, None);
+/// let delta = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n".to_vec();
+/// assert_eq!(ex.on_chunk(now, delta), None); // held back until commit...
+/// assert!(matches!(ex.poll(now, true), Io::Respond)); // ...which this semantic delta is
+/// assert!(matches!(ex.poll(now, true), Io::Deliver(_)));
+/// assert!(matches!(ex.poll(now, true), Io::Read));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Io<C> {
     /// Send a request (the attempt is counted already); call

@@ -336,7 +336,13 @@ impl Ledger {
     }
 
     /// Records the seam of the resume in flight.
-    pub(crate) fn seam(&mut self, strategy: SeamStrategy, delivered_bytes: u64) {
+    pub(crate) fn seam(&mut self, strategy: SeamStrategy) {
+        let delivered_bytes = self
+            .report
+            .attempts
+            .iter()
+            .map(|a| a.progress.delivered_bytes)
+            .sum();
         self.report.seams.push(Seam {
             attempt: self.sends,
             strategy,

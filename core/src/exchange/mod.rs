@@ -7,11 +7,13 @@
 //! does it, and reports what happened: [`Exchange::on_sent`],
 //! [`Exchange::on_head`], [`Exchange::on_chunk`], [`Exchange::on_end`],
 //! [`Exchange::on_error`], [`Exchange::admission`], [`Exchange::online`],
-//! [`Exchange::continuation`], [`Exchange::cancel`]. Time leaves the
-//! machine as a deadline ([`Exchange::poll_timeout`], in the manner of
-//! quinn-proto): the driver keeps one sleep, and when it wakes calls
-//! [`Exchange::handle_timeout`]. Lifecycle events come out of
-//! [`Exchange::drain_events`].
+//! [`Exchange::continuation`], [`Exchange::cancel`]. Each input carries
+//! `now`; [`Exchange::poll`] carries connectivity too, and every decision
+//! that depends on it is taken there. Time leaves the machine as a deadline
+//! ([`Exchange::poll_timeout`], in the manner of quinn-proto): the driver
+//! keeps one sleep, and when it wakes calls [`Exchange::handle_timeout`].
+//! Lifecycle events come out of [`Exchange::drain_events`]. [`Io`] shows a
+//! request from its send to its first delivered chunk.
 //!
 //! What is decided here, once: the commit trigger (first semantic fragment,
 //! hold-back cap, terminal proof), the end-of-body rule (proof or a typed
@@ -21,50 +23,6 @@
 //! protocol default, the stall and head timers, the resume gate
 //! (event-granular delivery, duplicate dropping, continuation splice), and
 //! that nothing after terminal proof changes a completed outcome.
-//!
-//! ```
-//! use std::borrow::Cow;
-//! use std::time::{Duration, SystemTime};
-//! use recovery_core::budget::AttemptAllowance;
-//! use recovery_core::exchange::{Env, Exchange, Head, Io, RequestFacts, Send};
-//! use recovery_core::policy::RecoveryPolicy;
-//! use recovery_core::protocol::ProtocolChoice;
-//! use recovery_core::timing::{Fraction, Instant};
-//!
-//! struct Clock(Instant);
-//! impl Env for Clock {
-//!     fn now(&self) -> Instant { self.0 }
-//!     fn wall_now(&self) -> SystemTime { SystemTime::UNIX_EPOCH }
-//!     fn jitter(&self) -> Fraction { Fraction::new(0.5) }
-//!     fn online(&self) -> bool { true }
-//! }
-//! struct Ok200;
-//! impl Head for Ok200 {
-//!     fn status(&self) -> u16 { 200 }
-//!     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-//!         (name == "content-type").then_some(Cow::Borrowed("text/event-stream"))
-//!     }
-//! }
-//!
-//! let env = Clock(Instant::from_origin(Duration::ZERO));
-//! let request = RequestFacts::new("POST", "/v1/chat/completions", b"{}");
-//! let mut ex: Exchange<Vec<u8>> = Exchange::new(
-//!     RecoveryPolicy::default(),
-//!     &ProtocolChoice::Auto,
-//!     request,
-//!     AttemptAllowance::new(3),
-//!     7,
-//!     env.now(),
-//! );
-//! assert!(matches!(ex.poll(&env), Io::Send(Send::Original)));
-//! ex.on_sent(&env);
-//! ex.on_head(&env, &Ok200, None);
-//! let delta = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n".to_vec();
-//! assert_eq!(ex.on_chunk(&env, delta), None); // held back until commit...
-//! assert!(matches!(ex.poll(&env), Io::Respond)); // ...which this semantic delta is
-//! assert!(matches!(ex.poll(&env), Io::Deliver(_)));
-//! assert!(matches!(ex.poll(&env), Io::Read));
-//! ```
 
 mod attempt;
 pub(crate) mod course;
@@ -74,9 +32,11 @@ mod head;
 mod io;
 mod ledger;
 mod outbox;
+mod recourse;
 mod resumption;
 mod route;
 mod setup;
+mod stage;
 mod targets;
 mod timers;
 
@@ -84,7 +44,7 @@ use std::collections::VecDeque;
 
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
-pub use io::{AdmissionRequest, Chunk, Env, Head, Io, RequestFacts, Send};
+pub use io::{AdmissionRequest, Chunk, Head, Io, RequestFacts, Send};
 pub use ledger::Ledger;
 pub use setup::Setup;
 pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
@@ -94,41 +54,21 @@ use crate::continuation::DeliveredPrefix;
 use crate::decision::Action;
 use crate::failure::{Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, LifecycleEvent};
-use crate::outcome::{CancelPhase, Outcome};
+use crate::outcome::Outcome;
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
 use crate::protocol::{ProtocolChoice, ProtocolKind};
-use crate::resume::native_resume;
 use crate::timing::Instant;
 use attempt::{Attempt, Ctx, Phase as AttemptPhase, Step};
 use course::{CooldownStep, Course};
 use head::Verdict;
 use outbox::{Due, Holds, Outbox};
+use recourse::Recourse;
 use resumption::{Continue, Resumption};
 use route::Route;
+use stage::{Pending, Stage};
+use std::time::SystemTime;
 use timers::{Timer, Timers};
-
-/// Where the request is; the timers each stage arms are in [`Timers`].
-#[derive(Debug)]
-enum Stage {
-    /// The next send is due.
-    ToSend,
-    /// An attempt is on its way or being read ([`Attempt`]'s phase says
-    /// where).
-    InFlight,
-    /// A wait before the next send (a resume's, when `resume`).
-    Waiting { resume: bool },
-    /// Offline; `then_send` when the resume is due as soon as it is back.
-    Parked { then_send: bool },
-    /// Waiting for the admission hook (the question, until asked).
-    Admission {
-        request: Option<Box<AdmissionRequest>>,
-    },
-    /// Waiting for the continuation hook's answer.
-    Continuation(Box<Failure>),
-    /// The request ended: the body's clean end, or its typed outcome.
-    Ended(Result<(), Outcome>),
-}
 
 /// The machine of one logical request. See the module docs.
 ///
@@ -166,11 +106,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         now: Instant,
     ) -> Self {
         Setup::new(policy, protocol, request, allowance, logical_id).start(now)
-    }
-
-    fn resumption_mut(&mut self) -> &mut Resumption {
-        self.resumption
-            .get_or_insert_with(|| Resumption::new(false))
     }
 
     /// The target the current (or next) send goes to: 0 for the request as
@@ -248,6 +183,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn keeps_response(&self) -> bool {
         !self.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
             || matches!(self.stage, Stage::Ended(_)) && self.outbox.error_response_due()
+            // A redirect that fails the attempt is weighed at the next
+            // poll; it may be the answer.
+            || matches!(self.stage, Stage::Failed(_)) && self.outbox.holds() == Holds::ErrorResponse
     }
 
     /// Whether an attempt is in flight in a phase `is` says yes to.
@@ -271,9 +209,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.timers.next()
     }
 
-    /// What the driver does next. Call again after every reported event.
-    pub fn poll<E: Env + ?Sized>(&mut self, env: &E) -> Io<C> {
+    /// What the driver does next, `online` saying whether the platform
+    /// believes it is online. Call again after every reported event.
+    pub fn poll(&mut self, now: Instant, online: bool) -> Io<C> {
         loop {
+            self.decide(now, online);
             if let Some(due) = self.outbox.next_due() {
                 return match due {
                     Due::Release => Io::Release,
@@ -283,16 +223,16 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }
             if let Some((chunk, last)) = self.outbox.next_chunk() {
                 if last {
-                    self.settle_if_proven(env.now());
+                    self.settle_if_proven(now);
                 }
                 return Io::Deliver(chunk);
             }
             if let Some(failure) = self.outbox.take_deferred() {
-                self.fail_attempt(env, failure);
+                self.fail_attempt(now, online, failure);
                 continue;
             }
             return match &mut self.stage {
-                Stage::ToSend => match self.begin_send(env) {
+                Stage::ToSend { .. } => match self.begin_send(now, online) {
                     Some(io) => io,
                     None => continue,
                 },
@@ -300,14 +240,33 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 Stage::InFlight => Io::Read,
                 Stage::Waiting { .. } => Io::Sleep,
                 Stage::Parked { .. } => Io::WaitOnline,
-                Stage::Admission { request } => match request.take() {
+                Stage::Admission { request, .. } => match request.take() {
                     Some(r) => Io::AskAdmission(*r),
                     None => Io::AwaitAdmission,
                 },
-                Stage::Continuation(_) => Io::AskContinuation,
+                Stage::Continuation { .. } => Io::AskContinuation,
                 Stage::Ended(result) => Io::End(result.clone()),
+                Stage::Failed(_) => continue,
             };
         }
+    }
+
+    /// Decides what waited for connectivity: a failure, an admission
+    /// answer, a continuation hook's answer.
+    fn decide(&mut self, now: Instant, online: bool) {
+        let action = match self.stage.take_pending() {
+            None => return,
+            Some(Pending::Failure(failure)) => return self.fail_attempt(now, online, *failure),
+            Some(Pending::Admission(answer)) => self.course.admission(now, answer, online),
+            Some(Pending::Continuation(failure, given)) => {
+                if let Some(r) = self.resumption.as_mut() {
+                    r.continuation_ready = given;
+                }
+                self.course.set_resume_possible(given);
+                self.course.fail(now, *failure, online)
+            }
+        };
+        self.act(now, action);
     }
 
     /// Enters `stage`, its timers stopped: it arms its own.
@@ -333,19 +292,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// Carries out what an attempt's input means for the request.
-    fn step<E: Env + ?Sized>(&mut self, env: &E, step: Step<C>) -> Option<C> {
+    fn step(&mut self, now: Instant, step: Step<C>) -> Option<C> {
         match step {
             Step::Quiet => None,
             Step::Pass(chunk) => {
-                self.settle_if_proven(env.now());
+                self.settle_if_proven(now);
                 Some(chunk)
             }
             Step::Failed(failure) => {
-                self.attempt_failed(env, failure);
+                self.attempt_failed(failure);
                 None
             }
             Step::Proven(proof) => {
-                self.complete(env.now(), proof);
+                self.complete(now, proof);
                 None
             }
             Step::Drained => {
@@ -357,8 +316,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The send is due: counts it (allowance, deadline, retry permit) and
     /// says which request to send, or ends the request.
-    fn begin_send<E: Env + ?Sized>(&mut self, env: &E) -> Option<Io<C>> {
-        let now = env.now();
+    fn begin_send(&mut self, now: Instant, online: bool) -> Option<Io<C>> {
+        if matches!(self.stage, Stage::ToSend { resume: true })
+            && self.course.park_before_send(now, online)
+        {
+            self.stage = self.recourse().park(now, true);
+            return None;
+        }
         if let Some(protocol) = self.route.adopt(self.course.target()) {
             self.adopt(protocol);
         }
@@ -397,28 +361,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             }
             return Some(Io::Send(Send::Original));
         }
-        let delivered: u64 = self
-            .course
-            .ledger
-            .report()
-            .attempts
-            .iter()
-            .map(|a| a.progress.delivered_bytes)
-            .sum();
-        let (route, protocol) = (&self.route, &self.protocol);
-        let Some(r) = self.resumption.as_mut() else {
+        let Some(r) = self.resumption.as_deref_mut() else {
             let attempts = self.course.ledger.wire_attempt();
             self.end(Err(Outcome::Exhausted { attempts }));
             return None;
         };
-        let plan = r.plan(protocol, route.background);
-        match r.next_send(plan, &route.method, &route.url, protocol) {
+        match r.next_send(&self.route, &self.protocol) {
             Continue::Send(send, strategy) => {
-                self.course.ledger.seam(strategy, delivered);
+                self.course.ledger.seam(strategy);
                 Some(Io::Send(send))
             }
             Continue::Impossible => {
-                self.resume_impossible(env);
+                self.resume_impossible();
                 None
             }
         }
@@ -427,33 +381,35 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// A resume was decided but no request can carry it (the cursor does
     /// not fit a URL or header, or the hook's continuation is gone): the
     /// send fails as a protocol sequence error.
-    fn resume_impossible<E: Env + ?Sized>(&mut self, env: &E) {
+    fn resume_impossible(&mut self) {
         let violation = crate::failure::Violation::Sequence;
         let failure = Failure::new(FailureKind::Protocol { violation }, Phase::Sending);
-        self.fail_attempt(env, failure);
+        self.enter(Stage::Failed(Box::new(failure)));
     }
 
     /// The request left: the head timer runs, a cancel now catches it
     /// awaiting its head.
-    pub fn on_sent<E: Env + ?Sized>(&mut self, _env: &E) {
+    pub fn on_sent(&mut self, _now: Instant) {
         if matches!(self.stage, Stage::InFlight) {
             self.attempt.sent();
         }
     }
 
-    /// The response head arrived. `decoded` is the evidence of a layer that
-    /// decodes this response's body before the driver reads it, if any.
-    pub fn on_head<E: Env + ?Sized, H: Head + ?Sized>(
+    /// The response head arrived at `now`, `wall` on the wall clock (an
+    /// HTTP-date `Retry-After` is judged against it). `decoded` is the
+    /// evidence of a layer that decodes this response's body before the
+    /// driver reads it, if any.
+    pub fn on_head<H: Head + ?Sized>(
         &mut self,
-        env: &E,
+        now: Instant,
+        wall: SystemTime,
         head: &H,
         decoded: Option<D>,
     ) {
         if !self.in_phase(|_| self.attempt.awaits_head()) {
             return;
         }
-        let now = env.now();
-        let (verdict, seen) = head::judge(head, env.wall_now());
+        let (verdict, seen) = head::judge(head, wall);
         self.course
             .ledger
             .head(now, seen.status, seen.request_id, seen.rate_limits);
@@ -461,7 +417,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let form = match verdict {
             Verdict::Redirect(failure) => {
                 self.outbox.set_holds(Holds::ErrorResponse);
-                self.attempt_failed(env, failure);
+                self.attempt_failed(failure);
                 return;
             }
             Verdict::Error(error) => {
@@ -477,12 +433,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.adopt(kind);
         }
         let next_gate = self.resumption.as_mut().and_then(|r| r.next_gate.take());
-        // A resume continues a committed answer: its first token is not due.
-        let first_token = self
-            .course
-            .policy()
-            .first_token_timeout()
-            .filter(|_| !self.course.is_committed());
+        let first_token = self.course.first_token_timeout();
         let (attempt, mut cx) = self.split();
         attempt.read_answer(now, form, decoded, next_gate, first_token, &mut cx);
     }
@@ -491,20 +442,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// answer named it, or the request moved to a target that speaks it.
     #[cold]
     fn adopt(&mut self, protocol: ProtocolKind) {
-        let (sse, background) = (self.route.sse_resumable, self.route.background);
-        let native = native_resume(&protocol, sse, background);
-        if let Some(r) = self.resumption.as_mut() {
-            r.native = native;
-            // What was delivered was read as the protocol it spoke; a
-            // target that speaks another starts its own prefix.
-            if r.prefix.is_some() && protocol != self.protocol {
-                r.prefix = Some(DeliveredPrefix::new(protocol.clone()));
-            }
-        } else if native {
-            let r = self.resumption_mut();
-            r.native = true;
-            r.next_gate = Some((None, None));
-        }
+        Resumption::adopt(&mut self.resumption, &self.route, &self.protocol, &protocol);
         self.protocol = protocol;
     }
 
@@ -514,7 +452,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// machine needs it, then given with [`Exchange::on_kept_chunk`]. The
     /// chunk is decoded either way, once.
     #[inline]
-    pub fn on_passing_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: &[u8]) -> bool {
+    pub fn on_passing_chunk(&mut self, chunk: &[u8]) -> bool {
         debug_assert!(self.is_passing_through());
         match self
             .attempt
@@ -522,7 +460,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         {
             Ok(passes) => passes,
             Err(v) => {
-                self.attempt_failed(env, attempt::violation(v));
+                self.attempt_failed(attempt::violation(v));
                 false
             }
         }
@@ -530,11 +468,10 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
     /// returns it when it goes out at once after all.
-    pub fn on_kept_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
-        let now = env.now();
+    pub fn on_kept_chunk(&mut self, now: Instant, chunk: C) -> Option<C> {
         let (attempt, mut cx) = self.split();
         let step = attempt.on_kept_chunk(now, chunk, &mut cx);
-        self.step(env, step)
+        self.step(now, step)
     }
 
     /// A chunk of the body arrived. Returns it when it goes to the consumer
@@ -542,139 +479,113 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// commit, queued, or cut into events) and [`Exchange::poll`] says what
     /// follows.
     #[inline]
-    pub fn on_chunk<E: Env + ?Sized>(&mut self, env: &E, chunk: C) -> Option<C> {
+    pub fn on_chunk(&mut self, now: Instant, chunk: C) -> Option<C> {
         if !matches!(self.stage, Stage::InFlight) {
             return None;
         }
-        let now = env.now();
         let (attempt, mut cx) = self.split();
         let step = attempt.on_chunk(now, chunk, &mut cx);
-        self.step(env, step)
+        self.step(now, step)
     }
 
     /// The body ended cleanly (the transport's end of body).
-    pub fn on_end<E: Env + ?Sized>(&mut self, env: &E) {
+    pub fn on_end(&mut self, now: Instant) {
         if matches!(self.stage, Stage::InFlight) {
             let (attempt, mut cx) = self.split();
             let step = attempt.on_end(&mut cx);
-            self.step(env, step);
+            self.step(now, step);
         }
     }
 
     /// The attempt failed: no head came back, the body's read failed, or a
     /// hook of the driver vetoed it. `failure` says what and where (kind,
     /// phase, acceptance); the machine adds what the attempt showed.
-    pub fn on_error<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
+    pub fn on_error(&mut self, now: Instant, failure: Failure) {
         if matches!(self.stage, Stage::InFlight) {
             let (attempt, mut cx) = self.split();
             let step = attempt.on_error(failure, &mut cx);
-            self.step(env, step);
+            self.step(now, step);
         }
     }
 
-    /// A deadline of [`Exchange::poll_timeout`] may have passed: each timer
-    /// that has is handled, in order. Nothing happens when none has.
-    pub fn handle_timeout<E: Env + ?Sized>(&mut self, env: &E) {
-        let now = env.now();
+    /// A deadline of [`Exchange::poll_timeout`] may have passed by `now`:
+    /// each timer that has is handled, in order. Nothing happens when none
+    /// has.
+    pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(timer) = self.timers.expired(now) {
             match timer {
                 Timer::Head | Timer::FirstToken | Timer::Watch => {
                     let (attempt, mut cx) = self.split();
                     let step = attempt.on_timer(timer, now, &mut cx);
-                    self.step(env, step);
+                    self.step(now, step);
                 }
                 Timer::Wait => {
-                    let resume = matches!(self.stage, Stage::Waiting { resume: true });
-                    self.enter(Stage::ToSend);
                     // A resume waits its backoff first and connectivity
-                    // second (reliability matrix AD5).
-                    if resume && self.course.park_before_send(now, env.online()) {
-                        self.park(now, true);
+                    // second, as the next poll finds it.
+                    let resume = matches!(self.stage, Stage::Waiting { resume: true });
+                    self.enter(Stage::ToSend { resume });
+                }
+                Timer::Bound => {
+                    self.timers.stop(Timer::Bound);
+                    if let Stage::Parked { .. } = self.stage {
+                        // The budget or the deadline ran out while parked.
+                        let action = self.course.online_again(now);
+                        self.act(now, action);
+                    } else {
+                        self.admission(now, AdmissionAnswer::Unresolved);
                     }
                 }
-                Timer::Bound => match self.stage {
-                    Stage::Parked { .. } => {
-                        // The budget or the deadline ran out while parked.
-                        let action = self.course.online_again(now, env.jitter());
-                        self.act(env, action);
-                    }
-                    _ => self.admission(env, AdmissionAnswer::Unresolved),
-                },
             }
         }
     }
 
-    /// Parks offline until the recovery budget or the deadline;
-    /// `then_send` when a resume is due as soon as it is back.
-    fn park(&mut self, now: Instant, then_send: bool) {
-        self.enter(Stage::Parked { then_send });
-        let limit = self.course.wait_limit(now).map(|d| now + d);
-        self.timers.set(Timer::Bound, limit);
-    }
-
     /// The platform is online again (after [`Io::WaitOnline`]).
-    pub fn online<E: Env + ?Sized>(&mut self, env: &E) {
+    pub fn online(&mut self, now: Instant) {
         let Stage::Parked { then_send } = self.stage else {
             return;
         };
         if then_send {
-            self.enter(Stage::ToSend);
+            self.enter(Stage::ToSend { resume: false });
         } else {
-            let action = self.course.online_again(env.now(), env.jitter());
-            self.act(env, action);
+            let action = self.course.online_again(now);
+            self.act(now, action);
         }
     }
 
-    /// The admission hook answered (after [`Io::AskAdmission`]).
-    pub fn admission<E: Env + ?Sized>(&mut self, env: &E, answer: AdmissionAnswer) {
-        if !matches!(self.stage, Stage::Admission { .. }) {
-            return;
+    /// The admission hook answered (after [`Io::AskAdmission`]); the
+    /// answer is weighed at the next poll.
+    pub fn admission(&mut self, _now: Instant, answer: AdmissionAnswer) {
+        if let Stage::Admission { answer: slot, .. } = &mut self.stage {
+            slot.get_or_insert(answer);
         }
-        let action = self
-            .course
-            .admission(env.now(), answer, env.online(), env.jitter());
-        self.act(env, action);
     }
 
     /// The continuation hook answered (after [`Io::AskContinuation`]):
     /// `true` when it gave a continuation request, which the driver sends
     /// at [`Send::Continuation`].
-    pub fn continuation<E: Env + ?Sized>(&mut self, env: &E, given: bool) {
-        let Stage::Continuation(failure) = std::mem::replace(&mut self.stage, Stage::ToSend) else {
-            return;
-        };
-        if let Some(r) = self.resumption.as_mut() {
-            r.continuation_ready = given;
+    pub fn continuation(&mut self, _now: Instant, answer: bool) {
+        if let Stage::Continuation { given, .. } = &mut self.stage {
+            given.get_or_insert(answer);
         }
-        self.course.set_resume_possible(given);
-        let action = self
-            .course
-            .fail(env.now(), *failure, env.online(), env.jitter());
-        self.act(env, action);
     }
 
     /// The caller cancelled, or the consumer dropped the body. Once
     /// terminal proof was observed and handed out, that is a completed
     /// request (an SDK stops reading at its end marker); otherwise it is
     /// `cancelled`, in the phase the request was in.
-    pub fn cancel<E: Env + ?Sized>(&mut self, env: &E) {
-        let now = env.now();
-        let phase = match (&self.stage, &self.attempt.phase) {
-            (Stage::Ended(_), _) => return,
-            (Stage::InFlight, AttemptPhase::Draining) => {
-                self.enter(Stage::Ended(Ok(())));
-                self.outbox.release();
-                return;
-            }
-            (Stage::ToSend, _) if self.course.ledger.wire_attempt() == 0 => CancelPhase::Sending,
-            (Stage::ToSend | Stage::Waiting { .. } | Stage::Continuation(_), _) => {
-                CancelPhase::Waiting
-            }
-            (Stage::InFlight, AttemptPhase::Sending) => CancelPhase::Sending,
-            (Stage::InFlight, AttemptPhase::AwaitingHead) => CancelPhase::AwaitingHead,
-            (Stage::InFlight, _) => CancelPhase::Streaming,
-            (Stage::Parked { .. }, _) => CancelPhase::Parked,
-            (Stage::Admission { .. }, _) => CancelPhase::Admission,
+    pub fn cancel(&mut self, now: Instant) {
+        if let Stage::Failed(_) = self.stage {
+            // The failure is on the books before the cancellation.
+            self.decide(now, true);
+        }
+        if let (Stage::InFlight, AttemptPhase::Draining) = (&self.stage, &self.attempt.phase) {
+            self.enter(Stage::Ended(Ok(())));
+            self.outbox.release();
+            return;
+        }
+        let sent = self.course.ledger.wire_attempt() > 0;
+        let Some(phase) = self.stage.cancel_phase(&self.attempt.phase, sent) else {
+            return;
         };
         if self.outbox.responded()
             && self.outbox.is_empty()
@@ -684,11 +595,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.outbox.release();
             return;
         }
-        if let Some(mut progress) = self.attempt.progress() {
-            if self.outbox.responded() {
-                progress.deliver_observed();
-                progress.delivered_bytes = self.outbox.delivered();
-            }
+        if let Some(progress) = self.attempt.progress() {
+            let responded = self.outbox.responded();
+            let progress = if responded {
+                self.attempt.progress_delivered(self.outbox.delivered())
+            } else {
+                progress
+            };
             self.course.ledger.progress(progress);
         }
         let outcome = self.course.cancel(now, phase);
@@ -744,142 +657,42 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         {
             self.outbox.push(Chunk::Made(rest));
         }
-        let mut progress = self.attempt.progress().unwrap_or_default();
-        progress.deliver_observed();
-        progress.delivered_bytes = self.outbox.delivered() + self.outbox.queued_bytes();
+        let delivered = self.outbox.delivered() + self.outbox.queued_bytes();
+        let progress = self.attempt.progress_delivered(delivered);
         self.course.succeed(now, proof, progress);
         self.end(Ok(()));
     }
 
     /// The attempt in flight failed. After commit, a failure found inside a
     /// chunk waits until the queued chunks are handed out.
-    fn attempt_failed<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
+    fn attempt_failed(&mut self, failure: Failure) {
         if self.outbox.responded() && !self.outbox.is_empty() {
             self.outbox.defer(failure);
             return;
         }
-        self.fail_attempt(env, failure);
+        self.enter(Stage::Failed(Box::new(failure)));
     }
 
-    fn fail_attempt<E: Env + ?Sized>(&mut self, env: &E, failure: Failure) {
-        let now = env.now();
-        if let Some(wait) = failure.retry_after.delay() {
-            self.route.note_cooldown(now, wait);
-        }
-        if self.course.is_committed() {
-            let cursor = self.attempt.cursor();
-            let (route, protocol) = (&self.route, &self.protocol);
-            let native = self.resumption.as_mut().is_some_and(|r| {
-                r.fold(cursor.as_ref());
-                r.plan(protocol, route.background).is_some()
-            });
-            let hook = self.resumption.as_ref().is_some_and(|r| r.hook);
-            let continued = !native
-                && self.resumption.is_some()
-                && self.course.would_resume(now, &failure, env.online());
-            if continued && hook {
-                self.enter(Stage::Continuation(Box::new(failure)));
-                return;
-            }
-            let prefilled = continued && self.prepare_prefill(now, &failure, env.online());
-            self.course.set_resume_possible(native || prefilled);
-        }
-        let action = self.course.fail(now, failure, env.online(), env.jitter());
-        self.act(env, action);
-    }
-
-    /// A committed answer was cut and would be resumed: when a prefill can
-    /// continue it (text only delivered, the serving target or the next one
-    /// speaking the same protocol declares one), its body is written and
-    /// the course told where it goes.
-    fn prepare_prefill(&mut self, now: Instant, failure: &Failure, online: bool) -> bool {
-        let serving = self.course.target();
-        let (route, protocol) = (&self.route, &self.protocol);
-        let target = self
-            .resumption
-            .as_mut()
-            .and_then(|r| r.prepare_prefill(serving, protocol, |i| route.speaks(i, protocol)));
-        let Some(target) = target else {
-            return false;
-        };
-        self.course
-            .continue_by_prefill(now, failure, online, target);
-        true
-    }
-
-    /// Whether the attempt that failed streamed a provider's error event
-    /// before commit, held here with what came before it.
-    fn shows_stream_error(&self) -> bool {
-        !self.outbox.responded()
-            && self.attempt.gate.is_none()
-            && !self.outbox.is_empty()
-            && self.attempt.status.is_some_and(|s| (200..300).contains(&s))
-            && self.course.last_failure().is_some_and(|f| {
-                matches!(f.kind, FailureKind::Provider { .. }) && f.phase == Phase::Streaming
-            })
-    }
-
-    /// Carries out what the course decided after a failure. A final HTTP
-    /// error response is kept through a park or an admission wait (it is
-    /// the answer if no send follows), and released once one does.
-    fn act<E: Env + ?Sized>(&mut self, env: &E, action: Action) {
-        let now = env.now();
-        let keep = self.outbox.holds() == Holds::ErrorResponse && !self.outbox.responded();
-        match action {
-            Action::RetryAfter { delay, .. } | Action::Resume { delay, .. } => {
-                let resume = matches!(action, Action::Resume { .. });
-                self.enter(Stage::Waiting { resume });
-                self.timers.set(Timer::Wait, Some(now + delay));
-                self.drop_attempt();
-            }
-            Action::Failover => {
-                self.enter(Stage::ToSend);
-                self.drop_attempt();
-            }
-            Action::ParkUntilOnline => {
-                self.park(now, false);
-                if !keep {
-                    self.outbox.release();
-                }
-            }
-            Action::AskAdmission => {
-                let request = self.course.last_failure().cloned().map(|failure| {
-                    Box::new(AdmissionRequest {
-                        logical_id: self.course.ledger.logical_id().to_owned(),
-                        next_attempt: self.course.ledger.wire_attempt() + 1,
-                        failure,
-                    })
-                });
-                self.enter(Stage::Admission { request });
-                let limit = self.course.wait_limit(now).map(|d| now + d);
-                self.timers.set(Timer::Bound, limit);
-                if !keep {
-                    self.outbox.release();
-                }
-            }
-            Action::Fail(outcome) if !keep && self.shows_stream_error() => {
-                // A final in-stream error before commit is handed out as
-                // the provider streamed it, through its error event, then
-                // the request fails: a client's SDK raises the provider's
-                // own error, with its type and message.
-                self.outbox.release();
-                self.outbox.respond();
-                self.end(Err(outcome));
-            }
-            Action::Fail(outcome) => {
-                // A final HTTP error is returned as that response.
-                if !keep {
-                    self.drop_attempt();
-                }
-                self.end(Err(outcome));
-            }
+    /// What a failure's recourse reaches.
+    fn recourse(&mut self) -> Recourse<'_, C, D> {
+        Recourse {
+            course: &mut self.course,
+            route: &self.route,
+            resumption: self.resumption.as_deref_mut(),
+            outbox: &mut self.outbox,
+            timers: &mut self.timers,
+            attempt: &self.attempt,
+            protocol: &self.protocol,
         }
     }
 
-    /// The failed attempt's response is released, and what it held dropped.
-    fn drop_attempt(&mut self) {
-        self.outbox.set_holds(Holds::Answer);
-        self.outbox.release();
-        self.outbox.clear();
+    /// Decides and carries out what follows a failed attempt.
+    fn fail_attempt(&mut self, now: Instant, online: bool, failure: Failure) {
+        self.stage = self.recourse().fail(now, online, failure);
+    }
+
+    /// Carries out what the course decided.
+    fn act(&mut self, now: Instant, action: Action) {
+        self.stage = self.recourse().act(now, action);
     }
 }

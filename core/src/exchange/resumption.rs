@@ -6,12 +6,13 @@
 use bytes::Bytes;
 
 use super::io::Send;
+use super::route::Route;
 use crate::continuation::splice::Splice;
 use crate::continuation::{DeliveredPrefix, Prefill, prefill_body};
 use crate::progress::ResumeCursor;
 use crate::protocol::ProtocolKind;
 use crate::report::SeamStrategy;
-use crate::resume::{ResumePlan, plan_at};
+use crate::resume::{ResumePlan, native_resume, plan_at};
 
 /// The request's ways on after commit. See the module docs.
 #[derive(Debug)]
@@ -137,22 +138,42 @@ impl Resumption {
         Some(target)
     }
 
-    /// The send that continues the committed stream now: `plan` (native),
-    /// else the hook's continuation, else a prepared prefill.
-    pub(super) fn next_send(
-        &mut self,
-        plan: Option<ResumePlan>,
-        method: &str,
-        url: &str,
+    /// The request is read as `protocol` from now on, on `route`: whether a
+    /// native resume applies is judged again, and a prefix kept for a
+    /// continuation starts again when the protocol changes (what was
+    /// delivered was read as the protocol it spoke). `None` stays `None`
+    /// unless a native resume now applies.
+    #[cold]
+    pub(super) fn adopt(
+        slot: &mut Option<Box<Resumption>>,
+        route: &Route,
+        from: &ProtocolKind,
         protocol: &ProtocolKind,
-    ) -> Continue {
-        if let Some(plan) = plan {
+    ) {
+        let native = native_resume(protocol, route.sse_resumable, route.background);
+        if let Some(r) = slot.as_deref_mut() {
+            r.native = native;
+            if r.prefix.is_some() && protocol != from {
+                r.prefix = Some(DeliveredPrefix::new(protocol.clone()));
+            }
+        } else if native {
+            let mut r = Resumption::new(true);
+            r.next_gate = Some((None, None));
+            *slot = Some(r);
+        }
+    }
+
+    /// The send that continues the committed stream now, to `route`: a
+    /// native resume, else the hook's continuation, else a prepared
+    /// prefill.
+    pub(super) fn next_send(&mut self, route: &Route, protocol: &ProtocolKind) -> Continue {
+        if let Some(plan) = self.plan(protocol, route.background) {
             let strategy = match plan {
                 ResumePlan::ResponsesBackground { .. } => SeamStrategy::ResponsesBackground,
                 ResumePlan::LastEventId { .. } => SeamStrategy::LastEventId,
             };
             self.next_gate = Some((plan.after_sequence(), None));
-            return match plan.request(method, url) {
+            return match plan.request(&route.method, &route.url) {
                 Ok(request) => Continue::Send(Send::Resume(request), strategy),
                 Err(_) => Continue::Impossible,
             };

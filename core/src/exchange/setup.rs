@@ -20,7 +20,7 @@ use crate::outcome::ReplayDisabled;
 use crate::policy::RecoveryPolicy;
 use crate::protocol::ProtocolChoice;
 use crate::resume::native_resume;
-use crate::timing::Instant;
+use crate::timing::{Instant, JitterSource};
 
 #[cfg(doc)]
 use crate::budget::RetryBudget;
@@ -44,6 +44,7 @@ pub struct Setup<'a> {
     resumable_sse: bool,
     continuation_hook: bool,
     prefill: Option<Prefill>,
+    jitter: Option<JitterSource>,
 }
 
 impl<'a> Setup<'a> {
@@ -74,6 +75,7 @@ impl<'a> Setup<'a> {
             resumable_sse: false,
             continuation_hook: false,
             prefill: None,
+            jitter: None,
         }
     }
 
@@ -158,6 +160,15 @@ impl<'a> Setup<'a> {
         self
     }
 
+    /// Where the request's backoff jitter is drawn from: the driver's
+    /// randomness, given once (`Timing::jitter_source`). Without it the
+    /// draws come from a generator seeded with the logical id, which a
+    /// driver should draw at random so that clients do not retry in step.
+    pub fn jitter(mut self, source: JitterSource) -> Self {
+        self.jitter = Some(source);
+        self
+    }
+
     /// The machine of the request, started at `now`. `C` is the driver's
     /// chunk type; `D` the evidence of a decoder outside the machine, when
     /// the driver has one ([`SelfDecoded`] when not).
@@ -176,7 +187,10 @@ impl<'a> Setup<'a> {
         if let Some((store, key)) = self.cooldown {
             route.share_cooldown(store, key);
         }
-        let mut course = super::course::Course::new(policy, allowance, logical_id, now)
+        let jitter = self
+            .jitter
+            .unwrap_or_else(|| JitterSource::seeded(logical_id));
+        let mut course = super::course::Course::new(policy, allowance, logical_id, jitter, now)
             .with_admission_hook(self.admission_hook)
             .with_prepaid_first_send(self.prepaid);
         if let Some(budget) = self.retry_budget {
@@ -215,7 +229,7 @@ impl<'a> Setup<'a> {
         Exchange {
             course,
             protocol,
-            stage: Stage::ToSend,
+            stage: Stage::ToSend { resume: false },
             route,
             attempt: super::attempt::Attempt::new(),
             outbox: super::outbox::Outbox::new(),

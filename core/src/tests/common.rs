@@ -615,7 +615,7 @@ impl Driver {
         if d >= MS {
             sleep_exactly(&self.env.0, d.saturating_sub(MS));
             let env = &self.env;
-            self.ex.handle_timeout(&env);
+            self.ex.handle_timeout(env.0.now());
             assert_eq!(
                 self.ex.poll_timeout(),
                 Some(deadline),
@@ -626,7 +626,7 @@ impl Driver {
             sleep_exactly(&self.env.0, d);
         }
         let env = &self.env;
-        self.ex.handle_timeout(&env);
+        self.ex.handle_timeout(env.0.now());
         d
     }
 
@@ -649,7 +649,7 @@ impl Driver {
                     while let Some(t) = self.ex.poll_timeout().filter(|t| *t <= end) {
                         sleep_exactly(&self.env.0, t.saturating_since(self.env.0.now()));
                         let env = &self.env;
-                        self.ex.handle_timeout(&env);
+                        self.ex.handle_timeout(env.0.now());
                         assert!(
                             self.ex.poll_timeout().is_none_or(|next| next > t),
                             "a scripted delay reaches past the machine's deadline"
@@ -670,18 +670,27 @@ impl Driver {
                 Wire::Unsent => {}
                 Wire::Head(status) => {
                     let env = &self.env;
-                    self.ex
-                        .on_head(&env, &ScriptedHead(status, sse_head()), None);
+                    self.ex.on_head(
+                        env.0.now(),
+                        env.0.wall_now(),
+                        &ScriptedHead(status, sse_head()),
+                        None,
+                    );
                     return;
                 }
                 Wire::HeadWith(status, headers) => {
                     let env = &self.env;
-                    self.ex.on_head(&env, &ScriptedHead(status, headers), None);
+                    self.ex.on_head(
+                        env.0.now(),
+                        env.0.wall_now(),
+                        &ScriptedHead(status, headers),
+                        None,
+                    );
                     return;
                 }
                 Wire::Text(text) => {
                     let env = &self.env;
-                    if let Some(chunk) = self.ex.on_chunk(&env, text.into_bytes()) {
+                    if let Some(chunk) = self.ex.on_chunk(env.0.now(), text.into_bytes()) {
                         self.delivered.extend(chunk);
                     }
                     return;
@@ -695,25 +704,25 @@ impl Driver {
                     } else {
                         sleep_exactly(&self.env.0, every);
                         let env = &self.env;
-                        let _ = self.ex.on_chunk(&env, b": keepalive\n\n".to_vec());
+                        let _ = self.ex.on_chunk(env.0.now(), b": keepalive\n\n".to_vec());
                     }
                     return;
                 }
                 Wire::Chunk(c) => {
                     let env = &self.env;
-                    if let Some(chunk) = self.ex.on_chunk(&env, c.as_bytes().to_vec()) {
+                    if let Some(chunk) = self.ex.on_chunk(env.0.now(), c.as_bytes().to_vec()) {
                         self.delivered.extend(chunk);
                     }
                     return;
                 }
                 Wire::End => {
                     let env = &self.env;
-                    self.ex.on_end(&env);
+                    self.ex.on_end(env.0.now());
                     return;
                 }
                 Wire::Error(failure) => {
                     let env = &self.env;
-                    self.ex.on_error(&env, failure);
+                    self.ex.on_error(env.0.now(), failure);
                     return;
                 }
                 Wire::Silence(what) => {
@@ -728,7 +737,7 @@ impl Driver {
                 }
                 Wire::Cancel => {
                     let env = &self.env;
-                    self.ex.cancel(&env);
+                    self.ex.cancel(env.0.now());
                     return;
                 }
             }
@@ -807,7 +816,7 @@ impl Driver {
         self.wire = step.wire(self.chunks).into();
         if !matches!(self.wire.front(), Some(Wire::Unsent)) {
             let env = &self.env;
-            self.ex.on_sent(&env);
+            self.ex.on_sent(env.0.now());
         }
     }
 
@@ -825,8 +834,8 @@ impl Driver {
             self.env.0.advance(at);
             self.slept += at;
             let env = &self.env;
-            self.ex.handle_timeout(&env);
-            self.ex.cancel(&env);
+            self.ex.handle_timeout(env.0.now());
+            self.ex.cancel(env.0.now());
             return;
         }
         let slept = self.until_deadline();
@@ -847,13 +856,13 @@ impl Driver {
                 self.env.1.set_online(true);
                 assert!(poll_once(wait.as_mut()).is_ready());
                 let env = &self.env;
-                self.ex.online(&env);
+                self.ex.online(env.0.now());
             }
             Some(Park::CancelAfter(d)) => {
                 self.env.0.advance(d);
                 assert!(poll_once(wait.as_mut()).is_pending());
                 let env = &self.env;
-                self.ex.cancel(&env);
+                self.ex.cancel(env.0.now());
             }
             // Nothing said: the network never comes back, and the park
             // ends at its bound.
@@ -880,12 +889,12 @@ impl Driver {
             Hook::Answer { after, answer } => {
                 sleep_exactly(&self.env.0, after);
                 let env = &self.env;
-                self.ex.admission(&env, answer);
+                self.ex.admission(env.0.now(), answer);
             }
             Hook::CancelAfter(after) => {
                 self.env.0.advance(after);
                 let env = &self.env;
-                self.ex.cancel(&env);
+                self.ex.cancel(env.0.now());
             }
             // Pending is not approval: the machine's bound ends the wait.
             Hook::Never => {
@@ -965,7 +974,8 @@ pub(super) fn run(script: Script) -> Run {
     )
     .admission_hook(script.hook.is_some())
     .resumable_sse(resumable_sse)
-    .continuation_hook(continuation);
+    .continuation_hook(continuation)
+    .jitter(timing.jitter_source());
     if let Some(b) = &script.retry_budget {
         setup = setup.retry_budget(Arc::new(b.clone()));
     }
@@ -1005,7 +1015,7 @@ pub(super) fn run(script: Script) -> Run {
         bodies: Vec::new(),
     };
     for turn in 0.. {
-        let io = d.ex.poll(&d.env);
+        let io = d.ex.poll(d.env.0.now(), d.env.1.is_online());
         d.drain();
         assert!(
             turn < 10_000,
@@ -1029,7 +1039,7 @@ pub(super) fn run(script: Script) -> Run {
                     .as_ref()
                     .is_some_and(|v| v.continuation.is_some());
                 let env = &d.env;
-                d.ex.continuation(&env, given);
+                d.ex.continuation(env.0.now(), given);
             }
             Io::End(_) => break,
         }

@@ -639,7 +639,13 @@ fn bd4_keepalives_only_then_cut_is_replayed() {
 #[test]
 fn bd5_holdback_overflow_commits_then_a_failure_interrupts() {
     let t = ManualTiming::new(0).with_pinned_jitter(Fraction::HALF);
-    let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 5, t.now());
+    let mut rec = Recovery::new(
+        test_policy(),
+        AttemptAllowance::new(3),
+        5,
+        t.jitter_source(),
+        t.now(),
+    );
     assert_eq!(
         rec.begin_attempt(t.now())
             .map(|_| rec.ledger.wire_attempt()),
@@ -649,7 +655,7 @@ fn bd5_holdback_overflow_commits_then_a_failure_interrupts() {
     rec.commit(t.now(), CommitTrigger::HoldbackCap);
     let f = Failure::transport(TransportKind::Reset, Phase::Streaming)
         .with_progress(keepalives_only(3000));
-    let action = rec.fail(t.now(), f, true, t.jitter());
+    let action = rec.fail(t.now(), f, true);
     assert!(matches!(action, Action::Fail(Outcome::Interrupted { .. })));
     let events: Vec<_> = rec.ledger.drain_events().collect();
     let names: Vec<_> = events.iter().map(|e| e.kind.name()).collect();
@@ -795,7 +801,13 @@ fn bd10_slow_trickle_completes_past_the_deadline() {
 #[test]
 fn bd11_reset_after_terminal_proof_is_completed() {
     let t = ManualTiming::new(0);
-    let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 5, t.now());
+    let mut rec = Recovery::new(
+        test_policy(),
+        AttemptAllowance::new(3),
+        5,
+        t.jitter_source(),
+        t.now(),
+    );
     rec.begin_attempt(t.now()).unwrap();
     rec.commit(t.now(), CommitTrigger::Semantic);
     assert_eq!(
@@ -804,7 +816,7 @@ fn bd11_reset_after_terminal_proof_is_completed() {
     );
     let late = Failure::transport(TransportKind::Reset, Phase::Streaming);
     assert_eq!(
-        rec.fail(t.now(), late, true, Fraction::HALF),
+        rec.fail(t.now(), late, true),
         Action::Fail(completed()),
         "the late error is not surfaced"
     );
@@ -1216,13 +1228,19 @@ fn tb7_tb8_token_accounting_table() {
     let t = ManualTiming::new(0).with_pinned_jitter(Fraction::HALF);
     for (i, (start, steps, want, balance)) in rows.into_iter().enumerate() {
         t.advance(secs(start).saturating_sub(t.now().since_origin()));
-        let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), i as u64, t.now())
-            .with_retry_budget(std::sync::Arc::new(budget.clone()));
+        let mut rec = Recovery::new(
+            test_policy(),
+            AttemptAllowance::new(3),
+            i as u64,
+            t.jitter_source(),
+            t.now(),
+        )
+        .with_retry_budget(std::sync::Arc::new(budget.clone()));
         let mut steps = steps.into_iter();
         let outcome = loop {
             rec.begin_attempt(t.now()).unwrap();
             match steps.next().unwrap() {
-                Step::Fail { failure, .. } => match rec.fail(t.now(), failure, true, t.jitter()) {
+                Step::Fail { failure, .. } => match rec.fail(t.now(), failure, true) {
                     Action::Fail(o) => break o,
                     Action::RetryAfter { delay, .. } => common::sleep_exactly(&t, delay),
                     other => panic!("{other:?}"),
@@ -1257,8 +1275,13 @@ fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
     while let Some(Reverse((at, idx, first))) = queue.pop() {
         t.advance(at.saturating_sub(t.now().since_origin()));
         if first {
-            let mut rec =
-                Recovery::new(test_policy(), AttemptAllowance::new(3), idx as u64, t.now());
+            let mut rec = Recovery::new(
+                test_policy(),
+                AttemptAllowance::new(3),
+                idx as u64,
+                t.jitter_source(),
+                t.now(),
+            );
             if let Some(b) = budget {
                 rec = rec.with_retry_budget(std::sync::Arc::new(b.clone()));
             }
@@ -1269,7 +1292,7 @@ fn storm(n: u64, budget: Option<&RetryBudget>) -> (u64, Vec<Duration>) {
         let rec = &mut recs[idx];
         rec.begin_attempt(t.now()).unwrap();
         sends += 1;
-        match rec.fail(t.now(), status(503), true, t.jitter()) {
+        match rec.fail(t.now(), status(503), true) {
             Action::RetryAfter { delay, .. } => {
                 queue.push(Reverse((t.now().since_origin() + delay, idx, false)));
             }
@@ -1430,7 +1453,13 @@ fn cx4_cx5_cancel_awaiting_the_head_or_streaming_is_never_retried() {
 fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
     let t = ManualTiming::new(0);
     let new = || {
-        let mut rec = Recovery::new(test_policy(), AttemptAllowance::new(3), 1, t.now());
+        let mut rec = Recovery::new(
+            test_policy(),
+            AttemptAllowance::new(3),
+            1,
+            t.jitter_source(),
+            t.now(),
+        );
         rec.begin_attempt(t.now()).unwrap();
         rec
     };
@@ -1456,14 +1485,14 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
         }
     );
     assert!(matches!(
-        rec.fail(t.now(), status(503), true, Fraction::HALF),
+        rec.fail(t.now(), status(503), true),
         Action::Fail(Outcome::Cancelled { .. })
     ));
     assert_eq!(terminals(&mut rec), ["cancelled"]);
     // A failure whose retry is then cancelled before the send.
     let mut rec = new();
     assert!(matches!(
-        rec.fail(t.now(), status(503), true, Fraction::HALF),
+        rec.fail(t.now(), status(503), true),
         Action::RetryAfter { .. }
     ));
     assert_eq!(
@@ -1665,10 +1694,16 @@ fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
         ..f
     };
     let t = ManualTiming::new(0);
-    let mut rec = Recovery::new(policy.clone(), AttemptAllowance::new(3), 9, t.now());
+    let mut rec = Recovery::new(
+        policy.clone(),
+        AttemptAllowance::new(3),
+        9,
+        t.jitter_source(),
+        t.now(),
+    );
     rec.begin_attempt(t.now()).unwrap();
     rec.ledger.head(t.now(), 400, request_id, None);
-    let Action::Fail(outcome) = rec.fail(t.now(), f, true, Fraction::HALF) else {
+    let Action::Fail(outcome) = rec.fail(t.now(), f, true) else {
         panic!("permanent")
     };
     let mut evidence = Evidence::with_cap(policy.evidence_cap());

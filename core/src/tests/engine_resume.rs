@@ -15,7 +15,7 @@ use crate::outcome::{InterruptCause, Outcome};
 use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, SemanticKind};
 use crate::retry_after::RetryAfter;
-use crate::timing::{Fraction, Instant};
+use crate::timing::{Fraction, Instant, JitterSource};
 
 fn at(ms: u64) -> Instant {
     Instant::from_origin(Duration::from_millis(ms))
@@ -34,7 +34,13 @@ fn engine(max_attempts: u32, max_resumes: u32) -> Recovery {
         .max_resumes(max_resumes)
         .build()
         .unwrap();
-    let mut r = Recovery::new(policy, AttemptAllowance::new(max_attempts), 1, at(0));
+    let mut r = Recovery::new(
+        policy,
+        AttemptAllowance::new(max_attempts),
+        1,
+        JitterSource::pinned(Fraction::HALF),
+        at(0),
+    );
     r.set_resume_possible(true);
     r
 }
@@ -48,7 +54,7 @@ fn rs3_resume_answered_404_is_a_failed_resume_never_a_replay() {
     let mut r = engine(3, 1);
     r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
-    let action = r.fail(at(2), committed_reset(), true, Fraction::HALF);
+    let action = r.fail(at(2), committed_reset(), true);
     assert!(matches!(action, Action::Resume { .. }), "{action:?}");
     assert_eq!(
         r.begin_attempt(at(300)).map(|_| r.ledger.wire_attempt()),
@@ -58,7 +64,6 @@ fn rs3_resume_answered_404_is_a_failed_resume_never_a_replay() {
         at(301),
         Failure::status(404, RetryAfter::Absent, None),
         true,
-        Fraction::HALF,
     );
     assert_eq!(
         action,
@@ -92,7 +97,7 @@ fn rs4_rs6_resumes_and_retries_share_one_allowance_and_the_resume_cap() {
     r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     assert!(matches!(
-        r.fail(at(2), committed_reset(), true, Fraction::HALF),
+        r.fail(at(2), committed_reset(), true),
         Action::Resume { .. }
     ));
     r.begin_attempt(at(1000)).unwrap();
@@ -100,11 +105,10 @@ fn rs4_rs6_resumes_and_retries_share_one_allowance_and_the_resume_cap() {
         at(1001),
         Failure::status(503, RetryAfter::Absent, None),
         true,
-        Fraction::HALF,
     );
     assert!(matches!(action, Action::Resume { .. }), "{action:?}");
     r.begin_attempt(at(3000)).unwrap();
-    let action = r.fail(at(3001), committed_reset(), true, Fraction::HALF);
+    let action = r.fail(at(3001), committed_reset(), true);
     assert!(
         matches!(
             action,
@@ -124,11 +128,11 @@ fn resume_cap_stops_resuming() {
     r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     assert!(matches!(
-        r.fail(at(2), committed_reset(), true, Fraction::HALF),
+        r.fail(at(2), committed_reset(), true),
         Action::Resume { .. }
     ));
     r.begin_attempt(at(1000)).unwrap();
-    let action = r.fail(at(1001), committed_reset(), true, Fraction::HALF);
+    let action = r.fail(at(1001), committed_reset(), true);
     assert!(
         matches!(action, Action::Fail(Outcome::Interrupted { .. })),
         "one resume allowed: {action:?}"
@@ -148,7 +152,7 @@ fn unsuccessful_terminal_is_never_resumed() {
         Phase::Streaming,
     );
     f.progress = committed_reset().progress;
-    let action = r.fail(at(2), f, true, Fraction::HALF);
+    let action = r.fail(at(2), f, true);
     assert!(matches!(action, Action::Fail(Outcome::Unsuccessful { .. })));
 }
 
@@ -158,7 +162,7 @@ fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
     r.begin_attempt(at(0)).unwrap();
     r.commit(at(1), CommitTrigger::Semantic);
     // Offline when the committed stream breaks: the backoff comes first.
-    let action = r.fail(at(2), committed_reset(), false, Fraction::HALF);
+    let action = r.fail(at(2), committed_reset(), false);
     let Action::Resume { delay, .. } = action else {
         panic!("a resume, not a park: {action:?}");
     };
@@ -188,13 +192,18 @@ fn ad5_a_resume_decided_offline_waits_backoff_then_connectivity() {
 #[test]
 fn ad4_a_replay_decided_offline_parks_before_any_backoff() {
     let policy = RecoveryPolicy::builder().build().unwrap();
-    let mut r = Recovery::new(policy, AttemptAllowance::new(3), 1, at(0));
+    let mut r = Recovery::new(
+        policy,
+        AttemptAllowance::new(3),
+        1,
+        JitterSource::pinned(Fraction::HALF),
+        at(0),
+    );
     r.begin_attempt(at(0)).unwrap();
     let action = r.fail(
         at(1),
         Failure::transport(TransportKind::Reset, Phase::AwaitingHeaders),
         false,
-        Fraction::HALF,
     );
     assert_eq!(action, Action::ParkUntilOnline);
     assert!(

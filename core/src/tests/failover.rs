@@ -13,7 +13,7 @@ use crate::lifecycle::EventKind;
 use crate::outcome::{BudgetKind, Outcome};
 use crate::policy::{Endpoint, RecoveryPolicy};
 use crate::retry_after::RetryAfter;
-use crate::timing::{Fraction, Instant};
+use crate::timing::{Fraction, Instant, JitterSource};
 
 fn t0() -> Instant {
     Instant::from_origin(std::time::Duration::ZERO)
@@ -21,7 +21,14 @@ fn t0() -> Instant {
 
 fn engine(policy: RecoveryPolicy, labels: &[&str]) -> Recovery {
     let allowance = AttemptAllowance::new(policy.max_attempts().get());
-    Recovery::new(policy, allowance, 1, t0()).with_targets(
+    Recovery::new(
+        policy,
+        allowance,
+        1,
+        JitterSource::pinned(Fraction::HALF),
+        t0(),
+    )
+    .with_targets(
         labels.iter().map(|l| (*l).to_owned()).collect(),
         vec![None; labels.len()],
     )
@@ -33,7 +40,7 @@ fn overloaded() -> Failure {
 
 fn send_and_fail(r: &mut Recovery, failure: Failure) -> Action {
     r.begin_attempt(t0()).expect("send");
-    r.fail(t0(), failure, true, Fraction::new(0.5))
+    r.fail(t0(), failure, true)
 }
 
 #[test]

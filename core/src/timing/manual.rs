@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
-use super::{Connectivity, Fraction, Instant, Timing};
+use super::{Connectivity, Fraction, Instant, JitterSource, Timing};
 
 #[derive(Debug, Default)]
 struct ManualState {
@@ -16,9 +16,7 @@ struct ManualState {
     wall_origin: Duration,
     next_timer: u64,
     timers: BTreeMap<u64, (Duration, Option<Waker>)>,
-    jitter: Vec<Fraction>,
-    jitter_default: Option<Fraction>,
-    seed: u64,
+    jitter: JitterSource,
 }
 
 /// A virtual clock for tests: time moves only when [`ManualTiming::advance`]
@@ -36,13 +34,15 @@ impl ManualTiming {
     /// jitter is drawn from a generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         let t = ManualTiming::default();
-        t.state.lock().expect("clock").seed = seed;
+        t.state.lock().expect("clock").jitter = JitterSource::seeded(seed);
         t
     }
 
     /// Pins every jitter draw to `fraction` (grpc-java pins 0.5).
     pub fn with_pinned_jitter(self, fraction: Fraction) -> Self {
-        self.state.lock().expect("clock").jitter_default = Some(fraction);
+        let mut s = self.state.lock().expect("clock");
+        s.jitter = std::mem::take(&mut s.jitter).then_pinned(fraction);
+        drop(s);
         self
     }
 
@@ -56,10 +56,8 @@ impl ManualTiming {
     /// Queues jitter draws returned before any pinned or seeded value.
     pub fn script_jitter(&self, draws: impl IntoIterator<Item = Fraction>) {
         let mut s = self.state.lock().expect("clock");
-        let mut draws: Vec<_> = draws.into_iter().collect();
-        draws.reverse();
-        draws.append(&mut s.jitter);
-        s.jitter = draws;
+        let then = std::mem::take(&mut s.jitter);
+        s.jitter = JitterSource::scripted(draws, then);
     }
 
     /// Moves time forward by `d`, waking every sleep whose deadline passed.
@@ -120,19 +118,18 @@ impl Timing for ManualTiming {
     }
 
     fn jitter(&self) -> Fraction {
+        self.state.lock().expect("clock").jitter.draw()
+    }
+
+    /// The clock's source as it stands (its scripted draws go to this
+    /// request); the clock's own generator moves on a draw, so the next
+    /// request's source differs.
+    fn jitter_source(&self) -> JitterSource {
         let mut s = self.state.lock().expect("clock");
-        if let Some(f) = s.jitter.pop() {
-            return f;
-        }
-        if let Some(f) = s.jitter_default {
-            return f;
-        }
-        // splitmix64: small, deterministic, good enough for test jitter.
-        s.seed = s.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s.seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Fraction::from_bits(z ^ (z >> 31))
+        let source = s.jitter.clone();
+        s.jitter = source.after_script();
+        s.jitter.draw();
+        source
     }
 }
 

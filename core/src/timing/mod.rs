@@ -92,6 +92,85 @@ impl Fraction {
     }
 }
 
+/// Where one request's jitter draws come from, fixed when the request
+/// starts: a driver hands the machine its randomness once (a seed), not at
+/// every input. A seeded source is splitmix64: small, and with seeds drawn
+/// at random (or distinct per request), clients do not retry in lockstep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JitterSource {
+    /// Draws given before any other, in order (tests).
+    scripted: Vec<Fraction>,
+    /// Every draw after the scripted ones, when pinned.
+    pinned: Option<Fraction>,
+    /// The generator's state otherwise.
+    seed: u64,
+}
+
+impl Default for JitterSource {
+    /// Seeded with 0.
+    fn default() -> Self {
+        JitterSource::seeded(0)
+    }
+}
+
+impl JitterSource {
+    /// Draws from a generator seeded with `seed`.
+    pub fn seeded(seed: u64) -> Self {
+        JitterSource {
+            scripted: Vec::new(),
+            pinned: None,
+            seed,
+        }
+    }
+
+    /// Every draw is `fraction` (the conformance vectors pin 0.5).
+    pub fn pinned(fraction: Fraction) -> Self {
+        JitterSource {
+            pinned: Some(fraction),
+            ..JitterSource::seeded(0)
+        }
+    }
+
+    /// `draws` first, in order, then what `then` draws.
+    pub fn scripted(draws: impl IntoIterator<Item = Fraction>, then: JitterSource) -> Self {
+        let mut scripted: Vec<Fraction> = draws.into_iter().collect();
+        scripted.reverse();
+        scripted.extend(then.scripted);
+        JitterSource { scripted, ..then }
+    }
+
+    /// The same scripted draws, then every draw `fraction`.
+    pub fn then_pinned(self, fraction: Fraction) -> Self {
+        JitterSource {
+            pinned: Some(fraction),
+            ..self
+        }
+    }
+
+    /// The same source without its scripted draws.
+    pub fn after_script(&self) -> Self {
+        JitterSource {
+            scripted: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The next draw.
+    pub fn draw(&mut self) -> Fraction {
+        if let Some(f) = self.scripted.pop() {
+            return f;
+        }
+        if let Some(f) = self.pinned {
+            return f;
+        }
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Fraction::from_bits(z ^ (z >> 31))
+    }
+}
+
 /// The driver's clocks, timer and random source.
 ///
 /// `Sleep` carries no `Send` bound: browser timers are not `Send`. A driver
@@ -113,6 +192,13 @@ pub trait Timing {
     /// A fresh uniform random fraction for jitter. Never a fixed seed in
     /// production drivers: clients must not retry in lockstep.
     fn jitter(&self) -> Fraction;
+
+    /// The jitter source of a request that starts now: by default a
+    /// generator seeded from one draw of [`Timing::jitter`]. A timing whose
+    /// draws are pinned (tests) returns [`JitterSource::pinned`].
+    fn jitter_source(&self) -> JitterSource {
+        JitterSource::seeded(self.jitter().get().to_bits())
+    }
 
     /// Whether `sleep` has completed, read without polling it, when the
     /// timer can tell (`None`, the default: poll it to know). A driver

@@ -232,7 +232,7 @@ where
             return;
         }
         let env = &*self.hooks.surroundings;
-        self.ex.cancel(&env);
+        self.ex.cancel(env.now());
         self.ended = true;
         self.flush();
     }
@@ -249,15 +249,14 @@ where
     /// otherwise the machine took it and the general loop goes on.
     #[inline]
     pub(crate) fn pass(&mut self, data: &Bytes) -> bool {
-        let env = &*self.hooks.surroundings;
-        self.ex.on_passing_chunk(&env, data)
+        self.ex.on_passing_chunk(data)
     }
 
     /// The frame [`Driver::pass`] did not let through.
     #[cold]
     pub(crate) fn keep(&mut self, data: Bytes) {
         let env = &*self.hooks.surroundings;
-        if let Some(data) = self.ex.on_kept_chunk(&env, data) {
+        if let Some(data) = self.ex.on_kept_chunk(env.now(), data) {
             self.passed = Some(data);
         }
         self.flush();
@@ -285,7 +284,7 @@ where
         }
         loop {
             let env = &*self.hooks.surroundings;
-            let io = self.ex.poll(&env);
+            let io = self.ex.poll(env.now(), env.online());
             self.flush();
             match io {
                 Io::Send(kind) => self.send(kind),
@@ -337,7 +336,7 @@ where
                     {
                         self.activity = Activity::None;
                         let env = &*self.hooks.surroundings;
-                        self.ex.online(&env);
+                        self.ex.online(env.now());
                         continue;
                     }
                     if self.poll_waiting(cx).is_pending() {
@@ -361,7 +360,7 @@ where
                     {
                         self.activity = Activity::None;
                         let env = &*self.hooks.surroundings;
-                        self.ex.admission(&env, answer);
+                        self.ex.admission(env.now(), answer);
                         continue;
                     }
                     if self.poll_waiting(cx).is_pending() {
@@ -378,7 +377,7 @@ where
                         _ => None,
                     };
                     let env = &*self.hooks.surroundings;
-                    self.ex.continuation(&env, given.is_some());
+                    self.ex.continuation(env.now(), given.is_some());
                     self.continuation = given;
                 }
                 Io::End(result) => {
@@ -539,7 +538,8 @@ where
 
     fn fail_send(&mut self, kind: FailureKind) {
         let env = &*self.hooks.surroundings;
-        self.ex.on_error(&env, Failure::new(kind, Phase::Sending));
+        self.ex
+            .on_error(env.now(), Failure::new(kind, Phase::Sending));
         self.flush();
     }
 
@@ -554,14 +554,14 @@ where
                     let sent = sender.call(*req);
                     self.activity = Activity::Awaiting(sent);
                     let env = &*self.hooks.surroundings;
-                    self.ex.on_sent(&env);
+                    self.ex.on_sent(env.now());
                 }
                 Poll::Ready(Err(e)) => {
                     self.activity = Activity::None;
                     self.evidence.set_cause(Arc::from(e));
                     let env = &*self.hooks.surroundings;
                     let failure = Failure::new(FailureKind::NotReady, Phase::Connecting);
-                    self.ex.on_error(&env, failure);
+                    self.ex.on_error(env.now(), failure);
                     return Poll::Ready(());
                 }
                 Poll::Pending => return self.poll_waiting(cx),
@@ -580,20 +580,20 @@ where
             Err(e) => {
                 let failure = classify::head_error(&e);
                 self.evidence.set_cause(Arc::from(e));
-                self.ex.on_error(&env, failure);
+                self.ex.on_error(env.now(), failure);
             }
             Ok(response) => {
                 let (parts, body) = response.into_parts();
                 self.evidence.set_headers(parts.headers.clone());
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
-                self.ex.on_head(&env, &parts, handle);
+                self.ex.on_head(env.now(), env.wall_now(), &parts, handle);
                 if let Some(wire) = &self.hooks.wire
                     && let Err(e) = wire.on_response_head(self.ex.ledger().wire_attempt(), &parts)
                 {
                     self.evidence.set_cause(Arc::from(e));
                     let failure =
                         Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
-                    self.ex.on_error(&env, failure);
+                    self.ex.on_error(env.now(), failure);
                 }
                 self.head = Some(parts);
                 self.inner = Some(Box::pin(body));
@@ -609,7 +609,7 @@ where
         let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
         let Some(inner) = self.inner.as_mut() else {
             let env = &*self.hooks.surroundings;
-            self.ex.on_end(&env);
+            self.ex.on_end(env.now());
             return Poll::Ready(None);
         };
         match inner.as_mut().poll_frame(cx) {
@@ -635,10 +635,10 @@ where
         {
             self.evidence.set_cause(Arc::from(e));
             let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
-            self.ex.on_error(&env, failure);
+            self.ex.on_error(env.now(), failure);
             return None;
         }
-        self.ex.on_chunk(&env, data)
+        self.ex.on_chunk(env.now(), data)
     }
 
     /// The body's end or failure.
@@ -646,7 +646,7 @@ where
     pub(crate) fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
         let env = &*self.hooks.surroundings;
         match polled {
-            None => self.ex.on_end(&env),
+            None => self.ex.on_end(env.now()),
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 // The observer below judged the end (no proof, or a broken
@@ -656,11 +656,11 @@ where
                     Some(ObserveError::UnexpectedEof(_) | ObserveError::Protocol(_))
                 );
                 if judged {
-                    self.ex.on_end(&env);
+                    self.ex.on_end(env.now());
                 } else {
                     let failure = classify::body_error(&e);
                     self.evidence.set_cause(Arc::from(e));
-                    self.ex.on_error(&env, failure);
+                    self.ex.on_error(env.now(), failure);
                 }
             }
         }
@@ -676,7 +676,7 @@ where
         {
             self.cancelled = None;
             let env = &*self.hooks.surroundings;
-            self.ex.cancel(&env);
+            self.ex.cancel(env.now());
             return Poll::Ready(());
         }
         self.poll_timer(cx)
@@ -715,7 +715,7 @@ where
         }
         self.timer = None;
         let env = &*self.hooks.surroundings;
-        self.ex.handle_timeout(&env);
+        self.ex.handle_timeout(env.now());
         self.flush();
         Poll::Ready(())
     }
@@ -744,7 +744,7 @@ impl<B> Drop for Driver<B> {
             // the consumer on the body): the machine says whether that is a
             // cancellation or, after proof was handed out, a completion.
             let env = &*self.hooks.surroundings;
-            self.ex.cancel(&env);
+            self.ex.cancel(env.now());
             for event in self.ex.drain_events() {
                 self.hooks.observer.on_event(&event);
             }

@@ -192,7 +192,8 @@ where
         .resumable_sse(hooks.sse_resumable)
         .continuation_hook(hooks.continuation.is_some())
         .prepaid_first_send(prepaid)
-        .prefill(call.prefill());
+        .prefill(call.prefill())
+        .jitter(hooks.surroundings.jitter_source());
     if let Some(budget) = &hooks.retry_budget {
         setup = setup.retry_budget(Arc::clone(budget));
     }

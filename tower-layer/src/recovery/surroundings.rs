@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use recovery_core::exchange::Env;
-use recovery_core::timing::{Connectivity, Timing};
+use std::time::SystemTime;
+
+use recovery_core::timing::{Connectivity, Fraction, Instant, JitterSource, Timing};
 
 use super::bounds::{DriverConnectivity, DriverTiming};
 
@@ -24,7 +25,13 @@ pub(crate) trait Alarm: Send {
 }
 
 /// The clocks, sleeps and connectivity of a layer, object-safe.
-pub(crate) trait Surroundings: Env + Send + Sync {
+pub(crate) trait Surroundings: Send + Sync {
+    fn now(&self) -> Instant;
+    fn wall_now(&self) -> SystemTime;
+    fn jitter(&self) -> Fraction;
+    /// The jitter source of a request that starts now.
+    fn jitter_source(&self) -> JitterSource;
+    fn online(&self) -> bool;
     fn sleep(&self, d: Duration) -> Box<dyn Alarm>;
     fn wait_online(&self) -> Timer;
 }
@@ -35,6 +42,21 @@ where
     T: Timing<Sleep: Send + 'static> + Send + Sync,
     C: Connectivity<Online: Send + 'static> + Send + Sync,
 {
+    fn now(&self) -> Instant {
+        self.0.now()
+    }
+    fn wall_now(&self) -> SystemTime {
+        self.0.wall_now()
+    }
+    fn jitter(&self) -> Fraction {
+        self.0.jitter()
+    }
+    fn jitter_source(&self) -> JitterSource {
+        self.0.jitter_source()
+    }
+    fn online(&self) -> bool {
+        self.1.is_online()
+    }
     fn sleep(&self, d: Duration) -> Box<dyn Alarm> {
         Box::new(Sleeping {
             sleep: Box::pin(self.0.sleep(d)),

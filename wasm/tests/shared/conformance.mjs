@@ -137,6 +137,7 @@ export async function runVector(bind, wasm, v) {
     now: () => clock.now,
     wall: () => v.wallOriginMs + clock.now,
     random: () => v.jitter,
+    jitter: v.jitter,
     online: () => online,
     timer: (ms, fn) => clock.timer(ms, fn),
     whenOnline: () => () => {},
