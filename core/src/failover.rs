@@ -232,7 +232,10 @@ impl Target {
             None => Cow::Borrowed(url),
             Some(path) if path.starts_with('/') => {
                 let origin = origin_end(url);
-                Cow::Owned([url.get(..origin).unwrap_or_default(), path].concat())
+                Cow::Owned(crate::text::joined(&[
+                    url.get(..origin).unwrap_or_default(),
+                    path,
+                ]))
             }
             Some(absolute) => Cow::Borrowed(absolute),
         }

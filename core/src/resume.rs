@@ -271,8 +271,12 @@ impl ResumePlan {
                 Ok(ResumeRequest {
                     method: "GET".to_owned(),
                     url: {
-                        let mut url =
-                            [base, "/", response_id, "?stream=true&starting_after="].concat();
+                        let mut url = crate::text::joined(&[
+                            base,
+                            "/",
+                            response_id,
+                            "?stream=true&starting_after=",
+                        ]);
                         crate::text::push_decimal(&mut url, *after_sequence);
                         url
                     },

@@ -22,6 +22,27 @@ pub fn push_decimal(out: &mut String, mut n: u64) {
     }
 }
 
+/// `parts` one after the other, in one allocation (what `[..].concat()`
+/// does, without the slice-joining machinery).
+pub fn joined(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
+/// Whether `haystack` holds `needle`, ASCII letters compared without case
+/// (`needle` written in lowercase). A plain scan: the texts it reads are
+/// short (an error message's first 512 bytes), and it keeps str's
+/// two-way searcher out of the wasm module.
+pub fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
 /// Appends `n` as sixteen lowercase hex digits (`{:016x}`).
 pub fn push_hex16(out: &mut String, n: u64) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -33,6 +54,20 @@ pub fn push_hex16(out: &mut String, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn joined_and_contains_read_as_std_does() {
+        assert_eq!(
+            joined(&["a", "", "bc", "/d"]),
+            ["a", "", "bc", "/d"].concat()
+        );
+        assert_eq!(joined(&[]), "");
+        let hay = b"This model's Maximum Context Length is 8192";
+        assert!(contains_ignore_ascii_case(hay, b"maximum context length"));
+        assert!(contains_ignore_ascii_case(hay, b""));
+        assert!(!contains_ignore_ascii_case(hay, b"prompt is too long"));
+        assert!(!contains_ignore_ascii_case(b"short", b"longer than it"));
+    }
 
     #[test]
     fn numbers_are_written_as_format_writes_them() {

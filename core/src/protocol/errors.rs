@@ -33,17 +33,15 @@ pub(super) fn says_context_overflow<'t>(
     let Some(message) = message else {
         return false;
     };
-    let mut end = message.len().min(512);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    let m = message[..end].to_ascii_lowercase();
-    m.contains("prompt is too long")
-        || m.contains("maximum context length")
-        || m.contains("exceeds the available context size")
-        || (m.contains("context length") && m.contains("exceed"))
-        || (m.contains("context window") && m.contains("exceed"))
-        || (m.contains("input token count") && m.contains("exceeds the maximum"))
+    let m = message.as_bytes();
+    let m = m.get(..512).unwrap_or(m);
+    let has = |needle: &str| crate::text::contains_ignore_ascii_case(m, needle.as_bytes());
+    has("prompt is too long")
+        || has("maximum context length")
+        || has("exceeds the available context size")
+        || (has("context length") && has("exceed"))
+        || (has("context window") && has("exceed"))
+        || (has("input token count") && has("exceeds the maximum"))
 }
 
 /// What a provider error code or type says about retrying, when it says

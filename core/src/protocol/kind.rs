@@ -139,8 +139,10 @@ impl BodyForm {
         };
         let is = |name: &str| media.eq_ignore_ascii_case(name);
         let json_suffix = media.len() > 5
-            && media.is_char_boundary(media.len() - 5)
-            && media[media.len() - 5..].eq_ignore_ascii_case("+json");
+            && media
+                .as_bytes()
+                .get(media.len() - 5..)
+                .is_some_and(|s| s.eq_ignore_ascii_case(b"+json"));
         if is("application/json") || is("text/json") || json_suffix {
             BodyForm::WholeJson
         } else {
