@@ -14,19 +14,17 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame};
-use recovery_core::call::{Cancelled, RecoveryCall, SendCredit};
+use recovery_core::call::{Cancelled, SendCredit};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{Chunk, Exchange, Io, Send as SendKind};
-use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
-use recovery_core::resume::BODY_HEADERS;
 use recovery_core::timing::Instant;
 
-use super::Alternate;
 use super::classify;
 use super::continuation::ContinuationContext;
 use super::hooks::Hooks;
+use super::origin::{Origin, Unwritable};
 use super::report::ReportHandle;
 use super::surroundings::{Alarm, Timer};
 use crate::BoxError;
@@ -44,31 +42,6 @@ pub(crate) trait Sender<B>: Send {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
     fn call(&mut self, req: Request<ReplayBody>) -> Sent<B>;
     fn fresh(&self) -> Box<dyn Sender<B>>;
-}
-
-/// The logical request as the caller sent it.
-pub(crate) struct Origin {
-    pub(crate) head: http::request::Parts,
-    /// The request's URL, as the machine was given it.
-    pub(crate) url: String,
-    /// This request's own targets, when an alternate maps its body or
-    /// some alternates do not serve its protocol.
-    pub(crate) targets: Option<Vec<Target>>,
-    /// The layer's alternates this request may use, in order: the
-    /// machine's target `i` is the layer's alternate `alternates[i - 1]`.
-    pub(crate) alternates: Vec<usize>,
-    pub(crate) body: Bytes,
-    /// The body when it could not be buffered: sent once.
-    pub(crate) once: Option<ReplayBody>,
-    pub(crate) call: RecoveryCall,
-}
-
-impl Origin {
-    /// The request's own target `i` (1 for the first alternate), when
-    /// alternates map its body.
-    fn target(&self, i: usize) -> Option<&Target> {
-        self.targets.as_ref()?.get(i.checked_sub(1)?)
-    }
 }
 
 /// What the driver is waiting on besides its timer.
@@ -306,19 +279,7 @@ where
                     let head = self.head.take().expect("a committed attempt has its head");
                     return Poll::Ready(Step::Respond(head));
                 }
-                Io::RespondError => {
-                    let head = self.head.take().expect("an error response has its head");
-                    let held = self
-                        .ex
-                        .take_held()
-                        .into_iter()
-                        .map(|c| match c {
-                            Chunk::Read(b) | Chunk::Made(b) => b,
-                        })
-                        .collect();
-                    self.ended = true;
-                    return Poll::Ready(Step::RespondError(head, held, self.inner.take()));
-                }
+                Io::RespondError => return Poll::Ready(self.respond_error()),
                 Io::Deliver(Chunk::Read(b) | Chunk::Made(b)) => {
                     return Poll::Ready(Step::Deliver(b));
                 }
@@ -328,75 +289,110 @@ where
                     }
                 }
                 Io::WaitOnline => {
-                    if !matches!(self.activity, Activity::Online(_)) {
-                        self.activity = Activity::Online(self.hooks.surroundings.wait_online());
-                    }
-                    if let Activity::Online(wait) = &mut self.activity
-                        && wait.as_mut().poll(cx).is_ready()
-                    {
-                        self.activity = Activity::None;
-                        let env = &*self.hooks.surroundings;
-                        self.ex.online(env.now());
-                        continue;
-                    }
-                    if self.poll_waiting(cx).is_pending() {
+                    if self.poll_online(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }
-                Io::AskAdmission(request) => {
-                    let ctx = super::hooks::AdmissionContext {
-                        logical_id: request.logical_id,
-                        next_attempt: request.next_attempt,
-                        failure: request.failure,
-                    };
-                    // The machine asks only when a hook was declared.
-                    if let Some(hook) = &self.hooks.admission {
-                        self.activity = Activity::Admission(hook(ctx));
-                    }
-                }
+                Io::AskAdmission(request) => self.ask_admission(request),
                 Io::AwaitAdmission => {
-                    if let Activity::Admission(answer) = &mut self.activity
-                        && let Poll::Ready(answer) = answer.as_mut().poll(cx)
-                    {
-                        self.activity = Activity::None;
-                        let env = &*self.hooks.surroundings;
-                        self.ex.admission(env.now(), answer);
-                        continue;
-                    }
-                    if self.poll_waiting(cx).is_pending() {
+                    if self.poll_admission(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }
-                Io::AskContinuation => {
-                    let given = match (&self.hooks.continuation, self.ex.delivered_prefix()) {
-                        (Some(hook), Some(delivered)) => hook(&ContinuationContext {
-                            head: &self.origin.head,
-                            body: &self.origin.body,
-                            delivered,
-                        }),
-                        _ => None,
-                    };
-                    let env = &*self.hooks.surroundings;
-                    self.ex.continuation(env.now(), given.is_some());
-                    self.continuation = given;
-                }
-                Io::End(result) => {
-                    self.ended = true;
-                    // The final report, with what followed the last event
-                    // (a late error after proof).
-                    self.report.set(self.ex.ledger().report());
-                    self.inner = None;
-                    self.activity = Activity::None;
-                    self.timer = None;
-                    if result.is_ok()
-                        && let Some(trailers) = self.trailers.take()
-                    {
-                        return Poll::Ready(Step::Trailers(trailers));
-                    }
-                    return Poll::Ready(Step::End(result.map_err(|o| self.error(o))));
-                }
+                Io::AskContinuation => self.ask_continuation(),
+                Io::End(result) => return Poll::Ready(self.end(result)),
             }
         }
+    }
+
+    /// The final error response, with the chunks the machine held of it.
+    fn respond_error(&mut self) -> Step<B> {
+        let head = self.head.take().expect("an error response has its head");
+        let held = self
+            .ex
+            .take_held()
+            .into_iter()
+            .map(|c| match c {
+                Chunk::Read(b) | Chunk::Made(b) => b,
+            })
+            .collect();
+        self.ended = true;
+        Step::RespondError(head, held, self.inner.take())
+    }
+
+    /// Waits for connectivity, or the deadline: `Ready` when the machine
+    /// has news.
+    fn poll_online(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !matches!(self.activity, Activity::Online(_)) {
+            self.activity = Activity::Online(self.hooks.surroundings.wait_online());
+        }
+        if let Activity::Online(wait) = &mut self.activity
+            && wait.as_mut().poll(cx).is_ready()
+        {
+            self.activity = Activity::None;
+            self.ex.online(self.hooks.surroundings.now());
+            return Poll::Ready(());
+        }
+        self.poll_waiting(cx)
+    }
+
+    /// Asks the admission hook (the machine asks only when one was
+    /// declared).
+    fn ask_admission(&mut self, request: recovery_core::exchange::AdmissionRequest) {
+        let ctx = super::hooks::AdmissionContext {
+            logical_id: request.logical_id,
+            next_attempt: request.next_attempt,
+            failure: request.failure,
+        };
+        if let Some(hook) = &self.hooks.admission {
+            self.activity = Activity::Admission(hook(ctx));
+        }
+    }
+
+    /// Waits for the admission hook's answer, or the deadline: `Ready` when
+    /// the machine has news.
+    fn poll_admission(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Activity::Admission(answer) = &mut self.activity
+            && let Poll::Ready(answer) = answer.as_mut().poll(cx)
+        {
+            self.activity = Activity::None;
+            self.ex.admission(self.hooks.surroundings.now(), answer);
+            return Poll::Ready(());
+        }
+        self.poll_waiting(cx)
+    }
+
+    /// Asks the continuation hook for the request that continues what the
+    /// consumer has; it is sent at the next continuation send.
+    fn ask_continuation(&mut self) {
+        let given = match (&self.hooks.continuation, self.ex.delivered_prefix()) {
+            (Some(hook), Some(delivered)) => hook(&ContinuationContext {
+                head: &self.origin.head,
+                body: &self.origin.body,
+                delivered,
+            }),
+            _ => None,
+        };
+        self.ex
+            .continuation(self.hooks.surroundings.now(), given.is_some());
+        self.continuation = given;
+    }
+
+    /// The request ended: the final report (with what followed the last
+    /// event, such as a late error after proof), then the trailers of a
+    /// clean end or the typed error.
+    fn end(&mut self, result: Result<(), Outcome>) -> Step<B> {
+        self.ended = true;
+        self.report.set(self.ex.ledger().report());
+        self.inner = None;
+        self.activity = Activity::None;
+        self.timer = None;
+        if result.is_ok()
+            && let Some(trailers) = self.trailers.take()
+        {
+            return Step::Trailers(trailers);
+        }
+        Step::End(result.map_err(|o| self.error(o)))
     }
 
     /// Builds the request of this send and starts it on a fresh clone of
@@ -410,84 +406,17 @@ where
             .checked_sub(1)
             .and_then(|i| self.origin.alternates.get(i))
             .and_then(|&i| self.hooks.alternates.get(i));
-        let mut req = match kind {
-            SendKind::Original => match alternate {
-                None => {
-                    let body = self
-                        .origin
-                        .once
-                        .take()
-                        .unwrap_or_else(|| ReplayBody::full(self.origin.body.clone()));
-                    Request::from_parts(self.origin.head.clone(), body)
-                }
-                Some(alt) => {
-                    let origin = &self.origin;
-                    let mut head = origin.head.clone();
-                    let url = alt.target.rewrite_url(&origin.url);
-                    if alt.head(&mut head, &url, &origin.url).is_err() {
-                        return self.fail_send(FailureKind::ObserverRejected);
-                    }
-                    let target = origin.target(self.ex.target()).unwrap_or(&alt.target);
-                    let body = Alternate::body(target, &mut head, &origin.body);
-                    Request::from_parts(head, ReplayBody::full(body))
-                }
-            },
-            SendKind::Prefill(body) => {
-                let origin = &self.origin;
-                let mut head = origin.head.clone();
-                if let Some(alt) = alternate {
-                    let url = alt.target.rewrite_url(&origin.url);
-                    if alt.head(&mut head, &url, &origin.url).is_err() {
-                        return self.fail_send(FailureKind::ObserverRejected);
-                    }
-                }
-                if head.headers.contains_key(http::header::CONTENT_LENGTH) {
-                    head.headers
-                        .insert(http::header::CONTENT_LENGTH, body.len().into());
-                }
-                Request::from_parts(head, ReplayBody::full(body))
-            }
-            SendKind::Resume(resume) => {
-                let origin = &self.origin;
-                let mut head = origin.head.clone();
-                if let Ok(method) = http::Method::from_bytes(resume.method.as_bytes()) {
-                    head.method = method;
-                }
-                let uri = match alternate {
-                    Some(alt) => alt.head(&mut head, &resume.url, &origin.url),
-                    None => resume.url.parse().map(|uri| head.uri = uri).map_err(drop),
-                };
-                if uri.is_err() {
-                    return self.fail_send(FailureKind::ObserverRejected);
-                }
-                if let Some((name, value)) = &resume.header {
-                    match http::HeaderValue::from_str(value) {
-                        Ok(v) => {
-                            head.headers.insert(*name, v);
-                        }
-                        Err(_) => return self.fail_send(FailureKind::ObserverRejected),
-                    }
-                }
-                let body = if resume.with_body {
-                    match alternate {
-                        Some(alt) => {
-                            let target = origin.target(self.ex.target()).unwrap_or(&alt.target);
-                            Alternate::body(target, &mut head, &origin.body)
-                        }
-                        None => origin.body.clone(),
-                    }
-                } else {
-                    for name in BODY_HEADERS {
-                        head.headers.remove(name);
-                    }
-                    Bytes::new()
-                };
-                Request::from_parts(head, ReplayBody::full(body))
-            }
-            SendKind::Continuation => match self.continuation.take() {
-                Some(req) => req.map(ReplayBody::full),
-                None => return self.fail_send(FailureKind::ObserverRejected),
-            },
+        let target = self.ex.target();
+        let written = match kind {
+            SendKind::Original => self.origin.original(alternate, target),
+            SendKind::Prefill(body) => self.origin.prefill(alternate, body),
+            SendKind::Resume(resume) => self.origin.resume(alternate, target, &resume),
+            SendKind::Continuation => (self.continuation.take())
+                .map(|req| req.map(ReplayBody::full))
+                .ok_or(Unwritable),
+        };
+        let Ok(mut req) = written else {
+            return self.fail_send(FailureKind::ObserverRejected);
         };
         if let Some(key) = self
             .ex

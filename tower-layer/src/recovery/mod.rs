@@ -16,6 +16,7 @@ mod driver;
 mod future;
 mod hooks;
 mod layer;
+mod origin;
 mod report;
 mod service;
 mod surroundings;

@@ -11,15 +11,17 @@ use recovery_core::call::{RecoveryCall, SendCredit};
 use recovery_core::cooldown;
 use recovery_core::error::RecoveryError;
 use recovery_core::exchange::{RequestFacts, Setup};
+use recovery_core::failover::Target;
 use recovery_core::outcome::ReplayDisabled;
-use recovery_core::protocol::ProtocolChoice;
+use recovery_core::protocol::{ProtocolChoice, ProtocolKind};
 use tower_service::Service;
 
 use super::body::RecoveryBody;
 use super::bounds::{InnerService, StreamBody};
-use super::driver::{Driver, Origin, Sender, Sent};
+use super::driver::{Driver, Sender, Sent};
 use super::future::ResponseFuture;
 use super::hooks::{Config, Hooks};
+use super::origin::Origin;
 use crate::BoxError;
 use crate::request_body::{Buffered, ReplayBody, buffer};
 
@@ -131,6 +133,86 @@ fn fresh_id(hooks: &Hooks) -> u64 {
     (draw() << 32) ^ draw()
 }
 
+/// The request body as the machine and the driver keep it.
+struct Kept {
+    /// Buffered (empty when it could not be).
+    bytes: Bytes,
+    /// The body when it could not be buffered: sent once.
+    once: Option<ReplayBody>,
+    /// Why it cannot be replayed, when it cannot.
+    replay: Option<ReplayDisabled>,
+    /// The caller's body failed before anything was sent.
+    failed: bool,
+}
+
+/// Buffers the request body, up to `cap`, so it can be replayed; a call
+/// that streams its body keeps it to be sent once.
+async fn keep_body<B>(body: B, call: &RecoveryCall, cap: usize) -> Kept
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let buffered = if call.streams_body() {
+        let once = ReplayBody::once(UnsyncBoxBody::new(body.map_err(Into::into)));
+        Buffered::NotReplayable(once)
+    } else {
+        match buffer(body, cap).await {
+            Ok(b) => b,
+            Err(_) => {
+                return Kept {
+                    bytes: Bytes::new(),
+                    once: None,
+                    replay: Some(ReplayDisabled::NotReplayable),
+                    failed: true,
+                };
+            }
+        }
+    };
+    let (bytes, once, replay) = match buffered {
+        Buffered::Replayable(bytes) => (bytes, None, None),
+        Buffered::NotReplayable(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::NotReplayable)),
+        Buffered::TooLarge(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::BodyTooLarge)),
+    };
+    Kept {
+        bytes,
+        once,
+        replay,
+        failed: false,
+    }
+}
+
+/// The layer's alternates a request of protocol `kind` may use, in order
+/// (the machine's target `i` is `alternates[i - 1]`), and the request's
+/// own targets when some alternate does not serve it or maps its body:
+/// those get this request's body now, so the machine judges each target
+/// by what it will be sent.
+fn alternates_of(
+    hooks: &Hooks,
+    kind: &ProtocolKind,
+    body: &Bytes,
+) -> (Vec<usize>, Option<Vec<Target>>) {
+    let alternates: Vec<usize> = (0..hooks.alternates.len())
+        .filter(|&i| hooks.alternates[i].serves(kind))
+        .collect();
+    let own_targets = alternates.len() != hooks.alternates.len()
+        || alternates
+            .iter()
+            .any(|&i| hooks.alternates[i].map_body.is_some());
+    let targets = own_targets.then(|| {
+        alternates
+            .iter()
+            .map(|&i| {
+                let a = &hooks.alternates[i];
+                match &a.map_body {
+                    Some(map) => a.target.clone().with_body(map(body)),
+                    None => a.target.clone(),
+                }
+            })
+            .collect()
+    });
+    (alternates, targets)
+}
+
 /// Buffers the request body (so it can be replayed) and sets up the
 /// machine and its driver.
 async fn prepare<B, ResBody>(
@@ -159,26 +241,12 @@ where
         .unwrap_or_else(|| hooks.policy.clone());
     let (allowance, logical_id) = call.join(policy.max_attempts().get(), fresh_id(&hooks));
     let (head, body) = req.into_parts();
-    let (buffered, failed) = if call.streams_body() {
-        let once = ReplayBody::once(UnsyncBoxBody::new(body.map_err(Into::into)));
-        (Buffered::NotReplayable(once), false)
-    } else {
-        match buffer(body, policy.replay_body_cap()).await {
-            Ok(b) => (b, false),
-            // The caller's body failed before anything was sent.
-            Err(_) => (Buffered::Replayable(Bytes::new()), true),
-        }
-    };
-    let (bytes, once, replay) = match buffered {
-        Buffered::Replayable(bytes) => (bytes, None, None),
-        Buffered::NotReplayable(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::NotReplayable)),
-        Buffered::TooLarge(b) => (Bytes::new(), Some(b), Some(ReplayDisabled::BodyTooLarge)),
-    };
-    let replay = if failed {
-        Some(ReplayDisabled::NotReplayable)
-    } else {
-        replay
-    };
+    let Kept {
+        bytes,
+        once,
+        replay,
+        failed,
+    } = keep_body(body, &call, policy.replay_body_cap()).await;
     let url = head.uri.to_string();
     let request = RequestFacts::new(head.method.as_str(), &url, &bytes);
     let now = hooks.surroundings.now();
@@ -207,30 +275,7 @@ where
     if let Some(reason) = replay {
         setup = setup.without_replay(reason);
     }
-    // The alternates this request may use, in order (the machine's target
-    // `i` is `alternates[i - 1]`); those that map the body get this
-    // request's body now, so the machine judges each target by what it
-    // will be sent.
-    let kind = protocol.resolve(&url);
-    let alternates: Vec<usize> = (0..hooks.alternates.len())
-        .filter(|&i| hooks.alternates[i].serves(&kind))
-        .collect();
-    let own_targets = alternates.len() != hooks.alternates.len()
-        || alternates
-            .iter()
-            .any(|&i| hooks.alternates[i].map_body.is_some());
-    let targets = own_targets.then(|| {
-        alternates
-            .iter()
-            .map(|&i| {
-                let a = &hooks.alternates[i];
-                match &a.map_body {
-                    Some(map) => a.target.clone().with_body(map(&bytes)),
-                    None => a.target.clone(),
-                }
-            })
-            .collect::<Vec<_>>()
-    });
+    let (alternates, targets) = alternates_of(&hooks, &protocol.resolve(&url), &bytes);
     if !alternates.is_empty() {
         let own = targets.as_deref().unwrap_or(&hooks.targets);
         setup = setup.alternates(own).context_window(call.context_window());
