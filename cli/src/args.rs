@@ -71,7 +71,7 @@ const HELP_WIDTH: usize = 80;
 pub fn help() -> String {
     let mut out = String::from(OPTIONS_HELP);
     for f in FIELDS {
-        let mut doc = f.doc.to_owned();
+        let mut doc = f.doc().to_owned();
         if !f.choices.is_empty() && f.unit == Unit::List {
             let _ = write!(doc, ": {}", f.choices.join(", "));
         }

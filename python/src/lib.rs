@@ -1273,7 +1273,7 @@ fn policy_fields() -> Vec<(
                 f.default,
                 f.can_be_off,
                 f.refuses_zero,
-                f.doc,
+                f.doc(),
             )
         })
         .collect()

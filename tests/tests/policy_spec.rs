@@ -255,7 +255,7 @@ fn the_readme_table_is_the_policy_table() {
                 f.name,
                 f.unit.name(),
                 f.default,
-                f.doc
+                f.doc()
             )
         })
         .collect();

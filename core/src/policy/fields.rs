@@ -70,8 +70,6 @@ pub struct Field {
     pub refuses_zero: bool,
     /// The names a [`Unit::Choice`] or a list of names takes.
     pub choices: &'static [&'static str],
-    /// What it does, in one line.
-    pub doc: &'static str,
 }
 
 const fn row(
@@ -80,7 +78,6 @@ const fn row(
     default: &'static str,
     can_be_off: bool,
     refuses_zero: bool,
-    doc: &'static str,
 ) -> Field {
     Field {
         name,
@@ -89,7 +86,6 @@ const fn row(
         can_be_off,
         refuses_zero,
         choices: &[],
-        doc,
     }
 }
 
@@ -98,7 +94,6 @@ const fn choice(
     unit: Unit,
     default: &'static str,
     choices: &'static [&'static str],
-    doc: &'static str,
 ) -> Field {
     Field {
         name,
@@ -107,62 +102,73 @@ const fn choice(
         can_be_off: false,
         refuses_zero: false,
         choices,
-        doc,
     }
 }
 
-/// Every knob of [`RecoveryPolicy`](super::RecoveryPolicy), in the order
-/// front ends list them. Adding a knob is one row here and its rule in
-/// [`PolicySpec::build`](super::PolicySpec::build) and
-/// [`PolicySpec::from_policy`](super::PolicySpec::from_policy).
+/// The knobs, one row each (name, unit, default, whether `"off"` turns it
+/// off, whether 0 is refused) with its line of doc: the rows become
+/// [`FIELDS`], the docs a table of their own by the same order, read
+/// through [`Field::doc`] (so a module that never shows them, the wasm
+/// one, does not carry them).
+macro_rules! knobs {
+    ($($row:expr => $doc:literal,)*) => {
+        /// Every knob of [`RecoveryPolicy`](super::RecoveryPolicy), in the
+        /// order front ends list them. Adding a knob is one row here and
+        /// its rule in [`PolicySpec::build`](super::PolicySpec::build) and
+        /// [`PolicySpec::from_policy`](super::PolicySpec::from_policy).
+        pub const FIELDS: &[Field] = &[$($row),*];
+        const DOCS: &[&str] = &[$($doc),*];
+    };
+}
+
 #[rustfmt::skip]
-pub const FIELDS: &[Field] = &[
+knobs! {
     //  name                         unit         default     off    no 0
-    row("max_attempts",              Unit::Count, "3",        false, true,
-        "physical sends, the first included"),
-    row("attempts_per_target",       Unit::Count, "1",        false, true,
-        "sends a target gets before a request with alternates moves on"),
-    row("max_resumes",               Unit::Count, "1",        false, false,
-        "resumes of a committed answer, each also a send; 0: none"),
-    row("budget_ms",                 Unit::Ms,    "60000",    true,  true,
-        "time for recovery, from the first failure"),
-    row("deadline_ms",               Unit::Ms,    "off",      true,  true,
-        "time for the whole request, from its start"),
-    row("backoff_base_ms",           Unit::Ms,    "500",      false, true,
-        "bound of the first retry's full-jitter wait, doubling per retry"),
-    row("backoff_ceiling_ms",        Unit::Ms,    "8000",     false, true,
-        "largest full-jitter bound; left out, the default or the base if larger"),
-    row("retry_after_ceiling_ms",    Unit::Ms,    "60000",    false, false,
-        "longest Retry-After honoured; 0: any wait asked is above it"),
-    choice("over_ceiling",           Unit::Choice, "refuse",  &["refuse", "backoff"],
-        "above that ceiling: refuse (fail with the wait asked) or backoff (ignore it)"),
-    row("head_timeout_ms",           Unit::Ms,    "300000",   true,  true,
-        "from a send to its response head"),
-    row("idle_timeout_ms",           Unit::Ms,    "300000",   true,  true,
-        "a body silent this long has stalled"),
-    row("progress_timeout_ms",       Unit::Ms,    "600000",   true,  true,
-        "no output this long, keepalives aside, has stalled"),
-    row("first_token_timeout_ms",    Unit::Ms,    "off",      true,  true,
-        "from a streamed head to its first token, before any output: past it the next send goes on"),
-    row("retryable_statuses",        Unit::List,  "408,429,500,502,503,504,529", false, false,
-        "statuses a retry is allowed for (408, 409, 429 and 5xx only)"),
+    row("max_attempts",              Unit::Count, "3",        false, true)
+        => "physical sends, the first included",
+    row("attempts_per_target",       Unit::Count, "1",        false, true)
+        => "sends a target gets before a request with alternates moves on",
+    row("max_resumes",               Unit::Count, "1",        false, false)
+        => "resumes of a committed answer, each also a send; 0: none",
+    row("budget_ms",                 Unit::Ms,    "60000",    true,  true)
+        => "time for recovery, from the first failure",
+    row("deadline_ms",               Unit::Ms,    "off",      true,  true)
+        => "time for the whole request, from its start",
+    row("backoff_base_ms",           Unit::Ms,    "500",      false, true)
+        => "bound of the first retry's full-jitter wait, doubling per retry",
+    row("backoff_ceiling_ms",        Unit::Ms,    "8000",     false, true)
+        => "largest full-jitter bound; left out, the default or the base if larger",
+    row("retry_after_ceiling_ms",    Unit::Ms,    "60000",    false, false)
+        => "longest Retry-After honoured; 0: any wait asked is above it",
+    choice("over_ceiling",           Unit::Choice, "refuse",  &["refuse", "backoff"])
+        => "above that ceiling: refuse (fail with the wait asked) or backoff (ignore it)",
+    row("head_timeout_ms",           Unit::Ms,    "300000",   true,  true)
+        => "from a send to its response head",
+    row("idle_timeout_ms",           Unit::Ms,    "300000",   true,  true)
+        => "a body silent this long has stalled",
+    row("progress_timeout_ms",       Unit::Ms,    "600000",   true,  true)
+        => "no output this long, keepalives aside, has stalled",
+    row("first_token_timeout_ms",    Unit::Ms,    "off",      true,  true)
+        => "from a streamed head to its first token, before any output: past it the next send goes on",
+    row("retryable_statuses",        Unit::List,  "408,429,500,502,503,504,529", false, false)
+        => "statuses a retry is allowed for (408, 409, 429 and 5xx only)",
     choice("retryable_categories",   Unit::List,
         "transport,http,client_timeout,provider_response",
-        &["transport", "http", "client_timeout", "provider_response"],
-        "failure categories a retry is allowed for"),
-    choice("endpoint",               Unit::Choice, "remote",  &["remote", "local"],
-        "local: a resend that may overlap inference needs the admission hook"),
-    row("replay_body_cap",           Unit::Bytes, "8388608",  false, false,
-        "largest request body kept for a replay; 0: no body is replayed"),
-    row("holdback_cap",              Unit::Bytes, "65536",    false, true,
-        "largest prefix held back before the first token commits the answer"),
-    row("evidence_cap",              Unit::Bytes, "16384",    false, false,
-        "largest evidence kept for inspection; 0: none"),
-    row("idempotency_key",           Unit::Bool,  "false",    false, false,
-        "one Idempotency-Key on every send, replay and resume of a request"),
-    row("retry_protocol_violations", Unit::Bool,  "false",    false, false,
-        "replay a stream that breaks its protocol before any output, as a reset"),
-];
+        &["transport", "http", "client_timeout", "provider_response"])
+        => "failure categories a retry is allowed for",
+    choice("endpoint",               Unit::Choice, "remote",  &["remote", "local"])
+        => "local: a resend that may overlap inference needs the admission hook",
+    row("replay_body_cap",           Unit::Bytes, "8388608",  false, false)
+        => "largest request body kept for a replay; 0: no body is replayed",
+    row("holdback_cap",              Unit::Bytes, "65536",    false, true)
+        => "largest prefix held back before the first token commits the answer",
+    row("evidence_cap",              Unit::Bytes, "16384",    false, false)
+        => "largest evidence kept for inspection; 0: none",
+    row("idempotency_key",           Unit::Bool,  "false",    false, false)
+        => "one Idempotency-Key on every send, replay and resume of a request",
+    row("retry_protocol_violations", Unit::Bool,  "false",    false, false)
+        => "replay a stream that breaks its protocol before any output, as a reset",
+}
 
 /// The knob named `name` (its TOML, JSON and Python name).
 pub fn field(name: &str) -> Option<&'static Field> {
@@ -175,6 +181,16 @@ pub fn field_by_camel_case(name: &str) -> Option<&'static Field> {
 }
 
 impl Field {
+    /// What it does, in one line.
+    pub fn doc(&self) -> &'static str {
+        FIELDS
+            .iter()
+            .position(|f| f.name == self.name)
+            .and_then(|i| DOCS.get(i))
+            .copied()
+            .unwrap_or("")
+    }
+
     /// Its npm option name: `idle_timeout_ms` is `idleTimeoutMs`.
     pub fn camel_case(&self) -> String {
         let mut out = String::with_capacity(self.name.len());
