@@ -255,10 +255,11 @@ impl Field {
         if fits {
             Ok(value)
         } else {
-            Err(PolicyError::Invalid {
-                field: self,
-                got: format!("{value:#}"),
-            })
+            // Written with `write!` into a string, not `format!`: the
+            // wasm module then links no `alloc::fmt::format`.
+            let mut got = String::new();
+            let _ = fmt::Write::write_fmt(&mut got, format_args!("{value:#}"));
+            Err(PolicyError::Invalid { field: self, got })
         }
     }
 
@@ -283,8 +284,14 @@ impl fmt::Display for Expected<'_> {
             Ok(())
         };
         match field.unit {
-            Unit::Ms => write!(f, "a whole number of milliseconds up to {MAX_MS}")?,
-            Unit::Count => write!(f, "a whole number up to {}", u32::MAX)?,
+            Unit::Ms => {
+                f.write_str("a whole number of milliseconds up to ")?;
+                write_decimal(f, MAX_MS)?;
+            }
+            Unit::Count => {
+                f.write_str("a whole number up to ")?;
+                write_decimal(f, u32::MAX.into())?;
+            }
             Unit::Bytes => f.write_str("a whole number of bytes")?,
             Unit::Bool => f.write_str("true or false")?,
             Unit::List if field.choices.is_empty() => f.write_str("a list of HTTP statuses")?,
@@ -302,4 +309,12 @@ impl fmt::Display for Expected<'_> {
         }
         Ok(())
     }
+}
+
+/// Writes `n` in decimal without integer `Display` (which the wasm module
+/// would otherwise link for this text alone).
+pub(super) fn write_decimal(f: &mut fmt::Formatter<'_>, n: u64) -> fmt::Result {
+    let mut digits = String::new();
+    crate::text::push_decimal(&mut digits, n);
+    f.write_str(&digits)
 }

@@ -130,7 +130,9 @@ impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PolicyError::InvalidStatus(s) => {
-                write!(f, "status {s} cannot be made retryable")
+                f.write_str("status ")?;
+                fields::write_decimal(f, (*s).into())?;
+                f.write_str(" cannot be made retryable")
             }
             PolicyError::UnsupportedCategory(c) => {
                 write!(f, "failure category {c} is never retryable")

@@ -38,8 +38,11 @@ impl Value {
             "true" => Value::Bool(true),
             "false" => Value::Bool(false),
             t if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => t
-                .parse()
-                .map_or_else(|_| Value::Other(t.to_owned()), Value::Number),
+                .bytes()
+                .try_fold(0u64, |n, d| {
+                    n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+                })
+                .map_or_else(|| Value::Other(t.to_owned()), Value::Number),
             t => Value::Name(t.to_owned()),
         }
     }
@@ -52,7 +55,7 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Off => f.write_str(if f.alternate() { "\"off\"" } else { "off" }),
-            Value::Number(n) => write!(f, "{n}"),
+            Value::Number(n) => super::fields::write_decimal(f, *n),
             Value::Bool(b) => f.write_str(if *b { "true" } else { "false" }),
             Value::Name(n) if f.alternate() => write!(f, "\"{n}\""),
             Value::Name(n) | Value::Other(n) => f.write_str(n),
