@@ -22,6 +22,15 @@ pub fn push_decimal(out: &mut String, mut n: u64) {
     }
 }
 
+/// Writes `n` in decimal into `out` (a `Formatter` among others) without
+/// integer `Display`, which the wasm module would otherwise link for the
+/// policy's texts alone.
+pub fn write_decimal(out: &mut impl core::fmt::Write, n: u64) -> core::fmt::Result {
+    let mut digits = String::new();
+    push_decimal(&mut digits, n);
+    out.write_str(&digits)
+}
+
 /// `parts` one after the other, in one allocation (what `[..].concat()`
 /// does, without the slice-joining machinery).
 pub fn joined(parts: &[&str]) -> String {

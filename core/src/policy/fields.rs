@@ -286,11 +286,11 @@ impl fmt::Display for Expected<'_> {
         match field.unit {
             Unit::Ms => {
                 f.write_str("a whole number of milliseconds up to ")?;
-                write_decimal(f, MAX_MS)?;
+                crate::text::write_decimal(f, MAX_MS)?;
             }
             Unit::Count => {
                 f.write_str("a whole number up to ")?;
-                write_decimal(f, u32::MAX.into())?;
+                crate::text::write_decimal(f, u32::MAX.into())?;
             }
             Unit::Bytes => f.write_str("a whole number of bytes")?,
             Unit::Bool => f.write_str("true or false")?,
@@ -309,12 +309,4 @@ impl fmt::Display for Expected<'_> {
         }
         Ok(())
     }
-}
-
-/// Writes `n` in decimal without integer `Display` (which the wasm module
-/// would otherwise link for this text alone).
-pub(super) fn write_decimal(f: &mut fmt::Formatter<'_>, n: u64) -> fmt::Result {
-    let mut digits = String::new();
-    crate::text::push_decimal(&mut digits, n);
-    f.write_str(&digits)
 }

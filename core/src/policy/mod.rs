@@ -131,7 +131,7 @@ impl fmt::Display for PolicyError {
         match self {
             PolicyError::InvalidStatus(s) => {
                 f.write_str("status ")?;
-                fields::write_decimal(f, (*s).into())?;
+                crate::text::write_decimal(f, (*s).into())?;
                 f.write_str(" cannot be made retryable")
             }
             PolicyError::UnsupportedCategory(c) => {

@@ -55,7 +55,7 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Off => f.write_str(if f.alternate() { "\"off\"" } else { "off" }),
-            Value::Number(n) => super::fields::write_decimal(f, *n),
+            Value::Number(n) => crate::text::write_decimal(f, *n),
             Value::Bool(b) => f.write_str(if *b { "true" } else { "false" }),
             Value::Name(n) if f.alternate() => write!(f, "\"{n}\""),
             Value::Name(n) | Value::Other(n) => f.write_str(n),
