@@ -35,20 +35,9 @@ const HAPPY: &str = "openai-chat/happy-usage.sse";
 const PROMPT: &str =
     r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"canary-prompt"}]}"#;
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).expect("fixture")
-}
-
 /// The offset just after the `n`th event (1-based) of the happy stream.
 fn after_events(n: usize) -> usize {
-    let text = String::from_utf8(fixture(HAPPY)).unwrap();
-    text.match_indices("\n\n").nth(n - 1).unwrap().0 + 2
-}
-
-fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(write)
+    recovery_tests::process::after_events(HAPPY, n)
 }
 
 fn policy() -> RecoveryPolicy {
@@ -354,7 +343,7 @@ async fn reset_before_the_head_is_replayed_and_the_answer_arrives_once() {
             PATH,
             vec![
                 Script::just(Ending::ResetBeforeHead),
-                sse(Write::fixture(HAPPY).split_lines()),
+                Script::event_stream(Write::fixture(HAPPY).split_lines()),
             ],
         )
     })
@@ -362,7 +351,11 @@ async fn reset_before_the_head_is_replayed_and_the_answer_arrives_once() {
     for run in &runs {
         let d = run.driver;
         assert_eq!(run.status, Some(200), "{d:?}");
-        assert_eq!(run.body, fixture(HAPPY), "{d:?}: the whole answer, once");
+        assert_eq!(
+            run.body,
+            recovery_tests::process::fixture(HAPPY),
+            "{d:?}: the whole answer, once"
+        );
         assert!(run.body_error.is_none(), "{d:?}: {:?}", run.body_error);
         assert_eq!(run.sends, 2, "{d:?}");
         assert!(
@@ -387,10 +380,10 @@ async fn body_reset_before_the_first_token_replays_without_repeating_the_prefix(
         ScriptSet::new(vec![]).path(
             PATH,
             vec![
-                sse(Write::fixture(HAPPY).split_lines())
+                Script::event_stream(Write::fixture(HAPPY).split_lines())
                     .cut_at(cut)
                     .ending(Ending::Rst),
-                sse(Write::fixture(HAPPY).split_lines()),
+                Script::event_stream(Write::fixture(HAPPY).split_lines()),
             ],
         )
     })
@@ -399,7 +392,7 @@ async fn body_reset_before_the_first_token_replays_without_repeating_the_prefix(
         let d = run.driver;
         assert_eq!(
             run.body,
-            fixture(HAPPY),
+            recovery_tests::process::fixture(HAPPY),
             "{d:?}: the prefix is not repeated"
         );
         assert_eq!(run.sends, 2, "{d:?}");
@@ -420,7 +413,7 @@ async fn status_503_then_success_is_invisible() {
                 Script::status(503)
                     .header("retry-after-ms", "10")
                     .write(Write::text(r#"{"error":{"message":"overloaded"}}"#)),
-                sse(Write::fixture(HAPPY)),
+                Script::event_stream(Write::fixture(HAPPY)),
             ],
         )
     })
@@ -432,7 +425,7 @@ async fn status_503_then_success_is_invisible() {
             Some(200),
             "{d:?}: the 503 never reaches the caller"
         );
-        assert_eq!(run.body, fixture(HAPPY), "{d:?}");
+        assert_eq!(run.body, recovery_tests::process::fixture(HAPPY), "{d:?}");
         assert_eq!(run.sends, 2, "{d:?}");
         assert_eq!(run.report.attempts[0].status, Some(503), "{d:?}");
         assert!(
@@ -449,7 +442,7 @@ async fn reset_after_the_first_token_is_a_typed_body_error_not_a_truncation() {
         ScriptSet::new(vec![]).path(
             PATH,
             vec![
-                sse(Write::fixture(HAPPY).split_lines())
+                Script::event_stream(Write::fixture(HAPPY).split_lines())
                     .cut_at(cut)
                     .ending(Ending::Rst),
             ],
@@ -461,7 +454,7 @@ async fn reset_after_the_first_token_is_a_typed_body_error_not_a_truncation() {
         assert_eq!(run.status, Some(200), "{d:?}");
         assert_eq!(
             run.body,
-            &fixture(HAPPY)[..cut],
+            &recovery_tests::process::fixture(HAPPY)[..cut],
             "{d:?}: the committed prefix, nothing more"
         );
         let err = run
@@ -524,7 +517,10 @@ async fn a_redirect_is_handed_back_not_followed() {
                 PATH,
                 vec![Script::status(307).header("location", "/elsewhere")],
             )
-            .path("/elsewhere", vec![sse(Write::fixture(HAPPY))])
+            .path(
+                "/elsewhere",
+                vec![Script::event_stream(Write::fixture(HAPPY))],
+            )
     })
     .await;
     for run in &runs {
@@ -561,7 +557,7 @@ async fn every_send_runs_the_rest_of_the_middleware_chain() {
         vec![
             Script::just(Ending::ResetBeforeHead),
             Script::status(503).header("retry-after-ms", "10"),
-            sse(Write::fixture(HAPPY)),
+            Script::event_stream(Write::fixture(HAPPY)),
         ],
     ))
     .await
@@ -579,7 +575,7 @@ async fn every_send_runs_the_rest_of_the_middleware_chain() {
     let (status, body, error, report) = read_reqwest(response).await;
     assert_eq!(status, 200);
     assert!(error.is_none());
-    assert_eq!(body, fixture(HAPPY));
+    assert_eq!(body, recovery_tests::process::fixture(HAPPY));
     assert_eq!(
         counted.load(SeqCst),
         3,
@@ -608,8 +604,8 @@ async fn a_resume_after_commit_through_the_middleware_fails_typed_without_a_send
         ScriptSet::new(vec![]).path(
             EVENTS,
             vec![
-                sse(Write::text(first)).ending(Ending::Rst),
-                sse(Write::text(rest)),
+                Script::event_stream(Write::text(first)).ending(Ending::Rst),
+                Script::event_stream(Write::text(rest)),
             ],
         )
     };

@@ -207,3 +207,14 @@ pub fn scratch(test: &str) -> PathBuf {
 pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(crate::fault::default_fixtures_dir().join(name)).expect("fixture")
 }
+
+/// The offset just after the `n`th event (1-based) of the SSE fixture
+/// `name`: where a cut leaves `n` whole events delivered.
+pub fn after_events(name: &str, n: usize) -> usize {
+    let text = String::from_utf8(fixture(name)).expect("an SSE fixture is UTF-8");
+    text.match_indices("\n\n")
+        .nth(n - 1)
+        .expect("the fixture has n events")
+        .0
+        + 2
+}

@@ -305,6 +305,33 @@ mod tests {
     }
 
     #[test]
+    fn a_request_takes_its_jitter_source_once() {
+        // Scripted draws go to the request that starts next, then the pin.
+        let t = ManualTiming::new(7).with_pinned_jitter(Fraction::HALF);
+        t.script_jitter([Fraction::new(0.25)]);
+        let mut first = t.jitter_source();
+        assert_eq!(first.draw(), Fraction::new(0.25));
+        assert_eq!(first.draw(), Fraction::HALF);
+        assert_eq!(
+            t.jitter_source().draw(),
+            Fraction::HALF,
+            "the script is spent"
+        );
+        // Seeded: each request's source differs from the next one's, and a
+        // source's draws differ from each other.
+        let seeded = ManualTiming::new(7);
+        let (mut a, mut b) = (seeded.jitter_source(), seeded.jitter_source());
+        let (a1, a2) = (a.draw(), a.draw());
+        assert_ne!(a1, a2);
+        assert_ne!(a1, b.draw());
+        // The default of a timing that does not say: seeded from one draw.
+        assert_ne!(
+            JitterSource::seeded(1).draw(),
+            JitterSource::seeded(2).draw()
+        );
+    }
+
+    #[test]
     fn jitter_is_scripted_then_pinned_then_seeded() {
         let t = ManualTiming::new(7);
         t.script_jitter([Fraction::new(0.25), Fraction::new(0.75)]);

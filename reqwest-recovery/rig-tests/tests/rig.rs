@@ -42,20 +42,9 @@ const HAPPY: &str = "openai-chat/happy-usage.sse";
 /// The text the happy stream's deltas add up to.
 const ANSWER: &str = "Hello world";
 
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).expect("fixture")
-}
-
 /// The offset just after the `n`th event (1-based) of the happy stream.
 fn after_events(n: usize) -> usize {
-    let text = String::from_utf8(fixture(HAPPY)).unwrap();
-    text.match_indices("\n\n").nth(n - 1).unwrap().0 + 2
-}
-
-fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(write)
+    recovery_tests::process::after_events(HAPPY, n)
 }
 
 fn policy() -> RecoveryPolicy {
@@ -332,10 +321,10 @@ async fn rig_reset_before_the_first_token_yields_the_whole_answer_once() {
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
         vec![
-            sse(Write::fixture(HAPPY).split_lines())
+            Script::event_stream(Write::fixture(HAPPY).split_lines())
                 .cut_at(after_events(1))
                 .ending(Ending::Rst),
-            sse(Write::fixture(HAPPY).split_lines()),
+            Script::event_stream(Write::fixture(HAPPY).split_lines()),
         ],
     ))
     .await
@@ -368,7 +357,7 @@ async fn rig_reset_after_the_first_token_ends_the_stream_with_the_typed_error() 
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         PATH,
         vec![
-            sse(Write::fixture(HAPPY).split_lines())
+            Script::event_stream(Write::fixture(HAPPY).split_lines())
                 .cut_at(after_events(2))
                 .ending(Ending::Rst),
         ],

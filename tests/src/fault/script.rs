@@ -329,6 +329,13 @@ impl Script {
         }
     }
 
+    /// A 200 `text/event-stream` response that performs `write`.
+    pub fn event_stream(write: impl Into<WriteSpec>) -> Self {
+        Self::ok()
+            .header("content-type", "text/event-stream")
+            .write(write)
+    }
+
     /// A 200 `text/event-stream` response whose body is `text`, one write.
     pub fn sse(text: impl Into<String>) -> Self {
         Self::ok()
