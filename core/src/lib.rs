@@ -238,6 +238,7 @@ mod http_date;
 pub(crate) mod json;
 mod retry_after;
 mod safe;
+mod small_sort;
 
 // The crate's own tests read every protocol's recorded streams.
 #[cfg(all(

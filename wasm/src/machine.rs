@@ -254,6 +254,8 @@ fn key_of(key: &str, url: &str, body: &[u8]) -> String {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 pub struct Client {
     policy: Option<RecoveryPolicy>,
+    /// The policy options given, which `policyText` shows in force.
+    spec: PolicySpec,
     protocol: ProtocolChoice,
     resumable_sse: bool,
     budget: Option<Arc<dyn BudgetStore>>,
@@ -306,12 +308,14 @@ impl Client {
                 given(n(slot::BUDGET_PERCENT)).unwrap_or(d.percent),
             )))
         });
-        let (policy, error) = match spec_of(policy).and_then(|s| s.build()) {
-            Ok(policy) => (Some(policy), String::new()),
-            Err(e) => (None, e.to_string()),
+        let built = spec_of(policy).and_then(|spec| Ok((spec.build()?, spec)));
+        let (policy, spec, error) = match built {
+            Ok((policy, spec)) => (Some(policy), spec, String::new()),
+            Err(e) => (None, PolicySpec::new(), e.to_string()),
         };
         Client {
             policy,
+            spec,
             protocol,
             resumable_sse: set(n(slot::RESUMABLE_SSE)),
             budget,
@@ -340,8 +344,8 @@ impl Client {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = policyText))]
     pub fn policy_text(&self) -> String {
         let mut out = String::new();
-        if let Some(policy) = &self.policy {
-            for (field, value) in PolicySpec::from_policy(policy).iter() {
+        if self.policy.is_some() {
+            for (field, value) in self.spec.in_force() {
                 let _ = writeln!(out, "{}={value}", field.camel_case());
             }
         }

@@ -94,19 +94,9 @@ impl<'a> Edits<'a> {
 
     /// The edited document.
     pub(crate) fn apply(mut self) -> Vec<u8> {
-        // A body gets a handful of edits: an insertion sort (stable, as
-        // edits at one place go in the order they were made) keeps the
-        // standard library's sort machinery (~3.5 KB) out of the wasm
-        // module.
-        for i in 1..self.edits.len() {
-            let mut j = i;
-            while j > 0
-                && (self.edits[j - 1].0, self.edits[j - 1].1) > (self.edits[j].0, self.edits[j].1)
-            {
-                self.edits.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+        // A body gets a handful of edits; edits at one place go in the
+        // order they were made.
+        crate::small_sort::sort_by_key(&mut self.edits, |e| (e.0, e.1));
         let grow: usize = self.edits.iter().map(|e| e.2.len()).sum();
         let mut out = Vec::with_capacity(self.doc.len() + grow);
         let mut at = 0;

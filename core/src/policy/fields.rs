@@ -252,15 +252,34 @@ impl Field {
             }),
             _ => false,
         };
-        if fits {
-            Ok(value)
-        } else {
-            // Written with `write!` into a string, not `format!`: the
-            // wasm module then links no `alloc::fmt::format`.
-            let mut got = String::new();
-            let _ = fmt::Write::write_fmt(&mut got, format_args!("{value:#}"));
-            Err(PolicyError::Invalid { field: self, got })
+        match value {
+            _ if !fits => Err(self.refusal(&value)),
+            Value::List(items) => Ok(Value::List(self.as_set(items))),
+            value => Ok(value),
         }
+    }
+
+    /// A list's items as the set they stand for: statuses in ascending
+    /// order, names in the order of the row's choices, each once (the
+    /// order and the repeats a front end wrote mean nothing).
+    fn as_set(&self, mut items: Vec<Value>) -> Vec<Value> {
+        let rank = |v: &Value| match v {
+            Value::Number(n) => *n,
+            Value::Name(n) => self.choices.iter().position(|c| c == n).unwrap_or(0) as u64,
+            _ => 0,
+        };
+        crate::small_sort::sort_by_key(&mut items, rank);
+        items.dedup();
+        items
+    }
+
+    /// The error refusing `value` for this knob.
+    pub(super) fn refusal(&'static self, value: &Value) -> PolicyError {
+        // Written with `write!` into a string, not `format!`: the wasm
+        // module then links no `alloc::fmt::format`.
+        let mut got = String::new();
+        let _ = fmt::Write::write_fmt(&mut got, format_args!("{value:#}"));
+        PolicyError::Invalid { field: self, got }
     }
 
     /// What a value of this knob is, for an error that refuses one.

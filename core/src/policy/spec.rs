@@ -60,20 +60,17 @@ impl PolicySpec {
 
     /// Sets the knob `name` to `value`, if its row takes it.
     pub fn set(&mut self, name: &str, value: Value) -> Result<(), PolicyError> {
-        let (i, f) = FIELDS
-            .iter()
-            .enumerate()
-            .find(|(_, f)| f.name == name)
-            .ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
-        self.given[i] = Some(f.check(value)?);
+        let i = row(name)?;
+        self.given[i] = Some(FIELDS[i].check(value)?);
         Ok(())
     }
 
     /// Sets the knob `name` from `text` as `recover` takes it
     /// ([`Field::parse`]).
     pub fn set_text(&mut self, name: &str, text: &str) -> Result<(), PolicyError> {
-        let f = field(name).ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))?;
-        self.set(name, f.parse(text))
+        let i = row(name)?;
+        self.given[i] = Some(FIELDS[i].check(FIELDS[i].parse(text))?);
+        Ok(())
     }
 
     /// This spec with the knob `name` set to `value`.
@@ -84,8 +81,7 @@ impl PolicySpec {
 
     /// The value given for the knob `name`, if one was.
     pub fn get(&self, name: &str) -> Option<&Value> {
-        let i = FIELDS.iter().position(|f| f.name == name)?;
-        self.given[i].as_ref()
+        self.given[row(name).ok()?].as_ref()
     }
 
     /// The knobs given, in the order of [`FIELDS`].
@@ -101,93 +97,62 @@ impl PolicySpec {
         self.given.iter().all(Option::is_none)
     }
 
-    /// The policy these knobs describe: the defaults with the knobs given.
+    /// The policy these knobs describe: each knob [in force](Self::in_force).
     /// 0 for a knob whose row refuses it is [`PolicyError::Zero`]; a
     /// combination the builder refuses (a ceiling below its base, a status
     /// that can never be retried) is the builder's error.
     pub fn build(&self) -> Result<RecoveryPolicy, PolicyError> {
-        let d = RecoveryPolicy::default();
-        let mut b = RecoveryPolicy::builder();
-        if let Some(n) = self.count(knob!("max_attempts"))? {
-            b = b.max_attempts(n);
-        }
-        if let Some(n) = self.count(knob!("attempts_per_target"))? {
-            b = b.attempts_per_target(n);
-        }
-        if let Some(n) = self.number(knob!("max_resumes"))? {
-            b = b.max_resumes(u32::try_from(n).unwrap_or(u32::MAX));
-        }
-        if let Some(t) = self.bound(knob!("budget_ms"))? {
-            b = b.budget(t);
-        }
-        if let Some(t) = self.bound(knob!("deadline_ms"))? {
-            b = b.deadline(t);
-        }
-        let base = self.ms(knob!("backoff_base_ms"))?;
-        let ceiling = self.ms(knob!("backoff_ceiling_ms"))?;
-        if base.is_some() || ceiling.is_some() {
-            // A base alone above the default ceiling raises the ceiling to
-            // it rather than failing: the base is what was asked for.
-            let base = base.unwrap_or(d.backoff_base());
-            b = b.backoff(base, ceiling.unwrap_or(d.backoff_ceiling().max(base)));
-        }
-        let retry_after = self.ms(knob!("retry_after_ceiling_ms"))?;
-        let over = self.name(knob!("over_ceiling")).map(|n| match n {
-            "backoff" => OverCeiling::Backoff,
+        let over = match self.value(knob!("over_ceiling")) {
+            Value::Name(n) if n == "backoff" => OverCeiling::Backoff,
             _ => OverCeiling::Refuse,
-        });
-        if retry_after.is_some() || over.is_some() {
-            b = b.retry_after_ceiling(
-                retry_after.unwrap_or(d.retry_after_ceiling()),
-                over.unwrap_or(d.over_ceiling()),
-            );
-        }
-        if let Some(t) = self.bound(knob!("head_timeout_ms"))? {
-            b = b.head_timeout(t);
-        }
-        if let Some(t) = self.bound(knob!("idle_timeout_ms"))? {
-            b = b.idle_timeout(t);
-        }
-        if let Some(t) = self.bound(knob!("progress_timeout_ms"))? {
-            b = b.progress_timeout(t);
-        }
-        if let Some(t) = self.bound(knob!("first_token_timeout_ms"))? {
-            b = b.first_token_timeout(t);
-        }
-        if let Some(Value::List(items)) = self.entry(knob!("retryable_statuses")).1 {
-            b = b.retryable_statuses(items.iter().filter_map(|s| match s {
+        };
+        let endpoint = match self.value(knob!("endpoint")) {
+            Value::Name(n) if n == "local" => Endpoint::Local,
+            _ => Endpoint::Remote,
+        };
+        let statuses = self.list(knob!("retryable_statuses"));
+        let categories = self.list(knob!("retryable_categories"));
+        RecoveryPolicy::builder()
+            .max_attempts(self.count(knob!("max_attempts"))?)
+            .attempts_per_target(self.count(knob!("attempts_per_target"))?)
+            .max_resumes(u32::try_from(self.number(knob!("max_resumes"))?).unwrap_or(u32::MAX))
+            .budget(self.bound(knob!("budget_ms"))?)
+            .deadline(self.bound(knob!("deadline_ms"))?)
+            .backoff(
+                self.ms(knob!("backoff_base_ms"))?,
+                self.ms(knob!("backoff_ceiling_ms"))?,
+            )
+            .retry_after_ceiling(self.ms(knob!("retry_after_ceiling_ms"))?, over)
+            .head_timeout(self.bound(knob!("head_timeout_ms"))?)
+            .idle_timeout(self.bound(knob!("idle_timeout_ms"))?)
+            .progress_timeout(self.bound(knob!("progress_timeout_ms"))?)
+            .first_token_timeout(self.bound(knob!("first_token_timeout_ms"))?)
+            .retryable_statuses(statuses.iter().filter_map(|s| match s {
                 Value::Number(n) => u16::try_from(*n).ok(),
                 _ => None,
-            }));
-        }
-        if let Some(Value::List(items)) = self.entry(knob!("retryable_categories")).1 {
-            b = b.retryable_categories(items.iter().filter_map(|c| match c {
+            }))
+            .retryable_categories(categories.iter().filter_map(|c| match c {
                 Value::Name(n) => category(n),
                 _ => None,
-            }));
-        }
-        if let Some(n) = self.name(knob!("endpoint")) {
-            b = b.endpoint(match n {
-                "local" => Endpoint::Local,
-                _ => Endpoint::Remote,
-            });
-        }
-        if let Some(n) = self.bytes(knob!("replay_body_cap"))? {
-            b = b.replay_body_cap(n);
-        }
-        if let Some(n) = self.bytes(knob!("holdback_cap"))? {
-            b = b.holdback_cap(n);
-        }
-        if let Some(n) = self.bytes(knob!("evidence_cap"))? {
-            b = b.evidence_cap(n);
-        }
-        if let Some(Value::Bool(on)) = self.entry(knob!("idempotency_key")).1 {
-            b = b.idempotency_key(*on);
-        }
-        if let Some(Value::Bool(on)) = self.entry(knob!("retry_protocol_violations")).1 {
-            b = b.retry_protocol_violations(*on);
-        }
-        b.build()
+            }))
+            .endpoint(endpoint)
+            .replay_body_cap(self.bytes(knob!("replay_body_cap"))?)
+            .holdback_cap(self.bytes(knob!("holdback_cap"))?)
+            .evidence_cap(self.bytes(knob!("evidence_cap"))?)
+            .idempotency_key(self.on(knob!("idempotency_key")))
+            .retry_protocol_violations(self.on(knob!("retry_protocol_violations")))
+            .build()
+    }
+
+    /// Every knob with the value in force: the one given, else its row's
+    /// default; the backoff ceiling left out is the larger of its default
+    /// and the base (a base alone above the default ceiling raises the
+    /// ceiling rather than failing: the base is what was asked for). For a
+    /// spec that builds these are the values of
+    /// `from_policy(&spec.build()?)`, read without building: what the npm
+    /// package's `rfetch.policy` shows.
+    pub fn in_force(&self) -> impl Iterator<Item = (&'static Field, Value)> + '_ {
+        FIELDS.iter().enumerate().map(|(k, f)| (f, self.value(k)))
     }
 
     /// Every knob of `policy`, so that `from_policy(p).build()` is `p`
@@ -274,52 +239,72 @@ impl PolicySpec {
         spec
     }
 
-    /// The row of `knob` and the value given for it.
-    fn entry(&self, knob: usize) -> (&'static Field, Option<&Value>) {
-        (&FIELDS[knob], self.given[knob].as_ref())
-    }
-
-    /// A number given for `knob`; 0 refused when its row refuses it.
-    fn number(&self, knob: usize) -> Result<Option<u64>, PolicyError> {
-        match self.entry(knob) {
-            (f, Some(Value::Number(0))) if f.refuses_zero => Err(PolicyError::Zero(f)),
-            (_, Some(Value::Number(n))) => Ok(Some(*n)),
-            _ => Ok(None),
+    /// The value in force for `knob` ([`PolicySpec::in_force`]).
+    fn value(&self, knob: usize) -> Value {
+        let f = &FIELDS[knob];
+        if let Some(v) = &self.given[knob] {
+            return v.clone();
+        }
+        match (f.parse(f.default), knob == knob!("backoff_ceiling_ms")) {
+            (Value::Number(ceiling), true) => match self.value(knob!("backoff_base_ms")) {
+                Value::Number(base) => Value::Number(ceiling.max(base)),
+                _ => Value::Number(ceiling),
+            },
+            (default, _) => default,
         }
     }
 
-    fn count(&self, knob: usize) -> Result<Option<NonZeroU32>, PolicyError> {
-        Ok(self
-            .number(knob)?
-            .and_then(|n| NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))))
-    }
-
-    fn bytes(&self, knob: usize) -> Result<Option<usize>, PolicyError> {
-        Ok(self
-            .number(knob)?
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
-    }
-
-    fn ms(&self, knob: usize) -> Result<Option<Duration>, PolicyError> {
-        Ok(self.number(knob)?.map(Duration::from_millis))
-    }
-
-    /// A bound given for `knob`: `Some(None)` when it is off.
-    #[allow(clippy::option_option)]
-    fn bound(&self, knob: usize) -> Result<Option<Option<Duration>>, PolicyError> {
-        if let (_, Some(Value::Off)) = self.entry(knob) {
-            return Ok(Some(None));
-        }
-        Ok(self.ms(knob)?.map(Some))
-    }
-
-    /// The choice given for `knob`.
-    fn name(&self, knob: usize) -> Option<&str> {
-        match self.entry(knob).1 {
-            Some(Value::Name(n)) => Some(n),
-            _ => None,
+    /// The number in force for `knob`; 0 refused when its row refuses it.
+    fn number(&self, knob: usize) -> Result<u64, PolicyError> {
+        let f = &FIELDS[knob];
+        match self.value(knob) {
+            Value::Number(0) if f.refuses_zero => Err(PolicyError::Zero(f)),
+            Value::Number(n) => Ok(n),
+            other => Err(f.refusal(&other)),
         }
     }
+
+    fn count(&self, knob: usize) -> Result<NonZeroU32, PolicyError> {
+        let n = u32::try_from(self.number(knob)?).unwrap_or(u32::MAX);
+        NonZeroU32::new(n).ok_or(PolicyError::Zero(&FIELDS[knob]))
+    }
+
+    fn bytes(&self, knob: usize) -> Result<usize, PolicyError> {
+        Ok(usize::try_from(self.number(knob)?).unwrap_or(usize::MAX))
+    }
+
+    fn ms(&self, knob: usize) -> Result<Duration, PolicyError> {
+        Ok(Duration::from_millis(self.number(knob)?))
+    }
+
+    /// The bound in force for `knob`: `None` when it is off.
+    fn bound(&self, knob: usize) -> Result<Option<Duration>, PolicyError> {
+        if matches!(self.value(knob), Value::Off) {
+            return Ok(None);
+        }
+        self.ms(knob).map(Some)
+    }
+
+    /// Whether the flag `knob` is on.
+    fn on(&self, knob: usize) -> bool {
+        matches!(self.value(knob), Value::Bool(true))
+    }
+
+    /// The items in force for the list `knob`.
+    fn list(&self, knob: usize) -> Vec<Value> {
+        match self.value(knob) {
+            Value::List(items) => items,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The index in [`FIELDS`] of the knob named `name`.
+fn row(name: &str) -> Result<usize, PolicyError> {
+    FIELDS
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| PolicyError::UnknownKnob(name.to_owned()))
 }
 
 const fn index(name: &str) -> usize {
