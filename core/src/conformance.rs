@@ -77,6 +77,33 @@ pub struct Vector {
     /// ([`crate::continuation::Prefill`] by name).
     #[serde(default)]
     pub prefill: Option<String>,
+    /// The retry budget the request draws from, when not its driver's
+    /// default.
+    #[serde(default)]
+    pub retry_budget: Option<BudgetSpec>,
+}
+
+/// A retry budget of a vector ([`crate::budget::RetryBudgetConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSpec {
+    /// How long a deposit counts, in ms.
+    pub ttl_ms: u64,
+    /// Retries per second always allowed.
+    pub min_retries_per_sec: u32,
+    /// The fraction of requests that may be retried (0.1: 10 %).
+    pub percent: f64,
+}
+
+impl BudgetSpec {
+    /// The budget itself, fresh.
+    pub fn budget(&self) -> crate::budget::RetryBudget {
+        crate::budget::RetryBudget::new(crate::budget::RetryBudgetConfig::new(
+            Duration::from_millis(self.ttl_ms),
+            self.min_retries_per_sec,
+            self.percent,
+        ))
+    }
 }
 
 /// An alternate of a vector's request.
@@ -268,6 +295,13 @@ pub struct WireSpec {
     /// How the body ends.
     #[serde(default)]
     pub end: WireEnd,
+    /// When the head comes, in ms after the send (at once by default).
+    #[serde(default)]
+    pub head_at_ms: u64,
+    /// When each chunk is written, in ms after the send, in order (each
+    /// with its head by default); the end follows the last.
+    #[serde(default)]
+    pub chunks_at_ms: Vec<u64>,
 }
 
 /// A send that gets no head.
@@ -310,6 +344,11 @@ pub struct Played {
     pub keepalive_every_ms: Option<u64>,
     /// How the body ends.
     pub end: WireEnd,
+    /// When the head comes, in ms after the send.
+    pub head_at_ms: u64,
+    /// When each chunk is written, in ms after the send (one per chunk,
+    /// none before the head, in order).
+    pub chunks_at_ms: Vec<u64>,
     /// The caller cancels while this send awaits its head.
     pub cancel_awaiting: bool,
     /// The platform goes offline when this send fails.
@@ -366,6 +405,8 @@ impl AttemptSpec {
             chunks: chunks.into_iter().map(str::to_owned).collect(),
             keepalive_every_ms: None,
             end,
+            head_at_ms: 0,
+            chunks_at_ms: Vec::new(),
             cancel_awaiting: false,
             offline: self.offline,
         };
@@ -386,6 +427,8 @@ impl AttemptSpec {
                 chunks: w.chunks.clone(),
                 keepalive_every_ms: w.keepalive_every_ms,
                 end: w.end,
+                head_at_ms: w.head_at_ms,
+                chunks_at_ms: w.chunks_at_ms.clone(),
                 cancel_awaiting: false,
                 offline: self.offline,
             },
@@ -404,6 +447,8 @@ impl AttemptSpec {
                         chunks: vec!["{}".into()],
                         keepalive_every_ms: None,
                         end: WireEnd::Eof,
+                        head_at_ms: 0,
+                        chunks_at_ms: Vec::new(),
                         cancel_awaiting: false,
                         offline: self.offline,
                     }
@@ -417,6 +462,8 @@ impl AttemptSpec {
                     chunks: Vec::new(),
                     keepalive_every_ms: None,
                     end: WireEnd::Eof,
+                    head_at_ms: 0,
+                    chunks_at_ms: Vec::new(),
                     cancel_awaiting: false,
                     offline: self.offline,
                 },
@@ -437,12 +484,35 @@ impl AttemptSpec {
                 chunks: Vec::new(),
                 keepalive_every_ms: None,
                 end: WireEnd::Eof,
+                head_at_ms: 0,
+                chunks_at_ms: Vec::new(),
                 cancel_awaiting: true,
                 offline: self.offline,
             },
             _ => return Err("an attempt is exactly one of fail, succeed, cancel, wire".into()),
         };
-        Ok(played)
+        played.timed()
+    }
+}
+
+impl Played {
+    /// Every chunk's time filled in (each with the head when none is
+    /// given), and checked: one per chunk, none before the head, in order.
+    fn timed(mut self) -> Result<Self, String> {
+        if self.chunks_at_ms.is_empty() {
+            self.chunks_at_ms = vec![self.head_at_ms; self.chunks.len()];
+        }
+        if self.chunks_at_ms.len() != self.chunks.len() {
+            return Err("chunks_at_ms gives one time per chunk".into());
+        }
+        let mut last = self.head_at_ms;
+        for &at in &self.chunks_at_ms {
+            if at < last {
+                return Err("chunks_at_ms runs forward, from head_at_ms".into());
+            }
+            last = at;
+        }
+        Ok(self)
     }
 }
 
@@ -494,6 +564,10 @@ pub struct Expected {
     /// Each send's body, as text.
     #[serde(default)]
     pub bodies: Option<Vec<String>>,
+    /// Each attempt's role in a hedging race (`first`, `hedge`; `null`:
+    /// in none), in order.
+    #[serde(default)]
+    pub roles: Option<Vec<Option<String>>>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -530,6 +604,8 @@ pub struct Observed {
     pub served_by: Option<String>,
     /// Each send's body.
     pub bodies: Vec<String>,
+    /// Each attempt's role in a hedging race.
+    pub roles: Vec<Option<String>>,
 }
 
 impl Observed {
@@ -556,6 +632,16 @@ impl Observed {
             .map(|a| a.rate_limits.clone())
             .collect();
         self.targets = report.attempts.iter().map(|a| a.target.clone()).collect();
+        self.roles = report
+            .attempts
+            .iter()
+            .map(|a| {
+                a.role.map(|r| match r {
+                    crate::report::Role::First => "first".to_owned(),
+                    crate::report::Role::Hedge => "hedge".to_owned(),
+                })
+            })
+            .collect();
         self.served_by.clone_from(&report.served_by);
     }
 }
@@ -629,6 +715,11 @@ impl Expected {
             && &o.bodies != b
         {
             return differ("bodies", b, &o.bodies);
+        }
+        if let Some(r) = &self.roles
+            && &o.roles != r
+        {
+            return differ("roles", r, &o.roles);
         }
         Ok(())
     }

@@ -15,6 +15,7 @@ pub use crate::decision::DelayCause;
 use crate::failure::{Category, Phase, Stall};
 use crate::outcome::{CancelPhase, FailureReason, Outcome};
 use crate::progress::Proof;
+use crate::report::HedgeCancel;
 
 /// Who the event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +105,22 @@ pub enum EventKind {
         /// Why: the reason of the failure that moved it.
         reason: FailureReason,
     },
+    /// Before commit, the attempt in flight showed no semantic fragment
+    /// for the policy's `hedge_after`: a second attempt races it. The event
+    /// names the attempt raced; the hedge's own `attempt_started` follows.
+    HedgeStarted {
+        /// The hedge's send number.
+        hedge: u32,
+        /// How long the raced attempt had run without output, in ms.
+        #[serde(with = "crate::outcome::millis")]
+        after_ms: Duration,
+    },
+    /// An attempt of a race was released without failing: its rival won,
+    /// or it could not win. The event names that attempt.
+    HedgeCancelled {
+        /// Why.
+        reason: HedgeCancel,
+    },
     /// The wait is over; the next send follows.
     RetryStarted,
     /// A resume of the committed stream starts.
@@ -159,6 +176,8 @@ impl EventKind {
             EventKind::AdmissionRequired => "admission_required",
             EventKind::DelayScheduled { .. } => "delay_scheduled",
             EventKind::Failover { .. } => "failover",
+            EventKind::HedgeStarted { .. } => "hedge_started",
+            EventKind::HedgeCancelled { .. } => "hedge_cancelled",
             EventKind::RetryStarted => "retry_started",
             EventKind::ResumeStarted => "resume_started",
             EventKind::ParkedOffline => "parked_offline",
@@ -272,7 +291,9 @@ impl RecoveryStatus {
             EventKind::AdmissionRejected
             | EventKind::AdmissionUnresolved
             | EventKind::AdmissionRequired
-            | EventKind::Failover { .. } => self,
+            | EventKind::Failover { .. }
+            | EventKind::HedgeStarted { .. }
+            | EventKind::HedgeCancelled { .. } => self,
         }
     }
 

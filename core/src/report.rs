@@ -33,6 +33,61 @@ pub enum AttemptResult {
         /// Reason.
         reason: FailureReason,
     },
+    /// Left a hedging race without failing, and released.
+    HedgeCancelled {
+        /// Why.
+        reason: HedgeCancel,
+    },
+}
+
+/// What an attempt was in a hedging race ([`crate::policy::PolicyBuilder::hedge_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The attempt that was raced: the one in flight when the hedge
+    /// started.
+    First,
+    /// The attempt that raced it.
+    Hedge,
+}
+
+/// Why an attempt left a hedging race without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HedgeCancel {
+    /// Its rival's first semantic fragment came first.
+    RivalWon,
+    /// It ended with terminal proof and no output while its rival ran: an
+    /// empty answer never wins a race.
+    EndedEmpty,
+    /// It held back more than the hold-back cap with no semantic fragment
+    /// while its rival ran.
+    HoldbackCap,
+}
+
+impl HedgeCancel {
+    /// The stable name (`rival_won`, `ended_empty`, `holdback_cap`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HedgeCancel::RivalWon => "rival_won",
+            HedgeCancel::EndedEmpty => "ended_empty",
+            HedgeCancel::HoldbackCap => "holdback_cap",
+        }
+    }
+}
+
+/// What a request's hedging came to ([`RecoveryReport::hedges`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HedgeCounts {
+    /// Hedges sent.
+    pub started: u32,
+    /// Hedges whose answer reached the caller.
+    pub won: u32,
+    /// Attempts of a race released because they could not win (either
+    /// role).
+    pub cancelled: u32,
 }
 
 /// One physical send.
@@ -73,6 +128,9 @@ pub struct AttemptRecord {
     /// ([`crate::failover`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// What it was in a hedging race, when it was in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
 }
 
 /// One wait between sends.
@@ -183,6 +241,24 @@ impl RecoveryReport {
     /// Physical sends made.
     pub fn attempt_count(&self) -> u32 {
         self.attempts.len() as u32
+    }
+
+    /// What the request's hedging came to: hedges sent, won (the
+    /// committed attempt is a hedge) and attempts cancelled in a race.
+    pub fn hedges(&self) -> HedgeCounts {
+        let mut counts = HedgeCounts::default();
+        for a in &self.attempts {
+            if a.role == Some(Role::Hedge) {
+                counts.started += 1;
+                if self.committed_attempt == Some(a.wire_attempt) {
+                    counts.won += 1;
+                }
+            }
+            if matches!(a.result, AttemptResult::HedgeCancelled { .. }) {
+                counts.cancelled += 1;
+            }
+        }
+        counts
     }
 
     /// The last attempt's status, if any.

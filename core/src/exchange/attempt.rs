@@ -55,6 +55,10 @@ pub(super) enum Step<C> {
     Proven(Proof),
     /// Done with the body after its proof: reading stops.
     Drained,
+    /// While a rival races it, the attempt would commit without a semantic
+    /// fragment (on terminal proof, or past the hold-back cap): it cannot
+    /// win, and leaves the race.
+    Unfit(CommitTrigger),
 }
 
 /// What an attempt's inputs reach beyond it: the course and its books, the
@@ -66,6 +70,8 @@ pub(super) struct Ctx<'a, C> {
     pub(super) timers: &'a mut Timers,
     pub(super) prefix: Option<&'a mut DeliveredPrefix>,
     pub(super) protocol: &'a ProtocolKind,
+    /// A rival races the attempt: only a semantic fragment commits it.
+    pub(super) racing: bool,
 }
 
 impl<C: AsRef<[u8]>> Ctx<'_, C> {
@@ -77,6 +83,7 @@ impl<C: AsRef<[u8]>> Ctx<'_, C> {
             self.outbox.respond();
         }
         self.timers.stop(Timer::FirstToken);
+        self.timers.stop(Timer::Hedge);
     }
 }
 
@@ -138,6 +145,25 @@ impl<D: Decoded> Attempt<D> {
         }
     }
 
+    /// Whether a hedge may race it: it is on its way or streaming (an
+    /// error body fails it, a drained one is complete).
+    pub(super) fn may_be_raced(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Sending | Phase::AwaitingHead | Phase::Streaming
+        )
+    }
+
+    /// The phase a cancellation now catches it in.
+    pub(super) fn cancel_phase(&self) -> crate::outcome::CancelPhase {
+        use crate::outcome::CancelPhase;
+        match self.phase {
+            Phase::Sending => CancelPhase::Sending,
+            Phase::AwaitingHead => CancelPhase::AwaitingHead,
+            _ => CancelPhase::Streaming,
+        }
+    }
+
     /// Whether its head is still awaited.
     pub(super) fn awaits_head(&self) -> bool {
         matches!(self.phase, Phase::Sending | Phase::AwaitingHead)
@@ -147,6 +173,8 @@ impl<D: Decoded> Attempt<D> {
     /// provider's code.
     pub(super) fn read_error(&mut self, now: Instant, error: Box<ErrorHead>, timers: &mut Timers) {
         self.phase = Phase::ErrorBody(error);
+        // An error head fails the attempt once its body is read: a hedge
+        // would race a failure.
         timers.clear();
         self.restart_watch(now, timers);
     }
@@ -181,7 +209,7 @@ impl<D: Decoded> Attempt<D> {
             })
         });
         self.phase = Phase::Streaming;
-        timers.clear();
+        timers.clear_reading();
         // A streamed answer's first token is due, before commit; a whole
         // JSON answer has its output only at its end, bounded by the other
         // watchdogs.
@@ -385,8 +413,12 @@ impl<D: Decoded> Attempt<D> {
             if let Err(v) = self.through_gate(chunk, cx) {
                 return Step::Failed(violation(v));
             }
-            if let Some(trigger) = trigger {
-                cx.commit(now, trigger);
+            match trigger {
+                Some(trigger) if cx.racing && trigger != CommitTrigger::Semantic => {
+                    return Step::Unfit(trigger);
+                }
+                Some(trigger) => cx.commit(now, trigger),
+                None => {}
             }
             return Step::Quiet;
         }

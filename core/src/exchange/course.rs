@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ledger::{Ending, Ledger};
+use super::ledger::{Ending, Ledger, Slot};
 use super::targets::Targets;
 use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
 use crate::decision::{
@@ -20,8 +20,9 @@ use crate::lifecycle::{CommitTrigger, EventKind};
 use crate::outcome::{
     BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, ReplayDisabled,
 };
-use crate::policy::RecoveryPolicy;
+use crate::policy::{Endpoint, RecoveryPolicy};
 use crate::progress::{Progress, Proof};
+use crate::report::Role;
 use crate::timing::{Fraction, Instant, JitterSource};
 
 /// What kind of send comes next.
@@ -43,6 +44,23 @@ pub(crate) enum CooldownStep {
     Switched,
 }
 
+/// Where a lane of a hedging race sits in the course: its target, the
+/// sends that target had, and its record in the books. The lane the
+/// machine judges takes the course's seat ([`Course::swap_seat`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Seat {
+    target: usize,
+    target_sends: u32,
+    slot: Slot,
+}
+
+impl Seat {
+    /// The target the lane sends to.
+    pub(super) fn target(&self) -> usize {
+        self.target
+    }
+}
+
 /// The request's course. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Course {
@@ -62,6 +80,8 @@ pub(crate) struct Course {
     continuing_from: Option<Outcome>,
     /// An outer layer already debited the first send.
     prepaid: bool,
+    /// Hedges started.
+    hedges: u32,
     /// The backoff's jitter draws, fixed when the request started.
     jitter: JitterSource,
 }
@@ -91,6 +111,7 @@ impl Course {
             targets: Targets::default(),
             continuing_from: None,
             prepaid: false,
+            hedges: 0,
             jitter,
         }
     }
@@ -242,6 +263,114 @@ impl Course {
         true
     }
 
+    /// The request's deadline, if it has one: the caller's or the
+    /// policy's, whichever comes first.
+    fn deadline(&self) -> Option<Instant> {
+        [
+            self.state.deadline,
+            self.policy
+                .deadline()
+                .map(|d| self.state.started_at.saturating_add(d)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// How long after the send about to go out (a resume when `resumed`) a
+    /// hedge races it, when one may: hedging is on, the request has not
+    /// committed, hedges are left, and the endpoint is remote (on a local
+    /// runner a second inference needs the admission hook, which a hedge
+    /// does not ask).
+    pub(super) fn hedge_delay(&self, resumed: bool) -> Option<Duration> {
+        if resumed
+            || self.is_committed()
+            || self.hedges >= self.policy.max_hedges().get()
+            || self.policy.endpoint() == Endpoint::Local
+        {
+            return None;
+        }
+        self.policy.hedge_after()
+    }
+
+    /// The seat a hedge of the attempt in flight takes: the next target,
+    /// or with none after the current one, the same.
+    pub(super) fn hedge_seat(&self) -> Seat {
+        let target = self.targets.hedge();
+        let target_sends = if target == self.targets.current() {
+            self.state.target_sends
+        } else {
+            0
+        };
+        Seat {
+            target,
+            target_sends,
+            slot: Slot::default(),
+        }
+    }
+
+    /// Takes `seat` as the course's, leaving the one it had there: the
+    /// lanes of a race change places.
+    pub(super) fn swap_seat(&mut self, seat: &mut Seat) {
+        self.targets.swap_current(&mut seat.target);
+        std::mem::swap(&mut self.state.target_sends, &mut seat.target_sends);
+        if let Some(left) = self.state.alternates_left.as_mut() {
+            *left = self.targets.left();
+        }
+        self.ledger.swap_slot(&mut seat.slot);
+    }
+
+    /// Counts a hedge's send at `now`, when it may go: before the
+    /// deadline, with a retry from the budget and a send from the
+    /// allowance; emits `hedge_started` (naming the attempt it races,
+    /// which has shown nothing for `after`). `false`: nothing was counted
+    /// and the attempt in flight goes on alone.
+    pub(super) fn begin_hedge(&mut self, now: Instant, after: Duration) -> bool {
+        if self.ledger.ended() || self.deadline().is_some_and(|d| now >= d) {
+            return false;
+        }
+        let permit = match &self.retry_budget {
+            Some(budget) => match RetryPermit::take(Arc::clone(budget), now) {
+                Some(permit) => Some(permit),
+                None => return false,
+            },
+            None => None,
+        };
+        // A permit not spent is dropped, so refunded.
+        if !self.ledger.debit_hedge() {
+            return false;
+        }
+        if let Some(permit) = permit {
+            permit.spend();
+        }
+        self.hedges += 1;
+        let hedge = self.ledger.wire_attempt() + 1;
+        self.ledger.emit(
+            now,
+            EventKind::HedgeStarted {
+                hedge,
+                after_ms: after,
+            },
+        );
+        true
+    }
+
+    /// The hedge counted by [`Course::begin_hedge`] goes out at `now`
+    /// from the seat the course holds, racing the attempt in `raced`: its
+    /// record opens (`attempt_started`), and both are marked in the race.
+    pub(super) fn open_hedge(&mut self, now: Instant, raced: &Seat) {
+        self.state.attempts_made += 1;
+        self.state.target_sends += 1;
+        self.state.attempts_left = self.ledger.sends_left();
+        let target = self.targets.label();
+        self.ledger.open(now, false, target);
+        self.ledger.mark(raced.slot, Role::First);
+        let mut own = Slot::default();
+        self.ledger.swap_slot(&mut own);
+        self.ledger.mark(own, Role::Hedge);
+        self.ledger.swap_slot(&mut own);
+    }
+
     /// Call immediately before every physical send. Rechecks the deadline,
     /// debits the allowance (unless an outer layer already paid the first),
     /// spends the retry permit, and emits `retry_started` /
@@ -251,16 +380,7 @@ impl Course {
         if let Some(done) = self.ledger.outcome() {
             return Err(done.clone());
         }
-        let deadline = [
-            self.state.deadline,
-            self.policy
-                .deadline()
-                .map(|d| self.state.started_at.saturating_add(d)),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        if self.next != NextSend::First && deadline.is_some_and(|d| now >= d) {
+        if self.next != NextSend::First && self.deadline().is_some_and(|d| now >= d) {
             return Err(self.finish(now, Outcome::DeadlineExceeded));
         }
         let prepaid = std::mem::take(&mut self.prepaid);
@@ -415,10 +535,31 @@ impl Course {
         if let Some(done) = self.ledger.outcome() {
             return Action::Fail(done.clone());
         }
+        self.record_failure(now, &failure);
+        self.output_observed |= failure.progress.blocks_replay();
+        if failure.progress.blocks_replay() {
+            self.state.committed |= failure.progress.semantic_delivered();
+        }
+        self.state.admission = None;
+        self.last_failure = Some(failure);
+        self.decide_next(now, online)
+    }
+
+    /// An attempt of a hedging race failed while its rival runs on: its
+    /// record closes (`attempt_failed`), and nothing is decided. Nothing
+    /// it showed reached the consumer, and the rival is no replay of it.
+    pub(super) fn lane_failed(&mut self, now: Instant, failure: &Failure) {
+        if !self.ledger.ended() {
+            self.record_failure(now, failure);
+        }
+    }
+
+    /// Closes the record of the attempt in flight with `failure`.
+    fn record_failure(&mut self, now: Instant, failure: &Failure) {
         let ending = Ending {
             category: failure.category(),
             phase: failure.phase,
-            reason: self.reason_for(&failure),
+            reason: self.reason_for(failure),
             status: failure.status,
             retry_after: failure.retry_after,
             acceptance: failure.acceptance,
@@ -429,14 +570,7 @@ impl Course {
             _ => None,
         };
         self.ledger.failed(now, &ending, stall);
-        self.output_observed |= failure.progress.blocks_replay();
-        if failure.progress.blocks_replay() {
-            self.state.committed |= failure.progress.semantic_delivered();
-        }
         self.state.first_failure_at.get_or_insert(now);
-        self.state.admission = None;
-        self.last_failure = Some(failure);
-        self.decide_next(now, online)
     }
 
     /// The first-token timeout of the answer about to be read: none once
@@ -483,13 +617,19 @@ impl Course {
         if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
+        self.cancel_lane(now, phase);
+        self.finish(now, Outcome::Cancelled { phase })
+    }
+
+    /// The caller cancelled with the attempt in flight in `phase`: its
+    /// record closes as cancelled (the other lane's of a race too).
+    pub(super) fn cancel_lane(&mut self, now: Instant, phase: CancelPhase) {
         let wire_phase = match phase {
             CancelPhase::Sending => Phase::Sending,
             CancelPhase::AwaitingHead => Phase::AwaitingHeaders,
             _ => Phase::Streaming,
         };
         self.ledger.cancelled(now, wire_phase);
-        self.finish(now, Outcome::Cancelled { phase })
     }
 
     fn decide_next(&mut self, now: Instant, online: bool) -> Action {

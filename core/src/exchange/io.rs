@@ -16,6 +16,7 @@ use bytes::Bytes;
 use super::Exchange;
 use crate::failure::Failure;
 use crate::outcome::Outcome;
+pub use crate::report::Role;
 use crate::resume::ResumeRequest;
 
 /// A response head as the driver received it.
@@ -151,6 +152,25 @@ pub enum Io<C> {
     Read,
     /// Close the current attempt's response: it is not used any more.
     Release,
+    /// Start a hedge: send the original request to target `target` (0 for
+    /// the request's own, `i` for alternate `i`) as a second attempt racing
+    /// the one in flight. What happens to it goes in with the inputs that
+    /// take a [`Role`] ([`Exchange::on_sent_of`] and the others) as
+    /// [`Role::Hedge`].
+    Hedge {
+        /// The target it goes to.
+        target: usize,
+    },
+    /// Two attempts race: wait for whichever has news first (a head, a
+    /// chunk, an end, an error; each as its role) or
+    /// [`Exchange::poll_timeout`].
+    Race,
+    /// Close the hedge's response: it lost its race, or left it.
+    ReleaseHedge,
+    /// The hedge won or outlasted its race (the attempt it raced was
+    /// released just before): it is the request's attempt from now on, and
+    /// its inputs come as [`Role::First`] again.
+    Promote,
     /// Hand the committed attempt's head to the caller; its body follows as
     /// [`Io::Deliver`] chunks.
     Respond,

@@ -12,7 +12,8 @@ use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
 use crate::outcome::{FailureReason, Outcome};
 use crate::progress::{Progress, Proof};
 use crate::report::{
-    AttemptRecord, AttemptResult, DelayRecord, RecoveryReport, Seam, SeamStrategy,
+    AttemptRecord, AttemptResult, DelayRecord, HedgeCancel, RecoveryReport, Role, Seam,
+    SeamStrategy,
 };
 use crate::retry_after::RetryAfter;
 use crate::safe::{RateLimits, SafeToken};
@@ -37,8 +38,20 @@ pub struct Ledger {
     outcome: Option<Outcome>,
     /// Sends made so far.
     sends: u32,
-    /// A send's record is open.
-    in_flight: bool,
+    /// The record the attempt in flight writes to, and the send events
+    /// name.
+    slot: Slot,
+}
+
+/// The record an attempt writes to (while it runs) and the send the
+/// events of its lane name: one per lane of a hedging race, swapped with
+/// the lanes ([`Ledger::swap_slot`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Slot {
+    /// The index of its open record in the report.
+    open: Option<usize>,
+    /// Its send number (the last one, once its record closed).
+    naming: u32,
 }
 
 /// How an attempt failed, as its record keeps it.
@@ -64,7 +77,7 @@ impl Ledger {
             events: Vec::new(),
             outcome: None,
             sends: 0,
-            in_flight: false,
+            slot: Slot::default(),
         }
     }
 
@@ -111,7 +124,7 @@ impl Ledger {
 
     /// Emits `kind` at `now`, naming the send in flight.
     pub(crate) fn emit(&mut self, now: Instant, kind: EventKind) {
-        let n = self.sends;
+        let n = self.slot.naming;
         let event = LifecycleEvent {
             identity: Identity {
                 logical_id: self.logical_id.clone(),
@@ -131,10 +144,20 @@ impl Ledger {
     }
 
     fn current(&mut self) -> Option<&mut AttemptRecord> {
-        if self.in_flight {
-            self.report.attempts.last_mut()
-        } else {
-            None
+        self.slot.open.and_then(|i| self.report.attempts.get_mut(i))
+    }
+
+    /// Takes `slot` as the one the attempt in flight writes to, leaving
+    /// the one it had there (the lanes of a race change places).
+    pub(crate) fn swap_slot(&mut self, slot: &mut Slot) {
+        std::mem::swap(&mut self.slot, slot);
+    }
+
+    /// Marks the record `slot` writes to (if open) as `role` in a race,
+    /// unless it was already in one.
+    pub(crate) fn mark(&mut self, slot: Slot, role: Role) {
+        if let Some(rec) = slot.open.and_then(|i| self.report.attempts.get_mut(i)) {
+            rec.role.get_or_insert(role);
         }
     }
 
@@ -155,6 +178,11 @@ impl Ledger {
     /// request ends first).
     pub(crate) fn hold(&mut self, permit: RetryPermit) {
         self.permit = Some(permit);
+    }
+
+    /// Debits a hedge's send from the allowance; `false` when none is left.
+    pub(crate) fn debit_hedge(&mut self) -> bool {
+        self.allowance.try_debit()
     }
 
     /// Opens the record of a send to `target`; emits `attempt_started`.
@@ -180,8 +208,12 @@ impl Ledger {
             request_id: None,
             rate_limits: None,
             target: target.clone(),
+            role: None,
         });
-        self.in_flight = true;
+        self.slot = Slot {
+            open: Some(self.report.attempts.len() - 1),
+            naming: n,
+        };
         let max_attempts = self.allowance.total();
         self.emit(
             now,
@@ -214,7 +246,7 @@ impl Ledger {
 
     /// Records the commit of the send in flight, served by `target`.
     pub(crate) fn commit(&mut self, now: Instant, trigger: CommitTrigger, target: Option<String>) {
-        self.report.committed_attempt = Some(self.sends);
+        self.report.committed_attempt = Some(self.slot.naming);
         self.report.served_by = target;
         if trigger == CommitTrigger::Semantic
             && self.report.metrics.time_to_first_semantic_ms.is_none()
@@ -245,7 +277,7 @@ impl Ledger {
             rec.ended_ms = Some(at);
             rec.result = AttemptResult::Succeeded { proof };
         }
-        self.in_flight = false;
+        self.slot.open = None;
         self.report.served_by = served_by;
         self.emit(now, EventKind::AttemptSucceeded { proof });
     }
@@ -270,7 +302,7 @@ impl Ledger {
             };
             rec.acceptance = Some(ending.acceptance);
         }
-        self.in_flight = false;
+        self.slot.open = None;
         self.emit(
             now,
             EventKind::AttemptFailed {
@@ -286,22 +318,20 @@ impl Ledger {
     /// The caller cancelled while a send was in flight (`phase` on the
     /// wire): its record closes as cancelled.
     pub(crate) fn cancelled(&mut self, now: Instant, phase: Phase) {
-        if !self.in_flight {
-            return;
-        }
         let at = self.elapsed(now).as_millis() as u64;
         let reason = FailureReason::Cancelled;
         let category = Category::Cancellation;
-        if let Some(rec) = self.current() {
-            rec.ended_ms = Some(at);
-            rec.result = AttemptResult::Failed {
-                category,
-                phase,
-                reason,
-            };
-        }
-        self.in_flight = false;
-        let status = self.report.attempts.last().and_then(|a| a.status);
+        let Some(rec) = self.current() else {
+            return;
+        };
+        rec.ended_ms = Some(at);
+        rec.result = AttemptResult::Failed {
+            category,
+            phase,
+            reason,
+        };
+        let status = rec.status;
+        self.slot.open = None;
         self.emit(
             now,
             EventKind::AttemptFailed {
@@ -314,6 +344,18 @@ impl Ledger {
         );
     }
 
+    /// The attempt in flight left a hedging race without failing: its
+    /// record closes as cancelled for `reason`; emits `hedge_cancelled`.
+    pub(crate) fn hedge_cancelled(&mut self, now: Instant, reason: HedgeCancel) {
+        let at = self.elapsed(now).as_millis() as u64;
+        if let Some(rec) = self.current() {
+            rec.ended_ms = Some(at);
+            rec.result = AttemptResult::HedgeCancelled { reason };
+        }
+        self.slot.open = None;
+        self.emit(now, EventKind::HedgeCancelled { reason });
+    }
+
     /// Records a wait after the current send.
     pub(crate) fn delay(
         &mut self,
@@ -322,7 +364,7 @@ impl Ledger {
         cause: crate::decision::DelayCause,
     ) {
         self.report.delays.push(DelayRecord {
-            after_attempt: self.sends,
+            after_attempt: self.slot.naming,
             delay_ms: delay,
             cause,
         });
@@ -344,7 +386,7 @@ impl Ledger {
             .map(|a| a.progress.delivered_bytes)
             .sum();
         self.report.seams.push(Seam {
-            attempt: self.sends,
+            attempt: self.slot.naming,
             strategy,
             delivered_bytes,
         });

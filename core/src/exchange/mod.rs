@@ -30,8 +30,10 @@ mod decoded;
 mod gate;
 mod head;
 mod io;
+mod lane;
 mod ledger;
 mod outbox;
+mod race;
 mod recourse;
 mod resumption;
 mod route;
@@ -44,7 +46,7 @@ use std::collections::VecDeque;
 
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
-pub use io::{AdmissionRequest, Chunk, Head, Io, RequestFacts, Send};
+pub use io::{AdmissionRequest, Chunk, Head, Io, RequestFacts, Role, Send};
 pub use ledger::Ledger;
 pub use setup::Setup;
 pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
@@ -58,17 +60,20 @@ use crate::outcome::Outcome;
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
 use crate::protocol::{ProtocolChoice, ProtocolKind};
+use crate::report::HedgeCancel;
 use crate::timing::Instant;
 use attempt::{Attempt, Ctx, Phase as AttemptPhase, Step};
 use course::{CooldownStep, Course};
 use head::Verdict;
-use outbox::{Due, Holds, Outbox};
+use lane::Lane;
+use outbox::{Due, Holds};
+use race::{Left, Race};
 use recourse::Recourse;
 use resumption::{Continue, Resumption};
 use route::Route;
 use stage::{Pending, Stage};
 use std::time::SystemTime;
-use timers::{Timer, Timers};
+use timers::Timer;
 
 /// The machine of one logical request. See the module docs.
 ///
@@ -78,18 +83,13 @@ use timers::{Timer, Timers};
 pub struct Exchange<C, D = SelfDecoded> {
     /// The request's course over its sends, and its books.
     course: Course,
-    /// The protocol the answer is decoded as.
-    protocol: ProtocolKind,
     stage: Stage,
     /// Where the request is sent.
     route: Route,
-    /// The attempt in flight (or the last one).
-    attempt: Attempt<D>,
-    /// What is due to the driver and the consumer.
-    outbox: Outbox<C>,
-    timers: Timers,
-    /// How a committed stream can be continued, when it can.
-    resumption: Option<Box<Resumption>>,
+    /// The attempt in flight (or the last one), and what is its own.
+    lane: Lane<C, D>,
+    /// A hedge racing it, before commit.
+    race: Option<Box<Race<C, D>>>,
 }
 
 impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
@@ -116,7 +116,16 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The protocol the answer is decoded as.
     pub fn protocol(&self) -> &ProtocolKind {
-        &self.protocol
+        &self.lane.protocol
+    }
+
+    /// The protocol the answer of `role`'s attempt is decoded as (a hedge
+    /// to an alternate may speak another).
+    pub fn protocol_of(&self, role: Role) -> &ProtocolKind {
+        match (role, &self.race) {
+            (Role::Hedge, Some(race)) => race.protocol(),
+            _ => &self.lane.protocol,
+        }
     }
 
     /// The request's books: its logical id, sends, report and outcome.
@@ -161,19 +170,22 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The last error body read (capped at the policy's evidence cap):
     /// sensitive evidence, for `inspect_*` only.
     pub fn error_body(&self) -> &[u8] {
-        &self.attempt.error_body
+        &self.lane.attempt.error_body
     }
 
     /// What the consumer has received, as the continuation hook is given
     /// it (present when a continuation may be asked for).
     pub fn delivered_prefix(&self) -> Option<&DeliveredPrefix> {
-        self.resumption.as_ref().and_then(|r| r.prefix.as_ref())
+        self.lane
+            .resumption
+            .as_ref()
+            .and_then(|r| r.prefix.as_ref())
     }
 
     /// The chunks held for the consumer, taken out (the final error
     /// response's first chunks, after [`Io::RespondError`]).
     pub fn take_held(&mut self) -> VecDeque<Chunk<C>> {
-        self.outbox.take()
+        self.lane.outbox.take()
     }
 
     /// Whether the head just received may become the final answer as the
@@ -181,16 +193,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// runtime can copy a body (a `Response.clone()`) reads the copy and
     /// keeps the original for [`Io::RespondError`].
     pub fn keeps_response(&self) -> bool {
-        !self.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
-            || matches!(self.stage, Stage::Ended(_)) && self.outbox.error_response_due()
+        // An attempt of a race that fails leaves it; it is never the answer.
+        self.race.is_none() && !self.lane.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
+            || matches!(self.stage, Stage::Ended(_)) && self.lane.outbox.error_response_due()
             // A redirect that fails the attempt is weighed at the next
             // poll; it may be the answer.
-            || matches!(self.stage, Stage::Failed(_)) && self.outbox.holds() == Holds::ErrorResponse
+            || matches!(self.stage, Stage::Failed(_)) && self.lane.outbox.holds() == Holds::ErrorResponse
     }
 
     /// Whether an attempt is in flight in a phase `is` says yes to.
     fn in_phase(&self, is: impl Fn(&AttemptPhase) -> bool) -> bool {
-        matches!(self.stage, Stage::InFlight) && is(&self.attempt.phase)
+        matches!(self.stage, Stage::InFlight) && is(&self.lane.attempt.phase)
     }
 
     /// Whether the body streams the committed attempt with nothing queued,
@@ -198,15 +211,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// [`Exchange::on_chunk`] alone, without asking [`Exchange::poll`].
     #[inline]
     pub fn is_passing_through(&self) -> bool {
-        self.outbox.is_idle()
-            && self.attempt.gate.is_none()
+        self.lane.outbox.is_idle()
+            && self.lane.attempt.gate.is_none()
             && self.in_phase(|p| matches!(p, AttemptPhase::Streaming | AttemptPhase::Draining))
     }
 
     /// When the driver must wake the machine ([`Exchange::handle_timeout`])
     /// if nothing else happens first: the earliest of its timers.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next()
+        let first = self.lane.timers.next();
+        match self.race.as_deref().and_then(Race::next_timeout) {
+            Some(hedge) => Some(first.map_or(hedge, |f| f.min(hedge))),
+            None => first,
+        }
     }
 
     /// What the driver does next, `online` saying whether the platform
@@ -214,20 +231,22 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn poll(&mut self, now: Instant, online: bool) -> Io<C> {
         loop {
             self.decide(now, online);
-            if let Some(due) = self.outbox.next_due() {
+            if let Some(due) = self.lane.outbox.next_due() {
                 return match due {
                     Due::Release => Io::Release,
                     Due::Respond => Io::Respond,
                     Due::RespondError => Io::RespondError,
+                    Due::ReleaseHedge => Io::ReleaseHedge,
+                    Due::Promote => Io::Promote,
                 };
             }
-            if let Some((chunk, last)) = self.outbox.next_chunk() {
+            if let Some((chunk, last)) = self.lane.outbox.next_chunk() {
                 if last {
                     self.settle_if_proven(now);
                 }
                 return Io::Deliver(chunk);
             }
-            if let Some(failure) = self.outbox.take_deferred() {
+            if let Some(failure) = self.lane.outbox.take_deferred() {
                 self.fail_attempt(now, online, failure);
                 continue;
             }
@@ -236,8 +255,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     Some(io) => io,
                     None => continue,
                 },
-                Stage::InFlight if self.attempt.awaits_head() => Io::AwaitHead,
-                Stage::InFlight => Io::Read,
+                Stage::InFlight => match self.race.as_deref_mut() {
+                    Some(race) => race
+                        .take_due()
+                        .map_or(Io::Race, |target| Io::Hedge { target }),
+                    None if self.lane.attempt.awaits_head() => Io::AwaitHead,
+                    None => Io::Read,
+                },
                 Stage::Waiting { .. } => Io::Sleep,
                 Stage::Parked { .. } => Io::WaitOnline,
                 Stage::Admission { request, .. } => match request.take() {
@@ -259,7 +283,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             Some(Pending::Failure(failure)) => return self.fail_attempt(now, online, *failure),
             Some(Pending::Admission(answer)) => self.course.admission(now, answer, online),
             Some(Pending::Continuation(failure, given)) => {
-                if let Some(r) = self.resumption.as_mut() {
+                if let Some(r) = self.lane.resumption.as_mut() {
                     r.continuation_ready = given;
                 }
                 self.course.set_resume_possible(given);
@@ -271,30 +295,53 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// Enters `stage`, its timers stopped: it arms its own.
     fn enter(&mut self, stage: Stage) {
-        self.timers.clear();
+        self.lane.timers.clear();
         self.stage = stage;
     }
 
     /// What an attempt's inputs reach beyond it, and the attempt.
     fn split(&mut self) -> (&mut Attempt<D>, Ctx<'_, C>) {
         let prefix = self
+            .lane
             .resumption
             .as_deref_mut()
             .and_then(|r| r.prefix.as_mut());
         let cx = Ctx {
             course: &mut self.course,
-            outbox: &mut self.outbox,
-            timers: &mut self.timers,
+            outbox: &mut self.lane.outbox,
+            timers: &mut self.lane.timers,
             prefix,
-            protocol: &self.protocol,
+            protocol: &self.lane.protocol,
+            racing: self.race.is_some(),
         };
-        (&mut self.attempt, cx)
+        (&mut self.lane.attempt, cx)
     }
 
-    /// Carries out what an attempt's input means for the request.
+    /// Carries out what an attempt's input means for the request. In a
+    /// race, an attempt that fails or cannot win leaves it instead.
     fn step(&mut self, now: Instant, step: Step<C>) -> Option<C> {
+        if let Some(race) = self.race.as_deref_mut() {
+            let left = match step {
+                Step::Failed(failure) => Left::Failed(Box::new(failure)),
+                Step::Proven(_) if !self.course.is_committed() => {
+                    Left::Cancelled(HedgeCancel::EndedEmpty)
+                }
+                Step::Unfit(CommitTrigger::HoldbackCap) => {
+                    Left::Cancelled(HedgeCancel::HoldbackCap)
+                }
+                Step::Unfit(_) => Left::Cancelled(HedgeCancel::EndedEmpty),
+                step => return self.step_alone(now, step),
+            };
+            race.leave(left, &mut self.lane);
+            return None;
+        }
+        self.step_alone(now, step)
+    }
+
+    /// An input's step for the request's one attempt.
+    fn step_alone(&mut self, now: Instant, step: Step<C>) -> Option<C> {
         match step {
-            Step::Quiet => None,
+            Step::Quiet | Step::Unfit(_) => None,
             Step::Pass(chunk) => {
                 self.settle_if_proven(now);
                 Some(chunk)
@@ -332,7 +379,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             match self.course.hold_for_cooldown(now, wait) {
                 Ok(CooldownStep::Wait(wait)) => {
                     self.enter(Stage::Waiting { resume: false });
-                    self.timers.set(Timer::Wait, Some(now + wait));
+                    self.lane.timers.set(Timer::Wait, Some(now + wait));
                     return None;
                 }
                 // Decided again for the next target, on the next turn.
@@ -351,22 +398,27 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 return None;
             }
         };
-        self.outbox.new_attempt();
+        self.lane.outbox.new_attempt();
         self.enter(Stage::InFlight);
         let head_timeout = self.course.policy().head_timeout();
-        self.attempt.send(now, head_timeout, &mut self.timers);
+        self.lane
+            .attempt
+            .send(now, head_timeout, &mut self.lane.timers);
+        if let Some(after) = self.course.hedge_delay(resumed) {
+            self.lane.timers.set(Timer::Hedge, Some(now + after));
+        }
         if !resumed {
-            if let Some(r) = self.resumption.as_mut() {
+            if let Some(r) = self.lane.resumption.as_mut() {
                 r.next_gate = Some((None, None));
             }
             return Some(Io::Send(Send::Original));
         }
-        let Some(r) = self.resumption.as_deref_mut() else {
+        let Some(r) = self.lane.resumption.as_deref_mut() else {
             let attempts = self.course.ledger.wire_attempt();
             self.end(Err(Outcome::Exhausted { attempts }));
             return None;
         };
-        match r.next_send(&self.route, &self.protocol) {
+        match r.next_send(&self.route, &self.lane.protocol) {
             Continue::Send(send, strategy) => {
                 self.course.ledger.seam(strategy);
                 Some(Io::Send(send))
@@ -389,10 +441,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The request left: the head timer runs, a cancel now catches it
     /// awaiting its head.
-    pub fn on_sent(&mut self, _now: Instant) {
-        if matches!(self.stage, Stage::InFlight) {
-            self.attempt.sent();
-        }
+    pub fn on_sent(&mut self, now: Instant) {
+        self.on_sent_of(Role::First, now);
+    }
+
+    /// [`Exchange::on_sent`] of `role`'s attempt.
+    pub fn on_sent_of(&mut self, role: Role, now: Instant) {
+        self.judge(role, now, |ex| {
+            if matches!(ex.stage, Stage::InFlight) {
+                ex.lane.attempt.sent();
+            }
+        });
     }
 
     /// The response head arrived at `now`, `wall` on the wall clock (an
@@ -406,33 +465,61 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         head: &H,
         decoded: Option<D>,
     ) {
-        if !self.in_phase(|_| self.attempt.awaits_head()) {
+        self.on_head_of(Role::First, now, wall, head, decoded);
+    }
+
+    /// [`Exchange::on_head`] of `role`'s attempt.
+    pub fn on_head_of<H: Head + ?Sized>(
+        &mut self,
+        role: Role,
+        now: Instant,
+        wall: SystemTime,
+        head: &H,
+        decoded: Option<D>,
+    ) {
+        self.judge(role, now, |ex| ex.head(now, wall, head, decoded));
+    }
+
+    fn head<H: Head + ?Sized>(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        head: &H,
+        decoded: Option<D>,
+    ) {
+        if !self.in_phase(|_| self.lane.attempt.awaits_head()) {
             return;
         }
         let (verdict, seen) = head::judge(head, wall);
         self.course
             .ledger
             .head(now, seen.status, seen.request_id, seen.rate_limits);
-        self.attempt.status = Some(seen.status);
+        self.lane.attempt.status = Some(seen.status);
         let form = match verdict {
             Verdict::Redirect(failure) => {
-                self.outbox.set_holds(Holds::ErrorResponse);
-                self.attempt_failed(failure);
+                self.lane.outbox.set_holds(Holds::ErrorResponse);
+                self.step(now, Step::Failed(failure));
                 return;
             }
             Verdict::Error(error) => {
-                self.attempt.read_error(now, error, &mut self.timers);
+                self.lane
+                    .attempt
+                    .read_error(now, error, &mut self.lane.timers);
                 return;
             }
             Verdict::Answer(form) => form,
         };
         if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol)
-            && *kind != self.protocol
+            && *kind != self.lane.protocol
         {
             let kind = kind.clone();
             self.adopt(kind);
         }
-        let next_gate = self.resumption.as_mut().and_then(|r| r.next_gate.take());
+        let next_gate = self
+            .lane
+            .resumption
+            .as_mut()
+            .and_then(|r| r.next_gate.take());
         let first_token = self.course.first_token_timeout();
         let (attempt, mut cx) = self.split();
         attempt.read_answer(now, form, decoded, next_gate, first_token, &mut cx);
@@ -442,8 +529,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// answer named it, or the request moved to a target that speaks it.
     #[cold]
     fn adopt(&mut self, protocol: ProtocolKind) {
-        Resumption::adopt(&mut self.resumption, &self.route, &self.protocol, &protocol);
-        self.protocol = protocol;
+        Resumption::adopt(
+            &mut self.lane.resumption,
+            &self.route,
+            &self.lane.protocol,
+            &protocol,
+        );
+        self.lane.protocol = protocol;
     }
 
     /// A chunk of a body that [`is_passing_through`](Self::is_passing_through),
@@ -454,10 +546,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     #[inline]
     pub fn on_passing_chunk(&mut self, chunk: &[u8]) -> bool {
         debug_assert!(self.is_passing_through());
-        match self
-            .attempt
-            .on_passing_chunk(chunk, &mut self.outbox, &mut self.timers)
-        {
+        match self.lane.attempt.on_passing_chunk(
+            chunk,
+            &mut self.lane.outbox,
+            &mut self.lane.timers,
+        ) {
             Ok(passes) => passes,
             Err(v) => {
                 self.attempt_failed(attempt::violation(v));
@@ -480,44 +573,108 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// follows.
     #[inline]
     pub fn on_chunk(&mut self, now: Instant, chunk: C) -> Option<C> {
-        if !matches!(self.stage, Stage::InFlight) {
-            return None;
-        }
-        let (attempt, mut cx) = self.split();
-        let step = attempt.on_chunk(now, chunk, &mut cx);
-        self.step(now, step)
+        self.on_chunk_of(Role::First, now, chunk)
+    }
+
+    /// [`Exchange::on_chunk`] of `role`'s attempt.
+    #[inline]
+    pub fn on_chunk_of(&mut self, role: Role, now: Instant, chunk: C) -> Option<C> {
+        self.judge(role, now, |ex| {
+            if !matches!(ex.stage, Stage::InFlight) {
+                return None;
+            }
+            let (attempt, mut cx) = ex.split();
+            let step = attempt.on_chunk(now, chunk, &mut cx);
+            ex.step(now, step)
+        })
+        .flatten()
     }
 
     /// The body ended cleanly (the transport's end of body).
     pub fn on_end(&mut self, now: Instant) {
-        if matches!(self.stage, Stage::InFlight) {
-            let (attempt, mut cx) = self.split();
-            let step = attempt.on_end(&mut cx);
-            self.step(now, step);
-        }
+        self.on_end_of(Role::First, now);
+    }
+
+    /// [`Exchange::on_end`] of `role`'s attempt.
+    pub fn on_end_of(&mut self, role: Role, now: Instant) {
+        self.judge(role, now, |ex| {
+            if matches!(ex.stage, Stage::InFlight) {
+                let (attempt, mut cx) = ex.split();
+                let step = attempt.on_end(&mut cx);
+                ex.step(now, step);
+            }
+        });
     }
 
     /// The attempt failed: no head came back, the body's read failed, or a
     /// hook of the driver vetoed it. `failure` says what and where (kind,
     /// phase, acceptance); the machine adds what the attempt showed.
     pub fn on_error(&mut self, now: Instant, failure: Failure) {
-        if matches!(self.stage, Stage::InFlight) {
-            let (attempt, mut cx) = self.split();
-            let step = attempt.on_error(failure, &mut cx);
-            self.step(now, step);
+        self.on_error_of(Role::First, now, failure);
+    }
+
+    /// [`Exchange::on_error`] of `role`'s attempt.
+    pub fn on_error_of(&mut self, role: Role, now: Instant, failure: Failure) {
+        self.judge(role, now, |ex| {
+            if matches!(ex.stage, Stage::InFlight) {
+                let (attempt, mut cx) = ex.split();
+                let step = attempt.on_error(failure, &mut cx);
+                ex.step(now, step);
+            }
+        });
+    }
+
+    /// Runs an input of `role`'s attempt, then settles the race it may
+    /// have decided. The input of a hedge that no longer races is dropped.
+    #[inline]
+    fn judge<R>(
+        &mut self,
+        role: Role,
+        now: Instant,
+        input: impl FnOnce(&mut Self) -> R,
+    ) -> Option<R> {
+        let hedge = role == Role::Hedge;
+        if hedge {
+            let race = self.race.as_deref_mut()?;
+            race.swap(&mut self.lane, &mut self.course, &mut self.route);
         }
+        let out = input(self);
+        if let Some(race) = self.race.as_deref_mut()
+            && race.settle(
+                now,
+                hedge,
+                &mut self.lane,
+                &mut self.course,
+                &mut self.route,
+            )
+        {
+            self.race = None;
+        }
+        Some(out)
     }
 
     /// A deadline of [`Exchange::poll_timeout`] may have passed by `now`:
-    /// each timer that has is handled, in order. Nothing happens when none
-    /// has.
+    /// each timer that has is handled, in order, the first attempt's
+    /// before a hedge's. Nothing happens when none has.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(timer) = self.timers.expired(now) {
+        self.judge(Role::First, now, |ex| ex.timers_fired(now));
+        self.judge(Role::Hedge, now, |ex| ex.timers_fired(now));
+    }
+
+    fn timers_fired(&mut self, now: Instant) {
+        while let Some(timer) = self.lane.timers.expired(now) {
             match timer {
                 Timer::Head | Timer::FirstToken | Timer::Watch => {
                     let (attempt, mut cx) = self.split();
                     let step = attempt.on_timer(timer, now, &mut cx);
                     self.step(now, step);
+                }
+                Timer::Hedge => {
+                    self.lane.timers.stop(Timer::Hedge);
+                    if self.race.is_none() && self.in_phase(|_| self.lane.attempt.may_be_raced()) {
+                        self.race =
+                            Race::start(now, &mut self.lane, &mut self.course, &mut self.route);
+                    }
                 }
                 Timer::Wait => {
                     // A resume waits its backoff first and connectivity
@@ -526,7 +683,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                     self.enter(Stage::ToSend { resume });
                 }
                 Timer::Bound => {
-                    self.timers.stop(Timer::Bound);
+                    self.lane.timers.stop(Timer::Bound);
                     if let Stage::Parked { .. } = self.stage {
                         // The budget or the deadline ran out while parked.
                         let action = self.course.online_again(now);
@@ -574,39 +731,44 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// request (an SDK stops reading at its end marker); otherwise it is
     /// `cancelled`, in the phase the request was in.
     pub fn cancel(&mut self, now: Instant) {
+        if let Some(race) = self.race.take() {
+            race.cancel(now, &mut self.lane, &mut self.course, &mut self.route);
+        }
         if let Stage::Failed(_) = self.stage {
             // The failure is on the books before the cancellation.
             self.decide(now, true);
         }
-        if let (Stage::InFlight, AttemptPhase::Draining) = (&self.stage, &self.attempt.phase) {
+        if let (Stage::InFlight, AttemptPhase::Draining) = (&self.stage, &self.lane.attempt.phase) {
             self.enter(Stage::Ended(Ok(())));
-            self.outbox.release();
+            self.lane.outbox.release();
             return;
         }
         let sent = self.course.ledger.wire_attempt() > 0;
-        let Some(phase) = self.stage.cancel_phase(&self.attempt.phase, sent) else {
+        let Some(phase) = self.stage.cancel_phase(&self.lane.attempt.phase, sent) else {
             return;
         };
-        if self.outbox.responded()
-            && self.outbox.is_empty()
-            && let Some(proof) = self.attempt.proof()
+        if self.lane.outbox.responded()
+            && self.lane.outbox.is_empty()
+            && let Some(proof) = self.lane.attempt.proof()
         {
             self.complete(now, proof);
-            self.outbox.release();
+            self.lane.outbox.release();
             return;
         }
-        if let Some(progress) = self.attempt.progress() {
-            let responded = self.outbox.responded();
+        if let Some(progress) = self.lane.attempt.progress() {
+            let responded = self.lane.outbox.responded();
             let progress = if responded {
-                self.attempt.progress_delivered(self.outbox.delivered())
+                self.lane
+                    .attempt
+                    .progress_delivered(self.lane.outbox.delivered())
             } else {
                 progress
             };
             self.course.ledger.progress(progress);
         }
         let outcome = self.course.cancel(now, phase);
-        self.outbox.release();
-        self.outbox.set_holds(Holds::Answer);
+        self.lane.outbox.release();
+        self.lane.outbox.set_holds(Holds::Answer);
         self.end(Err(outcome));
     }
 
@@ -617,7 +779,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// the clean end) waits for the end.
     #[inline]
     fn settle_if_proven(&mut self, now: Instant) {
-        if self.attempt.proven() {
+        if self.lane.attempt.proven() {
             self.settle(now);
         }
     }
@@ -625,23 +787,23 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     #[cold]
     fn settle(&mut self, now: Instant) {
         if !self.in_phase(|p| matches!(p, AttemptPhase::Streaming))
-            || !self.outbox.responded()
-            || !self.outbox.is_empty()
+            || !self.lane.outbox.responded()
+            || !self.lane.outbox.is_empty()
         {
             return;
         }
-        if let Some(Proof::Strong) = self.attempt.proof()
-            && !self.outbox.deferred()
+        if let Some(Proof::Strong) = self.lane.attempt.proof()
+            && !self.lane.outbox.deferred()
         {
             self.complete(now, Proof::Strong);
             self.stage = Stage::InFlight;
-            self.attempt.drain(now, &mut self.timers);
+            self.lane.attempt.drain(now, &mut self.lane.timers);
         }
     }
 
     fn end(&mut self, result: Result<(), Outcome>) {
         self.enter(Stage::Ended(result));
-        self.outbox.end();
+        self.lane.outbox.end();
     }
 
     /// The attempt finished with success proof.
@@ -649,16 +811,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         let (_, mut cx) = self.split();
         cx.commit(now, CommitTrigger::Terminal);
         if let Some(rest) = self
+            .lane
             .attempt
             .gate
             .as_mut()
             .map(|g| g.rest())
             .filter(|b| !b.is_empty())
         {
-            self.outbox.push(Chunk::Made(rest));
+            self.lane.outbox.push(Chunk::Made(rest));
         }
-        let delivered = self.outbox.delivered() + self.outbox.queued_bytes();
-        let progress = self.attempt.progress_delivered(delivered);
+        let delivered = self.lane.outbox.delivered() + self.lane.outbox.queued_bytes();
+        let progress = self.lane.attempt.progress_delivered(delivered);
         self.course.succeed(now, proof, progress);
         self.end(Ok(()));
     }
@@ -666,8 +829,8 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The attempt in flight failed. After commit, a failure found inside a
     /// chunk waits until the queued chunks are handed out.
     fn attempt_failed(&mut self, failure: Failure) {
-        if self.outbox.responded() && !self.outbox.is_empty() {
-            self.outbox.defer(failure);
+        if self.lane.outbox.responded() && !self.lane.outbox.is_empty() {
+            self.lane.outbox.defer(failure);
             return;
         }
         self.enter(Stage::Failed(Box::new(failure)));
@@ -678,11 +841,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         Recourse {
             course: &mut self.course,
             route: &self.route,
-            resumption: self.resumption.as_deref_mut(),
-            outbox: &mut self.outbox,
-            timers: &mut self.timers,
-            attempt: &self.attempt,
-            protocol: &self.protocol,
+            resumption: self.lane.resumption.as_deref_mut(),
+            outbox: &mut self.lane.outbox,
+            timers: &mut self.lane.timers,
+            attempt: &self.lane.attempt,
+            protocol: &self.lane.protocol,
         }
     }
 

@@ -15,6 +15,10 @@ pub(super) enum Due {
     Respond,
     /// Hand the final error response to the caller, as the server sent it.
     RespondError,
+    /// Close the hedge's response: it lost, or left the race.
+    ReleaseHedge,
+    /// The hedge takes the place of the attempt it raced.
+    Promote,
 }
 
 /// What the chunks held before commit are.
@@ -70,6 +74,22 @@ impl<C: AsRef<[u8]>> Outbox<C> {
         }
     }
 
+    /// The hedge lost or left its race: its response is closed, before
+    /// anything else.
+    pub(super) fn release_hedge(&mut self) {
+        if !self.due.contains(&Due::ReleaseHedge) {
+            self.due.push_front(Due::ReleaseHedge);
+        }
+    }
+
+    /// The hedge (whose outbox this is) won or outlasted its race: the
+    /// response of the attempt it raced is closed, then it takes that
+    /// attempt's place, before anything else.
+    pub(super) fn promote(&mut self) {
+        self.due.push_front(Due::Promote);
+        self.due.push_front(Due::Release);
+    }
+
     /// The head goes to the caller (once).
     pub(super) fn respond(&mut self) {
         if !self.responded && !self.due.contains(&Due::Respond) {
@@ -91,7 +111,7 @@ impl<C: AsRef<[u8]>> Outbox<C> {
         match due {
             Due::Respond => self.responded = true,
             Due::RespondError => self.holds = Holds::Answer,
-            Due::Release => {}
+            Due::Release | Due::ReleaseHedge | Due::Promote => {}
         }
         Some(due)
     }

@@ -61,6 +61,26 @@ impl Resumption {
         })
     }
 
+    /// The same ways on for a hedge's lane, whose answer is read as
+    /// `protocol`: what the request declared (a hook, prefills), with
+    /// nothing of the other lane's stream (before commit the cursor and
+    /// the pending continuations are empty anyway).
+    pub(super) fn for_lane(&self, protocol: &ProtocolKind) -> Box<Self> {
+        Box::new(Resumption {
+            native: self.native,
+            hook: self.hook,
+            cursor: self.cursor.clone(),
+            prefix: self
+                .prefix
+                .as_ref()
+                .map(|_| DeliveredPrefix::new(protocol.clone())),
+            continuation_ready: false,
+            prefill: self.prefill.clone(),
+            prefill_ready: None,
+            next_gate: Some((None, None)),
+        })
+    }
+
     /// Whether nothing can continue a stream: no native strategy, no hook,
     /// no prefill.
     pub(super) fn is_idle(&self) -> bool {

@@ -136,6 +136,11 @@ impl Route {
         Some(facts.protocol.clone())
     }
 
+    /// The protocol target `i` speaks, when the request has alternates.
+    pub(super) fn protocol_of(&self, i: usize) -> Option<&ProtocolKind> {
+        self.targets.get(i).map(|t| &t.protocol)
+    }
+
     /// Whether target `i` speaks `protocol` (without alternates, only the
     /// request's own target exists).
     pub(super) fn speaks(&self, i: usize, protocol: &ProtocolKind) -> bool {

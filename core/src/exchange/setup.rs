@@ -9,6 +9,7 @@ use std::sync::Arc;
 #[cfg(doc)]
 use super::SelfDecoded;
 use super::io::RequestFacts;
+use super::lane::Lane;
 use super::resumption::Resumption;
 use super::route::Route;
 use super::{Exchange, Stage};
@@ -228,13 +229,16 @@ impl<'a> Setup<'a> {
         );
         Exchange {
             course,
-            protocol,
             stage: Stage::ToSend { resume: false },
             route,
-            attempt: super::attempt::Attempt::new(),
-            outbox: super::outbox::Outbox::new(),
-            timers,
-            resumption: (!resumption.is_idle()).then_some(resumption),
+            lane: Lane {
+                attempt: super::attempt::Attempt::new(),
+                outbox: super::outbox::Outbox::new(),
+                timers,
+                protocol,
+                resumption: (!resumption.is_idle()).then_some(resumption),
+            },
+            race: None,
         }
     }
 }

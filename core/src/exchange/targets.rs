@@ -49,6 +49,22 @@ impl Targets {
         self.labels.len().saturating_sub(self.current + 1) as u32
     }
 
+    /// Takes target `i` as the current one, leaving the one it had (the
+    /// lanes of a race change places).
+    pub(crate) fn swap_current(&mut self, i: &mut usize) {
+        std::mem::swap(&mut self.current, i);
+    }
+
+    /// The target a hedge of the current one goes to: the next, or with
+    /// none after it, the same.
+    pub(crate) fn hedge(&self) -> usize {
+        if self.left() > 0 {
+            self.current + 1
+        } else {
+            self.current
+        }
+    }
+
     /// Moves to target `i` (a continuation's).
     pub(crate) fn go_to(&mut self, i: usize) -> bool {
         let moved = i != self.current && i < self.labels.len();

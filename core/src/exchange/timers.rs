@@ -35,6 +35,9 @@ pub(super) enum Timer {
     FirstToken,
     /// The body's stall watchdogs: a check, or a stall.
     Watch,
+    /// No semantic fragment since the send for the policy's
+    /// `hedge_after`: a hedge races the attempt (before commit).
+    Hedge,
     /// A wait before the next send ends.
     Wait,
     /// A park offline or an admission wait runs out (the recovery budget or
@@ -42,10 +45,11 @@ pub(super) enum Timer {
     Bound,
 }
 
-const TIMERS: [Timer; 5] = [
+const TIMERS: [Timer; 6] = [
     Timer::Head,
     Timer::FirstToken,
     Timer::Watch,
+    Timer::Hedge,
     Timer::Wait,
     Timer::Bound,
 ];
@@ -125,6 +129,15 @@ impl Timers {
     /// Stops every timer (a new stage arms its own).
     pub(super) fn clear(&mut self) {
         self.at = [None; TIMERS.len()];
+    }
+
+    /// Stops the timers of the attempt's reading (its head, its first
+    /// token, the stall watch), as a new phase of it arms its own: a hedge
+    /// due runs on through the phases of the attempt it races.
+    pub(super) fn clear_reading(&mut self) {
+        for t in [Timer::Head, Timer::FirstToken, Timer::Watch] {
+            self.stop(t);
+        }
     }
 
     /// The earliest deadline.

@@ -150,6 +150,10 @@ knobs! {
         => "no output this long, keepalives aside, has stalled",
     row("first_token_timeout_ms",    Unit::Ms,    "off",      true,  true)
         => "from a streamed head to its first token, before any output: past it the next send goes on",
+    row("hedge_after_ms",            Unit::Ms,    "off",      true,  true)
+        => "no token this long after a send, before any output: a second send races it",
+    row("max_hedges",                Unit::Count, "1",        false, true)
+        => "hedges a request may start in all",
     row("retryable_statuses",        Unit::List,  "408,429,500,502,503,504,529", false, false)
         => "statuses a retry is allowed for (408, 409, 429 and 5xx only)",
     choice("retryable_categories",   Unit::List,

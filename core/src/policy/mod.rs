@@ -217,6 +217,8 @@ pub struct RecoveryPolicy {
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) progress_timeout: Option<Duration>,
     pub(crate) first_token_timeout: Option<Duration>,
+    pub(crate) hedge_after: Option<Duration>,
+    pub(crate) max_hedges: NonZeroU32,
     pub(crate) head_timeout: Option<Duration>,
 }
 
@@ -251,6 +253,8 @@ impl Default for RecoveryPolicy {
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             progress_timeout: Some(DEFAULT_PROGRESS_TIMEOUT),
             first_token_timeout: None,
+            hedge_after: None,
+            max_hedges: NonZeroU32::MIN,
             head_timeout: Some(DEFAULT_HEAD_TIMEOUT),
         }
     }
@@ -357,6 +361,15 @@ impl RecoveryPolicy {
     /// semantic fragment before commit (off by default).
     pub fn first_token_timeout(&self) -> Option<Duration> {
         self.first_token_timeout
+    }
+    /// How long an attempt may show no semantic fragment, from its send,
+    /// before a second attempt races it (off by default).
+    pub fn hedge_after(&self) -> Option<Duration> {
+        self.hedge_after
+    }
+    /// Hedges a request may start in all.
+    pub fn max_hedges(&self) -> NonZeroU32 {
+        self.max_hedges
     }
     /// Longest wait for a response head.
     pub fn head_timeout(&self) -> Option<Duration> {
@@ -566,6 +579,33 @@ impl PolicyBuilder {
             return self.fail(PolicyError::ZeroDuration("first-token timeout"));
         }
         self.policy.first_token_timeout = t;
+        self
+    }
+
+    /// Hedging of the first token: an attempt that has shown no semantic
+    /// fragment (text, reasoning, a tool-call fragment) this long after its
+    /// send, before commit, is raced by a second attempt, to the next target
+    /// when the request has alternates, else to the same one; off by
+    /// default. Both run; the first semantic fragment decides the race, and
+    /// the other attempt is released at once. An error, a keepalive, a
+    /// role-only chunk or a terminal with no output never wins while its
+    /// rival runs. Each hedge is a send under the allowance, the retry
+    /// budget, the cooldown and the deadline; never after commit, never on
+    /// a `local` endpoint (a second inference on the same machine needs the
+    /// admission hook, which a hedge does not ask).
+    pub fn hedge_after(mut self, t: Option<Duration>) -> Self {
+        if t.is_some_and(|d| d.is_zero()) {
+            return self.fail(PolicyError::ZeroDuration("hedge delay"));
+        }
+        self.policy.hedge_after = t;
+        self
+    }
+
+    /// Hedges a request may start in all (default 1): one race at a time,
+    /// and after a race that ended without a winner, the next no sooner
+    /// than [`hedge_after`](Self::hedge_after) later.
+    pub fn max_hedges(mut self, n: NonZeroU32) -> Self {
+        self.policy.max_hedges = n;
         self
     }
 

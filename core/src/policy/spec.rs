@@ -127,6 +127,8 @@ impl PolicySpec {
             .idle_timeout(self.bound(knob!("idle_timeout_ms"))?)
             .progress_timeout(self.bound(knob!("progress_timeout_ms"))?)
             .first_token_timeout(self.bound(knob!("first_token_timeout_ms"))?)
+            .hedge_after(self.bound(knob!("hedge_after_ms"))?)
+            .max_hedges(self.count(knob!("max_hedges"))?)
             .retryable_statuses(statuses.iter().filter_map(|s| match s {
                 Value::Number(n) => u16::try_from(*n).ok(),
                 _ => None,
@@ -208,6 +210,8 @@ impl PolicySpec {
                 knob!("first_token_timeout_ms"),
                 bound(p.first_token_timeout()),
             ),
+            (knob!("hedge_after_ms"), bound(p.hedge_after())),
+            (knob!("max_hedges"), number(p.max_hedges().get().into())),
             (
                 knob!("retryable_statuses"),
                 Value::List(

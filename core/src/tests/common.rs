@@ -23,7 +23,9 @@ use crate::budget::{AttemptAllowance, RetryBudget};
 use crate::conformance::{Played, PlayedHead, RequestSpec, WireEnd};
 use crate::cooldown::{self, CooldownStore, Cooldowns};
 use crate::decision::{AdmissionAnswer, DelayCause};
-use crate::exchange::{AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Send, Setup};
+use crate::exchange::{
+    AdmissionRequest, Chunk, Exchange, Head, Io, RequestFacts, Role, Send, Setup,
+};
 use crate::failure::{Failure, Phase, Stall, TransportKind};
 use crate::lifecycle::{EventKind, LifecycleEvent};
 use crate::outcome::{CancelPhase, Outcome, ReplayDisabled};
@@ -401,6 +403,9 @@ enum Wire {
     Text(String),
     /// A keepalive comment every this long, until the machine's deadline.
     KeepaliveEvery(Duration),
+    /// A keepalive comment now, then one every this long (a race plays
+    /// [`Wire::KeepaliveEvery`] as a wait and this).
+    KeepaliveTick(Duration),
     /// The body's clean end.
     End,
     /// The attempt fails with this evidence.
@@ -499,6 +504,7 @@ impl Step {
                 };
                 match &p.head {
                     PlayedHead::Status { status, headers } => {
+                        w.extend(wait(&ms(p.head_at_ms)));
                         w.push(Wire::HeadWith(*status, headers.clone()));
                     }
                     PlayedHead::Fails { transport, phase } => {
@@ -519,7 +525,12 @@ impl Step {
                         return w;
                     }
                 }
-                w.extend(p.chunks.iter().cloned().map(Wire::Text));
+                let mut last = p.head_at_ms;
+                for (chunk, &at) in p.chunks.iter().zip(&p.chunks_at_ms) {
+                    w.extend(wait(&ms(at - last)));
+                    w.push(Wire::Text(chunk.clone()));
+                    last = at;
+                }
                 if let Some(every) = p.keepalive_every_ms {
                     w.push(Wire::KeepaliveEvery(ms(every)));
                 }
@@ -556,6 +567,37 @@ impl Step {
     }
 }
 
+/// How long until a lane's next event, waits merged (`None`: nothing more
+/// comes).
+fn due_in(wire: &std::collections::VecDeque<Wire>) -> Option<Duration> {
+    let mut d = Duration::ZERO;
+    for event in wire {
+        match event {
+            Wire::After(a) => d += *a,
+            Wire::Silence(_) => return None,
+            _ => return Some(d),
+        }
+    }
+    None
+}
+
+/// `by` has passed for a lane: its leading waits shrink.
+fn elapse(wire: &mut std::collections::VecDeque<Wire>, mut by: Duration) {
+    while !by.is_zero() {
+        match wire.front_mut() {
+            Some(Wire::After(a)) if *a > by => {
+                *a -= by;
+                return;
+            }
+            Some(Wire::After(a)) => {
+                by -= *a;
+                wire.pop_front();
+            }
+            _ => return,
+        }
+    }
+}
+
 /// A scripted head: a status and its headers (an SSE stream by default).
 struct ScriptedHead(u16, Vec<(String, String)>);
 
@@ -588,6 +630,8 @@ struct Driver {
     hooks: std::vec::IntoIter<Hook>,
     parks: std::vec::IntoIter<Park>,
     wire: std::collections::VecDeque<Wire>,
+    /// What the hedge's send does on the wire, while one races.
+    hedge: std::collections::VecDeque<Wire>,
     events: Vec<LifecycleEvent>,
     sends: Vec<(Instant, u32)>,
     slept: Duration,
@@ -650,6 +694,18 @@ impl Driver {
                         sleep_exactly(&self.env.0, t.saturating_since(self.env.0.now()));
                         let env = &self.env;
                         self.ex.handle_timeout(env.0.now());
+                        let before = self.events.len();
+                        self.drain();
+                        if self.events[before..]
+                            .iter()
+                            .any(|e| matches!(e.kind, EventKind::HedgeStarted { .. }))
+                        {
+                            // A hedge is due: the machine says so at its
+                            // next poll, and the wait goes on in the race.
+                            let left = end.saturating_since(self.env.0.now());
+                            self.wire.push_front(Wire::After(left));
+                            return;
+                        }
                         assert!(
                             self.ex.poll_timeout().is_none_or(|next| next > t),
                             "a scripted delay reaches past the machine's deadline"
@@ -708,6 +764,12 @@ impl Driver {
                     }
                     return;
                 }
+                Wire::KeepaliveTick(every) => {
+                    self.wire.push_front(Wire::KeepaliveEvery(every));
+                    let env = &self.env;
+                    let _ = self.ex.on_chunk(env.0.now(), b": keepalive\n\n".to_vec());
+                    return;
+                }
                 Wire::Chunk(c) => {
                     let env = &self.env;
                     if let Some(chunk) = self.ex.on_chunk(env.0.now(), c.as_bytes().to_vec()) {
@@ -744,7 +806,88 @@ impl Driver {
         }
     }
 
+    /// One step of a race: the earliest of the two attempts' next wire
+    /// events and the machine's deadline happens (on a tie, the deadline,
+    /// then the first attempt's event, then the hedge's).
+    fn race(&mut self) {
+        for w in [&mut self.wire, &mut self.hedge] {
+            if let Some(Wire::KeepaliveEvery(every)) = w.front().cloned() {
+                w.pop_front();
+                w.push_front(Wire::KeepaliveTick(every));
+                w.push_front(Wire::After(every));
+            }
+        }
+        let now = self.env.0.now();
+        let deadline = self.ex.poll_timeout().map(|t| t.saturating_since(now));
+        let candidates = [
+            (deadline, None),
+            (due_in(&self.wire), Some(Role::First)),
+            (due_in(&self.hedge), Some(Role::Hedge)),
+        ];
+        let (d, role) = candidates
+            .into_iter()
+            .filter_map(|(d, role)| d.map(|d| (d, role)))
+            .min_by_key(|(d, _)| *d)
+            .expect("a race waits on nothing");
+        self.env.0.advance(d);
+        elapse(&mut self.wire, d);
+        elapse(&mut self.hedge, d);
+        let now = self.env.0.now();
+        let Some(role) = role else {
+            self.ex.handle_timeout(now);
+            return;
+        };
+        let lane = match role {
+            Role::First => &mut self.wire,
+            Role::Hedge => &mut self.hedge,
+        };
+        loop {
+            match lane.pop_front().expect("a lane's event is due") {
+                Wire::Offline => self.env.1.set_online(false),
+                Wire::Unsent => {}
+                Wire::Head(status) => {
+                    let head = ScriptedHead(status, sse_head());
+                    let wall = self.env.0.wall_now();
+                    return self.ex.on_head_of(role, now, wall, &head, None);
+                }
+                Wire::HeadWith(status, headers) => {
+                    let wall = self.env.0.wall_now();
+                    let head = ScriptedHead(status, headers);
+                    return self.ex.on_head_of(role, now, wall, &head, None);
+                }
+                Wire::Text(text) => {
+                    if let Some(c) = self.ex.on_chunk_of(role, now, text.into_bytes()) {
+                        self.delivered.extend(c);
+                    }
+                    return;
+                }
+                Wire::Chunk(c) => {
+                    if let Some(c) = self.ex.on_chunk_of(role, now, c.as_bytes().to_vec()) {
+                        self.delivered.extend(c);
+                    }
+                    return;
+                }
+                Wire::KeepaliveTick(every) => {
+                    lane.push_front(Wire::KeepaliveEvery(every));
+                    let _ = self.ex.on_chunk_of(role, now, b": keepalive\n\n".to_vec());
+                    return;
+                }
+                Wire::End => return self.ex.on_end_of(role, now),
+                Wire::Error(failure) => return self.ex.on_error_of(role, now, failure),
+                Wire::Cancel => return self.ex.cancel(now),
+                other => panic!("{other:?} is not an event a race plays"),
+            }
+        }
+    }
+
     fn send(&mut self, kind: Send) {
+        let target = self.ex.target();
+        self.send_to(kind, target, Role::First);
+    }
+
+    /// Records a send of `kind` to `target` as `role`'s attempt and takes
+    /// the script's next step for it.
+    fn send_to(&mut self, kind: Send, target: usize, role: Role) {
         self.sends
             .push((self.env.0.now(), self.ex.ledger().wire_attempt()));
         let path = |url: &str| {
@@ -753,7 +896,7 @@ impl Driver {
                 .unwrap_or_else(|| url.to_owned())
         };
         let (method, url, body) = match &self.script.vector {
-            Some(v) => match self.ex.target().checked_sub(1) {
+            Some(v) => match target.checked_sub(1) {
                 Some(i) => (
                     v.request.method.clone(),
                     v.alternates[i].rewrite_url(&v.request.path).into_owned(),
@@ -813,10 +956,15 @@ impl Driver {
             .steps
             .next()
             .expect("the script ran out of steps: the machine sent more than scripted");
-        self.wire = step.wire(self.chunks).into();
-        if !matches!(self.wire.front(), Some(Wire::Unsent)) {
+        let wire: std::collections::VecDeque<Wire> = step.wire(self.chunks).into();
+        let sent = !matches!(wire.front(), Some(Wire::Unsent));
+        match role {
+            Role::First => self.wire = wire,
+            Role::Hedge => self.hedge = wire,
+        }
+        if sent {
             let env = &self.env;
-            self.ex.on_sent(env.0.now());
+            self.ex.on_sent_of(role, env.0.now());
         }
     }
 
@@ -1004,6 +1152,7 @@ pub(super) fn run(script: Script) -> Run {
         env: (timing, ScriptedConnectivity::new(true)),
         script,
         wire: std::collections::VecDeque::new(),
+        hedge: std::collections::VecDeque::new(),
         events: Vec::new(),
         sends: Vec::new(),
         slept: Duration::ZERO,
@@ -1024,7 +1173,11 @@ pub(super) fn run(script: Script) -> Run {
         );
         match io {
             Io::Send(kind) => d.send(kind),
+            Io::Hedge { target } => d.send_to(Send::Original, target, Role::Hedge),
             Io::AwaitHead | Io::Read => d.play(),
+            Io::Race => d.race(),
+            Io::ReleaseHedge => d.hedge.clear(),
+            Io::Promote => d.wire = std::mem::take(&mut d.hedge),
             Io::Release | Io::Respond | Io::RespondError => {}
             Io::Deliver(Chunk::Read(c)) => d.delivered.extend(c),
             Io::Deliver(Chunk::Made(b)) => d.delivered.extend_from_slice(&b),
@@ -1119,42 +1272,69 @@ pub(super) fn check_invariants(run: &Run, policy: &RecoveryPolicy) {
     assert_eq!(started, want, "G9: contiguous attempt numbers: {names:?}");
     let sent: Vec<u32> = run.sends.iter().map(|s| s.1).collect();
     assert_eq!(sent, want);
-    // Event attempt numbers never go backwards, and the clock neither.
+    // Event attempt numbers never go backwards (but for the attempts of a
+    // hedging race, which run side by side), and the clock neither.
+    let raced = |n: u32| {
+        run.report
+            .attempts
+            .iter()
+            .any(|a| a.wire_attempt == n && a.role.is_some())
+    };
     for pair in run.events.windows(2) {
-        assert!(pair[0].identity.wire_attempt <= pair[1].identity.wire_attempt);
+        let (a, b) = (pair[0].identity.wire_attempt, pair[1].identity.wire_attempt);
+        assert!(
+            a <= b || raced(a) && raced(b),
+            "attempts go backwards: {names:?}"
+        );
         assert!(
             pair[0].at <= pair[1].at,
             "event times go backwards: {names:?}"
         );
     }
-    // G9 ordering: attempt_failed(n) < delay_scheduled < retry_started <
-    // attempt_started(n+1), and no retry without a scheduled delay (or a
-    // failover, which sends at once).
+    // G9 ordering: a send after the first follows a failure, a scheduled
+    // delay (or a failover, which sends at once) and `retry_started`, in
+    // that order, after the send before it; a hedge follows its
+    // `hedge_started`.
     for n in 2..=run.sends.len() as u32 {
         let pos = |pred: &dyn Fn(&LifecycleEvent) -> bool| run.events.iter().position(pred);
-        let failed = pos(&|e| {
-            e.identity.wire_attempt == n - 1 && matches!(e.kind, EventKind::AttemptFailed { .. })
-        })
-        .expect("G9: attempt_failed before the next send");
-        let delay = pos(&|e| {
-            e.identity.wire_attempt == n - 1
-                && matches!(
-                    e.kind,
-                    EventKind::DelayScheduled { .. } | EventKind::Failover { .. }
-                )
-        })
-        .expect("G9: delay_scheduled (or failover) before the next send");
-        let retry = pos(&|e| {
-            e.identity.wire_attempt == n - 1
-                && matches!(e.kind, EventKind::RetryStarted | EventKind::ResumeStarted)
-        })
-        .expect("G9: retry_started before the next send");
+        let last_before = |end: usize, pred: &dyn Fn(&LifecycleEvent) -> bool| {
+            run.events[..end].iter().rposition(pred)
+        };
         let start = pos(&|e| {
             e.identity.wire_attempt == n && matches!(e.kind, EventKind::AttemptStarted { .. })
         })
         .expect("attempt_started");
+        let previous = pos(&|e| {
+            e.identity.wire_attempt == n - 1 && matches!(e.kind, EventKind::AttemptStarted { .. })
+        })
+        .expect("attempt_started");
+        if raced(n) && run.report.attempts[n as usize - 1].role == Some(crate::report::Role::Hedge)
+        {
+            let hedged = last_before(
+                start,
+                &|e| matches!(e.kind, EventKind::HedgeStarted { hedge, .. } if hedge == n),
+            )
+            .expect("G9: hedge_started before the hedge's send");
+            assert!(previous < hedged, "G9 order: {names:?}");
+            continue;
+        }
+        let failed = last_before(start, &|e| {
+            matches!(e.kind, EventKind::AttemptFailed { .. })
+        })
+        .expect("G9: attempt_failed before the next send");
+        let delay = last_before(start, &|e| {
+            matches!(
+                e.kind,
+                EventKind::DelayScheduled { .. } | EventKind::Failover { .. }
+            )
+        })
+        .expect("G9: delay_scheduled (or failover) before the next send");
+        let retry = last_before(start, &|e| {
+            matches!(e.kind, EventKind::RetryStarted | EventKind::ResumeStarted)
+        })
+        .expect("G9: retry_started before the next send");
         assert!(
-            failed < delay && delay < retry && retry < start,
+            previous < failed && failed < delay && delay < retry && retry < start,
             "G9 order: {names:?}"
         );
     }

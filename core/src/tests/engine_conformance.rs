@@ -48,6 +48,7 @@ fn run_vector(v: &Vector) -> Result<(), String> {
         .cancel_during_wait
         .as_ref()
         .map(|c| (c.wait, ms(c.after_ms)));
+    script.retry_budget = v.retry_budget.map(|b| b.budget());
     script.vector = Some(VectorSetup {
         protocol,
         request: v.request(),

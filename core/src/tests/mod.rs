@@ -20,4 +20,5 @@ mod engine_matrix;
 mod engine_proptest;
 mod engine_resume;
 mod failover;
+mod hedging;
 mod unescape;
