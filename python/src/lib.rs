@@ -99,6 +99,14 @@ pub mod action {
     pub const END_OK: u32 = 13;
     /// The request failed.
     pub const END_ERR: u32 = 14;
+    /// Send a hedge (the original request to the target `hedge_target`).
+    pub const HEDGE: u32 = 15;
+    /// Two attempts race: await either's news.
+    pub const RACE: u32 = 16;
+    /// Release the hedge's response.
+    pub const RELEASE_HEDGE: u32 = 17;
+    /// The hedge takes the first attempt's place.
+    pub const PROMOTE: u32 = 18;
     /// Hand the chunk just given to the consumer first.
     pub const DELIVER_THIS: u32 = 0x100;
     /// Lifecycle events are waiting.
@@ -679,6 +687,7 @@ impl Client {
                 targets,
                 io_send: None,
                 deliver: None,
+                hedge_target: 0,
                 admission: None,
                 deadline: None,
                 status: RecoveryStatus::InProgress,
@@ -746,6 +755,8 @@ struct Inner {
     targets: Vec<Target>,
     io_send: Option<Outgoing>,
     deliver: Option<Chunk<Kept>>,
+    /// The target of the hedge to send (after `HEDGE`).
+    hedge_target: usize,
     admission: Option<AdmissionRequest>,
     /// The deadline the shell was last told.
     deadline: Option<Instant>,
@@ -804,6 +815,13 @@ impl Inner {
                 });
                 action::SEND
             }
+            Io::Hedge { target } => {
+                self.hedge_target = target;
+                action::HEDGE
+            }
+            Io::Race => action::RACE,
+            Io::ReleaseHedge => action::RELEASE_HEDGE,
+            Io::Promote => action::PROMOTE,
             Io::AwaitHead => action::AWAIT_HEAD,
             Io::Read => action::READ,
             Io::Release => action::RELEASE,
@@ -1301,6 +1319,10 @@ fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("ASK_CONTINUATION", action::ASK_CONTINUATION),
         ("END_OK", action::END_OK),
         ("END_ERR", action::END_ERR),
+        ("HEDGE", action::HEDGE),
+        ("RACE", action::RACE),
+        ("RELEASE_HEDGE", action::RELEASE_HEDGE),
+        ("PROMOTE", action::PROMOTE),
         ("DELIVER_THIS", action::DELIVER_THIS),
         ("EVENTS", action::EVENTS),
         ("DEADLINE", action::DEADLINE),

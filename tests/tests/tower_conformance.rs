@@ -79,9 +79,12 @@ struct Stop {
     notify: Notify,
 }
 
-/// A played body: the chunks, then keepalives, then its end.
+/// A played body: the chunks (each at its time after the send), then
+/// keepalives, then its end.
 struct PlayedBody {
-    chunks: VecDeque<Bytes>,
+    chunks: VecDeque<(tokio::time::Instant, Bytes)>,
+    /// The wait for the next chunk's time.
+    due: Option<Pin<Box<tokio::time::Sleep>>>,
     keepalive: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
     end: WireEnd,
     offline: Option<ScriptedConnectivity>,
@@ -95,7 +98,17 @@ impl Body for PlayedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        if let Some(chunk) = self.chunks.pop_front() {
+        if let Some(&(at, _)) = self.chunks.front() {
+            if at > tokio::time::Instant::now() {
+                let due = self
+                    .due
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                if due.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            self.due = None;
+            let (_, chunk) = self.chunks.pop_front().expect("a chunk");
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
         if let Some((every, sleep)) = self.keepalive.as_mut() {
@@ -173,14 +186,23 @@ impl Service<Request<ReplayBody>> for Player {
             self.cancel.clone(),
         );
         Box::pin(async move {
+            let sent = tokio::time::Instant::now();
+            let after = |ms: u64| sent + Duration::from_millis(ms);
             match p.head {
                 PlayedHead::Status { status, headers } => {
+                    tokio::time::sleep_until(after(p.head_at_ms)).await;
                     let mut b = Response::builder().status(status);
                     for (name, value) in headers {
                         b = b.header(name, value);
                     }
                     let body = PlayedBody {
-                        chunks: p.chunks.into_iter().map(Bytes::from).collect(),
+                        chunks: p
+                            .chunks
+                            .into_iter()
+                            .zip(p.chunks_at_ms)
+                            .map(|(c, at)| (after(at), Bytes::from(c)))
+                            .collect(),
+                        due: None,
                         keepalive: p.keepalive_every_ms.map(|ms| {
                             let every = Duration::from_millis(ms);
                             (every, Box::pin(tokio::time::sleep(every)))
@@ -288,6 +310,9 @@ async fn run_vector(v: &Vector, observe: bool) -> Result<(), String> {
     }
     if let Some(answers) = &v.admission {
         layer = layer.with_admission(hook(answers.clone(), cancel.clone()));
+    }
+    if let Some(budget) = &v.retry_budget {
+        layer = layer.with_retry_budget(budget.budget());
     }
     for a in &v.alternates {
         let mut alt = Alternate::new(&a.label).map_err(|e| e.to_string())?;

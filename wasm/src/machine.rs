@@ -85,6 +85,14 @@ pub mod action {
     pub const END_OK: u32 = 13;
     /// The request failed.
     pub const END_ERR: u32 = 14;
+    /// Send a hedge (the original request to `hedgeTarget`).
+    pub const HEDGE: u32 = 15;
+    /// Two attempts race: await either's news.
+    pub const RACE: u32 = 16;
+    /// Release the hedge's response.
+    pub const RELEASE_HEDGE: u32 = 17;
+    /// The hedge takes the first attempt's place.
+    pub const PROMOTE: u32 = 18;
     /// Hand the chunk just given to the consumer first.
     pub const DELIVER_THIS: u32 = 0x100;
     /// Lifecycle events are waiting.
@@ -471,6 +479,7 @@ impl Client {
             status: RecoveryStatus::InProgress,
             send: None,
             deliver_id: 0,
+            hedge_target: 0,
             deliver_bytes: Vec::new(),
             admission: String::new(),
             online: true,
@@ -528,6 +537,8 @@ pub struct Machine {
     status: RecoveryStatus,
     send: Option<Outgoing>,
     deliver_id: u32,
+    /// The target of the hedge to send (after `HEDGE`).
+    hedge_target: u32,
     deliver_bytes: Vec<u8>,
     admission: String,
     /// Whether the platform is online, as the shell last said
@@ -908,6 +919,13 @@ impl Machine {
                 });
                 action::SEND
             }
+            Io::Hedge { target } => {
+                self.hedge_target = *target as u32;
+                action::HEDGE
+            }
+            Io::Race => action::RACE,
+            Io::ReleaseHedge => action::RELEASE_HEDGE,
+            Io::Promote => action::PROMOTE,
             Io::AwaitHead => action::AWAIT_HEAD,
             Io::Read => action::READ,
             Io::Release => action::RELEASE,

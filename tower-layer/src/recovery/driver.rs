@@ -16,7 +16,7 @@ use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame};
 use recovery_core::call::{Cancelled, SendCredit};
 use recovery_core::error::{Evidence, RecoveryError};
-use recovery_core::exchange::{Chunk, Exchange, Io, Send as SendKind};
+use recovery_core::exchange::{Chunk, Exchange, Io, Role, Send as SendKind};
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
 use recovery_core::timing::Instant;
@@ -51,6 +51,18 @@ enum Activity<B> {
     Awaiting(Sent<B>),
     Admission(Pin<Box<dyn Future<Output = recovery_core::exchange::AdmissionAnswer> + Send>>),
     Online(Timer),
+}
+
+/// A hedge's I/O while it races the first attempt: its send on the way,
+/// then its head and body. The driver judges one attempt at a time: the
+/// hedge's parts take the first's place while its I/O is done
+/// ([`Driver::as_role`]).
+struct HedgeLane<B> {
+    activity: Activity<B>,
+    inner: Option<Pin<Box<B>>>,
+    head: Option<http::response::Parts>,
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
 }
 
 /// The sleep armed at a deadline, and the waker it last registered, as the
@@ -101,6 +113,10 @@ pub(crate) struct Driver<B> {
     trailers: Option<HeaderMap>,
     /// A kept chunk the machine let through after all.
     passed: Option<Bytes>,
+    /// A hedge racing the first attempt.
+    hedge: Option<Box<HedgeLane<B>>>,
+    /// Whose I/O the attempt fields hold now.
+    role: Role,
     ended: bool,
     #[cfg(feature = "tracing")]
     spans: Spans,
@@ -153,6 +169,8 @@ where
             continuation: None,
             trailers: None,
             passed: None,
+            hedge: None,
+            role: Role::First,
             ended: false,
             #[cfg(feature = "tracing")]
             spans,
@@ -260,20 +278,54 @@ where
             let io = self.ex.poll(env.now(), env.online());
             self.flush();
             match io {
-                Io::Send(kind) => self.send(kind),
+                Io::Send(kind) => self.send(kind, self.ex.target()),
+                Io::Hedge { target } => {
+                    self.hedge = Some(Box::new(HedgeLane {
+                        activity: Activity::None,
+                        inner: None,
+                        head: None,
+                        #[cfg(feature = "tracing")]
+                        span: None,
+                    }));
+                    self.as_role(Role::Hedge, |d| d.send(SendKind::Original, target));
+                }
                 Io::AwaitHead => {
-                    if self.poll_head(cx).is_pending() {
+                    if self.poll_head(cx).is_pending() && self.poll_waiting(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }
                 Io::Read => match self.poll_body(cx) {
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => {
+                        if self.poll_waiting(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
                     Poll::Ready(Some(data)) => return Poll::Ready(Step::Deliver(data)),
                     Poll::Ready(None) => {}
                 },
+                Io::Race => {
+                    if self.poll_lane(cx).is_pending()
+                        && self.as_role(Role::Hedge, |d| d.poll_lane(cx)).is_pending()
+                        && self.poll_waiting(cx).is_pending()
+                    {
+                        return Poll::Pending;
+                    }
+                }
                 Io::Release => {
                     self.inner = None;
                     self.activity = Activity::None;
+                }
+                Io::ReleaseHedge => self.hedge = None,
+                Io::Promote => {
+                    if let Some(hedge) = self.hedge.take() {
+                        self.activity = hedge.activity;
+                        self.inner = hedge.inner;
+                        self.head = hedge.head;
+                        #[cfg(feature = "tracing")]
+                        {
+                            self.spans.attempt = hedge.span;
+                        }
+                    }
                 }
                 Io::Respond => {
                     let head = self.head.take().expect("a committed attempt has its head");
@@ -385,6 +437,7 @@ where
         self.ended = true;
         self.report.set(self.ex.ledger().report());
         self.inner = None;
+        self.hedge = None;
         self.activity = Activity::None;
         self.timer = None;
         if result.is_ok()
@@ -395,18 +448,50 @@ where
         Step::End(result.map_err(|o| self.error(o)))
     }
 
-    /// Builds the request of this send and starts it on a fresh clone of
-    /// the inner service.
-    fn send(&mut self, kind: SendKind) {
+    /// Does `io` with the attempt fields holding `role`'s parts: a hedge's
+    /// change places with the first's while its I/O is done.
+    fn as_role<R>(&mut self, role: Role, io: impl FnOnce(&mut Self) -> R) -> R {
+        let swap = |d: &mut Self| {
+            if let Some(h) = d.hedge.as_deref_mut() {
+                std::mem::swap(&mut d.activity, &mut h.activity);
+                std::mem::swap(&mut d.inner, &mut h.inner);
+                std::mem::swap(&mut d.head, &mut h.head);
+                #[cfg(feature = "tracing")]
+                std::mem::swap(&mut d.spans.attempt, &mut h.span);
+            }
+        };
+        if role == Role::First {
+            return io(self);
+        }
+        swap(self);
+        self.role = role;
+        let out = io(self);
+        self.role = Role::First;
+        swap(self);
+        out
+    }
+
+    /// The attempt's next news in a race: its head, or its next frame.
+    fn poll_lane(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if matches!(
+            self.activity,
+            Activity::Readying(..) | Activity::Awaiting(_)
+        ) {
+            self.poll_head(cx)
+        } else {
+            self.poll_body(cx).map(|_| ())
+        }
+    }
+
+    /// Builds the request of this send to `target` and starts it on a
+    /// fresh clone of the inner service.
+    fn send(&mut self, kind: SendKind, target: usize) {
         // The alternate the machine sends to, if it is not the request's own
         // endpoint.
-        let alternate = self
-            .ex
-            .target()
+        let alternate = target
             .checked_sub(1)
             .and_then(|i| self.origin.alternates.get(i))
             .and_then(|&i| self.hooks.alternates.get(i));
-        let target = self.ex.target();
         let written = match kind {
             SendKind::Original => self.origin.original(alternate, target),
             SendKind::Prefill(body) => self.origin.prefill(alternate, body),
@@ -458,7 +543,7 @@ where
             || self.origin.call.protocol().is_some()
         {
             req.extensions_mut()
-                .insert(super::SendProtocol(self.ex.protocol().clone()));
+                .insert(super::SendProtocol(self.ex.protocol_of(self.role).clone()));
         }
         self.head = None;
         self.inner = None;
@@ -468,11 +553,12 @@ where
     fn fail_send(&mut self, kind: FailureKind) {
         let env = &*self.hooks.surroundings;
         self.ex
-            .on_error(env.now(), Failure::new(kind, Phase::Sending));
+            .on_error_of(self.role, env.now(), Failure::new(kind, Phase::Sending));
         self.flush();
     }
 
-    /// Readiness, then the call, then the head (or the head timer).
+    /// Readiness, then the call, then the head: `Ready` when the machine
+    /// has news of it.
     fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         #[cfg(feature = "tracing")]
         let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
@@ -483,46 +569,48 @@ where
                     let sent = sender.call(*req);
                     self.activity = Activity::Awaiting(sent);
                     let env = &*self.hooks.surroundings;
-                    self.ex.on_sent(env.now());
+                    self.ex.on_sent_of(self.role, env.now());
                 }
                 Poll::Ready(Err(e)) => {
                     self.activity = Activity::None;
                     self.evidence.set_cause(Arc::from(e));
                     let env = &*self.hooks.surroundings;
                     let failure = Failure::new(FailureKind::NotReady, Phase::Connecting);
-                    self.ex.on_error(env.now(), failure);
+                    self.ex.on_error_of(self.role, env.now(), failure);
                     return Poll::Ready(());
                 }
-                Poll::Pending => return self.poll_waiting(cx),
+                Poll::Pending => return Poll::Pending,
             }
         }
         let Activity::Awaiting(sent) = &mut self.activity else {
             return Poll::Ready(());
         };
         let response = match sent.as_mut().poll(cx) {
-            Poll::Pending => return self.poll_waiting(cx),
+            Poll::Pending => return Poll::Pending,
             Poll::Ready(r) => r,
         };
         self.activity = Activity::None;
         let env = &*self.hooks.surroundings;
+        let role = self.role;
         match response {
             Err(e) => {
                 let failure = classify::head_error(&e);
                 self.evidence.set_cause(Arc::from(e));
-                self.ex.on_error(env.now(), failure);
+                self.ex.on_error_of(role, env.now(), failure);
             }
             Ok(response) => {
                 let (parts, body) = response.into_parts();
                 self.evidence.set_headers(parts.headers.clone());
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
-                self.ex.on_head(env.now(), env.wall_now(), &parts, handle);
+                self.ex
+                    .on_head_of(role, env.now(), env.wall_now(), &parts, handle);
                 if let Some(wire) = &self.hooks.wire
                     && let Err(e) = wire.on_response_head(self.ex.ledger().wire_attempt(), &parts)
                 {
                     self.evidence.set_cause(Arc::from(e));
                     let failure =
                         Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
-                    self.ex.on_error(env.now(), failure);
+                    self.ex.on_error_of(role, env.now(), failure);
                 }
                 self.head = Some(parts);
                 self.inner = Some(Box::pin(body));
@@ -538,11 +626,11 @@ where
         let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
         let Some(inner) = self.inner.as_mut() else {
             let env = &*self.hooks.surroundings;
-            self.ex.on_end(env.now());
+            self.ex.on_end_of(self.role, env.now());
             return Poll::Ready(None);
         };
         match inner.as_mut().poll_frame(cx) {
-            Poll::Pending => self.poll_waiting(cx).map(|()| None),
+            Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => Poll::Ready(match frame.into_data() {
                 Ok(data) => self.chunk(data),
                 Err(frame) => {
@@ -564,18 +652,19 @@ where
         {
             self.evidence.set_cause(Arc::from(e));
             let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
-            self.ex.on_error(env.now(), failure);
+            self.ex.on_error_of(self.role, env.now(), failure);
             return None;
         }
-        self.ex.on_chunk(env.now(), data)
+        self.ex.on_chunk_of(self.role, env.now(), data)
     }
 
     /// The body's end or failure.
     #[cold]
     pub(crate) fn body_ended(&mut self, polled: Option<Result<Frame<Bytes>, BoxError>>) {
         let env = &*self.hooks.surroundings;
+        let role = self.role;
         match polled {
-            None => self.ex.on_end(env.now()),
+            None => self.ex.on_end_of(role, env.now()),
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 // The observer below judged the end (no proof, or a broken
@@ -585,11 +674,11 @@ where
                     Some(ObserveError::UnexpectedEof(_) | ObserveError::Protocol(_))
                 );
                 if judged {
-                    self.ex.on_end(env.now());
+                    self.ex.on_end_of(role, env.now());
                 } else {
                     let failure = classify::body_error(&e);
                     self.evidence.set_cause(Arc::from(e));
-                    self.ex.on_error(env.now(), failure);
+                    self.ex.on_error_of(role, env.now(), failure);
                 }
             }
         }
