@@ -193,6 +193,22 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How a resume that fails for good with this outcome ends the
+    /// committed stream: a permanent, not retryable or broken answer to the
+    /// resume request is a failed resume, whatever its own cause.
+    pub(crate) fn of_a_resume(self) -> Outcome {
+        match self {
+            Outcome::Permanent { .. } | Outcome::NotRetryable { .. } | Outcome::Protocol { .. } => {
+                Outcome::Interrupted {
+                    cause: InterruptCause::ResumeFailed,
+                    stall: None,
+                    committed: true,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Whether the request completed with proof.
     pub fn is_completed(&self) -> bool {
         matches!(self, Outcome::Completed { .. })

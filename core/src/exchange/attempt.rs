@@ -7,20 +7,19 @@
 
 use std::time::Duration;
 
-use super::course::Course;
+use super::ctx::Ctx;
 use super::decoded::{Decoded, Source};
 use super::gate::Gate;
 use super::head::ErrorHead;
 use super::io::Chunk;
 use super::outbox::{Holds, Outbox};
 use super::timers::{Timer, Timers, Watching};
-use crate::continuation::DeliveredPrefix;
 use crate::continuation::splice::Splice;
 use crate::failure::{Failure, FailureKind, Phase as WirePhase, Stall, Unfinished};
 use crate::lifecycle::CommitTrigger;
 use crate::observer::{EndOfStream, StreamObserver};
 use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
-use crate::protocol::{BodyForm, ProtocolKind};
+use crate::protocol::BodyForm;
 use crate::timing::Instant;
 use crate::wire::{Limits, ProtocolViolation};
 
@@ -59,32 +58,6 @@ pub(super) enum Step<C> {
     /// fragment (on terminal proof, or past the hold-back cap): it cannot
     /// win, and leaves the race.
     Unfit(CommitTrigger),
-}
-
-/// What an attempt's inputs reach beyond it: the course and its books, the
-/// outbox, the timers, what the consumer has (for a continuation) and the
-/// protocol the answer is read as.
-pub(super) struct Ctx<'a, C> {
-    pub(super) course: &'a mut Course,
-    pub(super) outbox: &'a mut Outbox<C>,
-    pub(super) timers: &'a mut Timers,
-    pub(super) prefix: Option<&'a mut DeliveredPrefix>,
-    pub(super) protocol: &'a ProtocolKind,
-    /// A rival races the attempt: only a semantic fragment commits it.
-    pub(super) racing: bool,
-}
-
-impl<C: AsRef<[u8]>> Ctx<'_, C> {
-    /// The answer commits (once): the head goes to the caller, and the
-    /// first token is no longer due.
-    pub(super) fn commit(&mut self, now: Instant, trigger: CommitTrigger) {
-        if !self.course.is_committed() {
-            self.course.commit(now, trigger);
-            self.outbox.respond();
-        }
-        self.timers.stop(Timer::FirstToken);
-        self.timers.stop(Timer::Hedge);
-    }
 }
 
 /// The attempt. See the module docs.
@@ -152,16 +125,6 @@ impl<D: Decoded> Attempt<D> {
             self.phase,
             Phase::Sending | Phase::AwaitingHead | Phase::Streaming
         )
-    }
-
-    /// The phase a cancellation now catches it in.
-    pub(super) fn cancel_phase(&self) -> crate::outcome::CancelPhase {
-        use crate::outcome::CancelPhase;
-        match self.phase {
-            Phase::Sending => CancelPhase::Sending,
-            Phase::AwaitingHead => CancelPhase::AwaitingHead,
-            _ => CancelPhase::Streaming,
-        }
     }
 
     /// Whether its head is still awaited.

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ledger::{Ending, Ledger, Slot};
+use super::hedging::{Hedging, Seat};
+use super::ledger::{Ending, Ledger};
 use super::targets::Targets;
 use crate::budget::{AttemptAllowance, BudgetStore, RetryPermit};
 use crate::decision::{
@@ -17,12 +18,9 @@ use crate::decision::{
 };
 use crate::failure::{Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind};
-use crate::outcome::{
-    BudgetKind, CancelPhase, FailureReason, InterruptCause, Outcome, ReplayDisabled,
-};
-use crate::policy::{Endpoint, RecoveryPolicy};
+use crate::outcome::{BudgetKind, CancelPhase, FailureReason, Outcome, ReplayDisabled};
+use crate::policy::RecoveryPolicy;
 use crate::progress::{Progress, Proof};
-use crate::report::Role;
 use crate::timing::{Fraction, Instant, JitterSource};
 
 /// What kind of send comes next.
@@ -44,23 +42,6 @@ pub(crate) enum CooldownStep {
     Switched,
 }
 
-/// Where a lane of a hedging race sits in the course: its target, the
-/// sends that target had, and its record in the books. The lane the
-/// machine judges takes the course's seat ([`Course::swap_seat`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Seat {
-    target: usize,
-    target_sends: u32,
-    slot: Slot,
-}
-
-impl Seat {
-    /// The target the lane sends to.
-    pub(super) fn target(&self) -> usize {
-        self.target
-    }
-}
-
 /// The request's course. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Course {
@@ -80,8 +61,8 @@ pub(crate) struct Course {
     continuing_from: Option<Outcome>,
     /// An outer layer already debited the first send.
     prepaid: bool,
-    /// Hedges started.
-    hedges: u32,
+    /// The hedges it started.
+    hedging: Hedging,
     /// The backoff's jitter draws, fixed when the request started.
     jitter: JitterSource,
 }
@@ -111,7 +92,7 @@ impl Course {
             targets: Targets::default(),
             continuing_from: None,
             prepaid: false,
-            hedges: 0,
+            hedging: Hedging::default(),
             jitter,
         }
     }
@@ -150,11 +131,6 @@ impl Course {
             .emit(now, EventKind::Failover { from, to, reason });
     }
 
-    /// Declares the request's own target's context window.
-    pub(crate) fn declare_own_window(&mut self, tokens: Option<u64>) {
-        self.targets.declare_own_window(tokens);
-    }
-
     /// Uses a cross-request retry budget; this request deposits into it.
     #[must_use]
     pub(crate) fn with_retry_budget(mut self, budget: Arc<dyn BudgetStore>) -> Self {
@@ -163,31 +139,24 @@ impl Course {
         self
     }
 
-    /// An outer layer already debited the first send.
-    #[must_use]
-    pub(crate) fn with_prepaid_first_send(mut self, prepaid: bool) -> Self {
+    /// Takes what the request declared of itself: an admission hook is
+    /// installed, an outer layer already debited the first send
+    /// (`prepaid`), an absolute deadline, replay turned off (the request
+    /// body could not be buffered).
+    pub(crate) fn declare(
+        &mut self,
+        admission_hook: bool,
+        prepaid: bool,
+        deadline: Option<Instant>,
+        replay_disabled: Option<ReplayDisabled>,
+    ) {
+        self.state.admission_hook = admission_hook;
         self.prepaid = prepaid;
-        self
-    }
-
-    /// Declares that an admission hook is installed.
-    #[must_use]
-    pub(crate) fn with_admission_hook(mut self, installed: bool) -> Self {
-        self.state.admission_hook = installed;
-        self
-    }
-
-    /// Sets an absolute deadline for the whole request.
-    #[must_use]
-    pub(crate) fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.state.deadline = Some(deadline);
-        self
-    }
-
-    /// Turns replay off (the request body could not be buffered).
-    pub(crate) fn disable_replay(&mut self, reason: ReplayDisabled) {
-        self.state.replay_disabled = Some(reason);
-        self.ledger.replay_disabled(reason);
+        self.state.deadline = deadline;
+        self.state.replay_disabled = replay_disabled;
+        if let Some(reason) = replay_disabled {
+            self.ledger.replay_disabled(reason);
+        }
     }
 
     /// Declares whether a resume strategy can continue the committed stream.
@@ -210,45 +179,12 @@ impl Course {
         self.last_failure.as_ref()
     }
 
-    /// Ends the request with `outcome`, emitting its one terminal event.
+    /// Ends the request with `outcome`, emitting its one terminal event
+    /// (an interruption once output was observed, delivered or not).
     fn finish(&mut self, now: Instant, outcome: Outcome) -> Outcome {
-        if let Some(done) = self.ledger.outcome() {
-            return done.clone();
-        }
-        let attempts = self.state.attempts_made;
-        let kind = match &outcome {
-            Outcome::Completed { proof } => EventKind::Completed {
-                proof: *proof,
-                attempts,
-            },
-            Outcome::Cancelled { phase } => EventKind::Cancelled {
-                phase: *phase,
-                attempts,
-            },
-            // An interruption is reported as such even when the semantic
-            // output that forbade the replay was observed but not yet
-            // delivered (G1): the request did not fail "before commit".
-            other
-                if self.state.committed
-                    || self.output_observed
-                    || matches!(other, Outcome::Interrupted { .. }) =>
-            {
-                EventKind::Interrupted {
-                    outcome: other.clone(),
-                    attempts,
-                }
-            }
-            other => {
-                if matches!(other, Outcome::AdmissionRequired) {
-                    self.ledger.emit(now, EventKind::AdmissionRequired);
-                }
-                EventKind::Exhausted {
-                    outcome: other.clone(),
-                    attempts,
-                }
-            }
-        };
-        self.ledger.close(now, outcome, kind)
+        let after_output = self.state.committed || self.output_observed;
+        self.ledger
+            .finish(now, outcome, after_output, self.state.attempts_made)
     }
 
     /// Call after a resume's wait, before [`Course::begin_attempt`]: when
@@ -261,6 +197,17 @@ impl Course {
         }
         self.ledger.emit(now, EventKind::ParkedOffline);
         true
+    }
+
+    /// A retry from the budget at `now`, when the request draws from one;
+    /// `Err` when the budget has none left.
+    fn permit(&self, now: Instant) -> Result<Option<RetryPermit>, ()> {
+        match &self.retry_budget {
+            Some(budget) => RetryPermit::take(Arc::clone(budget), now)
+                .map(Some)
+                .ok_or(()),
+            None => Ok(None),
+        }
     }
 
     /// The request's deadline, if it has one: the caller's or the
@@ -278,97 +225,44 @@ impl Course {
     }
 
     /// How long after the send about to go out (a resume when `resumed`) a
-    /// hedge races it, when one may: hedging is on, the request has not
-    /// committed, hedges are left, and the endpoint is remote (on a local
-    /// runner a second inference needs the admission hook, which a hedge
-    /// does not ask).
+    /// hedge races it, when one may ([`Hedging::delay`]).
     pub(super) fn hedge_delay(&self, resumed: bool) -> Option<Duration> {
-        if resumed
-            || self.is_committed()
-            || self.hedges >= self.policy.max_hedges().get()
-            || self.policy.endpoint() == Endpoint::Local
-        {
-            return None;
-        }
-        self.policy.hedge_after()
+        self.hedging
+            .delay(&self.policy, self.is_committed(), resumed)
     }
 
-    /// The seat a hedge of the attempt in flight takes: the next target,
-    /// or with none after the current one, the same.
+    /// The seat a hedge of the attempt in flight takes.
     pub(super) fn hedge_seat(&self) -> Seat {
-        let target = self.targets.hedge();
-        let target_sends = if target == self.targets.current() {
-            self.state.target_sends
-        } else {
-            0
-        };
-        Seat {
-            target,
-            target_sends,
-            slot: Slot::default(),
-        }
+        Seat::for_hedge(&self.targets, self.state.target_sends)
     }
 
     /// Takes `seat` as the course's, leaving the one it had there: the
     /// lanes of a race change places.
     pub(super) fn swap_seat(&mut self, seat: &mut Seat) {
-        self.targets.swap_current(&mut seat.target);
-        std::mem::swap(&mut self.state.target_sends, &mut seat.target_sends);
-        if let Some(left) = self.state.alternates_left.as_mut() {
-            *left = self.targets.left();
-        }
-        self.ledger.swap_slot(&mut seat.slot);
+        seat.swap(&mut self.targets, &mut self.state, &mut self.ledger);
     }
 
-    /// Counts a hedge's send at `now`, when it may go: before the
-    /// deadline, with a retry from the budget and a send from the
-    /// allowance; emits `hedge_started` (naming the attempt it races,
-    /// which has shown nothing for `after`). `false`: nothing was counted
-    /// and the attempt in flight goes on alone.
+    /// Counts a hedge's send at `now`, when it may go before the deadline
+    /// with a retry from the budget ([`Hedging::begin`]). `false`: nothing
+    /// was counted and the attempt in flight goes on alone.
     pub(super) fn begin_hedge(&mut self, now: Instant, after: Duration) -> bool {
         if self.ledger.ended() || self.deadline().is_some_and(|d| now >= d) {
             return false;
         }
-        let permit = match &self.retry_budget {
-            Some(budget) => match RetryPermit::take(Arc::clone(budget), now) {
-                Some(permit) => Some(permit),
-                None => return false,
-            },
-            None => None,
-        };
-        // A permit not spent is dropped, so refunded.
-        if !self.ledger.debit_hedge() {
+        let Ok(permit) = self.permit(now) else {
             return false;
-        }
-        if let Some(permit) = permit {
-            permit.spend();
-        }
-        self.hedges += 1;
-        let hedge = self.ledger.wire_attempt() + 1;
-        self.ledger.emit(
-            now,
-            EventKind::HedgeStarted {
-                hedge,
-                after_ms: after,
-            },
-        );
-        true
+        };
+        self.hedging.begin(now, after, &mut self.ledger, permit)
     }
 
     /// The hedge counted by [`Course::begin_hedge`] goes out at `now`
-    /// from the seat the course holds, racing the attempt in `raced`: its
-    /// record opens (`attempt_started`), and both are marked in the race.
+    /// from the seat the course holds, racing the attempt in `raced`.
     pub(super) fn open_hedge(&mut self, now: Instant, raced: &Seat) {
         self.state.attempts_made += 1;
         self.state.target_sends += 1;
         self.state.attempts_left = self.ledger.sends_left();
-        let target = self.targets.label();
-        self.ledger.open(now, false, target);
-        self.ledger.mark(raced.slot, Role::First);
-        let mut own = Slot::default();
-        self.ledger.swap_slot(&mut own);
-        self.ledger.mark(own, Role::Hedge);
-        self.ledger.swap_slot(&mut own);
+        self.ledger
+            .open_hedge(now, self.targets.label(), raced.slot());
     }
 
     /// Call immediately before every physical send. Rechecks the deadline,
@@ -658,31 +552,11 @@ impl Course {
                 Action::Fail(self.finish(now, outcome))
             }
             Action::Fail(outcome) => {
-                // A resume that fails for good ends the committed stream as a
-                // failed resume, whatever the resume request's own failure;
-                // a prefill continuation as the interruption it stood in for.
-                let resumed = self
-                    .ledger
-                    .report()
-                    .attempts
-                    .last()
-                    .is_some_and(|a| a.resume);
-                let outcome = match outcome {
-                    _ if resumed && self.continuing_from.is_some() => {
-                        self.continuing_from.clone().unwrap_or(outcome)
-                    }
-                    Outcome::Permanent { .. }
-                    | Outcome::NotRetryable { .. }
-                    | Outcome::Protocol { .. }
-                        if resumed =>
-                    {
-                        Outcome::Interrupted {
-                            cause: InterruptCause::ResumeFailed,
-                            stall: None,
-                            committed: true,
-                        }
-                    }
-                    other => other,
+                let resumed = (self.ledger.report().attempts.last()).is_some_and(|a| a.resume);
+                let outcome = match &self.continuing_from {
+                    Some(from) if resumed => from.clone(),
+                    _ if resumed => outcome.of_a_resume(),
+                    _ => outcome,
                 };
                 Action::Fail(self.finish(now, outcome))
             }
@@ -695,17 +569,12 @@ impl Course {
                 Action::ParkUntilOnline
             }
             Action::RetryAfter { .. } | Action::Resume { .. } | Action::Failover => {
-                if let Some(budget) = &self.retry_budget {
-                    match RetryPermit::take(Arc::clone(budget), now) {
-                        Some(permit) => self.ledger.hold(permit),
-                        None => {
-                            return Action::Fail(self.finish(
-                                now,
-                                Outcome::BudgetExhausted {
-                                    budget: BudgetKind::RetryTokens,
-                                },
-                            ));
-                        }
+                match self.permit(now) {
+                    Ok(Some(permit)) => self.ledger.hold(permit),
+                    Ok(None) => {}
+                    Err(()) => {
+                        let budget = BudgetKind::RetryTokens;
+                        return Action::Fail(self.finish(now, Outcome::BudgetExhausted { budget }));
                     }
                 }
                 match action {

@@ -155,7 +155,7 @@ impl Ledger {
 
     /// Marks the record `slot` writes to (if open) as `role` in a race,
     /// unless it was already in one.
-    pub(crate) fn mark(&mut self, slot: Slot, role: Role) {
+    fn mark(&mut self, slot: Slot, role: Role) {
         if let Some(rec) = slot.open.and_then(|i| self.report.attempts.get_mut(i)) {
             rec.role.get_or_insert(role);
         }
@@ -224,6 +224,15 @@ impl Ledger {
             },
         );
         n
+    }
+
+    /// Opens the record of a hedge to `target` racing the attempt whose
+    /// record `raced` holds, and marks both in the race; emits
+    /// `attempt_started`.
+    pub(crate) fn open_hedge(&mut self, now: Instant, target: Option<String>, raced: Slot) {
+        self.open(now, false, target);
+        self.mark(raced, Role::First);
+        self.mark(self.slot, Role::Hedge);
     }
 
     /// Records the response head of the send in flight.
@@ -402,9 +411,53 @@ impl Ledger {
         self.report.replay_disabled = Some(reason);
     }
 
+    /// Ends the request with `outcome` after `attempts` sends, emitting its
+    /// one terminal event: `completed`, `cancelled`, `interrupted` (once
+    /// output was observed, `after_output`, even if not yet delivered: the
+    /// request did not fail "before commit", G1) or `exhausted` (after an
+    /// `admission_required` when that is why). An outcome already reached
+    /// stands.
+    pub(crate) fn finish(
+        &mut self,
+        now: Instant,
+        outcome: Outcome,
+        after_output: bool,
+        attempts: u32,
+    ) -> Outcome {
+        if let Some(done) = &self.outcome {
+            return done.clone();
+        }
+        let kind = match &outcome {
+            Outcome::Completed { proof } => EventKind::Completed {
+                proof: *proof,
+                attempts,
+            },
+            Outcome::Cancelled { phase } => EventKind::Cancelled {
+                phase: *phase,
+                attempts,
+            },
+            other if after_output || matches!(other, Outcome::Interrupted { .. }) => {
+                EventKind::Interrupted {
+                    outcome: other.clone(),
+                    attempts,
+                }
+            }
+            other => {
+                if matches!(other, Outcome::AdmissionRequired) {
+                    self.emit(now, EventKind::AdmissionRequired);
+                }
+                EventKind::Exhausted {
+                    outcome: other.clone(),
+                    attempts,
+                }
+            }
+        };
+        self.close(now, outcome, kind)
+    }
+
     /// Ends the request with `outcome` and its one terminal event `kind`
     /// (an outcome already reached stands).
-    pub(crate) fn close(&mut self, now: Instant, outcome: Outcome, kind: EventKind) -> Outcome {
+    fn close(&mut self, now: Instant, outcome: Outcome, kind: EventKind) -> Outcome {
         if let Some(done) = &self.outcome {
             return done.clone();
         }

@@ -26,9 +26,11 @@
 
 mod attempt;
 pub(crate) mod course;
+mod ctx;
 mod decoded;
 mod gate;
 mod head;
+mod hedging;
 mod io;
 mod lane;
 mod ledger;
@@ -41,8 +43,7 @@ mod setup;
 mod stage;
 mod targets;
 mod timers;
-
-use std::collections::VecDeque;
+mod view;
 
 pub use crate::decision::AdmissionAnswer;
 pub use decoded::{Decoded, SelfDecoded};
@@ -52,24 +53,20 @@ pub use setup::Setup;
 pub use timers::{CHECKS_PER_TIMEOUT, DRAIN_GRACE};
 
 use crate::budget::AttemptAllowance;
-use crate::continuation::DeliveredPrefix;
 use crate::decision::Action;
-use crate::failure::{Failure, FailureKind, Phase};
-use crate::lifecycle::{CommitTrigger, LifecycleEvent};
+use crate::failure::Failure;
+use crate::lifecycle::CommitTrigger;
 use crate::outcome::Outcome;
 use crate::policy::RecoveryPolicy;
 use crate::progress::Proof;
-use crate::protocol::{ProtocolChoice, ProtocolKind};
+use crate::protocol::ProtocolChoice;
 use crate::report::HedgeCancel;
 use crate::timing::Instant;
-use attempt::{Attempt, Ctx, Phase as AttemptPhase, Step};
+use attempt::{Phase as AttemptPhase, Step};
 use course::{CooldownStep, Course};
-use head::Verdict;
 use lane::Lane;
 use outbox::{Due, Holds};
 use race::{Left, Race};
-use recourse::Recourse;
-use resumption::{Continue, Resumption};
 use route::Route;
 use stage::{Pending, Stage};
 use std::time::SystemTime;
@@ -108,122 +105,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         Setup::new(policy, protocol, request, allowance, logical_id).start(now)
     }
 
-    /// The target the current (or next) send goes to: 0 for the request as
-    /// it was given, `i` for alternate `i` ([`Setup::alternates`]).
-    pub fn target(&self) -> usize {
-        self.course.target()
-    }
-
-    /// The protocol the answer is decoded as.
-    pub fn protocol(&self) -> &ProtocolKind {
-        &self.lane.protocol
-    }
-
-    /// The protocol the answer of `role`'s attempt is decoded as (a hedge
-    /// to an alternate may speak another).
-    pub fn protocol_of(&self, role: Role) -> &ProtocolKind {
-        match (role, &self.race) {
-            (Role::Hedge, Some(race)) => race.protocol(),
-            _ => &self.lane.protocol,
-        }
-    }
-
-    /// The request's books: its logical id, sends, report and outcome.
-    pub fn ledger(&self) -> &Ledger {
-        &self.course.ledger
-    }
-
-    /// The `Idempotency-Key` the send about to go out carries, when the
-    /// policy asks for one and the request (`has_one`: it already has the
-    /// header) does not bring its own: the driver sets it on each send (the
-    /// original, a replay, a resume, a continuation). One key per logical
-    /// request, so every send of it carries the same.
-    pub fn idempotency_key(&self, has_one: bool) -> Option<String> {
-        (!has_one && self.course.policy().idempotency_key()).then(|| {
-            let mut key = String::from("recovery-");
-            key.push_str(self.course.ledger.logical_id());
-            key
-        })
-    }
-
-    /// The policy in force.
-    pub fn policy(&self) -> &RecoveryPolicy {
-        self.course.policy()
-    }
-
-    /// Whether output has reached (or is queued for) the consumer.
-    pub fn is_committed(&self) -> bool {
-        self.course.is_committed()
-    }
-
-    /// Whether lifecycle events wait in [`Exchange::drain_events`] (a
-    /// driver that crosses a boundary per call asks before draining).
-    pub fn has_events(&self) -> bool {
-        self.course.ledger.has_events()
-    }
-
-    /// Takes the lifecycle events produced since the last call, in order.
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
-        self.course.ledger.drain_events()
-    }
-
-    /// The last error body read (capped at the policy's evidence cap):
-    /// sensitive evidence, for `inspect_*` only.
-    pub fn error_body(&self) -> &[u8] {
-        &self.lane.attempt.error_body
-    }
-
-    /// What the consumer has received, as the continuation hook is given
-    /// it (present when a continuation may be asked for).
-    pub fn delivered_prefix(&self) -> Option<&DeliveredPrefix> {
-        self.lane
-            .resumption
-            .as_ref()
-            .and_then(|r| r.prefix.as_ref())
-    }
-
-    /// The chunks held for the consumer, taken out (the final error
-    /// response's first chunks, after [`Io::RespondError`]).
-    pub fn take_held(&mut self) -> VecDeque<Chunk<C>> {
-        self.lane.outbox.take()
-    }
-
-    /// Whether the head just received may become the final answer as the
-    /// server sent it (an error head, before commit): a driver whose
-    /// runtime can copy a body (a `Response.clone()`) reads the copy and
-    /// keeps the original for [`Io::RespondError`].
-    pub fn keeps_response(&self) -> bool {
-        // An attempt of a race that fails leaves it; it is never the answer.
-        self.race.is_none() && !self.lane.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
-            || matches!(self.stage, Stage::Ended(_)) && self.lane.outbox.error_response_due()
-            // A redirect that fails the attempt is weighed at the next
-            // poll; it may be the answer.
-            || matches!(self.stage, Stage::Failed(_)) && self.lane.outbox.holds() == Holds::ErrorResponse
-    }
-
     /// Whether an attempt is in flight in a phase `is` says yes to.
     fn in_phase(&self, is: impl Fn(&AttemptPhase) -> bool) -> bool {
         matches!(self.stage, Stage::InFlight) && is(&self.lane.attempt.phase)
-    }
-
-    /// Whether the body streams the committed attempt with nothing queued,
-    /// pending or gated: a driver may then read and hand out chunks through
-    /// [`Exchange::on_chunk`] alone, without asking [`Exchange::poll`].
-    #[inline]
-    pub fn is_passing_through(&self) -> bool {
-        self.lane.outbox.is_idle()
-            && self.lane.attempt.gate.is_none()
-            && self.in_phase(|p| matches!(p, AttemptPhase::Streaming | AttemptPhase::Draining))
-    }
-
-    /// When the driver must wake the machine ([`Exchange::handle_timeout`])
-    /// if nothing else happens first: the earliest of its timers.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let first = self.lane.timers.next();
-        match self.race.as_deref().and_then(Race::next_timeout) {
-            Some(hedge) => Some(first.map_or(hedge, |f| f.min(hedge))),
-            None => first,
-        }
     }
 
     /// What the driver does next, `online` saying whether the platform
@@ -299,24 +183,6 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.stage = stage;
     }
 
-    /// What an attempt's inputs reach beyond it, and the attempt.
-    fn split(&mut self) -> (&mut Attempt<D>, Ctx<'_, C>) {
-        let prefix = self
-            .lane
-            .resumption
-            .as_deref_mut()
-            .and_then(|r| r.prefix.as_mut());
-        let cx = Ctx {
-            course: &mut self.course,
-            outbox: &mut self.lane.outbox,
-            timers: &mut self.lane.timers,
-            prefix,
-            protocol: &self.lane.protocol,
-            racing: self.race.is_some(),
-        };
-        (&mut self.lane.attempt, cx)
-    }
-
     /// Carries out what an attempt's input means for the request. In a
     /// race, an attempt that fails or cannot win leaves it instead.
     fn step(&mut self, now: Instant, step: Step<C>) -> Option<C> {
@@ -367,11 +233,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if matches!(self.stage, Stage::ToSend { resume: true })
             && self.course.park_before_send(now, online)
         {
-            self.stage = self.recourse().park(now, true);
+            self.stage = self
+                .lane
+                .recourse(&mut self.course, &self.route)
+                .park(now, true);
             return None;
         }
         if let Some(protocol) = self.route.adopt(self.course.target()) {
-            self.adopt(protocol);
+            self.lane.adopt(&self.route, protocol);
         }
         if !self.course.is_committed()
             && let Some(wait) = self.route.cooldown(now)
@@ -398,45 +267,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
                 return None;
             }
         };
-        self.lane.outbox.new_attempt();
         self.enter(Stage::InFlight);
-        let head_timeout = self.course.policy().head_timeout();
-        self.lane
-            .attempt
-            .send(now, head_timeout, &mut self.lane.timers);
-        if let Some(after) = self.course.hedge_delay(resumed) {
-            self.lane.timers.set(Timer::Hedge, Some(now + after));
-        }
-        if !resumed {
-            if let Some(r) = self.lane.resumption.as_mut() {
-                r.next_gate = Some((None, None));
+        match self.lane.send(now, resumed, &mut self.course, &self.route) {
+            Ok(send) => Some(Io::Send(send)),
+            Err(Some(failure)) => {
+                self.enter(Stage::Failed(failure));
+                None
             }
-            return Some(Io::Send(Send::Original));
-        }
-        let Some(r) = self.lane.resumption.as_deref_mut() else {
-            let attempts = self.course.ledger.wire_attempt();
-            self.end(Err(Outcome::Exhausted { attempts }));
-            return None;
-        };
-        match r.next_send(&self.route, &self.lane.protocol) {
-            Continue::Send(send, strategy) => {
-                self.course.ledger.seam(strategy);
-                Some(Io::Send(send))
-            }
-            Continue::Impossible => {
-                self.resume_impossible();
+            Err(None) => {
+                let attempts = self.course.ledger.wire_attempt();
+                self.end(Err(Outcome::Exhausted { attempts }));
                 None
             }
         }
-    }
-
-    /// A resume was decided but no request can carry it (the cursor does
-    /// not fit a URL or header, or the hook's continuation is gone): the
-    /// send fails as a protocol sequence error.
-    fn resume_impossible(&mut self) {
-        let violation = crate::failure::Violation::Sequence;
-        let failure = Failure::new(FailureKind::Protocol { violation }, Phase::Sending);
-        self.enter(Stage::Failed(Box::new(failure)));
     }
 
     /// The request left: the head timer runs, a cancel now catches it
@@ -490,52 +333,18 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         if !self.in_phase(|_| self.lane.attempt.awaits_head()) {
             return;
         }
-        let (verdict, seen) = head::judge(head, wall);
-        self.course
-            .ledger
-            .head(now, seen.status, seen.request_id, seen.rate_limits);
-        self.lane.attempt.status = Some(seen.status);
-        let form = match verdict {
-            Verdict::Redirect(failure) => {
-                self.lane.outbox.set_holds(Holds::ErrorResponse);
-                self.step(now, Step::Failed(failure));
-                return;
-            }
-            Verdict::Error(error) => {
-                self.lane
-                    .attempt
-                    .read_error(now, error, &mut self.lane.timers);
-                return;
-            }
-            Verdict::Answer(form) => form,
-        };
-        if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol)
-            && *kind != self.lane.protocol
-        {
-            let kind = kind.clone();
-            self.adopt(kind);
-        }
-        let next_gate = self
-            .lane
-            .resumption
-            .as_mut()
-            .and_then(|r| r.next_gate.take());
-        let first_token = self.course.first_token_timeout();
-        let (attempt, mut cx) = self.split();
-        attempt.read_answer(now, form, decoded, next_gate, first_token, &mut cx);
-    }
-
-    /// Reads the exchange as `protocol` from now on: the decoder of the
-    /// answer named it, or the request moved to a target that speaks it.
-    #[cold]
-    fn adopt(&mut self, protocol: ProtocolKind) {
-        Resumption::adopt(
-            &mut self.lane.resumption,
+        let racing = self.race.is_some();
+        if let Some(failure) = self.lane.head(
+            now,
+            wall,
+            head,
+            decoded,
+            &mut self.course,
             &self.route,
-            &self.lane.protocol,
-            &protocol,
-        );
-        self.lane.protocol = protocol;
+            racing,
+        ) {
+            self.step(now, Step::Failed(failure));
+        }
     }
 
     /// A chunk of a body that [`is_passing_through`](Self::is_passing_through),
@@ -562,7 +371,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// The chunk [`Exchange::on_passing_chunk`] kept, already decoded:
     /// returns it when it goes out at once after all.
     pub fn on_kept_chunk(&mut self, now: Instant, chunk: C) -> Option<C> {
-        let (attempt, mut cx) = self.split();
+        let (attempt, mut cx) = self.lane.split(&mut self.course, self.race.is_some());
         let step = attempt.on_kept_chunk(now, chunk, &mut cx);
         self.step(now, step)
     }
@@ -583,7 +392,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             if !matches!(ex.stage, Stage::InFlight) {
                 return None;
             }
-            let (attempt, mut cx) = ex.split();
+            let (attempt, mut cx) = ex.lane.split(&mut ex.course, ex.race.is_some());
             let step = attempt.on_chunk(now, chunk, &mut cx);
             ex.step(now, step)
         })
@@ -599,7 +408,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn on_end_of(&mut self, role: Role, now: Instant) {
         self.judge(role, now, |ex| {
             if matches!(ex.stage, Stage::InFlight) {
-                let (attempt, mut cx) = ex.split();
+                let (attempt, mut cx) = ex.lane.split(&mut ex.course, ex.race.is_some());
                 let step = attempt.on_end(&mut cx);
                 ex.step(now, step);
             }
@@ -617,7 +426,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     pub fn on_error_of(&mut self, role: Role, now: Instant, failure: Failure) {
         self.judge(role, now, |ex| {
             if matches!(ex.stage, Stage::InFlight) {
-                let (attempt, mut cx) = ex.split();
+                let (attempt, mut cx) = ex.lane.split(&mut ex.course, ex.race.is_some());
                 let step = attempt.on_error(failure, &mut cx);
                 ex.step(now, step);
             }
@@ -665,7 +474,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         while let Some(timer) = self.lane.timers.expired(now) {
             match timer {
                 Timer::Head | Timer::FirstToken | Timer::Watch => {
-                    let (attempt, mut cx) = self.split();
+                    let (attempt, mut cx) = self.lane.split(&mut self.course, self.race.is_some());
                     let step = attempt.on_timer(timer, now, &mut cx);
                     self.step(now, step);
                 }
@@ -755,15 +564,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
             self.lane.outbox.release();
             return;
         }
-        if let Some(progress) = self.lane.attempt.progress() {
-            let responded = self.lane.outbox.responded();
-            let progress = if responded {
-                self.lane
-                    .attempt
-                    .progress_delivered(self.lane.outbox.delivered())
-            } else {
-                progress
-            };
+        if let Some(progress) = self.lane.progress_shown() {
             self.course.ledger.progress(progress);
         }
         let outcome = self.course.cancel(now, phase);
@@ -808,21 +609,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
 
     /// The attempt finished with success proof.
     fn complete(&mut self, now: Instant, proof: Proof) {
-        let (_, mut cx) = self.split();
-        cx.commit(now, CommitTrigger::Terminal);
-        if let Some(rest) = self
-            .lane
-            .attempt
-            .gate
-            .as_mut()
-            .map(|g| g.rest())
-            .filter(|b| !b.is_empty())
-        {
-            self.lane.outbox.push(Chunk::Made(rest));
-        }
-        let delivered = self.lane.outbox.delivered() + self.lane.outbox.queued_bytes();
-        let progress = self.lane.attempt.progress_delivered(delivered);
-        self.course.succeed(now, proof, progress);
+        self.lane.complete(now, proof, &mut self.course);
         self.end(Ok(()));
     }
 
@@ -836,26 +623,19 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
         self.enter(Stage::Failed(Box::new(failure)));
     }
 
-    /// What a failure's recourse reaches.
-    fn recourse(&mut self) -> Recourse<'_, C, D> {
-        Recourse {
-            course: &mut self.course,
-            route: &self.route,
-            resumption: self.lane.resumption.as_deref_mut(),
-            outbox: &mut self.lane.outbox,
-            timers: &mut self.lane.timers,
-            attempt: &self.lane.attempt,
-            protocol: &self.lane.protocol,
-        }
-    }
-
     /// Decides and carries out what follows a failed attempt.
     fn fail_attempt(&mut self, now: Instant, online: bool, failure: Failure) {
-        self.stage = self.recourse().fail(now, online, failure);
+        self.stage = self
+            .lane
+            .recourse(&mut self.course, &self.route)
+            .fail(now, online, failure);
     }
 
     /// Carries out what the course decided.
     fn act(&mut self, now: Instant, action: Action) {
-        self.stage = self.recourse().act(now, action);
+        self.stage = self
+            .lane
+            .recourse(&mut self.course, &self.route)
+            .act(now, action);
     }
 }

@@ -18,8 +18,9 @@
 use std::mem;
 
 use super::attempt::Attempt;
-use super::course::{Course, Seat};
+use super::course::Course;
 use super::decoded::Decoded;
+use super::hedging::Seat;
 use super::lane::Lane;
 use super::outbox::Outbox;
 use super::resumption::Resumption;
@@ -146,7 +147,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
             self.swap(lane, course, route);
             course.ledger.hedge_cancelled(now, HedgeCancel::RivalWon);
             self.swap(lane, course, route);
-            self.handover(hedge, lane);
+            Self::handover(hedge, lane);
             return true;
         }
         let Some(left) = self.left.take() else {
@@ -165,7 +166,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
             Left::Cancelled(reason) => course.ledger.hedge_cancelled(now, reason),
         }
         self.swap(lane, course, route);
-        self.handover(!hedge, lane);
+        Self::handover(!hedge, lane);
         if let Some(after) = course.hedge_delay(false)
             && lane.attempt.may_be_raced()
         {
@@ -177,7 +178,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
     /// The race is over with `lane` the request's: the other's response
     /// is closed, and when the hedge is the one that stays, it takes the
     /// first's place.
-    fn handover(&self, hedge_stays: bool, lane: &mut Lane<C, D>) {
+    fn handover(hedge_stays: bool, lane: &mut Lane<C, D>) {
         if hedge_stays {
             lane.outbox.promote();
         } else {
@@ -196,7 +197,9 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
         route: &mut Route,
     ) {
         self.swap(lane, course, route);
-        course.cancel_lane(now, lane.attempt.cancel_phase());
+        if let Some(phase) = super::Stage::InFlight.cancel_phase(&lane.attempt.phase, true) {
+            course.cancel_lane(now, phase);
+        }
         self.swap(lane, course, route);
         lane.outbox.release_hedge();
     }

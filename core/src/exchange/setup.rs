@@ -191,17 +191,15 @@ impl<'a> Setup<'a> {
         let jitter = self
             .jitter
             .unwrap_or_else(|| JitterSource::seeded(logical_id));
-        let mut course = super::course::Course::new(policy, allowance, logical_id, jitter, now)
-            .with_admission_hook(self.admission_hook)
-            .with_prepaid_first_send(self.prepaid);
+        let mut course = super::course::Course::new(policy, allowance, logical_id, jitter, now);
+        course.declare(
+            self.admission_hook,
+            self.prepaid,
+            self.deadline,
+            self.replay,
+        );
         if let Some(budget) = self.retry_budget {
             course = course.with_retry_budget(budget);
-        }
-        if let Some(deadline) = self.deadline {
-            course = course.with_deadline(deadline);
-        }
-        if let Some(reason) = self.replay {
-            course.disable_replay(reason);
         }
         let native = native_resume(&protocol, self.resumable_sse, route.background);
         let mut resumption = Resumption::new(native);
@@ -216,8 +214,9 @@ impl<'a> Setup<'a> {
                     resumption.declare_prefill(i + 1, prefill, &t.rewrite_body(request.body));
                 }
             }
-            course = course.with_targets(declared.labels, declared.windows);
-            course.declare_own_window(self.context_window);
+            let mut windows = declared.windows;
+            windows[0] = self.context_window;
+            course = course.with_targets(declared.labels, windows);
         }
         if resumption.continues_by_prompt() {
             resumption.keep_prefix(&protocol);

@@ -84,13 +84,6 @@ impl Targets {
         (from, self.label().unwrap_or_default())
     }
 
-    /// Declares the request's own target's context window.
-    pub(crate) fn declare_own_window(&mut self, tokens: Option<u64>) {
-        if let Some(own) = self.windows.first_mut() {
-            *own = tokens;
-        }
-    }
-
     /// The target after the current one that may take a prompt too long
     /// for it: the first whose declared context window is larger than the
     /// current one's (an undeclared current window counts as 0), or, when

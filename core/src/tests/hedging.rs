@@ -81,6 +81,16 @@ fn hedged(ex: &mut Exchange<Vec<u8>>, ms: u64, target: usize) {
     assert_eq!(ex.poll(at(ms), true), Io::Race);
 }
 
+struct Limited;
+impl Head for Limited {
+    fn status(&self) -> u16 {
+        429
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        (name == "retry-after").then_some(Cow::Borrowed("7"))
+    }
+}
+
 fn names(ex: &mut Exchange<Vec<u8>>) -> Vec<&'static str> {
     ex.drain_events().map(|e| e.kind.name()).collect()
 }
@@ -242,15 +252,6 @@ fn a_retry_after_learned_by_a_hedge_holds_its_targets_cooldown() {
     ex.handle_timeout(at(1000));
     assert_eq!(ex.poll(at(1000), true), Io::Hedge { target: 0 });
     ex.on_sent_of(Role::Hedge, at(1000));
-    struct Limited;
-    impl Head for Limited {
-        fn status(&self) -> u16 {
-            429
-        }
-        fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-            (name == "retry-after").then_some(Cow::Borrowed("7"))
-        }
-    }
     ex.on_head_of(
         Role::Hedge,
         at(1100),
