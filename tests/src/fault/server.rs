@@ -183,10 +183,17 @@ struct State {
     cursors: HashMap<Option<String>, usize>,
     requests: Vec<ReceivedRequest>,
     per_path: BTreeMap<String, u64>,
+    /// When each body piece of a request (by `seq`) was written.
+    pieces: HashMap<u64, Vec<std::time::Instant>>,
+    /// When each connection (by accept order) ended: the peer closed it,
+    /// or the provider did.
+    closed: HashMap<u64, std::time::Instant>,
 }
 
 struct Shared {
     state: Mutex<State>,
+    /// When the provider started: the origin of the times it reports.
+    started: std::time::Instant,
     stats: watch::Sender<Stats>,
     /// Permits for stall points; closed by `release_all`, replaced by `reset`.
     gate: Mutex<Arc<Semaphore>>,
@@ -340,6 +347,23 @@ impl FaultProvider {
             .collect()
     }
 
+    /// When each body piece of request `seq` was written (a delayed
+    /// piece's time is after its delay).
+    pub fn pieces_at(&self, seq: u64) -> Vec<std::time::Instant> {
+        lock(&self.shared.state)
+            .pieces
+            .get(&seq)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// When connection `connection` (0-based, in accept order) ended: its
+    /// peer hung up (noticed at once, also during a script's delay) or the
+    /// provider closed it. `None` while it is open.
+    pub fn closed_at(&self, connection: u64) -> Option<std::time::Instant> {
+        lock(&self.shared.state).closed.get(&connection).copied()
+    }
+
     /// Connections currently open (accepted and not yet closed by either side).
     pub fn open_connections(&self) -> u64 {
         self.stats().open_connections
@@ -423,7 +447,10 @@ fn prepare(
             cursors: HashMap::new(),
             requests: Vec::new(),
             per_path: BTreeMap::new(),
+            pieces: HashMap::new(),
+            closed: HashMap::new(),
         }),
+        started: std::time::Instant::now(),
         stats: watch::Sender::new(Stats::default()),
         gate: Mutex::new(Arc::new(Semaphore::new(0))),
         shutdown: shutdown_rx,
@@ -458,6 +485,8 @@ impl Shared {
         state.cursors.clear();
         state.requests.clear();
         state.per_path.clear();
+        state.pieces.clear();
+        state.closed.clear();
         *lock(&self.gate) = Arc::new(Semaphore::new(0));
         self.stats.send_modify(|s| {
             *s = Stats {
@@ -468,7 +497,7 @@ impl Shared {
     }
 
     /// Count and keep the request, and pick its script.
-    fn record(&self, request: &Parsed, connection: u64) -> Option<Compiled> {
+    fn record(&self, request: &Parsed, connection: u64) -> (Option<Compiled>, u64) {
         let mut state = lock(&self.state);
         let path = request.path().to_owned();
         let key = state.scripts.key(&path).map(str::to_owned);
@@ -491,7 +520,7 @@ impl Shared {
         // Published while the state lock is held so a waiter that wakes on
         // the counter also sees the request in `requests()`.
         self.stats.send_modify(|s| s.requests += 1);
-        script
+        (script, seq)
     }
 
     fn cors_headers(&self) -> Vec<(String, String)> {
@@ -526,7 +555,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             s.open_connections += 1;
             s.connections_accepted += 1;
         });
-        let guard = OpenGuard(Arc::clone(&shared));
+        let guard = OpenGuard(Arc::clone(&shared), id);
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let _guard = guard;
@@ -539,11 +568,15 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Decrements the open-connection count when a connection task ends, however it ends.
-struct OpenGuard(Arc<Shared>);
+/// Decrements the open-connection count when a connection task ends,
+/// however it ends, and notes when.
+struct OpenGuard(Arc<Shared>, u64);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
+        lock(&self.0.state)
+            .closed
+            .insert(self.1, std::time::Instant::now());
         self.0.stats.send_modify(|s| s.open_connections -= 1);
     }
 }
@@ -573,8 +606,10 @@ async fn serve_connection(shared: &Shared, mut stream: TcpStream, id: u64) {
             control(shared, &mut stream, &request).await
         } else {
             match shared.record(&request, id) {
-                Some(script) => respond(shared, &mut stream, &mut buf, &script, &request).await,
-                None => no_script(shared, &mut stream, &request).await,
+                (Some(script), seq) => {
+                    respond(shared, &mut stream, &mut buf, &script, &request, seq).await
+                }
+                (None, _) => no_script(shared, &mut stream, &request).await,
             }
         };
         match next {
@@ -668,6 +703,23 @@ async fn stall(shared: &Shared, stream: &mut TcpStream, buf: &mut BytesMut) -> b
     released
 }
 
+/// A script's delay: `false` when the client disconnected (or sent
+/// garbage) meanwhile, so that the provider notes the hang-up when it
+/// happens, not at its next write.
+async fn pause(stream: &mut TcpStream, buf: &mut BytesMut, ms: u64) -> bool {
+    let sleep = tokio::time::sleep(Duration::from_millis(ms));
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            read = stream.read_buf(buf) => match read {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
 /// Execute one script on the connection.
 async fn respond(
     shared: &Shared,
@@ -675,6 +727,7 @@ async fn respond(
     buf: &mut BytesMut,
     script: &Compiled,
     request: &Parsed,
+    seq: u64,
 ) -> Next {
     match script.ending {
         Ending::ResetBeforeHead => return Next::Reset,
@@ -712,8 +765,8 @@ async fn respond(
     }
     if !bodyless {
         for piece in &script.pieces {
-            if piece.delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(piece.delay_ms)).await;
+            if piece.delay_ms > 0 && !pause(stream, buf, piece.delay_ms).await {
+                return Next::Close;
             }
             if piece.stall && !stall(shared, stream, buf).await {
                 return Next::Close;
@@ -730,6 +783,12 @@ async fn respond(
             if result.is_err() {
                 return Next::Close;
             }
+            let written = std::time::Instant::now();
+            lock(&shared.state)
+                .pieces
+                .entry(seq)
+                .or_default()
+                .push(written);
         }
     }
     match script.ending {
@@ -878,9 +937,14 @@ fn requests_json(shared: &Shared) -> serde_json::Value {
                 .iter()
                 .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
                 .collect();
+            let ms = |at: &std::time::Instant| {
+                at.saturating_duration_since(shared.started).as_secs_f64() * 1000.0
+            };
             serde_json::json!({
                 "seq": r.seq,
                 "connection": r.connection,
+                "pieces_at_ms": state.pieces.get(&r.seq).map_or_else(Vec::new, |p| p.iter().map(ms).collect()),
+                "closed_at_ms": state.closed.get(&r.connection).map(ms),
                 "script_index": r.script_index,
                 "method": r.method,
                 "target": r.target,
