@@ -23,8 +23,9 @@ work="$(mktemp -d)"
 provider_pid=""
 gateway_pid=""
 rescue_pid=""
+hedge_pid=""
 cleanup() {
-  for pid in "$gateway_pid" "$rescue_pid" "$provider_pid"; do
+  for pid in "$gateway_pid" "$rescue_pid" "$hedge_pid" "$provider_pid"; do
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -92,6 +93,28 @@ rescue_pid=$!
 rescue_url="$(first_url "$work/rescue.out" "$rescue_pid")" || {
   echo "recovery-gateway (rescue) did not start:" >&2; cat "$work/rescue.err" >&2; exit 1; }
 
+# A third gateway hedging the first token: at 1 s without a token, a
+# second send races the first, to its alternate.
+hedge_alt="/hedge-alt/v1/chat/completions"
+cat >"$work/hedge.toml" <<TOML
+[retry_budget]
+min_retries_per_sec = 100
+
+[policy]
+max_attempts = 3
+hedge_after_ms = 1000
+
+[[alternates]]
+label = "alt"
+protocol = "openai-chat"
+url = "$provider_url$hedge_alt"
+TOML
+"$BIN/recovery-gateway" --listen 127.0.0.1:0 --upstream "$provider_url" --config "$work/hedge.toml" \
+  >"$work/hedge.out" 2>"$work/hedge.err" &
+hedge_pid=$!
+hedge_url="$(first_url "$work/hedge.out" "$hedge_pid")" || {
+  echo "recovery-gateway (hedge) did not start:" >&2; cat "$work/hedge.err" >&2; exit 1; }
+
 echo "fault provider: $provider_url"
 echo "gateway:        $gateway_url"
 echo "rescue gateway: $rescue_url"
@@ -100,6 +123,7 @@ status=0
 export PYTHONDONTWRITEBYTECODE=1
 RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
   RECOVERY_RESCUE_GATEWAY_URL="$rescue_url" RECOVERY_RESCUE_ALT_PATH="$rescue_alt" \
+  RECOVERY_HEDGE_GATEWAY_URL="$hedge_url" RECOVERY_HEDGE_ALT_PATH="$hedge_alt" \
   "$PY" -m unittest discover -s gateway/tests/python -v || status=$?
 (cd "$JS" && RECOVERY_GATEWAY_URL="$gateway_url" FAULT_PROVIDER_URL="$provider_url" \
   node --test) || status=$?

@@ -159,6 +159,8 @@ fn log_event(logger: &Logger, e: &LifecycleEvent) {
         EventKind::RetryStarted => "replaying the request upstream",
         EventKind::ResumeStarted => "resuming the stream upstream",
         EventKind::Failover { .. } => "failing over",
+        EventKind::HedgeStarted { .. } => "hedging the request upstream",
+        EventKind::HedgeCancelled { .. } => "closing the attempt that lost the race",
         EventKind::Exhausted { outcome, .. } | EventKind::Interrupted { outcome, .. } => {
             fields.push(("outcome", Field::Str(outcome.name())));
             "upstream request failed"

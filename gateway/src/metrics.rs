@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use recovery_core::lifecycle::{EventKind, LifecycleEvent};
+use recovery_core::report::Role;
 
 /// The terminal events, as the `outcome` label.
 const OUTCOMES: [&str; 4] = ["completed", "exhausted", "interrupted", "cancelled"];
@@ -30,6 +31,9 @@ pub struct Metrics {
     resends: AtomicU64,
     resumes: AtomicU64,
     commits: AtomicU64,
+    hedges: AtomicU64,
+    hedges_won: AtomicU64,
+    hedges_cancelled: AtomicU64,
     outcomes: [AtomicU64; 4],
     reconnects: AtomicU64,
     streams_active: AtomicU64,
@@ -56,6 +60,12 @@ pub struct Snapshot {
     pub resumes: u64,
     /// Requests that committed (output reached the client).
     pub commits: u64,
+    /// Hedges sent (a second send racing one that showed no token).
+    pub hedges: u64,
+    /// Hedges whose answer reached the client.
+    pub hedges_won: u64,
+    /// Attempts of a race closed because they could not win.
+    pub hedges_cancelled: u64,
     /// Terminal outcomes `completed`.
     pub completed: u64,
     /// Terminal outcomes `exhausted`.
@@ -87,9 +97,18 @@ impl Metrics {
             EventKind::ResumeStarted => {
                 self.resumes.fetch_add(1, Ordering::Relaxed);
             }
-            EventKind::Committed { .. } => {
+            EventKind::Committed { role, .. } => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
+                if *role == Some(Role::Hedge) {
+                    self.hedges_won.fetch_add(1, Ordering::Relaxed);
+                }
                 self.time_to_first_chunk.observe(event.at);
+            }
+            EventKind::HedgeStarted { .. } => {
+                self.hedges.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::HedgeCancelled { .. } => {
+                self.hedges_cancelled.fetch_add(1, Ordering::Relaxed);
             }
             kind if kind.is_terminal() => {
                 if let Some(i) = OUTCOMES.iter().position(|o| *o == kind.name()) {
@@ -173,6 +192,9 @@ impl Metrics {
             resends: get(&self.resends),
             resumes: get(&self.resumes),
             commits: get(&self.commits),
+            hedges: get(&self.hedges),
+            hedges_won: get(&self.hedges_won),
+            hedges_cancelled: get(&self.hedges_cancelled),
             completed: get(&self.outcomes[0]),
             exhausted: get(&self.outcomes[1]),
             interrupted: get(&self.outcomes[2]),
@@ -270,6 +292,21 @@ fn render_counters(out: &mut String, s: &Snapshot) {
             "recovery_gateway_commits_total",
             "Requests whose output began to reach the client.",
             s.commits,
+        ),
+        (
+            "recovery_gateway_hedges_total",
+            "Hedges sent: a second send racing one that showed no token in time.",
+            s.hedges,
+        ),
+        (
+            "recovery_gateway_hedges_won_total",
+            "Hedges whose answer reached the client.",
+            s.hedges_won,
+        ),
+        (
+            "recovery_gateway_hedges_cancelled_total",
+            "Attempts of a hedging race closed because they could not win.",
+            s.hedges_cancelled,
         ),
         (
             "recovery_gateway_downstream_reconnects_total",

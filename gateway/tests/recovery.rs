@@ -742,3 +742,74 @@ async fn baseline_a_first_token_at_20_s_is_left_at_10_s_for_the_alternate() {
     releaser.abort();
     gw.shutdown().await;
 }
+
+/// `[policy] hedge_after_ms = 1000` with one alternate: a primary whose
+/// head and role chunk come at once and whose first token would come at
+/// 8 s is raced at 1 s by a hedge to the alternate, whose token comes at
+/// once: the client reads the alternate's answer in under 3 s, and the
+/// gateway closes the primary's connection within 100 ms of the alternate's
+/// token (the provider notes when it wrote each piece and when each
+/// connection ended).
+#[tokio::test]
+async fn a_hedge_to_the_alternate_beats_a_primary_slow_to_its_first_token() {
+    let alt = "/alt/v1/chat/completions";
+    let provider = FaultProvider::start(
+        ScriptSet::new(vec![])
+            .path(
+                CHAT,
+                vec![
+                    sse(Write::text(counted("p", 1, 0, false)))
+                        .write(Write::text(counted("p", 1, 3, true)).delay_ms(8000)),
+                ],
+            )
+            .path(
+                alt,
+                vec![
+                    sse(Write::text(counted("a", 1, 0, false)))
+                        .write(Write::text(counted("a", 1, 3, true)).delay_ms(100)),
+                ],
+            ),
+    )
+    .await
+    .unwrap();
+    let text = format!(
+        "[policy]\nmax_attempts = 3\nhedge_after_ms = 1000\n\
+         [[alternates]]\nlabel = \"alt\"\nprotocol = \"openai-chat\"\nurl = \"{}\"\n",
+        provider.url(alt)
+    );
+    let gw = gateway_with(&provider, &text).await;
+    let started = std::time::Instant::now();
+    let answer = send(post(gw.url(CHAT), CHAT_BODY)).await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200);
+    assert_eq!(chat_content(&answer.text()), " w1 w2 w3");
+    assert!(
+        answer.text().contains("\"id\":\"a\""),
+        "the alternate's answer"
+    );
+    assert!(took < std::time::Duration::from_secs(3), "answered after {took:?}");
+    let primary = &provider.requests_for(CHAT)[0];
+    let hedge = &provider.requests_for(alt)[0];
+    let token = provider.pieces_at(hedge.seq)[1];
+    let mut closed = None;
+    for _ in 0..100 {
+        closed = provider.closed_at(primary.connection);
+        if closed.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let after = closed
+        .expect("the primary's connection was closed")
+        .saturating_duration_since(token);
+    assert!(
+        after < std::time::Duration::from_millis(100),
+        "closed {after:?} after the alternate's token"
+    );
+    // The primary's own token (due at 8 s) was never written.
+    assert_eq!(provider.pieces_at(primary.seq).len(), 1);
+    let m = gw.metrics();
+    assert_eq!((m.hedges, m.hedges_won, m.hedges_cancelled), (1, 1, 1));
+    assert_eq!(m.completed, 1);
+    gw.shutdown().await;
+}

@@ -280,7 +280,8 @@ async fn bd5_holdback_overflow_forces_commit_then_failure_is_interrupted() {
     assert_eq!(inner.calls(), 1, "committed: no transparent replay");
     assert!(events.lock().unwrap().iter().any(|e| e.kind
         == EventKind::Committed {
-            trigger: CommitTrigger::HoldbackCap
+            trigger: CommitTrigger::HoldbackCap,
+            role: None
         }));
 }
 
