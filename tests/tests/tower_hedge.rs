@@ -59,7 +59,7 @@ fn answer(id: &str, token_ms: u64) -> Script {
 fn hedging() -> RecoveryPolicy {
     RecoveryPolicy::builder()
         .max_attempts(NonZeroU32::new(3).unwrap())
-        .hedge_after(Some(Duration::from_millis(1000)))
+        .hedge_after(Some(Duration::from_secs(1)))
         .build()
         .unwrap()
 }
