@@ -787,7 +787,10 @@ async fn a_hedge_to_the_alternate_beats_a_primary_slow_to_its_first_token() {
         answer.text().contains("\"id\":\"a\""),
         "the alternate's answer"
     );
-    assert!(took < std::time::Duration::from_secs(3), "answered after {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "answered after {took:?}"
+    );
     let primary = &provider.requests_for(CHAT)[0];
     let hedge = &provider.requests_for(alt)[0];
     let token = provider.pieces_at(hedge.seq)[1];
