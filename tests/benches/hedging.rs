@@ -158,7 +158,10 @@ fn main() {
         .hedge_after(Some(hedge_after))
         .build()
         .expect("a policy");
-    let slow = delays(requests * 2).iter().filter(|d| **d == 10_000).count();
+    let slow = delays(requests * 2)
+        .iter()
+        .filter(|d| **d == 10_000)
+        .count();
     println!(
         "hedging: {requests} requests, {concurrency} at a time; first token after 50-250 ms, \
          10 s for {slow} of {} answers; hedge_after {}",
