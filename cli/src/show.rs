@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use recovery_core::lifecycle::{EventKind, LifecycleEvent};
 use recovery_core::outcome::Outcome;
-use recovery_core::report::{AttemptResult, RecoveryReport};
+use recovery_core::report::{AttemptResult, RecoveryReport, Role};
 use serde::Serialize;
 
 /// How to paint text: ANSI colors, or plain when the output is not a terminal
@@ -91,6 +91,8 @@ fn look(kind: &EventKind) -> (&'static str, &'static str) {
     match kind {
         EventKind::AttemptStarted { .. } => (BLUE, "→"),
         EventKind::Failover { .. } => (YELLOW, "⇄"),
+        EventKind::HedgeStarted { .. } => (BLUE, "⇉"),
+        EventKind::HedgeCancelled { .. } => (DIM, "⊘"),
         EventKind::AttemptFailed { .. } => (YELLOW, "✗"),
         EventKind::DelayScheduled { .. } => (DIM, "…"),
         EventKind::RetryStarted | EventKind::ResumeStarted => (BLUE, "↻"),
@@ -139,10 +141,25 @@ fn what_happened(kind: &EventKind, n: u32) -> String {
         EventKind::RetryStarted => String::from("retrying"),
         EventKind::ResumeStarted => String::from("resuming the stream"),
         EventKind::ParkedOffline => String::from("offline: waiting for the network"),
-        EventKind::Committed { trigger } => format!(
-            "attempt {n} committed ({}): output flows to the consumer",
-            snake(trigger)
+        EventKind::Committed { trigger, role } => format!(
+            "attempt {n} committed ({}){}: output flows to the consumer",
+            snake(trigger),
+            if *role == Some(Role::Hedge) {
+                ", the hedge won"
+            } else {
+                ""
+            }
         ),
+        EventKind::HedgeStarted { hedge, after_ms } => format!(
+            "no token from attempt {n} in {} ms: attempt {hedge} races it",
+            after_ms.as_millis()
+        ),
+        EventKind::HedgeCancelled { reason, .. } => {
+            format!(
+                "attempt {n} left the race ({})",
+                reason.name().replace('_', " ")
+            )
+        }
         EventKind::AttemptSucceeded { proof } => {
             format!("attempt {n} ended with {} terminal proof", snake(proof))
         }

@@ -15,7 +15,7 @@ pub use crate::decision::DelayCause;
 use crate::failure::{Category, Phase, Stall};
 use crate::outcome::{CancelPhase, FailureReason, Outcome};
 use crate::progress::Proof;
-use crate::report::HedgeCancel;
+use crate::report::{HedgeCancel, Role};
 
 /// Who the event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +118,8 @@ pub enum EventKind {
     /// An attempt of a race was released without failing: its rival won,
     /// or it could not win. The event names that attempt.
     HedgeCancelled {
+        /// Its role in the race.
+        role: Role,
         /// Why.
         reason: HedgeCancel,
     },
@@ -131,6 +133,10 @@ pub enum EventKind {
     Committed {
         /// Why now.
         trigger: CommitTrigger,
+        /// The committing attempt's role, when it was in a hedging race
+        /// (`hedge`: the hedge's answer is the one served).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<Role>,
     },
     /// Terminal: the stream finished with proof.
     Completed {

@@ -263,7 +263,8 @@ impl Ledger {
             self.report.metrics.time_to_first_semantic_ms =
                 Some(self.elapsed(now).as_millis() as u64);
         }
-        self.emit(now, EventKind::Committed { trigger });
+        let role = self.current().and_then(|r| r.role);
+        self.emit(now, EventKind::Committed { trigger, role });
     }
 
     /// Updates the progress of the send in flight.
@@ -357,12 +358,14 @@ impl Ledger {
     /// record closes as cancelled for `reason`; emits `hedge_cancelled`.
     pub(crate) fn hedge_cancelled(&mut self, now: Instant, reason: HedgeCancel) {
         let at = self.elapsed(now).as_millis() as u64;
+        let mut role = Role::First;
         if let Some(rec) = self.current() {
             rec.ended_ms = Some(at);
             rec.result = AttemptResult::HedgeCancelled { reason };
+            role = rec.role.unwrap_or(Role::First);
         }
         self.slot.open = None;
-        self.emit(now, EventKind::HedgeCancelled { reason });
+        self.emit(now, EventKind::HedgeCancelled { role, reason });
     }
 
     /// Records a wait after the current send.

@@ -671,7 +671,8 @@ fn bd5_holdback_overflow_commits_then_a_failure_interrupts() {
     assert_eq!(
         events[1].kind,
         EventKind::Committed {
-            trigger: CommitTrigger::HoldbackCap
+            trigger: CommitTrigger::HoldbackCap,
+            role: None
         }
     );
 }
