@@ -14,10 +14,14 @@ export interface LifecycleEvent {
     | 'attempt_started' | 'attempt_succeeded' | 'attempt_failed'
     | 'admission_pending' | 'admission_allowed' | 'admission_rejected' | 'admission_unresolved' | 'admission_required'
     | 'delay_scheduled' | 'failover' | 'retry_started' | 'resume_started' | 'parked_offline' | 'committed'
+    | 'hedge_started' | 'hedge_cancelled'
     | 'completed' | 'exhausted' | 'interrupted' | 'cancelled';
   /**
    * Event-specific fields (`category`, `phase`, `reason`, `status`, `stall` (which watchdog, on a timed-out attempt), `delay_ms`, `cause`, `trigger`, `outcome`,
-   * `attempts`, ...; `target` on `attempt_started` and `from` / `to` / `reason` on `failover` when the request has alternates).
+   * `attempts`, ...; `target` on `attempt_started` and `from` / `to` / `reason` on `failover` when the request has alternates;
+   * `hedge` (the hedge's send number) and `after_ms` on `hedge_started`, which names the attempt raced;
+   * `role` (`'first'` or `'hedge'`) and `reason` (a `HedgeCancelReason`) on `hedge_cancelled`, which names the attempt released;
+   * `role` on `committed` when the committing attempt was in a hedging race: `'hedge'` when the hedge's answer is served).
    */
   [field: string]: unknown;
 }
@@ -43,6 +47,13 @@ export type RetryAfterHint =
 /** How strong the proof of a completed stream is (Rust `Proof`, shown by this name). */
 export type Proof = 'strong' | 'finish_reason_only';
 
+/**
+ * Why an attempt left a hedging race without failing: its rival's first
+ * token came first, it ended with no output, or it held back more than
+ * `holdbackCap` with no token.
+ */
+export type HedgeCancelReason = 'rival_won' | 'ended_empty' | 'holdback_cap';
+
 /** One physical send in a report. */
 export interface AttemptRecord {
   wire_attempt: number;
@@ -50,7 +61,10 @@ export interface AttemptRecord {
   started_ms: number;
   ended_ms: number | null;
   status: number | null;
-  result: 'in_progress' | 'succeeded' | 'failed';
+  /** `hedge_cancelled`: it left a hedging race without failing and was released (`reason`). */
+  result: 'in_progress' | 'succeeded' | 'failed' | 'hedge_cancelled';
+  /** Why: on `hedge_cancelled` a `HedgeCancelReason`; on `failed` the failure's reason (`transient`, `permanent`, ...). */
+  reason?: string;
   /** On a failed attempt: whether the server may have accepted the request (`no`: provably not processed). */
   acceptance?: 'no' | 'yes' | 'unknown';
   retry_after: RetryAfterHint;
@@ -67,6 +81,8 @@ export interface AttemptRecord {
   };
   /** The label of the target it went to, when the request has alternates (`primary` for its own). */
   target?: string;
+  /** What it was in a hedging race, when it was in one: the attempt raced, or the hedge racing it. */
+  role?: 'first' | 'hedge';
   [field: string]: unknown;
 }
 
@@ -186,6 +202,17 @@ export interface RecoveringFetchOptions {
    * target.
    */
   firstTokenTimeoutMs?: Bound;
+  /**
+   * Hedges the first token: an attempt that showed no token this long after
+   * its send, before any output, is raced by a second send of the request
+   * (to the next alternate, else the same target). The first token wins;
+   * the other attempt's fetch is aborted at once. `'off'` (the default)
+   * never hedges; a `local` endpoint is never hedged. Each hedge is a send
+   * (`maxAttempts` and the retry budget bound it).
+   */
+  hedgeAfterMs?: Bound;
+  /** Hedges a request may start in all (default 1). */
+  maxHedges?: number;
   /**
    * The context window, in tokens, of the endpoint a request is sent to: a
    * prompt too long for it moves only to an alternate whose declared
@@ -318,6 +345,8 @@ export interface PolicyInForce {
   readonly idleTimeoutMs: number | 'off';
   readonly progressTimeoutMs: number | 'off';
   readonly firstTokenTimeoutMs: number | 'off';
+  readonly hedgeAfterMs: number | 'off';
+  readonly maxHedges: number;
   readonly retryableStatuses: readonly number[];
   readonly retryableCategories: readonly Category[];
   readonly endpoint: 'remote' | 'local';

@@ -23,13 +23,14 @@ import httpx2
 
 from . import _machine
 from ._api import Configured
-from ._shell import AsyncShell, RecoveryErrorMixin, ReportView, SyncShell
+from ._shell import AsyncShell, RecoveryErrorMixin, ReportView, SyncShell, UnsupportedOptionError
 
 __all__ = [
     "AsyncRecoveringTransport",
     "RecoveringTransport",
     "RecoveryError",
     "ReportView",
+    "UnsupportedOptionError",
     "protocols",
     "__version__",
 ]

@@ -40,8 +40,14 @@ class Configured:
     ``Retry-After`` above it is refused, never shortened, unless
     ``over_ceiling="backoff"``), ``head_timeout_ms`` (300000),
     ``idle_timeout_ms`` (300000), ``progress_timeout_ms`` (600000),
-    ``first_token_timeout_ms`` (off), ``retryable_statuses`` (408, 429,
-    500, 502, 503, 504, 529), ``retryable_categories``, ``endpoint``
+    ``first_token_timeout_ms`` (off), ``hedge_after_ms`` (off: with no
+    token this long after a send, before any output, a second send of the
+    original request races it and the first semantic fragment wins;
+    async transports only, a sync one raises ``UnsupportedOptionError``),
+    ``max_hedges`` (1, hedges a request may start in all; each is a send,
+    counted by ``max_attempts`` and the retry budget),
+    ``retryable_statuses`` (408, 429, 500, 502, 503, 504, 529),
+    ``retryable_categories``, ``endpoint``
     (``"remote"``, or ``"local"``: an ambiguous resend then needs
     ``admission``), ``replay_body_cap``, ``holdback_cap``, ``evidence_cap``
     (bytes), ``idempotency_key`` (False), ``retry_protocol_violations``
@@ -67,7 +73,9 @@ class Configured:
 
     Callbacks: ``on_event(event)`` gets each lifecycle event as a dict (the
     documented JSON form: ``event``, ``logical_id``, ``attempt_id``,
-    ``wire_attempt``, ``at_ms`` and the event's fields); ``on_status(status)``
+    ``wire_attempt``, ``at_ms`` and the event's fields; a race adds
+    ``hedge_started`` with ``hedge`` and ``after_ms``, and
+    ``hedge_cancelled`` with ``reason`` and ``role``); ``on_status(status)``
     each change of the request's status (``"in_progress"``,
     ``"reconnecting"``, ``"completed"``, ``"failed"``, ``"cancelled"``, ...);
     ``admission(context)`` answers ``"allow"``/``"reject"`` (or True/False,
@@ -86,8 +94,10 @@ class Configured:
     its own connection error from it), with ``.outcome`` and ``.report``;
     before it, the caller gets a normal response, the provider's final
     error response as it came, or ``RecoveryError``. Each response's
-    ``extensions["recovery_report"]`` is its report (a live mapping);
-    ``transport.last_report`` the last request's.
+    ``extensions["recovery_report"]`` is its report (a live mapping; an
+    attempt of a race has ``role``, ``"first"`` or ``"hedge"``, and one
+    released without failing the result ``"hedge_cancelled"`` with its
+    ``reason``); ``transport.last_report`` the last request's.
     """
 
     def __init__(
@@ -107,6 +117,8 @@ class Configured:
         idle_timeout_ms: Bound = DEFAULT,
         progress_timeout_ms: Bound = DEFAULT,
         first_token_timeout_ms: Bound = DEFAULT,
+        hedge_after_ms: Bound = DEFAULT,
+        max_hedges: int = DEFAULT,
         retryable_statuses: Iterable[int] = DEFAULT,
         retryable_categories: Iterable[str] = DEFAULT,
         endpoint: str = DEFAULT,
@@ -144,6 +156,8 @@ class Configured:
             "idle_timeout_ms": idle_timeout_ms,
             "progress_timeout_ms": progress_timeout_ms,
             "first_token_timeout_ms": first_token_timeout_ms,
+            "hedge_after_ms": hedge_after_ms,
+            "max_hedges": max_hedges,
             "retryable_statuses": retryable_statuses,
             "retryable_categories": retryable_categories,
             "endpoint": endpoint,

@@ -37,6 +37,12 @@ AWAIT_ADMISSION = M.AWAIT_ADMISSION
 ASK_CONTINUATION = M.ASK_CONTINUATION
 END_OK = M.END_OK
 END_ERR = M.END_ERR
+HEDGE = M.HEDGE
+RACE = M.RACE
+RELEASE_HEDGE = M.RELEASE_HEDGE
+PROMOTE = M.PROMOTE
+ROLE_FIRST = M.ROLE_FIRST
+ROLE_HEDGE = M.ROLE_HEDGE
 DELIVER_THIS = M.DELIVER_THIS
 EVENTS = M.EVENTS
 DEADLINE = M.DEADLINE
@@ -59,6 +65,13 @@ class _Default:
 
 
 DEFAULT: Any = _Default()
+
+
+class UnsupportedOptionError(ValueError):
+    """An option this transport cannot carry out, though the policy takes
+    it: ``hedge_after_ms`` on a sync transport (``RecoveringTransport``),
+    whose blocking reads cannot race a second attempt (use
+    ``AsyncRecoveringTransport``)."""
 
 
 class RecoveryErrorMixin:
@@ -209,6 +222,10 @@ class Options:
             if hook is not None and not callable(hook):
                 raise TypeError(f"invalid recovery option `{name}`: expected a callable")
         self.client = M.Client(given, alts, platform.jitter)
+        # Whether the machine may ask for a hedge: the async shell then
+        # reads each attempt before the response without ever cutting a
+        # read at the machine's deadline (a hedge may start there).
+        self.hedging = self.client.policy()["hedge_after_ms"] != "off"
         self.hooks = hooks
         self.platform = platform
         self.http = http
@@ -345,14 +362,18 @@ class Exchange:
 
     # -- what a send carries ----------------------------------------------
 
-    def outgoing(self) -> Any:
-        """The request the machine asked for, or None when it cannot be
+    def outgoing(self, hedge: bool = False) -> Any:
+        """The request the machine asked for (with ``hedge``, the hedge's:
+        the original request to its target), or None when it cannot be
         made (the machine is told)."""
-        kind, target, url, method, header, with_body = self.m.send_info()
+        if hedge:
+            kind, target, url, method, header, with_body = 0, self.m.hedge_target(), "", "", None, True
+        else:
+            kind, target, url, method, header, with_body = self.m.send_info()
         spec_url, spec_headers, spec_body = self.url, self.headers, self.body
         if target > 0:
             names = [n for n, _ in self.headers]
-            out = self.m.retarget(self.url, self.body or b"", names)
+            out = self.m.retarget(self.url, self.body or b"", names, target)
             if out is not None:
                 spec_url, left, new_body = out
                 own = self.o.alternate_headers[target - 1]
@@ -395,7 +416,9 @@ class Exchange:
         if body is not None:
             headers = [(n, v) for n, v in headers if n not in ("content-length", "transfer-encoding")]
         ext = {k: v for k, v in self.extensions.items() if k != "timeout"}
-        d = self.deadline
+        # A hedge's head has a deadline of its own, which the machine's (the
+        # earliest of both attempts') may not be.
+        d = None if hedge else self.deadline
         head_left = None if d is None else max(d - self.p.now(), 0.001)
         ext["timeout"] = read_timeouts(self.extensions.get("timeout"), head_left)
         return self.http.Request(method, url, headers=headers, content=body, extensions=ext)
@@ -712,8 +735,15 @@ class SyncShell:
     _error: Any
 
     def _setup(self, transport: Any, values: dict, hooks: dict, alternates: Any, platform: Optional[Platform]) -> None:
+        options = Options(self._http, given_options(values), hooks, alternates, platform or Platform(False))
+        if options.hedging:
+            raise UnsupportedOptionError(
+                "invalid recovery option `hedge_after_ms`: the sync transports do not hedge (a blocking read "
+                "cannot race another, nor be stopped when its attempt loses); use AsyncRecoveringTransport, "
+                'or leave hedge_after_ms "off"'
+            )
         self._transport = transport if transport is not None else self._http.HTTPTransport()
-        self._options = Options(self._http, given_options(values), hooks, alternates, platform or Platform(False))
+        self._options = options
         self._last: Optional[Exchange] = None
 
     @property
@@ -886,6 +916,48 @@ def _asyncio_watch(platform: Platform) -> Optional[AsyncioWatch]:
         return None
 
 
+class Lane:
+    """One attempt read in a task of its own, so that waiting on it never
+    cuts it (before the first token when a hedge may race it, and during
+    the race): the request still to send, its response and byte iterator,
+    and its one read in flight (the head, or the next chunk) with what it
+    brought (``news``: ``("head", response)``, ``("chunk", bytes)``,
+    ``("end",)`` or ``("error", exception, streaming)``)."""
+
+    __slots__ = ("sent", "inner", "it", "head", "scope", "stopped", "news")
+
+    def __init__(self, sent: Any = None, inner: Any = None, it: Any = None, head: Any = None) -> None:
+        self.sent = sent
+        self.inner = inner
+        self.it = it
+        self.head = head
+        self.scope: Any = None  # the read in flight's cancel scope
+        self.stopped: Any = None  # set once that read has stopped
+        self.news: Optional[tuple] = None
+
+    @property
+    def busy(self) -> bool:
+        return self.scope is not None or self.news is not None
+
+
+class Lanes:
+    """The lanes of a request that may hedge, until its response: the
+    first attempt's, a hedge's while it races, the task group their reads
+    run in, the event either's news sets, and the last deadline judged
+    while they waited (one attribute of the exchange: an instance with
+    more than 30 attributes loses CPython's shared-key layout, and every
+    read of the body pays for it)."""
+
+    __slots__ = ("first", "hedge", "tasks", "wake", "judged")
+
+    def __init__(self) -> None:
+        self.first: Optional[Lane] = None
+        self.hedge: Optional[Lane] = None
+        self.tasks: Any = None
+        self.wake: Any = None
+        self.judged: Optional[float] = None
+
+
 class AsyncExchange(Exchange):
     """The I/O of one request for an async transport (anyio: asyncio or
     trio)."""
@@ -895,8 +967,18 @@ class AsyncExchange(Exchange):
         self.transport = inner
         self.error_class = error_class
         self.watch = _asyncio_watch(options.platform)
+        # Before the response, when the machine may hedge: each attempt is
+        # read in a task of its own (``Lanes``).
+        self.lanes: Optional[Lanes] = Lanes() if options.hedging else None
 
     async def release(self) -> None:
+        lanes = self.lanes
+        if lanes is not None and lanes.first is not None:
+            lane = lanes.first
+            # Its head stays: a failed attempt's may still be the answer.
+            lanes.first = Lane(head=lane.head)
+            await self.close_lane(lane)
+            return
         inner, self.inner, self.it = self.inner, None, None
         self.sent = None
         if self.watch is not None:
@@ -908,15 +990,39 @@ class AsyncExchange(Exchange):
                 except Exception:
                     pass
 
+    async def release_hedge(self) -> None:
+        lanes = self.lanes
+        if lanes is not None and lanes.hedge is not None:
+            lane, lanes.hedge = lanes.hedge, None
+            await self.close_lane(lane)
+
+    async def close_lane(self, lane: Lane) -> None:
+        """Stops the lane's read in flight, then closes its response."""
+        with anyio.CancelScope(shield=True):
+            if lane.scope is not None:
+                lane.scope.cancel()
+                await lane.stopped.wait()
+            inner, lane.inner, lane.it, lane.sent, lane.news = lane.inner, None, None, None, None
+            if inner is not None:
+                try:
+                    await inner.aclose()
+                except Exception:
+                    pass
+
     async def cancel(self) -> None:
         if self.ended or self.cancelled:
             await self.release()
+            await self.release_hedge()
             return
         self.cancelled = True
         self.take(self.m.on_cancel(self.p.now()))
         await self.release()
-        while self.action in (RELEASE, DELIVER):
+        while self.action in (RELEASE, DELIVER, RELEASE_HEDGE):
+            if self.action == RELEASE_HEDGE:
+                await self.release_hedge()
             self.take(self.m.poll(self.p.now()))
+        # The request is over: nothing of it stays open.
+        await self.release_hedge()
         self.ended = True
 
     def send(self) -> None:
@@ -1044,17 +1150,24 @@ class AsyncExchange(Exchange):
                 await self.release()
                 self.send()
             elif a == AWAIT_HEAD:
-                await self.await_head()
+                if self.lanes is not None:
+                    await self.read_lanes()
+                else:
+                    await self.await_head()
             elif a == RELEASE:
                 await self.release()
                 self.take(self.m.poll(self.p.now()))
             elif a == RESPOND:
+                if self.lanes is not None:
+                    await self.drop_lanes()
                 head, self.head = self.head, None
                 self.take(self.m.poll(self.p.now()))
                 if head is None:
                     raise await self.end_failure()
                 return ("respond", head)
             elif a == RESPOND_ERROR:
+                if self.lanes is not None:
+                    await self.drop_lanes()
                 head, self.head = self.head, None
                 self.ended = True
                 if head is None:
@@ -1081,14 +1194,206 @@ class AsyncExchange(Exchange):
             elif a == END_OK:
                 self.ended = True
                 await self.release()
+                await self.release_hedge()
                 return None
+            elif a in (HEDGE, RACE, RELEASE_HEDGE, PROMOTE):
+                if self.lanes is None:
+                    self.lanes = Lanes()
+                await self.read_lanes()
             else:
                 raise await self.end_failure()
 
     async def end_failure(self) -> BaseException:
         self.ended = True
         await self.release()
+        await self.release_hedge()
         return self.failure(self.error_class)
+
+    # -- lanes: the reads a hedge may race ---------------------------------
+
+    async def drop_lanes(self) -> None:
+        """The response: no hedge may start any more, and none is left."""
+        await self.release_hedge()
+        self.lanes = None
+
+    async def read_lanes(self) -> None:
+        """Runs the machine while it awaits, reads or races its attempts
+        before the response: each attempt's head and chunks are read in a
+        task of its own (``Lane``), so a wait reaching the machine's
+        deadline (where a hedge may start) is only a wait, never a cut
+        read. Returns at the machine's first other action, the attempt's
+        parts back in place for the usual path."""
+        lanes = self.lanes
+        assert lanes is not None
+        lanes.first = Lane(self.sent, self.inner, self.it, self.head)
+        self.sent = self.inner = self.it = self.head = None
+        try:
+            async with anyio.create_task_group() as tasks:
+                lanes.tasks = tasks
+                try:
+                    await self.run_lanes(lanes)
+                finally:
+                    for lane in (lanes.first, lanes.hedge):
+                        if lane is not None and lane.scope is not None:
+                            lane.scope.cancel()
+        finally:
+            lanes.tasks = None
+            lane, lanes.first = lanes.first, None
+            if lane is not None:
+                self.sent, self.inner, self.it, self.head = lane.sent, lane.inner, lane.it, lane.head
+
+    async def run_lanes(self, lanes: Lanes) -> None:
+        while True:
+            a = self.action
+            if a == AWAIT_HEAD or a == READ:
+                await self.await_lanes(lanes, None)
+            elif a == RACE:
+                await self.await_lanes(lanes, lanes.hedge)
+            elif a == HEDGE:
+                self.send_hedge(lanes)
+            elif a == RELEASE:
+                await self.release()
+                self.take(self.m.poll(self.p.now()))
+            elif a == RELEASE_HEDGE:
+                await self.release_hedge()
+                self.take(self.m.poll(self.p.now()))
+            elif a == PROMOTE:
+                # The first attempt was released just before.
+                first, lanes.first, lanes.hedge = lanes.first, lanes.hedge or Lane(), None
+                if first is not None:
+                    await self.close_lane(first)
+                self.take(self.m.poll(self.p.now()))
+            elif a == 0:
+                self.take(self.m.poll(self.p.now()))
+            else:
+                return
+
+    def send_hedge(self, lanes: Lanes) -> None:
+        """Action HEDGE: the original request to the hedge's target, sent
+        beside the attempt in flight (its head is awaited with the race)."""
+        lane = lanes.hedge = Lane()
+        req = self.outgoing(hedge=True)
+        if req is None:
+            self.take(self.m.on_error_of(ROLE_HEDGE, self.p.now(), "other", "sending"))
+            return
+        lane.sent = req
+        self.take(self.m.on_sent_of(ROLE_HEDGE, self.p.now()))
+
+    async def await_lanes(self, lanes: Lanes, hedge: Optional[Lane]) -> None:
+        """Waits for the first news of the first attempt's lane (and
+        ``hedge``'s, racing it) or the machine's deadline, and tells the
+        machine: the deadline first when both are due, then the first
+        attempt's news, then the hedge's."""
+        first = lanes.first
+        d = self.deadline
+        now = self.p.now()
+        if d is not None and now >= d:
+            if d != lanes.judged:
+                lanes.judged = d
+                self.take(self.m.on_timeout(now))
+                return
+            # Judged already and still there: only news is awaited.
+            d = None
+        for role, lane in ((ROLE_FIRST, first), (ROLE_HEDGE, hedge)):
+            if lane is not None and not lane.busy and not self.start_read(lanes, role, lane):
+                return
+        if self.feed(first, hedge):
+            return
+        wake = lanes.wake = anyio.Event()
+        with anyio.CancelScope(deadline=d if d is not None else float("inf")):
+            await wake.wait()
+        lanes.wake = None
+        now = self.p.now()
+        if d is not None and now >= d:
+            lanes.judged = d
+            self.take(self.m.on_timeout(now))
+            return
+        self.feed(first, hedge)
+
+    def start_read(self, lanes: Lanes, role: int, lane: Lane) -> bool:
+        """Starts the lane's next read: its head when its request is still
+        to send, else its next chunk. With nothing left to read, tells the
+        machine so at once and answers False."""
+        if lane.sent is None and lane.it is None:
+            now = self.p.now()
+            if self.action == AWAIT_HEAD or lane.inner is None:
+                self.take(self.m.on_error_of(role, now, "other", "unknown"))
+            else:
+                self.take(self.m.on_end_of(role, now))
+            return False
+        lane.scope = anyio.CancelScope()
+        lane.stopped = anyio.Event()
+        lanes.tasks.start_soon(self.read_lane, lanes, lane)
+        return True
+
+    async def read_lane(self, lanes: Lanes, lane: Lane) -> None:
+        """One read of a lane, in its own task: the head (sending the
+        request) or the next chunk; what it brought goes to ``lane.news``."""
+        news: Optional[tuple] = None
+        try:
+            with lane.scope:
+                req = lane.sent
+                if req is not None:
+                    lane.sent = None
+                    timeouts = req.extensions.get("timeout")
+                    if isinstance(timeouts, dict):
+                        timeouts["read"] = None
+                    try:
+                        response = await self.transport.handle_async_request(req)
+                    except anyio.get_cancelled_exc_class():
+                        raise
+                    except Exception as e:
+                        news = ("error", e, False)
+                    else:
+                        lane.inner = lane.head = response
+                        lane.it = response.stream.__aiter__()
+                        news = ("head", response)
+                else:
+                    try:
+                        chunk = await lane.it.__anext__()
+                    except StopAsyncIteration:
+                        lane.it = None
+                        news = ("end",)
+                    except anyio.get_cancelled_exc_class():
+                        # A read cut off is gone with its stream.
+                        lane.it = None
+                        raise
+                    except Exception as e:
+                        lane.it = None
+                        news = ("error", e, True)
+                    else:
+                        news = ("chunk", chunk)
+        finally:
+            lane.scope = None
+            lane.stopped.set()
+        if news is not None:
+            lane.news = news
+            if lanes.wake is not None:
+                lanes.wake.set()
+
+    def feed(self, first: Optional[Lane], hedge: Optional[Lane]) -> bool:
+        """Tells the machine the news of the first lane that has some (the
+        first attempt's before the hedge's); False when neither has."""
+        for role, lane in ((ROLE_FIRST, first), (ROLE_HEDGE, hedge)):
+            if lane is None or lane.news is None:
+                continue
+            news, lane.news = lane.news, None
+            now = self.p.now()
+            kind = news[0]
+            if kind == "chunk":
+                # Before the response no chunk goes out as it is read.
+                self.take(self.m.on_chunk_of(role, now, news[1]))
+            elif kind == "head":
+                response = news[1]
+                self.take(self.m.on_head_of(role, now, response.status_code, self.head_pairs(response)))
+            elif kind == "end":
+                self.take(self.m.on_end_of(role, now))
+            else:
+                e = self.cause = news[1]
+                k, phase = evidence(self.http, e, news[2])
+                self.take(self.m.on_error_of(role, now, k, phase))
+            return True
+        return False
 
     async def wait_online(self) -> None:
         d = self.deadline

@@ -14,9 +14,9 @@ from typing import Any, Optional
 import httpx
 
 from ._api import Configured
-from ._shell import AsyncShell, RecoveryErrorMixin, SyncShell
+from ._shell import AsyncShell, RecoveryErrorMixin, SyncShell, UnsupportedOptionError
 
-__all__ = ["AsyncRecoveringTransport", "RecoveringTransport", "RecoveryError"]
+__all__ = ["AsyncRecoveringTransport", "RecoveringTransport", "RecoveryError", "UnsupportedOptionError"]
 
 
 class RecoveryError(RecoveryErrorMixin, httpx.ReadError):

@@ -30,12 +30,22 @@
 //! | 12 | ask the continuation hook | `Machine.prefix` |
 //! | 13 | end: completed | |
 //! | 14 | end: failed | `Machine.outcome`, `Machine.error_text` |
+//! | 15 | send a hedge: the original request to `Machine.hedge_target` | `Machine.retarget` |
+//! | 16 | race: await the first of either attempt's news, or `Machine.deadline` | |
+//! | 17 | release the hedge's response | |
+//! | 18 | promote: the hedge's response becomes the first attempt's | |
 //!
 //! | flag | meaning |
 //! |---:|---|
 //! | `0x100` | (from `on_chunk`) hand the chunk just given to the consumer first |
 //! | `0x200` | lifecycle events are waiting (`Machine.events`) |
 //! | `0x400` | the deadline moved (`Machine.deadline`) |
+//!
+//! While a hedge races the first attempt (after action 15), what happens to
+//! each goes in through the inputs that take a role (`on_sent_of`,
+//! `on_head_of`, `on_chunk_of`, `on_end_of`, `on_error_of`): `ROLE_FIRST`
+//! (0, the same as the inputs without one) or `ROLE_HEDGE` (1). After
+//! action 18 the hedge's inputs come as the first's again.
 //!
 //! # Unsafe code
 //!
@@ -56,7 +66,7 @@ use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::error::{Evidence, RecoveryError};
 use recovery_core::exchange::{
-    AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Exchange, Head, Io, RequestFacts,
+    AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Exchange, Head, Io, RequestFacts, Role,
     Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
@@ -113,6 +123,25 @@ pub mod action {
     pub const EVENTS: u32 = 0x200;
     /// The deadline moved.
     pub const DEADLINE: u32 = 0x400;
+}
+
+/// The roles an input of a race takes (see the module docs).
+pub mod role {
+    /// The first attempt (the one the hedge races, or the only one).
+    pub const FIRST: u8 = 0;
+    /// The hedge.
+    pub const HEDGE: u8 = 1;
+}
+
+/// A role's number as the machine's [`Role`].
+fn role_of(n: u8) -> PyResult<Role> {
+    match n {
+        role::FIRST => Ok(Role::First),
+        role::HEDGE => Ok(Role::Hedge),
+        _ => Err(PyValueError::new_err(format!(
+            "unknown role {n} (0: the first attempt, 1: the hedge)"
+        ))),
+    }
 }
 
 /// The protocol names the `protocol` option takes.
@@ -695,6 +724,7 @@ impl Client {
                 wall,
                 online: Arc::clone(&self.online),
                 fed_since_check: false,
+                hedge_fed: false,
             }),
         }
     }
@@ -768,6 +798,8 @@ struct Inner {
     online: Arc<AtomicBool>,
     /// Chunks were read since the machine last judged its timers.
     fed_since_check: bool,
+    /// The same of a hedge's chunks: the first's once it is promoted.
+    hedge_fed: bool,
 }
 
 impl Inner {
@@ -817,11 +849,15 @@ impl Inner {
             }
             Io::Hedge { target } => {
                 self.hedge_target = target;
+                self.hedge_fed = false;
                 action::HEDGE
             }
             Io::Race => action::RACE,
             Io::ReleaseHedge => action::RELEASE_HEDGE,
-            Io::Promote => action::PROMOTE,
+            Io::Promote => {
+                self.fed_since_check = self.hedge_fed;
+                action::PROMOTE
+            }
             Io::AwaitHead => action::AWAIT_HEAD,
             Io::Read => action::READ,
             Io::Release => action::RELEASE,
@@ -990,12 +1026,91 @@ impl Machine {
         Ok(m.next(now))
     }
 
-    /// The deadline may have passed: the machine judges its timers at `now`.
+    /// `Machine.on_sent` of `role`'s attempt (`ROLE_FIRST`, `ROLE_HEDGE`).
+    fn on_sent_of(&self, role: u8, now: f64) -> PyResult<u32> {
+        let role = role_of(role)?;
+        let mut m = self.lock();
+        let now = instant(now);
+        m.ex.on_sent_of(role, now);
+        Ok(m.next(now))
+    }
+
+    /// `Machine.on_head` of `role`'s attempt.
+    #[allow(clippy::needless_pass_by_value)]
+    fn on_head_of(
+        &self,
+        role: u8,
+        now: f64,
+        status: u16,
+        headers: Vec<(String, String)>,
+    ) -> PyResult<u32> {
+        let role = role_of(role)?;
+        if role == Role::First {
+            return Ok(self.on_head(now, status, headers));
+        }
+        let mut m = self.lock();
+        let now = instant(now);
+        let head = PyHead {
+            status,
+            headers: &headers,
+        };
+        let wall = m.wall_at(now);
+        m.ex.on_head_of(role, now, wall, &head, None);
+        m.hedge_fed = false;
+        Ok(m.next(now))
+    }
+
+    /// `Machine.on_chunk` of `role`'s attempt (with flag `0x100` the shell
+    /// hands that chunk on; a hedge's never is, before it is promoted).
+    fn on_chunk_of(&self, role: u8, now: f64, chunk: &Bound<'_, PyBytes>) -> PyResult<u32> {
+        let role = role_of(role)?;
+        if role == Role::First {
+            return Ok(self.on_chunk(now, chunk));
+        }
+        let mut m = self.lock();
+        let now = instant(now);
+        m.hedge_fed = true;
+        let kept = Kept {
+            object: chunk.clone().unbind(),
+            bytes: chunk.as_bytes().to_vec(),
+        };
+        let now_out = m.ex.on_chunk_of(role, now, kept).is_some();
+        let next = m.next(now);
+        Ok(if now_out {
+            next | action::DELIVER_THIS
+        } else {
+            next
+        })
+    }
+
+    /// `Machine.on_end` of `role`'s attempt.
+    fn on_end_of(&self, role: u8, now: f64) -> PyResult<u32> {
+        let role = role_of(role)?;
+        let mut m = self.lock();
+        let now = instant(now);
+        m.ex.on_end_of(role, now);
+        Ok(m.next(now))
+    }
+
+    /// `Machine.on_error` of `role`'s attempt.
+    fn on_error_of(&self, role: u8, now: f64, kind: &str, phase: &str) -> PyResult<u32> {
+        let role = role_of(role)?;
+        let kind: TransportKind = named("transport kind", kind)?;
+        let phase: Phase = named("phase", phase)?;
+        let mut m = self.lock();
+        let now = instant(now);
+        m.ex.on_error_of(role, now, Failure::transport(kind, phase));
+        Ok(m.next(now))
+    }
+
+    /// The deadline may have passed: the machine judges its timers at `now`
+    /// (both attempts' during a race).
     fn on_timeout(&self, now: f64) -> u32 {
         let mut m = self.lock();
         let now = instant(now);
         m.ex.handle_timeout(now);
         m.fed_since_check = false;
+        m.hedge_fed = false;
         m.next(now)
     }
 
@@ -1174,18 +1289,23 @@ impl Machine {
         Some(PyBytes::new(py, &body))
     }
 
-    /// Action 1 to an alternate: the request to `url` with `body` and
-    /// headers named `headers` (lowercase) as that alternate takes it:
-    /// `(url, headers that stay behind, body)`.
+    /// Action 1 (or 15, with `target` `Machine.hedge_target()`) to an
+    /// alternate: the request to `url` with `body` and headers named
+    /// `headers` (lowercase) as that alternate takes it: `(url, headers that
+    /// stay behind, body)`; `None` for the request's own target. `target`
+    /// left out: the send's (`Machine.send_info`).
+    #[pyo3(signature = (url, body, headers, target=None))]
     fn retarget<'py>(
         &self,
         py: Python<'py>,
         url: &str,
         body: &[u8],
         headers: Vec<String>,
+        target: Option<usize>,
     ) -> Option<(String, Vec<String>, Bound<'py, PyBytes>)> {
         let m = self.lock();
-        let t = m.targets.get(m.ex.target().checked_sub(1)?)?;
+        let target = target.unwrap_or_else(|| m.ex.target());
+        let t = m.targets.get(target.checked_sub(1)?)?;
         let left = headers
             .into_iter()
             .filter(|n| !t.keeps_header(url, n))
@@ -1195,6 +1315,13 @@ impl Machine {
             left,
             PyBytes::new(py, &t.rewrite_body(body)),
         ))
+    }
+
+    /// Action 15: the target the hedge goes to (0: the request's own
+    /// endpoint; `i`: alternate `i`, written by `Machine.retarget`). A
+    /// hedge is always the original request.
+    fn hedge_target(&self) -> usize {
+        self.lock().hedge_target
     }
 
     /// The `Idempotency-Key` to set on the send about to go out (`None`
@@ -1253,9 +1380,12 @@ impl Machine {
         Ok(Some(d))
     }
 
-    /// The protocol the answer is decoded as.
-    fn protocol(&self) -> &'static str {
-        self.lock().ex.protocol().name()
+    /// The protocol the answer of `role`'s attempt is decoded as (a hedge
+    /// to an alternate may speak another).
+    #[pyo3(signature = (role=role::FIRST))]
+    fn protocol(&self, role: u8) -> PyResult<&'static str> {
+        let role = role_of(role)?;
+        Ok(self.lock().ex.protocol_of(role).name())
     }
 
     /// The request's logical id, as events show it.
@@ -1327,6 +1457,9 @@ fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("EVENTS", action::EVENTS),
         ("DEADLINE", action::DEADLINE),
     ] {
+        m.add(name, value)?;
+    }
+    for (name, value) in [("ROLE_FIRST", role::FIRST), ("ROLE_HEDGE", role::HEDGE)] {
         m.add(name, value)?;
     }
     m.add("DRAIN_GRACE", DRAIN_GRACE.as_secs_f64())?;

@@ -5,7 +5,9 @@ The vectors come prepared by ``conformance-js prepare`` (the one Rust
 translation of each vector into the sends played byte for byte, its npm
 options and its hooks); what a run observed goes back to ``conformance-js
 check``, which holds the vectors' expectations (``Expected::check``). Each
-send is played by an in-memory inner transport; the run is a trio task on
+send is played by an in-memory inner transport, the i-th send (a hedge's
+included) the i-th played attempt, its head and each chunk at their times
+after that send; the run is a trio task on
 ``trio.testing.MockClock(autojump_threshold=0)``: the clock moves to the
 next deadline only when every task waits, as the npm runner's does.
 """
@@ -29,18 +31,19 @@ from recovery_llm._shell import Platform
 
 ORIGIN = "http://vector.invalid"
 TOOL = os.environ.get("RECOVERY_CONFORMANCE_TOOL", "conformance-js")
-
-
 def snake(name: str) -> str:
     return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
 def options_of(v: dict) -> dict:
-    """The vector's npm options as the Python transport's keywords."""
+    """The vector's npm options as the Python transport's keywords, and the
+    retry budget it draws from when not the default."""
     out = {}
     for k, x in v["options"].items():
         if k == "alternates":
             x = [{snake(a): b for a, b in alt.items()} for alt in x]
+        elif k == "retryBudget":
+            x = {snake(a): b for a, b in x.items()}
         out[snake(k)] = x
     return out
 
@@ -62,14 +65,27 @@ class VirtualPlatform(Platform):
         return self.is_online
 
 
+async def at(sent: float, ms: int) -> None:
+    """Waits until ``ms`` after the send at ``sent`` (no wait once there)."""
+    due = sent + ms / 1000
+    if due > anyio.current_time():
+        await anyio.sleep_until(due)
+
+
 class Played(httpx2.AsyncByteStream):
-    def __init__(self, p: dict, run: "Run") -> None:
+    """One played body: each chunk at its time after the send, then the
+    keepalives, then the end."""
+
+    def __init__(self, p: dict, run: "Run", sent: float) -> None:
         self.p = p
         self.run = run
+        self.sent = sent
+        self.closed = False
 
     async def __aiter__(self):
         p = self.p
-        for chunk in p["chunks"]:
+        for chunk, ms in zip(p["chunks"], p["chunks_at_ms"]):
+            await at(self.sent, ms)
             yield chunk.encode()
         if p["keepalive_every_ms"]:
             while True:
@@ -89,7 +105,7 @@ class Played(httpx2.AsyncByteStream):
         await anyio.sleep_forever()
 
     async def aclose(self) -> None:
-        pass
+        self.closed = True
 
 
 def head_failure(transport: str, phase: str) -> Exception:
@@ -115,6 +131,7 @@ class Stub(httpx2.AsyncBaseTransport):
         self.bodies: list = []
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        sent = anyio.current_time()
         p = self.played[min(self.sends, len(self.played) - 1)]
         self.sends += 1
         u = request.url
@@ -136,8 +153,9 @@ class Stub(httpx2.AsyncBaseTransport):
             if p["cancel_awaiting"]:
                 self.run.cancel()
             await anyio.sleep_forever()
+        await at(sent, p["head_at_ms"])
         status = head["status"]
-        return httpx2.Response(status, headers=head["headers"], stream=Played(p, self.run))
+        return httpx2.Response(status, headers=head["headers"], stream=Played(p, self.run, sent))
 
 
 class Run:

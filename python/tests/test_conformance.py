@@ -29,6 +29,19 @@ def test_vector(v):
     assert ok, output
 
 
+# Far beyond any vector's run: hedging on, but no hedge is ever due.
+NEVER_MS = 10**9
+
+
+@pytest.mark.parametrize("v", [marked(v) for v in VECTORS if "hedgeAfterMs" not in v["options"]])
+def test_vector_read_as_a_race_reads(v):
+    """The vector with hedging on and never due: every attempt before its
+    response is read as a race reads it (in a task of its own, a wait at
+    the machine's deadline cutting no read), to the same expectations."""
+    ok, output = check([run_one({**v, "options": {**v["options"], "hedgeAfterMs": NEVER_MS}})])
+    assert ok, output
+
+
 def test_the_runner_can_fail_another_jitter_does_not_match():
     v = next(x for x in VECTORS if x["name"] == "503_then_success")
     assert check([run_one(v)])[0]

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from recovery_llm import AsyncRecoveringTransport, RecoveringTransport, _machine
+from recovery_llm import AsyncRecoveringTransport, RecoveringTransport, UnsupportedOptionError, _machine
 from recovery_llm._api import Configured
 
 KNOBS_FILE = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "conformance", "policy", "knobs.json")
@@ -35,10 +35,20 @@ def test_the_policy_keywords_are_the_policy_table():
     assert len(names) == len(KNOBS["defaults"]) and set(names) == set(KNOBS["defaults"])
 
 
+def hedges(case: dict) -> bool:
+    return expected(case["policy"])["hedge_after_ms"] != "off"
+
+
 @pytest.mark.parametrize("case", KNOBS["cases"], ids=lambda c: json.dumps(c["spec"]))
 def test_one_spec_builds_one_policy(case):
-    t = RecoveringTransport(**case["spec"])
+    t = AsyncRecoveringTransport(**case["spec"])
     assert t.policy == expected(case["policy"])
+    if hedges(case):
+        # The sync transports do not hedge: they refuse the spec that does.
+        with pytest.raises(UnsupportedOptionError, match="hedge_after_ms"):
+            RecoveringTransport(**case["spec"])
+    else:
+        assert RecoveringTransport(**case["spec"]).policy == expected(case["policy"])
 
 
 @pytest.mark.parametrize("case", [c for c in KNOBS["cases"] if "off" in c["spec"].values()])
@@ -49,9 +59,11 @@ def test_none_is_off_as_off_is(case):
 
 
 @pytest.mark.parametrize("refused", KNOBS["refused"], ids=lambda r: json.dumps(r["spec"]))
-def test_a_refused_spec_fails_with_the_same_words(refused):
+@pytest.mark.parametrize("kind", [RecoveringTransport, AsyncRecoveringTransport], ids=["sync", "async"])
+def test_a_refused_spec_fails_with_the_same_words(refused, kind):
     with pytest.raises(ValueError) as e:
-        RecoveringTransport(**refused["spec"])
+        kind(**refused["spec"])
+    assert not isinstance(e.value, UnsupportedOptionError)
     assert str(e.value) == f"invalid recovery policy: {refused['error']}"
 
 

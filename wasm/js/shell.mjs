@@ -20,9 +20,16 @@ const AWAIT_ADMISSION = 11;
 const ASK_CONTINUATION = 12;
 const END_OK = 13;
 const END_ERR = 14;
+const HEDGE = 15;
+const RACE = 16;
+const RELEASE_HEDGE = 17;
+const PROMOTE = 18;
 const DELIVER_THIS = 0x100;
 const EVENTS = 0x200;
 const DEADLINE = 0x400;
+// The role of an attempt's inputs: the request's attempt, or the hedge racing it.
+const FIRST = 0;
+const HEDGED = 1;
 
 // Headers that describe a request body, dropped with it on a resume.
 const BODY_HEADERS = ['content-type', 'content-length', 'transfer-encoding'];
@@ -62,8 +69,8 @@ export function recoveryOf(response) {
 const POLICY = {
   maxAttempts: 'count', attemptsPerTarget: 'count', maxResumes: 'count', budgetMs: 'ms', deadlineMs: 'ms',
   backoffBaseMs: 'ms', backoffCeilingMs: 'ms', retryAfterCeilingMs: 'ms', overCeiling: 'choice',
-  headTimeoutMs: 'ms', idleTimeoutMs: 'ms', progressTimeoutMs: 'ms', firstTokenTimeoutMs: 'ms',
-  retryableStatuses: 'list', retryableCategories: 'list', endpoint: 'choice', replayBodyCap: 'bytes',
+  headTimeoutMs: 'ms', idleTimeoutMs: 'ms', progressTimeoutMs: 'ms', firstTokenTimeoutMs: 'ms', hedgeAfterMs: 'ms',
+  maxHedges: 'count', retryableStatuses: 'list', retryableCategories: 'list', endpoint: 'choice', replayBodyCap: 'bytes',
   holdbackCap: 'bytes', evidenceCap: 'bytes', idempotencyKey: 'bool', retryProtocolViolations: 'bool',
 };
 // The other options the module reads as numbers, by index (wasm/src/machine.rs, `mod slot`).
@@ -533,6 +540,13 @@ const DEADLINE_PASSED = { deadline: true };
 const CANCELLED = { cancelled: true };
 /** No deadline armed. */
 const NO_ALARM = Object.freeze({ at: -1, fired: false, cancel: null });
+/** The read of an attempt with no body left. */
+const NO_BODY = Promise.resolve({ done: true, value: undefined });
+// What an attempt's I/O holds: its fetch's controller, the fetch until its
+// head, the body's reader and the read in flight, the head, and the chunks
+// the machine keeps (by id).
+const LANE = ['controller', 'fetching', 'reader', 'pending', 'head', 'kept'];
+const lane = () => ({ controller: null, fetching: null, reader: null, pending: null, head: null, kept: new Map() });
 
 /**
  * Does the machine's I/O for one logical request: what `poll` answers, the
@@ -548,8 +562,15 @@ class Driver {
     this.fetching = null;
     this.controller = null;
     this.reader = null;
+    // A read of `reader` in flight: kept across a wait that ended
+    // otherwise, so that no chunk is lost.
+    this.pending = null;
     this.head = null;
     this.kept = new Map();
+    // A hedge racing the attempt (its own fields of `LANE`), and whose
+    // the attempt's fields are now: the hedge's inside `asHedge`.
+    this.hedge = null;
+    this.role = FIRST;
     this.nextId = 1;
     this.continuation = null;
     this.cause = undefined;
@@ -712,11 +733,12 @@ class Driver {
     return won;
   }
 
-  /** Cancels the request wherever it is. */
+  /** Cancels the request wherever it is: both attempts of a race. */
   cancel() {
     if (this.cancelled) return;
     this.cancelled = true;
     if (this.controller) this.controller.abort();
+    if (this.hedge && this.hedge.controller) this.hedge.controller.abort();
     if (this.wake) this.wake(CANCELLED);
     else if (!this.busy && !this.ended) this.finishCancel();
   }
@@ -725,6 +747,7 @@ class Driver {
   finishCancel() {
     this.take(this.m.onCancel(this.now()));
     this.release();
+    this.releaseHedge();
     this.ended = true;
     this.publish();
     this.stop();
@@ -736,6 +759,75 @@ class Driver {
     if (this.reader) this.reader.cancel().catch(() => {});
     this.reader = null;
     this.fetching = null;
+    this.pending = null;
+  }
+
+  releaseHedge() {
+    if (this.hedge) this.asHedge(() => this.release());
+    this.hedge = null;
+  }
+
+  /**
+   * Does `io` with the attempt's fields holding the hedge's, its inputs
+   * told to the machine as the hedge's: a hedge's I/O is an attempt's.
+   */
+  asHedge(io) {
+    const h = this.hedge;
+    const swap = () => {
+      for (const k of LANE) {
+        const v = this[k];
+        this[k] = h[k];
+        h[k] = v;
+      }
+    };
+    swap();
+    this.role = HEDGED;
+    try {
+      return io();
+    } finally {
+      this.role = FIRST;
+      swap();
+    }
+  }
+
+  /** The hedge takes the place of the attempt (released just before). */
+  promote() {
+    const h = this.hedge;
+    if (!h) return;
+    for (const k of LANE) this[k] = h[k];
+    this.hedge = null;
+  }
+
+  /**
+   * The attempts race: waits for the first news of either (its head, or
+   * its next read) or the deadline, and tells the machine as that
+   * attempt's. The other's fetch or read stays in flight for the next
+   * wait. Returns a chunk that goes out at once, if any.
+   */
+  async race() {
+    const first = this.news();
+    const hedge = this.asHedge(() => this.news());
+    const woke = await this.wait(Promise.race([
+      first.then((value) => ({ value }), (error) => ({ error })),
+      hedge.then((value) => ({ value, hedge: true }), (error) => ({ error, hedge: true })),
+    ]));
+    if (woke === DEADLINE_PASSED || woke === CANCELLED) return null;
+    const news = woke.value.error === undefined ? woke.value : this.settled(woke.value);
+    if (news === CANCELLED) return null;
+    return news.hedge ? this.asHedge(() => this.heard(news)) : this.heard(news);
+  }
+
+  /** What the attempt waits on next: its head, or its next read. */
+  news() {
+    if (this.fetching) return this.fetching;
+    return this.reader ? this.readNext() : NO_BODY;
+  }
+
+  /** Tells the machine what `news()` brought. */
+  heard(woke) {
+    if (!this.fetching) return this.afterRead(woke);
+    this.gotHead(woke);
+    return null;
   }
 
   stop() {
@@ -769,6 +861,17 @@ class Driver {
             break;
           }
           case RELEASE: this.release(); this.take(this.m.poll(this.now())); break;
+          case HEDGE:
+            this.hedge = lane();
+            this.asHedge(() => this.send());
+            break;
+          case RACE: {
+            const chunk = await this.race();
+            if (chunk) return chunk;
+            break;
+          }
+          case RELEASE_HEDGE: this.releaseHedge(); this.take(this.m.poll(this.now())); break;
+          case PROMOTE: this.promote(); this.take(this.m.poll(this.now())); break;
           case RESPOND: {
             const head = this.head;
             this.head = null;
@@ -780,6 +883,7 @@ class Driver {
             this.head = null;
             if (this.reader) this.reader.cancel().catch(() => {});
             this.reader = null;
+            this.releaseHedge();
             this.ended = true;
             this.publish();
             this.stop();
@@ -829,6 +933,7 @@ class Driver {
   end(failure) {
     this.ended = true;
     this.release();
+    this.releaseHedge();
     this.stop();
     // The final report, with what followed the last event.
     this.publish();
@@ -859,7 +964,10 @@ class Driver {
     return { url, method: spec.method, headers, body };
   }
 
-  /** Starts the send the machine asked for, with a fresh AbortController. */
+  /**
+   * Starts the send the machine asked for (a hedge's, as the hedge), with
+   * a fresh AbortController.
+   */
   send() {
     const code = this.m.sendKind();
     const kind = code & 0xff;
@@ -888,7 +996,7 @@ class Driver {
     this.kept.clear();
     this.head = null;
     if (!out) {
-      this.take(this.m.onError(this.now(), false));
+      this.take(this.m.onError(this.now(), false, this.role));
       return;
     }
     this.controller = typeof AbortController === 'function' ? new AbortController() : null;
@@ -906,32 +1014,38 @@ class Driver {
       this.fetching = Promise.reject(e);
     }
     this.fetching.catch(() => {});
-    this.take(this.m.onSent(this.now()));
+    this.take(this.m.onSent(this.now(), this.role));
   }
 
   async awaitHead() {
     const fetching = this.fetching;
     if (!fetching) {
-      this.take(this.m.onError(this.now(), false));
+      this.take(this.m.onError(this.now(), false, this.role));
       return;
     }
     const woke = await this.wait(fetching);
     if (woke === DEADLINE_PASSED || woke === CANCELLED) return;
+    this.gotHead(woke);
+  }
+
+  /** What the fetch brought: its response head, or its rejection. */
+  gotHead(woke) {
     this.fetching = null;
     if (woke.error !== undefined) {
-      this.cause = woke.error;
-      this.take(this.m.onError(this.now(), false));
+      // A hedge's failure is no cause of the request's.
+      if (this.role === FIRST) this.cause = woke.error;
+      this.take(this.m.onError(this.now(), false, this.role));
       return;
     }
     const response = woke.value;
     let headers = '';
     response.headers.forEach((value, key) => { headers += `${key.toLowerCase()}\n${value}\n`; });
-    const code = this.m.onHead(this.now(), this.p.wall(), response.status, headers, response.type === 'opaqueredirect');
+    const code = this.m.onHead(this.now(), this.p.wall(), response.status, headers, response.type === 'opaqueredirect', this.role);
     // A head that may be the final answer is kept untouched: its body is
     // read from a copy.
     let body = null;
     try {
-      body = this.m.keepsResponse() ? response.clone().body : response.body;
+      body = this.m.keepsResponse(this.role) ? response.clone().body : response.body;
     } catch {
       body = null;
     }
@@ -948,7 +1062,7 @@ class Driver {
   next() {
     if (this.action !== READ || this.ended || !this.reader) return this.advance();
     this.busy = true;
-    return this.wait(this.reader.read()).then(
+    return this.wait(this.readNext()).then(
       (woke) => {
         this.busy = false;
         return this.afterRead(woke) ?? this.advance();
@@ -962,32 +1076,37 @@ class Driver {
 
   /** One chunk of the attempt's body; returned when it goes out at once. */
   async read() {
-    const reader = this.reader;
-    if (!reader) {
-      this.take(this.m.onEnd(this.now()));
+    if (!this.reader) {
+      this.take(this.m.onEnd(this.now(), this.role));
       return null;
     }
-    return this.afterRead(await this.wait(reader.read()));
+    return this.afterRead(await this.wait(this.readNext()));
+  }
+
+  /** The read in flight, or a new one. */
+  readNext() {
+    return (this.pending ??= this.reader.read());
   }
 
   /** What a read brought, told to the machine; the chunk if it goes out now. */
   afterRead(woke) {
     if (woke === DEADLINE_PASSED || woke === CANCELLED) return null;
+    this.pending = null;
     if (woke.error !== undefined) {
-      this.cause = woke.error;
+      if (this.role === FIRST) this.cause = woke.error;
       this.reader = null;
-      this.take(this.m.onError(this.now(), true));
+      this.take(this.m.onError(this.now(), true, this.role));
       return null;
     }
     const { done, value } = woke.value;
     if (done) {
       this.reader = null;
-      this.take(this.m.onEnd(this.now()));
+      this.take(this.m.onEnd(this.now(), this.role));
       return null;
     }
     const chunk = value instanceof Uint8Array ? value : new Uint8Array(value);
     const id = this.nextId++;
-    const code = this.take(this.m.onChunk(this.now(), chunk, id));
+    const code = this.take(this.m.onChunk(this.now(), chunk, id, this.role));
     if (code & DELIVER_THIS) return chunk;
     this.kept.set(id, chunk);
     return null;

@@ -25,12 +25,21 @@
 //! | 12 | ask the continuation hook | `prefixJson` |
 //! | 13 | end: completed | |
 //! | 14 | end: failed | `outcomeJson` |
+//! | 15 | hedge: send the original request again, beside the attempt in flight | `sendKind` (its target), `retarget` |
+//! | 16 | race: await either attempt's next head, chunk, end or error, or `deadline` | |
+//! | 17 | release the hedge's response | |
+//! | 18 | promote: the hedge's response becomes the attempt's | |
 //!
 //! | flag | meaning |
 //! |---:|---|
 //! | `0x100` | (from `onChunk`) hand the chunk just given to the consumer first |
 //! | `0x200` | lifecycle events are waiting (`events`) |
 //! | `0x400` | the deadline moved (`deadline`) |
+//!
+//! The inputs of an attempt (`onSent`, `onHead`, `onChunk`, `onEnd`,
+//! `onError`) take its role last: 0 for the request's attempt, 1 for the
+//! hedge racing it (from action 15 until action 17 or 18). After action 18
+//! the hedge's response is the request's attempt, role 0.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -41,7 +50,7 @@ use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBud
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::exchange::{
-    AdmissionAnswer, Chunk, Exchange, Head, Io, RequestFacts, Send as SendKind, Setup,
+    AdmissionAnswer, Chunk, Exchange, Head, Io, RequestFacts, Role, Send as SendKind, Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
@@ -99,6 +108,12 @@ pub mod action {
     pub const EVENTS: u32 = 0x200;
     /// The deadline moved.
     pub const DEADLINE: u32 = 0x400;
+}
+
+/// The role of an input's attempt: 1 the hedge racing the request's
+/// attempt, anything else the request's attempt.
+fn role(n: u32) -> Role {
+    if n == 1 { Role::Hedge } else { Role::First }
 }
 
 /// `performance.now()` milliseconds as an [`Instant`] (microsecond grain).
@@ -479,7 +494,6 @@ impl Client {
             status: RecoveryStatus::InProgress,
             send: None,
             deliver_id: 0,
-            hedge_target: 0,
             deliver_bytes: Vec::new(),
             admission: String::new(),
             online: true,
@@ -537,8 +551,6 @@ pub struct Machine {
     status: RecoveryStatus,
     send: Option<Outgoing>,
     deliver_id: u32,
-    /// The target of the hedge to send (after `HEDGE`).
-    hedge_target: u32,
     deliver_bytes: Vec<u8>,
     admission: String,
     /// Whether the platform is online, as the shell last said
@@ -560,11 +572,11 @@ impl Machine {
         self.online = online;
     }
 
-    /// The send of action 1 is on its way.
+    /// The send of action 1 (or, as `role` 1, of action 15) is on its way.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onSent))]
-    pub fn on_sent(&mut self, now: f64) -> u32 {
+    pub fn on_sent(&mut self, now: f64, role: u32) -> u32 {
         let now = instant(now);
-        self.ex.on_sent(now);
+        self.ex.on_sent_of(self::role(role), now);
         self.next(now)
     }
 
@@ -579,6 +591,7 @@ impl Machine {
         status: u16,
         headers: &str,
         opaque_redirect: bool,
+        role: u32,
     ) -> u32 {
         let now = instant(now);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_millis(wall.max(0.0) as u64);
@@ -587,23 +600,24 @@ impl Machine {
             headers,
             opaque_redirect,
         };
-        self.ex.on_head(now, wall, &head, None);
+        self.ex.on_head_of(self::role(role), now, wall, &head, None);
         self.next(now)
     }
 
     /// A body chunk, which the shell knows as `id`. With flag `0x100` the
     /// shell hands that chunk on as it is, before the action.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onChunk))]
-    pub fn on_chunk(&mut self, now: f64, bytes: &[u8], id: u32) -> u32 {
+    pub fn on_chunk(&mut self, now: f64, bytes: &[u8], id: u32, role: u32) -> u32 {
         let now = instant(now);
         let kept = || Kept {
             id,
             bytes: bytes.to_vec(),
         };
-        let now_out = if self.ex.is_passing_through() {
+        let role = self::role(role);
+        let now_out = if role == Role::First && self.ex.is_passing_through() {
             self.ex.on_passing_chunk(bytes) || self.ex.on_kept_chunk(now, kept()).is_some()
         } else {
-            self.ex.on_chunk(now, kept()).is_some()
+            self.ex.on_chunk_of(role, now, kept()).is_some()
         };
         let next = self.next(now);
         if now_out {
@@ -615,9 +629,9 @@ impl Machine {
 
     /// The body ended cleanly.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onEnd))]
-    pub fn on_end(&mut self, now: f64) -> u32 {
+    pub fn on_end(&mut self, now: f64, role: u32) -> u32 {
         let now = instant(now);
-        self.ex.on_end(now);
+        self.ex.on_end_of(self::role(role), now);
         self.next(now)
     }
 
@@ -625,15 +639,18 @@ impl Machine {
     /// else a rejected `fetch()` (phase unknown: fetch cannot tell
     /// connecting from sending from awaiting the head).
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = onError))]
-    pub fn on_error(&mut self, now: f64, streaming: bool) -> u32 {
+    pub fn on_error(&mut self, now: f64, streaming: bool, role: u32) -> u32 {
         let now = instant(now);
         let phase = if streaming {
             Phase::Streaming
         } else {
             Phase::Unknown
         };
-        self.ex
-            .on_error(now, Failure::transport(TransportKind::Other, phase));
+        self.ex.on_error_of(
+            self::role(role),
+            now,
+            Failure::transport(TransportKind::Other, phase),
+        );
         self.next(now)
     }
 
@@ -730,11 +747,12 @@ impl Machine {
             .map_or_else(|| String::from("null"), to_json)
     }
 
-    /// Whether the head just received may be the final answer as sent: the
-    /// shell then reads the body from a copy of the response.
+    /// Whether the head `role`'s attempt just received (0: the request's,
+    /// 1: the hedge's) may be the final answer as sent: the shell then
+    /// reads the body from a copy of the response.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = keepsResponse))]
-    pub fn keeps_response(&self) -> bool {
-        self.ex.keeps_response()
+    pub fn keeps_response(&self, role: u32) -> bool {
+        self.ex.keeps_response_of(self::role(role))
     }
 
     /// The `Idempotency-Key` to set on the send about to go out (empty for
@@ -744,8 +762,8 @@ impl Machine {
         self.ex.idempotency_key(has_one).unwrap_or_default()
     }
 
-    /// Action 1 to an alternate (`sendKind() >> 8` is its number, from 1):
-    /// the request to `url` with `body` and headers named `headers`
+    /// Action 1 or 15 to an alternate (`sendKind() >> 8` is its number,
+    /// from 1): the request to `url` with `body` and headers named `headers`
     /// (lowercase, newline-separated) as that alternate takes it. Answered
     /// as one buffer: the URL's length (u32, little-endian) and the URL, the
     /// length and the newline-separated names of the headers that stay
@@ -780,10 +798,15 @@ impl Machine {
     /// Action 1: 0 the original request, 1 a resume, 2 the continuation,
     /// 3 a prefill continuation (its body: [`Machine::send_body`]);
     /// above the low byte, the alternate it goes to (0: the request's own
-    /// endpoint; see [`Machine::retarget`]).
+    /// endpoint; see [`Machine::retarget`]). Action 15: 0 (a hedge is the
+    /// original request) and the hedge's target.
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen(js_name = sendKind))]
     pub fn send_kind(&self) -> u32 {
-        self.send.as_ref().map_or(0, |s| s.kind) | (self.ex.target() as u32) << 8
+        let kind = match self.io {
+            Some(Io::Hedge { .. }) => 0,
+            _ => self.send.as_ref().map_or(0, |s| s.kind),
+        };
+        kind | (self.send_target() as u32) << 8
     }
 
     /// Action 1 of a resume: the URL to send to.
@@ -874,8 +897,17 @@ impl Machine {
 }
 
 impl Machine {
+    /// The target of the send asked for last: the hedge's after action
+    /// 15, the request's otherwise.
+    fn send_target(&self) -> usize {
+        match self.io {
+            Some(Io::Hedge { target }) => target,
+            _ => self.ex.target(),
+        }
+    }
+
     fn current_target(&self) -> Option<&Target> {
-        self.targets.get(self.ex.target().checked_sub(1)?)
+        self.targets.get(self.send_target().checked_sub(1)?)
     }
 
     /// Polls the machine and answers the action code with its flags.
@@ -919,10 +951,7 @@ impl Machine {
                 });
                 action::SEND
             }
-            Io::Hedge { target } => {
-                self.hedge_target = *target as u32;
-                action::HEDGE
-            }
+            Io::Hedge { .. } => action::HEDGE,
             Io::Race => action::RACE,
             Io::ReleaseHedge => action::RELEASE_HEDGE,
             Io::Promote => action::PROMOTE,
@@ -1012,24 +1041,32 @@ mod tests {
         let mut m = start(&c);
         let t = |m: &mut Machine| m.poll(0.0) & 0xff;
         assert_eq!(t(&mut m), action::SEND);
-        assert_eq!(m.on_sent(1.0) & 0xff, action::AWAIT_HEAD);
+        assert_eq!(m.on_sent(1.0, 0) & 0xff, action::AWAIT_HEAD);
         let a = m.on_head(
             2.0,
             0.0,
             503,
             "content-type\napplication/json\nretry-after\n2\n",
             false,
+            0,
         );
         assert_eq!(a & 0xff, action::READ);
-        assert_eq!(m.on_end(3.0) & 0xff, action::RELEASE);
+        assert_eq!(m.on_end(3.0, 0) & 0xff, action::RELEASE);
         let a = m.poll(3.0);
         assert_eq!(a & 0xff, action::SLEEP);
         assert!((m.deadline() - 2003.0).abs() < 1e-9, "{}", m.deadline());
         assert_eq!(m.on_timeout(2003.0) & 0xff, action::SEND);
-        m.on_sent(2004.0);
-        let a = m.on_head(2005.0, 0.0, 200, "content-type\ntext/event-stream\n", false);
+        m.on_sent(2004.0, 0);
+        let a = m.on_head(
+            2005.0,
+            0.0,
+            200,
+            "content-type\ntext/event-stream\n",
+            false,
+            0,
+        );
         assert_eq!(a & 0xff, action::READ);
-        let a = m.on_chunk(2006.0, CHAT, 7);
+        let a = m.on_chunk(2006.0, CHAT, 7, 0);
         // The semantic delta commits: respond, then the kept chunk.
         assert_eq!(a & 0xff, action::RESPOND);
         assert_eq!(m.poll(2006.0) & 0xff, action::DELIVER);
@@ -1042,7 +1079,7 @@ mod tests {
             }
         }
         if last == action::READ {
-            last = m.on_end(2008.0) & 0xff;
+            last = m.on_end(2008.0, 0) & 0xff;
         }
         assert_eq!(last, action::END_OK);
         let events: serde_json::Value = serde_json::from_str(&m.events()).unwrap();
@@ -1107,9 +1144,9 @@ mod tests {
         );
         assert_eq!(m.poll(0.0) & 0xff, action::SEND);
         assert_eq!(m.send_kind(), 0);
-        m.on_sent(1.0);
-        m.on_head(2.0, 0.0, 529, "content-type\napplication/json\n", false);
-        assert_eq!(m.on_end(3.0) & 0xff, action::RELEASE);
+        m.on_sent(1.0, 0);
+        m.on_head(2.0, 0.0, 529, "content-type\napplication/json\n", false, 0);
+        assert_eq!(m.on_end(3.0, 0) & 0xff, action::RELEASE);
         assert_eq!(m.poll(3.0) & 0xff, action::SEND, "at once");
         assert_eq!(
             m.send_kind(),
@@ -1144,21 +1181,135 @@ mod tests {
         let c = client(&[]);
         let mut m = start(&c);
         m.poll(0.0);
-        m.on_sent(0.0);
-        m.on_head(0.0, 0.0, 200, "content-type\ntext/event-stream\n", false);
+        m.on_sent(0.0, 0);
+        m.on_head(0.0, 0.0, 200, "content-type\ntext/event-stream\n", false, 0);
         let first = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
-        let mut a = m.on_chunk(1.0, first, 1);
+        let mut a = m.on_chunk(1.0, first, 1, 0);
         while a & 0xff != action::READ {
             a = m.poll(1.0);
         }
         m.events();
         // After commit, each delta passes through with the next read.
         for i in 2..50 {
-            let a = m.on_chunk(f64::from(i), first, i);
+            let a = m.on_chunk(f64::from(i), first, i, 0);
             assert_eq!(a & 0xff, action::READ, "chunk {i}");
             assert!(a & action::DELIVER_THIS != 0, "chunk {i}");
             assert!(a & action::EVENTS == 0, "chunk {i}");
         }
+    }
+
+    const SSE: &str = "content-type\ntext/event-stream\n";
+    const ROLE: &[u8] =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    const TEXT: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+
+    /// A request hedged after 1 s (one alternate, `alt`), its first send
+    /// streaming a role chunk until the hedge is due: answers the machine
+    /// at the hedge's action.
+    fn hedged(url: &str, body: &[u8]) -> Machine {
+        let mut c = Client::new("hedgeAfterMs=1000\n", &[NAN; slot::COUNT], "", "");
+        assert_eq!(c.error_text(), "");
+        let alt = c.alternate("alt", "/alt/v1/chat/completions", "alt-model", -1, -1.0, -1);
+        assert_eq!(alt, 0);
+        let mut m = c.start(
+            "POST",
+            url,
+            body,
+            0.0,
+            1,
+            2,
+            false,
+            false,
+            &[],
+            &[-1],
+            "",
+            -1.0,
+        );
+        assert_eq!(m.poll(0.0) & 0xff, action::SEND);
+        assert_eq!(m.send_kind(), 0);
+        assert_eq!(m.on_sent(0.0, 0) & 0xff, action::AWAIT_HEAD);
+        assert_eq!(m.on_head(0.0, 0.0, 200, SSE, false, 0) & 0xff, action::READ);
+        assert_eq!(m.on_chunk(0.0, ROLE, 1, 0) & 0xff, action::READ);
+        assert!((m.deadline() - 1000.0).abs() < 1e-9, "{}", m.deadline());
+        assert_eq!(m.on_timeout(1000.0) & 0xff, action::HEDGE);
+        m
+    }
+
+    /// The hedge's send names its target as a send does (`sendKind`,
+    /// `retarget`), its inputs go in with role 1, and when it wins, the
+    /// first attempt is released, the hedge promoted and its kept chunk
+    /// delivered; the report names each attempt's role.
+    #[test]
+    fn a_hedge_is_written_for_its_target_and_wins_with_its_role() {
+        let url = "http://h/v1/chat/completions";
+        let body = br#"{"model":"m"}"#;
+        let mut m = hedged(url, body);
+        assert_eq!(
+            m.send_kind(),
+            1 << 8,
+            "the original request, to alternate 1"
+        );
+        let out = m.retarget(url, body, "content-type");
+        let n = u32::from_le_bytes(out[..4].try_into().unwrap()) as usize;
+        assert_eq!(&out[4..4 + n], b"http://h/alt/v1/chat/completions");
+        assert!(out.ends_with(br#"{"model":"alt-model"}"#));
+        assert_eq!(m.on_sent(1000.0, 1) & 0xff, action::RACE);
+        assert_eq!(
+            m.on_head(1100.0, 0.0, 200, SSE, false, 1) & 0xff,
+            action::RACE
+        );
+        // The first attempt's role chunk changes nothing: the race goes on.
+        assert_eq!(m.on_chunk(1150.0, ROLE, 2, 0) & 0xff, action::RACE);
+        let a = m.on_chunk(1200.0, TEXT, 3, 1);
+        assert_eq!(a & 0xff, action::RELEASE);
+        assert_eq!(a & action::DELIVER_THIS, 0);
+        assert_eq!(m.poll(1200.0) & 0xff, action::PROMOTE);
+        assert_eq!(m.poll(1200.0) & 0xff, action::RESPOND);
+        assert_eq!(m.poll(1200.0) & 0xff, action::DELIVER);
+        assert_eq!(m.deliver_id(), 3, "the hedge's chunk");
+        assert_eq!(m.poll(1200.0) & 0xff, action::READ);
+        // The promoted hedge is the request's attempt: role 0 from now on.
+        let done = b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let a = m.on_chunk(1300.0, done, 4, 0);
+        assert!(a & action::DELIVER_THIS != 0);
+        let mut last = a & 0xff;
+        if last == action::READ {
+            last = m.on_end(1300.0, 0) & 0xff;
+        }
+        assert_eq!(last, action::END_OK);
+        let report: serde_json::Value = serde_json::from_str(&m.report_json()).unwrap();
+        assert_eq!(report["attempts"][0]["role"], "first");
+        assert_eq!(report["attempts"][0]["result"], "hedge_cancelled");
+        assert_eq!(report["attempts"][0]["reason"], "rival_won");
+        assert_eq!(report["attempts"][1]["role"], "hedge");
+        assert_eq!(report["served_by"], "alt");
+        let events = m.events();
+        assert!(
+            events.contains(r#""event":"hedge_started","hedge":2,"after_ms":1000"#),
+            "{events}"
+        );
+    }
+
+    /// When the first attempt's token comes first, the hedge is released,
+    /// and an input of the released hedge changes nothing.
+    #[test]
+    fn the_first_attempt_winning_releases_the_hedge() {
+        let url = "http://h/v1/chat/completions";
+        let mut m = hedged(url, b"{}");
+        assert_eq!(m.on_sent(1000.0, 1) & 0xff, action::RACE);
+        assert_eq!(m.on_chunk(1200.0, TEXT, 2, 0) & 0xff, action::RELEASE_HEDGE);
+        assert_eq!(m.poll(1200.0) & 0xff, action::RESPOND);
+        let events = m.events();
+        assert!(events.contains(r#""event":"hedge_cancelled""#), "{events}");
+        for id in [1, 2] {
+            assert_eq!(m.poll(1200.0) & 0xff, action::DELIVER);
+            assert_eq!(m.deliver_id(), id, "the first attempt's chunks");
+        }
+        assert_eq!(m.poll(1200.0) & 0xff, action::READ);
+        let report = m.report_json();
+        assert_eq!(m.on_end(1300.0, 1) & 0xff, action::READ);
+        assert_eq!(m.on_error(1300.0, true, 1) & 0xff, action::READ);
+        assert_eq!(m.report_json(), report, "the released hedge is gone");
     }
 
     #[test]

@@ -113,6 +113,11 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
         &self.lane.protocol
     }
 
+    /// Whether the lane not being judged reads an error body.
+    pub(super) fn reads_error_body(&self) -> bool {
+        matches!(self.lane.attempt.phase, super::attempt::Phase::ErrorBody(_))
+    }
+
     /// The hedge's send, once: the target it goes to.
     pub(super) fn take_due(&mut self) -> Option<usize> {
         mem::take(&mut self.due).then(|| self.seat.target())

@@ -104,8 +104,17 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     /// runtime can copy a body (a `Response.clone()`) reads the copy and
     /// keeps the original for [`Io::RespondError`].
     pub fn keeps_response(&self) -> bool {
-        // An attempt of a race that fails leaves it; it is never the answer.
-        self.race.is_none() && !self.lane.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
+        self.keeps_response_of(Role::First)
+    }
+
+    /// [`Exchange::keeps_response`] of the head `role`'s attempt just
+    /// received. An error head in a race may be the answer too: its rival
+    /// may leave the race before its body is judged.
+    pub fn keeps_response_of(&self, role: Role) -> bool {
+        if let (Role::Hedge, Some(race)) = (role, self.race.as_deref()) {
+            return race.reads_error_body();
+        }
+        !self.lane.outbox.responded() && self.in_phase(|p| matches!(p, AttemptPhase::ErrorBody(_)))
             || matches!(self.stage, Stage::Ended(_)) && self.lane.outbox.error_response_due()
             // A redirect that fails the attempt is weighed at the next
             // poll; it may be the answer.

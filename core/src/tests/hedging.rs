@@ -48,11 +48,12 @@ fn policy(hedges: u32) -> RecoveryPolicy {
 
 fn setup(policy: RecoveryPolicy) -> Setup<'static> {
     let request = RequestFacts::new("POST", "/v1/chat/completions", b"{\"model\":\"m\"}");
+    let allowance = AttemptAllowance::new(policy.max_attempts().get());
     Setup::new(
         policy,
         &ProtocolChoice::Fixed(ProtocolKind::OpenAiChat),
         request,
-        AttemptAllowance::new(4),
+        allowance,
         1,
     )
 }
@@ -276,4 +277,49 @@ fn a_retry_after_learned_by_a_hedge_holds_its_targets_cooldown() {
             "attempt_failed"
         ]
     );
+}
+
+struct Overloaded;
+impl Head for Overloaded {
+    fn status(&self) -> u16 {
+        503
+    }
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        (name == "content-type").then_some(Cow::Borrowed("application/json"))
+    }
+}
+
+#[test]
+fn a_hedges_error_head_may_be_the_answer_once_its_rival_left() {
+    let p = policy(1)
+        .to_builder()
+        .max_attempts(NonZeroU32::new(2).unwrap())
+        .build()
+        .unwrap();
+    let mut ex = streaming(setup(p));
+    ex.handle_timeout(at(1000));
+    assert_eq!(ex.poll(at(1000), true), Io::Hedge { target: 0 });
+    ex.on_sent_of(Role::Hedge, at(1000));
+    ex.on_head_of(Role::Hedge, at(1050), SystemTime::UNIX_EPOCH, &Overloaded, None);
+    // Its body is read from a copy: the response may be the answer.
+    assert!(ex.keeps_response_of(Role::Hedge));
+    assert!(!ex.keeps_response_of(Role::First));
+    // The first attempt resets before the hedge's error body is judged:
+    // the hedge takes its place, and with no send left its error is the
+    // request's answer, as the server sent it.
+    ex.on_error(
+        at(1100),
+        crate::failure::Failure::transport(
+            crate::failure::TransportKind::Reset,
+            crate::failure::Phase::Streaming,
+        ),
+    );
+    assert_eq!(ex.poll(at(1100), true), Io::Release);
+    assert_eq!(ex.poll(at(1100), true), Io::Promote);
+    assert_eq!(ex.poll(at(1100), true), Io::Read);
+    assert!(ex.keeps_response());
+    let _ = ex.on_chunk(at(1150), b"{\"error\":{\"type\":\"overloaded\"}}".to_vec());
+    ex.on_end(at(1150));
+    assert_eq!(ex.poll(at(1150), true), Io::RespondError);
+    assert!(matches!(ex.poll(at(1150), true), Io::End(Err(_))));
 }

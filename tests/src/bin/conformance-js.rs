@@ -118,6 +118,13 @@ fn options(v: &Vector) -> Value {
     if let Some(t) = &v.sse_terminal {
         o["sseTerminal"] = serde_json::to_value(t).unwrap_or_default();
     }
+    if let Some(b) = &v.retry_budget {
+        o["retryBudget"] = json!({
+            "ttlMs": b.ttl_ms,
+            "minRetriesPerSec": b.min_retries_per_sec,
+            "percent": b.percent,
+        });
+    }
     o
 }
 

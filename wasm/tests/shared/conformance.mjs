@@ -58,12 +58,20 @@ function tick() {
   });
 }
 
-/** A `fetch` that plays `played`, one per send, the last one repeated. */
+/**
+ * A `fetch` that plays `played`, one per send in send order (a hedge's
+ * included), the last one repeated. Each send is timed from the moment it
+ * is made on the virtual clock: its head `head_at_ms` later, each chunk
+ * at its `chunks_at_ms`, the end right after the last chunk. An aborted
+ * send behaves as fetch's: a head still due rejects, a body being read
+ * errors, with an `AbortError`.
+ */
 function stubFetch(played, hooks) {
   const stub = { sends: 0, requests: [], bodies: [] };
   stub.fetch = (url, init) => {
     const p = played[Math.min(stub.sends, played.length - 1)];
     stub.sends += 1;
+    const sentAt = hooks.now();
     const u = new URL(url);
     const headers = new Headers(init && init.headers);
     const id = headers.get('last-event-id');
@@ -73,6 +81,7 @@ function stubFetch(played, hooks) {
     const sent = init && init.body;
     stub.bodies.push(sent == null ? '' : typeof sent === 'string' ? sent : new TextDecoder().decode(sent));
     const signal = init && init.signal;
+    const aborted = () => new DOMException('aborted', 'AbortError');
     if (p.head.kind === 'fails') {
       if (p.offline) hooks.offline();
       return Promise.reject(new TypeError('fetch failed'));
@@ -81,21 +90,53 @@ function stubFetch(played, hooks) {
       if (p.offline) hooks.offline();
       if (p.cancel_awaiting) hooks.cancelNow();
       return new Promise((_, reject) => {
-        if (signal) signal.addEventListener('abort', () => reject(new DOMException('aborted', 'AbortError')));
+        if (signal) signal.addEventListener('abort', () => reject(aborted()));
       });
     }
+    // Resolves `ms` after the send on the virtual clock (at once when that
+    // has passed: no timer), or rejects when the send is aborted first.
+    const until = (ms) => {
+      if (signal && signal.aborted) return Promise.reject(aborted());
+      const left = sentAt + ms - hooks.now();
+      if (left <= 0) return null;
+      return new Promise((resolve, reject) => {
+        const onAbort = () => {
+          stop();
+          reject(aborted());
+        };
+        const stop = hooks.timer(left, () => {
+          if (signal) signal.removeEventListener('abort', onAbort);
+          resolve();
+        });
+        if (signal) signal.addEventListener('abort', onAbort, { once: true });
+      });
+    };
     const chunks = p.chunks.slice();
+    const times = p.chunks_at_ms.slice();
     const keepalives = p.keepalive_every_ms;
-    const body = new ReadableStream({
+    let body;
+    const stream = new ReadableStream({
+      start(c) {
+        body = c;
+      },
       async pull(c) {
         if (chunks.length > 0) {
+          const due = until(times.shift());
+          if (due) {
+            try {
+              await due;
+            } catch (e) {
+              c.error(e);
+              return undefined;
+            }
+          }
           c.enqueue(enc.encode(chunks.shift()));
-          return;
+          return undefined;
         }
         if (keepalives) {
           await hooks.sleep(keepalives);
           c.enqueue(enc.encode(': keepalive\n\n'));
-          return;
+          return undefined;
         }
         if (p.offline) hooks.offline();
         switch (p.end) {
@@ -106,11 +147,15 @@ function stubFetch(played, hooks) {
         }
       },
     }, { highWaterMark: 0 });
+    // An abort errors the body, as fetch's does.
+    if (signal) signal.addEventListener('abort', () => body.error(aborted()), { once: true });
     const status = p.head.status;
     const hs = new Headers();
     for (const [k, v] of p.head.headers) hs.append(k, v);
     const nullBody = status === 204 || status === 304;
-    return Promise.resolve(new Response(nullBody ? null : body, { status, headers: hs }));
+    const response = () => new Response(nullBody ? null : stream, { status, headers: hs });
+    const head = until(p.head_at_ms);
+    return head ? head.then(response) : Promise.resolve(response());
   };
   return stub;
 }
@@ -127,6 +172,8 @@ export async function runVector(bind, wasm, v) {
   let stop = false;
   let handle = null;
   const hooks = {
+    now: () => clock.now,
+    timer: (ms, fn) => clock.timer(ms, fn),
     sleep: (ms) => clock.sleep(ms),
     offline: () => { online = false; },
     stop: () => { stop = true; },

@@ -1,5 +1,5 @@
 // A typed use of the package, checked by `tsc --noEmit` (never run).
-import { createRecoveringFetch, recoveryOf, RecoveryError, type LifecycleEvent, type Proof, type RetryAfterHint, type RecoveryTypeError, type RecoveryStatus } from 'recovery-wasm';
+import { createRecoveringFetch, recoveryOf, RecoveryError, type HedgeCancelReason, type LifecycleEvent, type Proof, type RetryAfterHint, type RecoveryTypeError, type RecoveryStatus } from 'recovery-wasm';
 
 const events: LifecycleEvent[] = [];
 const controller = new AbortController();
@@ -62,3 +62,19 @@ export const servedBy = async (url: string): Promise<string | undefined> => (awa
 
 // @ts-expect-error: an alternate needs a label.
 createRecoveringFetch({ alternates: [{ url: '/x' }] });
+
+// Hedging the first token: the options, the policy in force and what the
+// report says of a race.
+export const hedged = createRecoveringFetch({ hedgeAfterMs: 2000, maxHedges: 1 });
+const hedgeAfter: number | 'off' = hedged.policy.hedgeAfterMs;
+const maxHedges: number = hedged.policy.maxHedges;
+console.log(hedgeAfter, maxHedges);
+export const raced = async (url: string): Promise<Array<[string | undefined, HedgeCancelReason | undefined]>> =>
+  (await hedged(url)).recovery.report().attempts.map((a) => [
+    a.role,
+    a.result === 'hedge_cancelled' ? (a.reason as HedgeCancelReason) : undefined,
+  ]);
+createRecoveringFetch({ hedgeAfterMs: 'off' });
+
+// @ts-expect-error: a hedge count is a number.
+createRecoveringFetch({ maxHedges: 'two' });
