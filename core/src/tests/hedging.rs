@@ -300,7 +300,13 @@ fn a_hedges_error_head_may_be_the_answer_once_its_rival_left() {
     ex.handle_timeout(at(1000));
     assert_eq!(ex.poll(at(1000), true), Io::Hedge { target: 0 });
     ex.on_sent_of(Role::Hedge, at(1000));
-    ex.on_head_of(Role::Hedge, at(1050), SystemTime::UNIX_EPOCH, &Overloaded, None);
+    ex.on_head_of(
+        Role::Hedge,
+        at(1050),
+        SystemTime::UNIX_EPOCH,
+        &Overloaded,
+        None,
+    );
     // Its body is read from a copy: the response may be the answer.
     assert!(ex.keeps_response_of(Role::Hedge));
     assert!(!ex.keeps_response_of(Role::First));
