@@ -12,6 +12,8 @@ use super::ledger::Ledger;
 use super::outbox::Holds;
 use super::race::Race;
 use super::stage::Stage;
+#[cfg(doc)]
+use super::{Io, Setup};
 use crate::continuation::DeliveredPrefix;
 use crate::lifecycle::LifecycleEvent;
 use crate::policy::RecoveryPolicy;
