@@ -305,19 +305,15 @@ impl Course {
     /// approval.
     pub(crate) fn wait_limit(&self, now: Instant) -> Option<Duration> {
         let first_failure = self.state.first_failure_at.unwrap_or(now);
-        [
-            self.policy
-                .budget()
-                .map(|b| first_failure.saturating_add(b)),
-            self.state.deadline,
-            self.policy
-                .deadline()
-                .map(|d| self.state.started_at.saturating_add(d)),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|end| end.saturating_since(now))
+        let budget = self
+            .policy
+            .budget()
+            .map(|b| first_failure.saturating_add(b));
+        [budget, self.deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|end| end.saturating_since(now))
     }
 
     /// The decision on `failure` with `resume_possible` as given, before

@@ -49,6 +49,18 @@ def received(path):
     return [r for r in control("GET", "requests") if r["target"].split("?")[0] == path]
 
 
+def chunk(cid, delta, finish=None):
+    """An OpenAI Chat stream chunk `cid` carrying `delta`, as an SSE event."""
+    data = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
 def fixture_bytes(name):
     return (FIXTURES / name).read_bytes()
 

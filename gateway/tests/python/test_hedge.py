@@ -14,28 +14,16 @@ Environment: ``RECOVERY_HEDGE_GATEWAY_URL``, its alternate's path
 ``scripts/test-gateway-sdks.sh``).
 """
 
-import json
 import os
 import time
 import unittest
 
 from openai import OpenAI
 
-from provider import SSE, load, received
+from provider import SSE, chunk, load, received
 
 GATEWAY = os.environ["RECOVERY_HEDGE_GATEWAY_URL"].rstrip("/")
 ALT = os.environ["RECOVERY_HEDGE_ALT_PATH"]
-
-
-def chunk(cid, delta, finish=None):
-    data = {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def tokens(cid, words):

@@ -21,7 +21,7 @@ import unittest
 import openai
 from openai import OpenAI
 
-from provider import SSE, load, received, sends
+from provider import SSE, chunk, load, received, sends
 
 GATEWAY = os.environ["RECOVERY_RESCUE_GATEWAY_URL"].rstrip("/")
 ALT = os.environ["RECOVERY_RESCUE_ALT_PATH"]
@@ -31,17 +31,6 @@ ARGS = {
     "messages": [{"role": "user", "content": "count to sixty"}],
     "stream": True,
 }
-
-
-def chunk(cid, delta, finish=None):
-    data = {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def tokens(first, last):
