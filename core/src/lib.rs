@@ -216,6 +216,7 @@ pub mod error;
 pub mod exchange;
 pub mod failover;
 pub mod failure;
+pub mod genai;
 pub mod lifecycle;
 pub mod observer;
 pub mod outcome;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::decision::DelayCause;
 use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
-use crate::progress::{Progress, Proof};
+use crate::progress::{Progress, Proof, Usage};
 use crate::retry_after::RetryAfter;
 pub use crate::safe::{RateLimits, SafeToken};
 
@@ -217,6 +217,11 @@ pub struct RecoveryReport {
     /// alternates ([`crate::failover`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<String>,
+    /// The token use the provider reported on the stream that succeeded
+    /// (OpenTelemetry `gen_ai.usage.*`); empty when it reported none or the
+    /// request did not succeed.
+    #[serde(default, skip_serializing_if = "Usage::is_empty")]
+    pub usage: Usage,
 }
 
 impl RecoveryReport {
@@ -235,6 +240,7 @@ impl RecoveryReport {
             late_error: false,
             seams: Vec::new(),
             served_by: None,
+            usage: Usage::default(),
         }
     }
 

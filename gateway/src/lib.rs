@@ -62,6 +62,8 @@ mod respond;
 mod routes;
 mod server;
 mod stack;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 pub use config::{
     AlternateRoute, Config, ConfigError, Route, RouteProtocol, Secret, StreamLogChoice,

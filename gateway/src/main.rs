@@ -48,7 +48,22 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(async move {
+    #[cfg(feature = "otel")]
+    let telemetry = match &config.otlp_endpoint {
+        Some(endpoint) => {
+            match runtime
+                .block_on(async { recovery_gateway::telemetry::Telemetry::install(endpoint) })
+            {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("recovery-gateway: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        None => None,
+    };
+    let code = runtime.block_on(async move {
         let gateway = match Gateway::bind(*config).await {
             Ok(g) => g,
             Err(e) => {
@@ -68,7 +83,14 @@ fn main() -> ExitCode {
         }
         gateway.wait().await;
         ExitCode::SUCCESS
-    })
+    });
+    // What the exporters still hold goes out before the process ends (the
+    // runtime's workers carry the last exports).
+    #[cfg(feature = "otel")]
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
 }
 
 /// `hash-key`: one client key on stdin (its line end dropped), its

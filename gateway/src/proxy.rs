@@ -94,11 +94,15 @@ impl Proxy {
                 ("protocol", Field::Str(protocol.name())),
             ],
         );
-        let resp = match self
-            .upstream
-            .call(upstream_req, &protocol, target.declared)
-            .await
-        {
+        let call = self.upstream.call(upstream_req, &protocol, target.declared);
+        // The recovery layer's spans are children of this one, and this
+        // one of the client's `traceparent`.
+        #[cfg(feature = "otel")]
+        let call = tracing::Instrument::instrument(
+            call,
+            crate::telemetry::server_span(&parts.method, parts.uri.path(), &parts.headers),
+        );
+        let resp = match call.await {
             Ok(resp) => resp,
             Err(e) => {
                 self.logger.warn(

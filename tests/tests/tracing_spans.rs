@@ -1,6 +1,7 @@
 //! With the `tracing` feature, every logical request gets a
 //! `recovery.request` span and every attempt a `recovery.attempt` span; a
-//! resend carries the OpenTelemetry attribute `http.request.resend_count`.
+//! resend carries the OpenTelemetry attribute `http.request.resend_count`;
+//! the request span carries the GenAI conventions' name and attributes.
 #![cfg(feature = "tracing")]
 
 use std::convert::Infallible;
@@ -104,7 +105,9 @@ async fn request_and_attempt_spans_carry_the_resend_count() {
     let resp = svc
         .oneshot(
             Request::post("http://mock/")
-                .body(Full::new(Bytes::new()))
+                .body(Full::new(Bytes::from_static(
+                    br#"{"model":"gpt-4o-mini","stream":true,"messages":[]}"#,
+                )))
                 .unwrap(),
         )
         .await
@@ -131,4 +134,31 @@ async fn request_and_attempt_spans_carry_the_resend_count() {
     );
     assert_eq!(field(2, "http.request.resend_count").as_deref(), Some("1"));
     assert_eq!(field(2, "recovery.attempt").as_deref(), Some("2"));
+    // The request span, as the OpenTelemetry GenAI conventions name and
+    // describe it, with what the request ended with.
+    assert_eq!(
+        field(0, "otel.name").as_deref(),
+        Some("\"chat gpt-4o-mini\"")
+    );
+    assert_eq!(
+        field(0, "gen_ai.operation.name").as_deref(),
+        Some("\"chat\"")
+    );
+    assert_eq!(
+        field(0, "gen_ai.provider.name").as_deref(),
+        Some("\"openai\"")
+    );
+    assert_eq!(
+        field(0, "gen_ai.request.model").as_deref(),
+        Some("\"gpt-4o-mini\"")
+    );
+    assert_eq!(field(0, "gen_ai.request.stream").as_deref(), Some("true"));
+    assert_eq!(field(0, "http.request.resend_count").as_deref(), Some("1"));
+    assert_eq!(field(0, "recovery.resends").as_deref(), Some("1"));
+    assert_eq!(field(0, "recovery.committed").as_deref(), Some("true"));
+    assert_eq!(
+        field(0, "recovery.outcome").as_deref(),
+        Some("\"completed\"")
+    );
+    assert_eq!(field(0, "error.type"), None);
 }

@@ -18,7 +18,7 @@ use crate::continuation::splice::Splice;
 use crate::failure::{Failure, FailureKind, Phase as WirePhase, Stall, Unfinished};
 use crate::lifecycle::CommitTrigger;
 use crate::observer::{EndOfStream, StreamObserver};
-use crate::progress::{Progress, Proof, ResumeCursor, Terminal};
+use crate::progress::{Progress, Proof, ResumeCursor, Terminal, Usage};
 use crate::protocol::BodyForm;
 use crate::timing::Instant;
 use crate::wire::{Limits, ProtocolViolation};
@@ -238,6 +238,11 @@ impl<D: Decoded> Attempt<D> {
         progress.deliver_observed();
         progress.delivered_bytes = delivered;
         progress
+    }
+
+    /// What the provider reported of its token use.
+    pub(super) fn usage(&self) -> Usage {
+        self.source.as_ref().map(Source::usage).unwrap_or_default()
     }
 
     /// The cursor of the last complete event, where a resume continues.

@@ -20,7 +20,7 @@ use crate::failure::{Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind};
 use crate::outcome::{BudgetKind, CancelPhase, FailureReason, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
-use crate::progress::{Progress, Proof};
+use crate::progress::{Progress, Proof, Usage};
 use crate::timing::{Fraction, Instant, JitterSource};
 
 /// What kind of send comes next.
@@ -404,13 +404,19 @@ impl Course {
     }
 
     /// The attempt in flight finished with success proof.
-    pub(crate) fn succeed(&mut self, now: Instant, proof: Proof, progress: Progress) -> Outcome {
+    pub(crate) fn succeed(
+        &mut self,
+        now: Instant,
+        proof: Proof,
+        progress: Progress,
+        usage: Usage,
+    ) -> Outcome {
         if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
         self.ledger.progress(progress);
         let target = self.targets.label();
-        self.ledger.succeeded(now, proof, target);
+        self.ledger.succeeded(now, proof, target, usage);
         self.finish(now, Outcome::Completed { proof })
     }
 

@@ -4,7 +4,7 @@
 
 use crate::failure::Unfinished;
 use crate::observer::{EndOfStream, StreamObserver};
-use crate::progress::{Progress, ProviderError, ResumeCursor, Terminal};
+use crate::progress::{Progress, ProviderError, ResumeCursor, Terminal, Usage};
 use crate::protocol::ProtocolKind;
 use crate::wire::ProtocolViolation;
 
@@ -39,6 +39,11 @@ pub trait Decoded {
     /// streaming chunk needs (read per chunk: keep it cheap).
     fn flagged(&self) -> bool {
         self.terminal_seen() || self.provider_error_seen()
+    }
+    /// What the provider reported of its token use so far (read once, when
+    /// the attempt succeeds; a decoder that does not keep it reports none).
+    fn usage(&self) -> Usage {
+        Usage::default()
     }
     /// The protocol the body was decoded as, when the decoder names one:
     /// the machine then reads the whole exchange as that protocol.
@@ -150,6 +155,13 @@ impl<D: Decoded> Source<D> {
         match self {
             Source::Own(o) => o.terminal().is_some(),
             Source::Elsewhere(d) => d.terminal_seen(),
+        }
+    }
+
+    pub(crate) fn usage(&self) -> Usage {
+        match self {
+            Source::Own(o) => *o.usage(),
+            Source::Elsewhere(d) => d.usage(),
         }
     }
 

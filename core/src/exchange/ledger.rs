@@ -10,7 +10,7 @@ use crate::budget::{AttemptAllowance, RetryPermit};
 use crate::failure::{Acceptance, Category, Phase, Stall};
 use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
 use crate::outcome::{FailureReason, Outcome};
-use crate::progress::{Progress, Proof};
+use crate::progress::{Progress, Proof, Usage};
 use crate::report::{
     AttemptRecord, AttemptResult, DelayRecord, HedgeCancel, RecoveryReport, Role, Seam,
     SeamStrategy,
@@ -281,7 +281,13 @@ impl Ledger {
     }
 
     /// Closes the record of the send in flight with success `proof`.
-    pub(crate) fn succeeded(&mut self, now: Instant, proof: Proof, served_by: Option<String>) {
+    pub(crate) fn succeeded(
+        &mut self,
+        now: Instant,
+        proof: Proof,
+        served_by: Option<String>,
+        usage: Usage,
+    ) {
         let at = self.elapsed(now).as_millis() as u64;
         if let Some(rec) = self.current() {
             rec.ended_ms = Some(at);
@@ -289,6 +295,7 @@ impl Ledger {
         }
         self.slot.open = None;
         self.report.served_by = served_by;
+        self.report.usage = usage;
         self.emit(now, EventKind::AttemptSucceeded { proof });
     }
 

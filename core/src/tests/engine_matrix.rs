@@ -26,7 +26,7 @@ use crate::outcome::{
 };
 use crate::policy::{Endpoint, RecoveryPolicy};
 use crate::progress::{
-    Progress, Proof, ProviderError, SemanticKind, Transience, UnsuccessfulReason,
+    Progress, Proof, ProviderError, SemanticKind, Transience, UnsuccessfulReason, Usage,
 };
 use crate::report::AttemptResult;
 use crate::retry_after::RetryAfter;
@@ -812,7 +812,12 @@ fn bd11_reset_after_terminal_proof_is_completed() {
     rec.begin_attempt(t.now()).unwrap();
     rec.commit(t.now(), CommitTrigger::Semantic);
     assert_eq!(
-        rec.succeed(t.now(), Proof::Strong, Progress::default()),
+        rec.succeed(
+            t.now(),
+            Proof::Strong,
+            Progress::default(),
+            Usage::default()
+        ),
         completed()
     );
     let late = Failure::transport(TransportKind::Reset, Phase::Streaming);
@@ -1247,7 +1252,7 @@ fn tb7_tb8_token_accounting_table() {
                     other => panic!("{other:?}"),
                 },
                 Step::Succeed { proof, .. } => {
-                    break rec.succeed(t.now(), proof, Progress::default());
+                    break rec.succeed(t.now(), proof, Progress::default(), Usage::default());
                 }
                 other => panic!("{other:?}"),
             }
@@ -1473,14 +1478,24 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
     };
     // The proof was emitted first: it stands.
     let mut rec = new();
-    rec.succeed(t.now(), Proof::Strong, Progress::default());
+    rec.succeed(
+        t.now(),
+        Proof::Strong,
+        Progress::default(),
+        Usage::default(),
+    );
     assert_eq!(rec.cancel(t.now(), CancelPhase::Streaming), completed());
     assert_eq!(terminals(&mut rec), ["completed"]);
     // Cancel first: it wins over the proof and over a failure.
     let mut rec = new();
     rec.cancel(t.now(), CancelPhase::Streaming);
     assert_eq!(
-        rec.succeed(t.now(), Proof::Strong, Progress::default()),
+        rec.succeed(
+            t.now(),
+            Proof::Strong,
+            Progress::default(),
+            Usage::default()
+        ),
         Outcome::Cancelled {
             phase: CancelPhase::Streaming
         }

@@ -21,4 +21,5 @@ mod engine_proptest;
 mod engine_resume;
 mod failover;
 mod hedging;
+mod report_usage;
 mod unescape;

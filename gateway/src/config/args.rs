@@ -27,7 +27,7 @@ pub enum Command {
 /// The usage line.
 pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
 [--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
-[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--help] [--version]
+[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--otlp-endpoint URL] [--help] [--version]
        recovery-gateway hash-key [--name NAME] < key";
 
 /// The help text after the usage line.
@@ -48,6 +48,9 @@ environment, the environment over the file):
   --max-body-bytes N       largest request body (RECOVERY_GATEWAY_MAX_BODY_BYTES; 8388608)
   --fleet-redis URL        share upstream cooldowns and the retry budget with the other instances
                            through this Redis (RECOVERY_GATEWAY_FLEET_REDIS; default: this process's)
+  --otlp-endpoint URL      export spans and GenAI metrics over OTLP/HTTP to this base URL, e.g.
+                           http://127.0.0.1:4318 (RECOVERY_GATEWAY_OTLP_ENDPOINT; metrics every
+                           OTEL_METRIC_EXPORT_INTERVAL ms, 60000, and at shutdown; default: off)
   --help, --version
 
 File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
@@ -295,6 +298,26 @@ mod tests {
         let c = from_toml("fleet_redis = \"redis://f/1\"\n").unwrap();
         assert_eq!(c.fleet_redis.as_deref(), Some("redis://f/1"));
         assert_eq!(run(&[], &[]).unwrap().fleet_redis, None);
+    }
+
+    #[test]
+    fn the_otlp_endpoint_is_a_flag_an_env_or_a_file_key() {
+        let c = run(&["--otlp-endpoint", "http://127.0.0.1:4318"], &[]).unwrap();
+        assert_eq!(
+            c.otlp_endpoint.unwrap().to_string(),
+            "http://127.0.0.1:4318/"
+        );
+        let c = run(
+            &[],
+            &[("RECOVERY_GATEWAY_OTLP_ENDPOINT", "https://otel.example/")],
+        )
+        .unwrap();
+        assert_eq!(c.otlp_endpoint.unwrap().host(), Some("otel.example"));
+        let c = from_toml("otlp_endpoint = \"http://collector:4318\"\n").unwrap();
+        assert_eq!(c.otlp_endpoint.unwrap().port_u16(), Some(4318));
+        assert_eq!(run(&[], &[]).unwrap().otlp_endpoint, None);
+        let bad = run(&["--otlp-endpoint", "grpc://x"], &[]).unwrap_err();
+        assert!(bad.to_string().contains("--otlp-endpoint"), "{bad}");
     }
 
     #[test]

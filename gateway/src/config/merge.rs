@@ -57,6 +57,16 @@ fn addresses(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigErr
         }
         c.fleet_redis = Some(url);
     }
+    if let Some(url) = pick(&layer.otlp_endpoint, &file.otlp_endpoint) {
+        if !cfg!(feature = "otel") {
+            return err("this build has no OpenTelemetry export (feature `otel`)");
+        }
+        c.otlp_endpoint = Some(upstream_uri(&url).map_err(|_| {
+            ConfigError(format!(
+                "--otlp-endpoint {url:?}: expected an http:// or https:// URL without a query"
+            ))
+        })?);
+    }
     Ok(())
 }
 
@@ -281,9 +291,10 @@ pub(super) struct Layer {
     pub(super) max_streams: Option<String>,
     pub(super) max_body_bytes: Option<String>,
     pub(super) fleet_redis: Option<String>,
+    pub(super) otlp_endpoint: Option<String>,
 }
 
-pub(super) const FLAGS: [(&str, &str); 8] = [
+pub(super) const FLAGS: [(&str, &str); 9] = [
     ("--listen", "RECOVERY_GATEWAY_LISTEN"),
     ("--upstream", "RECOVERY_GATEWAY_UPSTREAM"),
     ("--config", "RECOVERY_GATEWAY_CONFIG"),
@@ -295,6 +306,7 @@ pub(super) const FLAGS: [(&str, &str); 8] = [
     ("--max-streams", "RECOVERY_GATEWAY_MAX_STREAMS"),
     ("--max-body-bytes", "RECOVERY_GATEWAY_MAX_BODY_BYTES"),
     ("--fleet-redis", "RECOVERY_GATEWAY_FLEET_REDIS"),
+    ("--otlp-endpoint", "RECOVERY_GATEWAY_OTLP_ENDPOINT"),
 ];
 
 impl Layer {
@@ -307,7 +319,8 @@ impl Layer {
             4 => &mut self.keep_generating_ms,
             5 => &mut self.max_streams,
             6 => &mut self.max_body_bytes,
-            _ => &mut self.fleet_redis,
+            7 => &mut self.fleet_redis,
+            _ => &mut self.otlp_endpoint,
         }
     }
 }

@@ -205,6 +205,11 @@ pub struct Config {
     /// A Redis the instances of a fleet share the upstream's cooldowns and
     /// retry budget through (`recovery-redis`); `None`: this process's own.
     pub fleet_redis: Option<String>,
+    /// Where spans and metrics are exported over OTLP/HTTP (the base URL:
+    /// `/v1/traces` and `/v1/metrics` under it); `None`: not exported.
+    /// The binary installs the export ([`crate::telemetry`], feature
+    /// `otel`); an embedding application installs its own.
+    pub otlp_endpoint: Option<http::Uri>,
     /// How long a generation goes on after its last reader left.
     pub keep_generating: Duration,
     /// Requests forwarded at once (streams included until they end); past
@@ -260,6 +265,7 @@ impl Default for Config {
             stream_log: StreamLogChoice::Memory,
             log_limits: Limits::default(),
             fleet_redis: None,
+            otlp_endpoint: None,
             keep_generating: Duration::from_mins(1),
             max_streams: 1024,
             max_body_bytes: 8 << 20,

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use recovery_core::exchange::Decoded;
 use recovery_core::failure::{Unfinished, Violation};
 use recovery_core::observer::{EndOfStream, StreamObserver};
-use recovery_core::progress::{Progress, ProviderError, ResumeCursor, Terminal};
+use recovery_core::progress::{Progress, ProviderError, ResumeCursor, Terminal, Usage};
 use recovery_core::protocol::ProtocolKind;
 
 /// What the observer has seen of one response body so far.
@@ -135,6 +135,9 @@ pub(crate) struct State {
     pub(crate) terminal: Option<Terminal>,
     pub(crate) provider_error: Option<ProviderError>,
     pub(crate) cursor: ResumeCursor,
+    /// The token use the provider stated, as of the last publication of
+    /// these facts (a stream states it just before or with its terminal).
+    pub(crate) usage: Usage,
     /// The decoder's verdict on the clean end of the body.
     pub(crate) end: Option<EndOfStream>,
     /// The frame the body ended inside, when it failed.
@@ -230,6 +233,7 @@ impl ObserveHandle {
         s.terminal = observer.terminal().cloned();
         s.provider_error = observer.provider_error().cloned();
         s.cursor.clone_from(observer.cursor());
+        s.usage = *observer.usage();
         drop(s);
         seen.terminal = observer.terminal().is_some();
         seen.provider_error = observer.provider_error().is_some();
@@ -279,6 +283,9 @@ impl Decoded for ObserveHandle {
     }
     fn cursor(&self) -> ResumeCursor {
         self.lock().cursor.clone()
+    }
+    fn usage(&self) -> Usage {
+        self.lock().usage
     }
     fn end(&self) -> Option<EndOfStream> {
         self.lock().end.clone()

@@ -81,6 +81,7 @@ where
                         Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                             Ok(data) => {
                                 if driver.pass(&data) {
+                                    driver.delivered();
                                     return Poll::Ready(Some(Ok(Frame::data(data))));
                                 }
                                 driver.keep(data);
@@ -98,7 +99,10 @@ where
                     }
                 }
                 let polled = match ready!(driver.poll_step(cx)) {
-                    Step::Deliver(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Step::Deliver(data) => {
+                        driver.delivered();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
                     Step::Trailers(trailers) => {
                         return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                     }

@@ -119,24 +119,7 @@ pub(crate) struct Driver<B> {
     role: Role,
     ended: bool,
     #[cfg(feature = "tracing")]
-    spans: Spans,
-}
-
-/// The request span and the current attempt's span.
-#[cfg(feature = "tracing")]
-pub(crate) struct Spans {
-    pub(crate) request: tracing::Span,
-    attempt: Option<tracing::Span>,
-}
-
-#[cfg(feature = "tracing")]
-impl Spans {
-    pub(crate) fn new(request: tracing::Span) -> Self {
-        Spans {
-            request,
-            attempt: None,
-        }
-    }
+    telemetry: super::telemetry::Telemetry,
 }
 
 impl<B> Driver<B>
@@ -149,7 +132,7 @@ where
         hooks: Arc<Hooks>,
         origin: Origin,
         sender: Box<dyn Sender<B>>,
-        #[cfg(feature = "tracing")] spans: Spans,
+        #[cfg(feature = "tracing")] telemetry: super::telemetry::Telemetry,
     ) -> Self {
         let evidence = Evidence::with_cap(ex.policy().evidence_cap());
         let report = ReportHandle::new(ex.ledger().report().clone());
@@ -173,7 +156,7 @@ where
             role: Role::First,
             ended: false,
             #[cfg(feature = "tracing")]
-            spans,
+            telemetry,
         };
         driver.flush();
         driver
@@ -183,16 +166,11 @@ where
         self.report.clone()
     }
 
-    /// Hands the machine's events to the observer and refreshes the report.
-    fn flush(&mut self) {
-        let mut any = false;
-        for event in self.ex.drain_events() {
-            any = true;
-            self.hooks.observer.on_event(&event);
-        }
-        if any {
-            self.report.set(self.ex.ledger().report());
-        }
+    /// A body frame went to the consumer.
+    #[inline]
+    pub(crate) fn delivered(&mut self) {
+        #[cfg(feature = "tracing")]
+        self.telemetry.chunk(self.hooks.surroundings.now());
     }
 
     /// The request's typed error now: its outcome, or (when it has none)
@@ -269,7 +247,7 @@ where
     /// Runs the machine until it has something for the future or the body.
     pub(crate) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step<B>> {
         #[cfg(feature = "tracing")]
-        let _request = self.spans.request.clone().entered();
+        let _request = self.telemetry.request.clone().entered();
         if let Some(data) = self.passed.take() {
             return Poll::Ready(Step::Deliver(data));
         }
@@ -323,7 +301,7 @@ where
                         self.head = hedge.head;
                         #[cfg(feature = "tracing")]
                         {
-                            self.spans.attempt = hedge.span;
+                            self.telemetry.attempt = hedge.span;
                         }
                     }
                 }
@@ -457,7 +435,7 @@ where
                 std::mem::swap(&mut d.inner, &mut h.inner);
                 std::mem::swap(&mut d.head, &mut h.head);
                 #[cfg(feature = "tracing")]
-                std::mem::swap(&mut d.spans.attempt, &mut h.span);
+                std::mem::swap(&mut d.telemetry.attempt, &mut h.span);
             }
         };
         if role == Role::First {
@@ -512,18 +490,11 @@ where
         }
         #[cfg(feature = "tracing")]
         {
-            let attempt = self.ex.ledger().wire_attempt();
-            let span = tracing::info_span!(
-                parent: &self.spans.request,
-                "recovery.attempt",
-                recovery.logical_id = self.ex.ledger().logical_id(),
-                recovery.attempt = attempt,
-                http.request.resend_count = tracing::field::Empty,
-            );
-            if attempt > 1 {
-                span.record("http.request.resend_count", attempt - 1);
-            }
-            self.spans.attempt = Some(span);
+            let ledger = self.ex.ledger();
+            self.telemetry
+                .send(ledger.logical_id(), ledger.wire_attempt());
+            #[cfg(feature = "opentelemetry")]
+            self.telemetry.inject(req.headers_mut());
         }
         if let Some(wire) = &self.hooks.wire {
             let (head, body) = req.into_parts();
@@ -561,7 +532,7 @@ where
     /// has news of it.
     fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         #[cfg(feature = "tracing")]
-        let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
+        let _attempt = self.telemetry.attempt.clone().map(tracing::Span::entered);
         if let Activity::Readying(sender, req) = &mut self.activity {
             match sender.poll_ready(cx) {
                 Poll::Ready(Ok(())) => {
@@ -623,7 +594,7 @@ where
     /// consumer at once.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         #[cfg(feature = "tracing")]
-        let _attempt = self.spans.attempt.clone().map(tracing::Span::entered);
+        let _attempt = self.telemetry.attempt.clone().map(tracing::Span::entered);
         let Some(inner) = self.inner.as_mut() else {
             let env = &*self.hooks.surroundings;
             self.ex.on_end_of(self.role, env.now());
@@ -755,6 +726,31 @@ impl Armed {
     }
 }
 
+impl<B> Driver<B> {
+    /// Hands the machine's events to the observer and refreshes the report
+    /// (and, at the terminal event, the request's telemetry).
+    fn flush(&mut self) {
+        let mut any = false;
+        #[cfg(feature = "tracing")]
+        let mut terminal = None;
+        for event in self.ex.drain_events() {
+            any = true;
+            self.hooks.observer.on_event(&event);
+            #[cfg(feature = "tracing")]
+            if event.kind.is_terminal() {
+                terminal = Some(event.kind);
+            }
+        }
+        if any {
+            self.report.set(self.ex.ledger().report());
+        }
+        #[cfg(feature = "tracing")]
+        if let Some(kind) = terminal {
+            self.telemetry.end(&kind, self.ex.ledger().report());
+        }
+    }
+}
+
 impl<B> Drop for Driver<B> {
     fn drop(&mut self) {
         if !self.ended {
@@ -763,10 +759,9 @@ impl<B> Drop for Driver<B> {
             // cancellation or, after proof was handed out, a completion.
             let env = &*self.hooks.surroundings;
             self.ex.cancel(env.now());
-            for event in self.ex.drain_events() {
-                self.hooks.observer.on_event(&event);
-            }
-            self.report.set(self.ex.ledger().report());
+            self.flush();
         }
+        #[cfg(feature = "tracing")]
+        self.telemetry.close(self.hooks.surroundings.now());
     }
 }

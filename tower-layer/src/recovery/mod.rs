@@ -20,6 +20,8 @@ mod origin;
 mod report;
 mod service;
 mod surroundings;
+#[cfg(feature = "tracing")]
+mod telemetry;
 mod wire;
 
 pub use alternate::Alternate;

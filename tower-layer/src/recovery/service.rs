@@ -225,11 +225,6 @@ where
     B::Error: Into<BoxError>,
     ResBody: StreamBody,
 {
-    #[cfg(feature = "tracing")]
-    let span = tracing::info_span!(
-        "recovery.request",
-        recovery.logical_id = tracing::field::Empty,
-    );
     let prepaid = req.extensions_mut().remove::<SendCredit>().is_some();
     let mut call = req
         .extensions_mut()
@@ -280,9 +275,16 @@ where
         let own = targets.as_deref().unwrap_or(&hooks.targets);
         setup = setup.alternates(own).context_window(call.context_window());
     }
+    #[cfg(feature = "tracing")]
+    let telemetry = super::telemetry::Telemetry::start(
+        &recovery_core::genai::GenAiRequest::of(&protocol.resolve(&url), &url, &bytes),
+        now,
+    );
     let ex = setup.start(now);
     #[cfg(feature = "tracing")]
-    span.record("recovery.logical_id", ex.ledger().logical_id());
+    telemetry
+        .request
+        .record("recovery.logical_id", ex.ledger().logical_id());
     let origin = Origin {
         head,
         url,
@@ -298,7 +300,7 @@ where
         origin,
         sender,
         #[cfg(feature = "tracing")]
-        super::driver::Spans::new(span),
+        telemetry,
     );
     if failed {
         driver.cancel();

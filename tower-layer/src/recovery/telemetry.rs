@@ -1,0 +1,319 @@
+//! What a logical request shows an operator, in the OpenTelemetry GenAI
+//! conventions: a span per logical request named `{operation} {model}`
+//! (`gen_ai.*` attributes, `http.request.resend_count`, `error.type` and
+//! this project's `recovery.*`), a span per send, and, with the
+//! `opentelemetry` feature, the client inference metrics and the W3C
+//! `traceparent` of each send.
+//!
+//! Times are the surroundings' clock, so a virtual clock drives them in
+//! tests. The time to the first chunk is taken when the consumer gets its
+//! first body frame: after the hold-back of a replayable prefix, which is
+//! what the caller waited for.
+
+use recovery_core::genai::GenAiRequest;
+use recovery_core::lifecycle::EventKind;
+use recovery_core::report::RecoveryReport;
+use recovery_core::timing::Instant;
+
+/// The spans and timings of one logical request.
+pub(crate) struct Telemetry {
+    pub(crate) request: tracing::Span,
+    pub(crate) attempt: Option<tracing::Span>,
+    started: Instant,
+    last_chunk: Option<Instant>,
+    #[cfg(feature = "opentelemetry")]
+    attributes: Vec<opentelemetry::KeyValue>,
+    #[cfg(feature = "opentelemetry")]
+    stream: bool,
+    /// The terminal's error type and the usage, once the request ended:
+    /// measured when the driver closes, after the consumer got the end.
+    #[cfg(feature = "opentelemetry")]
+    ended: Option<(Option<&'static str>, recovery_core::progress::Usage)>,
+}
+
+impl Telemetry {
+    /// The request span of `genai`, started at `now`.
+    pub(crate) fn start(genai: &GenAiRequest, now: Instant) -> Self {
+        let request = tracing::info_span!(
+            "recovery.request",
+            otel.name = genai.span_name(),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = genai.operation,
+            gen_ai.provider.name = genai.provider,
+            gen_ai.request.model = genai.model.as_deref(),
+            gen_ai.request.stream = genai.stream,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            http.request.resend_count = tracing::field::Empty,
+            recovery.logical_id = tracing::field::Empty,
+            recovery.outcome = tracing::field::Empty,
+            recovery.committed = tracing::field::Empty,
+            recovery.resends = tracing::field::Empty,
+            recovery.resumes = tracing::field::Empty,
+            recovery.failovers = tracing::field::Empty,
+            recovery.hedges = tracing::field::Empty,
+            recovery.seams = tracing::field::Empty,
+            recovery.time_to_first_chunk_ms = tracing::field::Empty,
+        );
+        Telemetry {
+            request,
+            attempt: None,
+            started: now,
+            last_chunk: None,
+            #[cfg(feature = "opentelemetry")]
+            attributes: metrics::attributes(genai),
+            #[cfg(feature = "opentelemetry")]
+            stream: genai.stream,
+            #[cfg(feature = "opentelemetry")]
+            ended: None,
+        }
+    }
+
+    /// The span of send number `attempt` (1 for the first), a child of the
+    /// request's.
+    pub(crate) fn send(&mut self, logical_id: &str, attempt: u32) {
+        let span = tracing::info_span!(
+            parent: &self.request,
+            "recovery.attempt",
+            otel.kind = "client",
+            recovery.logical_id = logical_id,
+            recovery.attempt = i64::from(attempt),
+            http.request.resend_count = tracing::field::Empty,
+        );
+        if attempt > 1 {
+            span.record("http.request.resend_count", i64::from(attempt - 1));
+        }
+        self.attempt = Some(span);
+    }
+
+    /// Writes the send span's trace context into `headers` as W3C
+    /// `traceparent` (and `tracestate`), with the propagator installed in
+    /// `opentelemetry::global`; nothing without a valid context.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) fn inject(&self, headers: &mut http::HeaderMap) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let Some(span) = &self.attempt else { return };
+        let cx = span.context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut metrics::Headers(headers));
+        });
+    }
+
+    /// A body frame reached the consumer at `now`.
+    #[inline]
+    pub(crate) fn chunk(&mut self, now: Instant) {
+        if self.last_chunk.is_none() {
+            let waited = now.saturating_since(self.started);
+            self.request
+                .record("recovery.time_to_first_chunk_ms", int(waited.as_millis()));
+        }
+        #[cfg(feature = "opentelemetry")]
+        if self.stream {
+            let m = metrics::instruments();
+            match self.last_chunk {
+                None => m.time_to_first_chunk.record(
+                    seconds(now.saturating_since(self.started)),
+                    &self.attributes,
+                ),
+                Some(last) => m
+                    .time_per_output_chunk
+                    .record(seconds(now.saturating_since(last)), &self.attributes),
+            }
+        }
+        self.last_chunk = Some(now);
+    }
+
+    /// The request ended with `terminal`, as `report` tells.
+    pub(crate) fn end(&mut self, terminal: &EventKind, report: &RecoveryReport) {
+        let span = &self.request;
+        let error = match terminal {
+            EventKind::Exhausted { outcome, .. } | EventKind::Interrupted { outcome, .. } => {
+                Some(outcome.name())
+            }
+            EventKind::Cancelled { .. } => Some("cancelled"),
+            _ => None,
+        };
+        span.record("recovery.logical_id", report.logical_id.as_str());
+        span.record("recovery.outcome", terminal.name());
+        span.record("http.request.resend_count", i64::from(report.resend_count));
+        span.record("recovery.committed", report.committed_attempt.is_some());
+        // Numbers as `i64`: OpenTelemetry's integer attribute type (an
+        // unsigned one reaches it as text).
+        span.record(
+            "recovery.resends",
+            i64::from(report.resend_count.saturating_sub(report.resumes)),
+        );
+        span.record("recovery.resumes", i64::from(report.resumes));
+        span.record("recovery.failovers", int(failovers(report)));
+        span.record("recovery.hedges", i64::from(report.hedges().started));
+        span.record("recovery.seams", int(report.seams.len()));
+        if let Some(n) = report.usage.input_tokens {
+            span.record("gen_ai.usage.input_tokens", int(n));
+        }
+        if let Some(n) = report.usage.output_tokens {
+            span.record("gen_ai.usage.output_tokens", int(n));
+        }
+        if let Some(kind) = error {
+            span.record("error.type", kind);
+            span.record("otel.status_code", "ERROR");
+        }
+        #[cfg(feature = "opentelemetry")]
+        {
+            self.ended = Some((error, report.usage));
+        }
+    }
+
+    /// The driver closes at `now`: the request's duration (to the end the
+    /// consumer read, or to when it gave up) and its token use.
+    pub(crate) fn close(&mut self, now: Instant) {
+        #[cfg(feature = "opentelemetry")]
+        if let Some((error, usage)) = self.ended.take() {
+            metrics::end(
+                &self.attributes,
+                error,
+                &usage,
+                seconds(now.saturating_since(self.started)),
+            );
+        }
+        #[cfg(not(feature = "opentelemetry"))]
+        let _ = now;
+    }
+}
+
+/// A count as OpenTelemetry's integer attribute type (an unsigned one
+/// reaches it as text); saturated, never wrapped.
+fn int<T: TryInto<i64>>(n: T) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// Sends that went to another target than the one before.
+fn failovers(report: &RecoveryReport) -> usize {
+    report
+        .attempts
+        .windows(2)
+        .filter(|w| w[0].target != w[1].target)
+        .count()
+}
+
+#[cfg(feature = "opentelemetry")]
+fn seconds(d: std::time::Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The client inference metrics, on the meter of `opentelemetry::global`.
+#[cfg(feature = "opentelemetry")]
+mod metrics {
+    use std::sync::OnceLock;
+
+    use opentelemetry::KeyValue;
+    use opentelemetry::metrics::Histogram;
+    use recovery_core::genai::GenAiRequest;
+    use recovery_core::progress::Usage;
+
+    /// The instruments, made on first use: install the global meter
+    /// provider before the first request.
+    pub(super) struct Instruments {
+        pub(super) duration: Histogram<f64>,
+        pub(super) time_to_first_chunk: Histogram<f64>,
+        pub(super) time_per_output_chunk: Histogram<f64>,
+        pub(super) token_usage: Histogram<u64>,
+    }
+
+    pub(super) fn instruments() -> &'static Instruments {
+        static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+        INSTRUMENTS.get_or_init(|| {
+            let meter = opentelemetry::global::meter("tower-recovery");
+            Instruments {
+                duration: meter
+                    .f64_histogram("gen_ai.client.inference.duration")
+                    .with_unit("s")
+                    .with_description("Duration of a GenAI inference request, recoveries included.")
+                    .with_boundaries(vec![
+                        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                        40.96, 81.92,
+                    ])
+                    .build(),
+                time_to_first_chunk: meter
+                    .f64_histogram("gen_ai.client.inference.time_to_first_chunk")
+                    .with_unit("s")
+                    .with_description("Time to the first chunk the caller receives, after hold-back.")
+                    .with_boundaries(vec![
+                        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                        2.5, 5.0, 7.5, 10.0,
+                    ])
+                    .build(),
+                time_per_output_chunk: meter
+                    .f64_histogram("gen_ai.client.inference.time_per_output_chunk")
+                    .with_unit("s")
+                    .with_description("Time from the end of one chunk the caller receives to the end of the next.")
+                    .with_boundaries(vec![
+                        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                    ])
+                    .build(),
+                token_usage: meter
+                    .u64_histogram("gen_ai.client.token.usage")
+                    .with_unit("{token}")
+                    .with_description("Input and output tokens the provider reported.")
+                    // Powers of 4 from 1 to 4^13, as the conventions advise.
+                    .with_boundaries((0..14).map(|i| 4f64.powi(i)).collect())
+                    .build(),
+            }
+        })
+    }
+
+    /// The attributes every measurement of a request carries.
+    pub(super) fn attributes(genai: &GenAiRequest) -> Vec<KeyValue> {
+        let mut kv = vec![
+            KeyValue::new("gen_ai.operation.name", genai.operation),
+            KeyValue::new("gen_ai.provider.name", genai.provider),
+        ];
+        if let Some(model) = &genai.model {
+            kv.push(KeyValue::new("gen_ai.request.model", model.clone()));
+        }
+        kv
+    }
+
+    /// The request's duration and its token use, at its end.
+    pub(super) fn end(
+        attributes: &[KeyValue],
+        error: Option<&'static str>,
+        usage: &Usage,
+        seconds: f64,
+    ) {
+        let m = instruments();
+        match error {
+            Some(kind) => {
+                let mut kv = attributes.to_vec();
+                kv.push(KeyValue::new("error.type", kind));
+                m.duration.record(seconds, &kv);
+            }
+            None => m.duration.record(seconds, attributes),
+        }
+        for (kind, n) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            if let Some(n) = n {
+                let mut kv = attributes.to_vec();
+                kv.push(KeyValue::new("gen_ai.token.type", kind));
+                m.token_usage.record(n, &kv);
+            }
+        }
+    }
+
+    /// A header map as the propagator's carrier.
+    pub(super) struct Headers<'a>(pub(super) &'a mut http::HeaderMap);
+
+    impl opentelemetry::propagation::Injector for Headers<'_> {
+        fn set(&mut self, key: &str, value: String) {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(key.as_bytes()),
+                http::HeaderValue::from_str(&value),
+            ) {
+                self.0.insert(name, value);
+            }
+        }
+    }
+}
