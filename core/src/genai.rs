@@ -18,7 +18,9 @@ use crate::protocol::ProtocolKind;
 /// The longest model name kept; a longer one is not a model name.
 const MAX_MODEL_LEN: usize = 128;
 
-/// A request as the GenAI conventions describe it.
+/// A request as the GenAI conventions describe it (the default: a chat
+/// request to an OpenAI-compatible server, of no known model, not
+/// streamed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GenAiRequest {
@@ -30,6 +32,17 @@ pub struct GenAiRequest {
     pub model: Option<String>,
     /// `gen_ai.request.stream`: whether the answer is asked for as a stream.
     pub stream: bool,
+}
+
+impl Default for GenAiRequest {
+    fn default() -> Self {
+        GenAiRequest {
+            operation: "chat",
+            provider: "openai",
+            model: None,
+            stream: false,
+        }
+    }
 }
 
 impl GenAiRequest {

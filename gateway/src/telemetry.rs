@@ -131,11 +131,16 @@ pub(crate) fn server_span(method: &http::Method, path: &str, headers: &HeaderMap
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let span = tracing::info_span!(
         "recovery_gateway.request",
-        otel.name = format!("{method} {path}"),
+        otel.name = tracing::field::Empty,
         otel.kind = "server",
         http.request.method = method.as_str(),
         url.path = path,
     );
+    // Without an export nothing takes the span: nothing more to do.
+    if span.is_disabled() {
+        return span;
+    }
+    span.record("otel.name", format!("{method} {path}"));
     let parent =
         opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderCarrier(headers)));
     let _ = span.set_parent(parent);

@@ -170,7 +170,9 @@ where
     #[inline]
     pub(crate) fn delivered(&mut self) {
         #[cfg(feature = "tracing")]
-        self.telemetry.chunk(self.hooks.surroundings.now());
+        if self.telemetry.active() {
+            self.telemetry.chunk(self.hooks.surroundings.now());
+        }
     }
 
     /// The request's typed error now: its outcome, or (when it has none)
@@ -762,6 +764,8 @@ impl<B> Drop for Driver<B> {
             self.flush();
         }
         #[cfg(feature = "tracing")]
-        self.telemetry.close(self.hooks.surroundings.now());
+        if self.telemetry.active() {
+            self.telemetry.close(self.hooks.surroundings.now());
+        }
     }
 }

@@ -276,10 +276,7 @@ where
         setup = setup.alternates(own).context_window(call.context_window());
     }
     #[cfg(feature = "tracing")]
-    let telemetry = super::telemetry::Telemetry::start(
-        &recovery_core::genai::GenAiRequest::of(&protocol.resolve(&url), &url, &bytes),
-        now,
-    );
+    let telemetry = super::telemetry::Telemetry::start(&protocol.resolve(&url), &url, &bytes, now);
     let ex = setup.start(now);
     #[cfg(feature = "tracing")]
     telemetry

@@ -12,6 +12,7 @@
 
 use recovery_core::genai::GenAiRequest;
 use recovery_core::lifecycle::EventKind;
+use recovery_core::protocol::ProtocolKind;
 use recovery_core::report::RecoveryReport;
 use recovery_core::timing::Instant;
 
@@ -19,6 +20,7 @@ use recovery_core::timing::Instant;
 pub(crate) struct Telemetry {
     pub(crate) request: tracing::Span,
     pub(crate) attempt: Option<tracing::Span>,
+    active: bool,
     started: Instant,
     last_chunk: Option<Instant>,
     #[cfg(feature = "opentelemetry")]
@@ -32,17 +34,19 @@ pub(crate) struct Telemetry {
 }
 
 impl Telemetry {
-    /// The request span of `genai`, started at `now`.
-    pub(crate) fn start(genai: &GenAiRequest, now: Instant) -> Self {
+    /// The request span of a request to `url` with `body`, answered in
+    /// `protocol`, started at `now`. Nothing is read of the request, and
+    /// nothing is measured, when no subscriber takes the span.
+    pub(crate) fn start(protocol: &ProtocolKind, url: &str, body: &[u8], now: Instant) -> Self {
         let request = tracing::info_span!(
             "recovery.request",
-            otel.name = genai.span_name(),
+            otel.name = tracing::field::Empty,
             otel.kind = "client",
             otel.status_code = tracing::field::Empty,
-            gen_ai.operation.name = genai.operation,
-            gen_ai.provider.name = genai.provider,
-            gen_ai.request.model = genai.model.as_deref(),
-            gen_ai.request.stream = genai.stream,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.request.stream = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
@@ -57,18 +61,45 @@ impl Telemetry {
             recovery.seams = tracing::field::Empty,
             recovery.time_to_first_chunk_ms = tracing::field::Empty,
         );
+        let active = !request.is_disabled();
+        let genai = if active {
+            GenAiRequest::of(protocol, url, body)
+        } else {
+            GenAiRequest::default()
+        };
+        if active {
+            request.record("otel.name", genai.span_name());
+            request.record("gen_ai.operation.name", genai.operation);
+            request.record("gen_ai.provider.name", genai.provider);
+            if let Some(model) = &genai.model {
+                request.record("gen_ai.request.model", model.as_str());
+            }
+            request.record("gen_ai.request.stream", genai.stream);
+        }
         Telemetry {
             request,
             attempt: None,
+            active,
             started: now,
             last_chunk: None,
             #[cfg(feature = "opentelemetry")]
-            attributes: metrics::attributes(genai),
+            attributes: if active {
+                metrics::attributes(&genai)
+            } else {
+                Vec::new()
+            },
             #[cfg(feature = "opentelemetry")]
             stream: genai.stream,
             #[cfg(feature = "opentelemetry")]
             ended: None,
         }
+    }
+
+    /// Whether a subscriber takes the request's span: when not, nothing is
+    /// measured.
+    #[inline]
+    pub(crate) fn active(&self) -> bool {
+        self.active
     }
 
     /// The span of send number `attempt` (1 for the first), a child of the
@@ -127,6 +158,9 @@ impl Telemetry {
 
     /// The request ended with `terminal`, as `report` tells.
     pub(crate) fn end(&mut self, terminal: &EventKind, report: &RecoveryReport) {
+        if !self.active {
+            return;
+        }
         let span = &self.request;
         let error = match terminal {
             EventKind::Exhausted { outcome, .. } | EventKind::Interrupted { outcome, .. } => {
