@@ -568,6 +568,10 @@ pub struct Expected {
     /// in none), in order.
     #[serde(default)]
     pub roles: Option<Vec<Option<String>>>,
+    /// What the report keeps of the generation that succeeded: the model,
+    /// finish reasons, usage.
+    #[serde(default)]
+    pub generation: Option<crate::progress::Generation>,
 }
 
 /// What a runner observed of one vector, compared with [`Expected`] by
@@ -606,6 +610,8 @@ pub struct Observed {
     pub bodies: Vec<String>,
     /// Each attempt's role in a hedging race.
     pub roles: Vec<Option<String>>,
+    /// The report's generation facts.
+    pub generation: crate::progress::Generation,
 }
 
 impl Observed {
@@ -643,6 +649,7 @@ impl Observed {
             })
             .collect();
         self.served_by.clone_from(&report.served_by);
+        self.generation.clone_from(&report.generation);
     }
 }
 
@@ -720,6 +727,11 @@ impl Expected {
             && &o.roles != r
         {
             return differ("roles", r, &o.roles);
+        }
+        if let Some(g) = &self.generation
+            && &o.generation != g
+        {
+            return differ("generation", g, &o.generation);
         }
         Ok(())
     }

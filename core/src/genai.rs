@@ -13,10 +13,8 @@
 //! `anthropic`, `gcp.gemini`, `ollama`).
 
 use crate::json::{JsonKind, JsonView, Lazy};
+use crate::progress::is_model_name;
 use crate::protocol::ProtocolKind;
-
-/// The longest model name kept; a longer one is not a model name.
-const MAX_MODEL_LEN: usize = 128;
 
 /// A request as the GenAI conventions describe it (the default: a chat
 /// request to an OpenAI-compatible server, of no known model, not
@@ -88,7 +86,7 @@ impl GenAiRequest {
         GenAiRequest {
             operation,
             provider: provider(protocol, url),
-            model: model.filter(|m| safe_model(m)),
+            model: model.filter(|m| is_model_name(m)),
             stream,
         }
     }
@@ -109,16 +107,6 @@ fn gemini_model(path: &str) -> Option<String> {
     let rest = &path[at..];
     let end = rest.find(':').unwrap_or(rest.len());
     Some(rest[..end].to_owned()).filter(|m| !m.is_empty())
-}
-
-/// A model name worth an attribute: printable ASCII without spaces or
-/// quotes, of a bounded length (a body is the caller's text, and an
-/// attribute ends up in every backend that stores the span).
-fn safe_model(m: &str) -> bool {
-    !m.is_empty()
-        && m.len() <= MAX_MODEL_LEN
-        && m.bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\' | b'<' | b'>'))
 }
 
 /// The provider of a well-known host, else the protocol's owner.
@@ -157,6 +145,7 @@ fn provider(protocol: &ProtocolKind, url: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::progress::Generation;
 
     #[test]
     fn chat_names_the_model_and_the_stream() {
@@ -219,7 +208,10 @@ mod tests {
             assert_eq!(r.model, None, "{body:?}");
             assert_eq!(r.span_name(), "chat");
         }
-        let long = format!(r#"{{"model":"{}"}}"#, "m".repeat(MAX_MODEL_LEN + 1));
+        let long = format!(
+            r#"{{"model":"{}"}}"#,
+            "m".repeat(Generation::MAX_MODEL_LEN + 1)
+        );
         let r = GenAiRequest::of(
             &ProtocolKind::OpenAiChat,
             "/v1/chat/completions",

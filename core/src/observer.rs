@@ -12,8 +12,8 @@ use memchr::memchr2;
 use serde::{Deserialize, Serialize};
 
 use crate::failure::Unfinished;
+use crate::progress::{Generation, Proof, UnsuccessfulReason};
 use crate::progress::{Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, Usage};
-use crate::progress::{Proof, UnsuccessfulReason};
 #[cfg(feature = "anthropic")]
 use crate::protocol::Anthropic;
 #[cfg(feature = "gemini")]
@@ -860,7 +860,13 @@ impl StreamObserver {
 
     /// Provider-reported usage (absent fields stay absent).
     pub fn usage(&self) -> &Usage {
-        &self.ev.usage
+        &self.ev.generation.usage
+    }
+
+    /// What the provider said of the generation so far: the model that
+    /// answered, finish reasons, usage.
+    pub fn generation(&self) -> &Generation {
+        &self.ev.generation
     }
 
     /// Everything observed so far.

@@ -235,6 +235,66 @@ impl ResumeCursor {
     }
 }
 
+/// What the provider said of a generation beside its output: the model
+/// that answered, why each choice ended and what it counted
+/// (OpenTelemetry `gen_ai.response.model`,
+/// `gen_ai.response.finish_reasons`, `gen_ai.usage.*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Generation {
+    /// The model that answered, as the stream names it (of a safe shape).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub model: Option<String>,
+    /// Why each choice ended, in the provider's words (`stop`,
+    /// `end_turn`, `STOP`, ...), of a safe shape, at most
+    /// [`Generation::MAX_FINISH_REASONS`].
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub finish_reasons: Vec<SafeToken>,
+    /// The token use the provider reported.
+    #[serde(skip_serializing_if = "Usage::is_empty", default)]
+    pub usage: Usage,
+}
+
+impl Generation {
+    /// The most finish reasons kept (one per choice).
+    pub const MAX_FINISH_REASONS: usize = 16;
+    /// The longest model name kept.
+    pub const MAX_MODEL_LEN: usize = 128;
+
+    /// Whether the provider said nothing of it.
+    pub fn is_empty(&self) -> bool {
+        self.model.is_none() && self.finish_reasons.is_empty() && self.usage.is_empty()
+    }
+
+    /// Keeps `raw` as the answering model when none is known yet and it
+    /// has a safe shape: printable ASCII without spaces, quotes or angle
+    /// brackets, at most [`Generation::MAX_MODEL_LEN`] bytes (model ids
+    /// carry `/`, `@` and `:`, which a [`SafeToken`] does not).
+    pub(crate) fn note_model(&mut self, raw: &str) {
+        if self.model.is_none() && is_model_name(raw) {
+            self.model = Some(raw.to_owned());
+        }
+    }
+
+    /// Keeps one choice's finish reason, when it has a token's shape and
+    /// there is room.
+    pub(crate) fn note_finish(&mut self, raw: &str) {
+        if self.finish_reasons.len() < Self::MAX_FINISH_REASONS
+            && let Some(reason) = SafeToken::new(raw)
+        {
+            self.finish_reasons.push(reason);
+        }
+    }
+}
+
+/// Whether `m` may stand as a model name in a report or an attribute.
+pub(crate) fn is_model_name(m: &str) -> bool {
+    !m.is_empty()
+        && m.len() <= Generation::MAX_MODEL_LEN
+        && m.bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\' | b'<' | b'>'))
+}
+
 /// Token usage and timings as the provider reported them for one attempt.
 ///
 /// Never invented: a field the provider did not send stays `None`, so a

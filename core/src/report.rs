@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::decision::DelayCause;
 use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
-use crate::progress::{Progress, Proof, Usage};
+use crate::progress::{Generation, Progress, Proof};
 use crate::retry_after::RetryAfter;
 pub use crate::safe::{RateLimits, SafeToken};
 
@@ -217,11 +217,12 @@ pub struct RecoveryReport {
     /// alternates ([`crate::failover`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<String>,
-    /// The token use the provider reported on the stream that succeeded
-    /// (OpenTelemetry `gen_ai.usage.*`); empty when it reported none or the
-    /// request did not succeed.
-    #[serde(default, skip_serializing_if = "Usage::is_empty")]
-    pub usage: Usage,
+    /// What the provider said of the generation on the stream that
+    /// succeeded: the model that answered, finish reasons, usage
+    /// (OpenTelemetry `gen_ai.response.*`, `gen_ai.usage.*`); empty when it
+    /// said nothing or the request did not succeed.
+    #[serde(default, skip_serializing_if = "Generation::is_empty")]
+    pub generation: Generation,
 }
 
 impl RecoveryReport {
@@ -240,7 +241,7 @@ impl RecoveryReport {
             late_error: false,
             seams: Vec::new(),
             served_by: None,
-            usage: Usage::default(),
+            generation: Generation::default(),
         }
     }
 

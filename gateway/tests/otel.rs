@@ -255,6 +255,12 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     assert_eq!(int(a["recovery.resumes"]), Some(0));
     assert_eq!(boolean(a["recovery.committed"]), Some(true));
     assert_eq!(text(a["recovery.outcome"]), Some("completed"));
+    assert_eq!(text(a["gen_ai.response.model"]), Some("m"));
+    let reasons: Vec<&str> = match &a["gen_ai.response.finish_reasons"].value {
+        Some(any_value::Value::ArrayValue(list)) => list.values.iter().filter_map(text).collect(),
+        other => panic!("a string array: {other:?}"),
+    };
+    assert_eq!(reasons, ["stop"]);
     assert_eq!(int(a["gen_ai.usage.input_tokens"]), Some(9));
     assert_eq!(int(a["gen_ai.usage.output_tokens"]), Some(2));
     assert!(!a.contains_key("error.type"));

@@ -18,7 +18,7 @@ use crate::continuation::splice::Splice;
 use crate::failure::{Failure, FailureKind, Phase as WirePhase, Stall, Unfinished};
 use crate::lifecycle::CommitTrigger;
 use crate::observer::{EndOfStream, StreamObserver};
-use crate::progress::{Progress, Proof, ResumeCursor, Terminal, Usage};
+use crate::progress::{Generation, Progress, Proof, ResumeCursor, Terminal};
 use crate::protocol::BodyForm;
 use crate::timing::Instant;
 use crate::wire::{Limits, ProtocolViolation};
@@ -240,9 +240,12 @@ impl<D: Decoded> Attempt<D> {
         progress
     }
 
-    /// What the provider reported of its token use.
-    pub(super) fn usage(&self) -> Usage {
-        self.source.as_ref().map(Source::usage).unwrap_or_default()
+    /// What the provider said of the generation.
+    pub(super) fn generation(&self) -> Generation {
+        self.source
+            .as_ref()
+            .map(Source::generation)
+            .unwrap_or_default()
     }
 
     /// The cursor of the last complete event, where a resume continues.

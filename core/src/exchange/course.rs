@@ -20,7 +20,7 @@ use crate::failure::{Failure, FailureKind, Phase};
 use crate::lifecycle::{CommitTrigger, EventKind};
 use crate::outcome::{BudgetKind, CancelPhase, FailureReason, Outcome, ReplayDisabled};
 use crate::policy::RecoveryPolicy;
-use crate::progress::{Progress, Proof, Usage};
+use crate::progress::{Generation, Progress, Proof};
 use crate::timing::{Fraction, Instant, JitterSource};
 
 /// What kind of send comes next.
@@ -409,14 +409,14 @@ impl Course {
         now: Instant,
         proof: Proof,
         progress: Progress,
-        usage: Usage,
+        generation: Generation,
     ) -> Outcome {
         if let Some(done) = self.ledger.outcome() {
             return done.clone();
         }
         self.ledger.progress(progress);
         let target = self.targets.label();
-        self.ledger.succeeded(now, proof, target, usage);
+        self.ledger.succeeded(now, proof, target, generation);
         self.finish(now, Outcome::Completed { proof })
     }
 

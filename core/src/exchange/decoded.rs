@@ -4,7 +4,7 @@
 
 use crate::failure::Unfinished;
 use crate::observer::{EndOfStream, StreamObserver};
-use crate::progress::{Progress, ProviderError, ResumeCursor, Terminal, Usage};
+use crate::progress::{Generation, Progress, ProviderError, ResumeCursor, Terminal};
 use crate::protocol::ProtocolKind;
 use crate::wire::ProtocolViolation;
 
@@ -40,10 +40,11 @@ pub trait Decoded {
     fn flagged(&self) -> bool {
         self.terminal_seen() || self.provider_error_seen()
     }
-    /// What the provider reported of its token use so far (read once, when
-    /// the attempt succeeds; a decoder that does not keep it reports none).
-    fn usage(&self) -> Usage {
-        Usage::default()
+    /// What the provider said of the generation so far: the model, finish
+    /// reasons, usage (read once, when the attempt succeeds; a decoder that
+    /// does not keep it says nothing).
+    fn generation(&self) -> Generation {
+        Generation::default()
     }
     /// The protocol the body was decoded as, when the decoder names one:
     /// the machine then reads the whole exchange as that protocol.
@@ -158,10 +159,10 @@ impl<D: Decoded> Source<D> {
         }
     }
 
-    pub(crate) fn usage(&self) -> Usage {
+    pub(crate) fn generation(&self) -> Generation {
         match self {
-            Source::Own(o) => *o.usage(),
-            Source::Elsewhere(d) => d.usage(),
+            Source::Own(o) => o.generation().clone(),
+            Source::Elsewhere(d) => d.generation(),
         }
     }
 

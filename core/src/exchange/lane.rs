@@ -148,7 +148,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Lane<C, D> {
         }
         let delivered = self.outbox.delivered() + self.outbox.queued_bytes();
         let progress = self.attempt.progress_delivered(delivered);
-        course.succeed(now, proof, progress, self.attempt.usage());
+        course.succeed(now, proof, progress, self.attempt.generation());
     }
 
     /// A send of this lane goes out at `now` (a resume of the committed

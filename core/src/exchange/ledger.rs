@@ -10,7 +10,7 @@ use crate::budget::{AttemptAllowance, RetryPermit};
 use crate::failure::{Acceptance, Category, Phase, Stall};
 use crate::lifecycle::{CommitTrigger, EventKind, Identity, LifecycleEvent};
 use crate::outcome::{FailureReason, Outcome};
-use crate::progress::{Progress, Proof, Usage};
+use crate::progress::{Generation, Progress, Proof};
 use crate::report::{
     AttemptRecord, AttemptResult, DelayRecord, HedgeCancel, RecoveryReport, Role, Seam,
     SeamStrategy,
@@ -286,7 +286,7 @@ impl Ledger {
         now: Instant,
         proof: Proof,
         served_by: Option<String>,
-        usage: Usage,
+        generation: Generation,
     ) {
         let at = self.elapsed(now).as_millis() as u64;
         if let Some(rec) = self.current() {
@@ -295,7 +295,7 @@ impl Ledger {
         }
         self.slot.open = None;
         self.report.served_by = served_by;
-        self.report.usage = usage;
+        self.report.generation = generation;
         self.emit(now, EventKind::AttemptSucceeded { proof });
     }
 

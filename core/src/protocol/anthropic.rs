@@ -129,10 +129,13 @@ impl Anthropic {
                     .and_then(|d| d.get("stop_reason"))
                     .and_then(JsonView::text)
                 {
+                    if self.stop_reason.is_none() {
+                        ev.generation.note_finish(&reason);
+                    }
                     self.stop_reason = Some(reason.into_owned());
                 }
                 if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-                    usage::anthropic(&mut ev.usage, u);
+                    usage::anthropic(&mut ev.generation.usage, u);
                 }
                 EventClass::NonSemantic
             }
@@ -154,7 +157,8 @@ impl Anthropic {
         message: Option<V>,
         ev: &mut Evidence,
     ) -> Result<EventClass, ProtocolViolation> {
-        let [id, usage_v] = message.map_or([None, None], |m| m.fields(["id", "usage"]));
+        let [id, usage_v, model] =
+            message.map_or([None, None, None], |m| m.fields(["id", "usage", "model"]));
         let id = id.and_then(JsonView::text);
         if self.open {
             if id.as_deref() != self.message_id.as_deref() {
@@ -165,8 +169,11 @@ impl Anthropic {
         }
         self.open = true;
         self.message_id = id.map(std::borrow::Cow::into_owned);
+        if let Some(m) = model.and_then(JsonView::text) {
+            ev.generation.note_model(&m);
+        }
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-            usage::anthropic(&mut ev.usage, u);
+            usage::anthropic(&mut ev.generation.usage, u);
         }
         Ok(EventClass::NonSemantic)
     }

@@ -73,7 +73,7 @@ fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &m
         ev.cursor.response_id = Some(id.into_owned());
     }
     if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-        super::usage::responses(&mut ev.usage, u);
+        super::usage::responses(&mut ev.generation.usage, u);
     }
     if let Some(output) = output {
         output.for_each(|item| {
@@ -112,7 +112,7 @@ fn responses_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &m
 fn anthropic_body<'a, V: JsonView<'a>>(root: V, options: SemanticOptions, ev: &mut Evidence) {
     let [content, stop_reason, usage_v] = root.fields(["content", "stop_reason", "usage"]);
     if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-        super::usage::anthropic(&mut ev.usage, u);
+        super::usage::anthropic(&mut ev.generation.usage, u);
     }
     if let Some(content) = content {
         content.for_each(|block| {

@@ -49,10 +49,20 @@ impl Gemini {
         if ev.is_settled() {
             return Ok(EventClass::NonSemantic);
         }
-        let [candidates, feedback, usage_v, error] =
-            root.fields(["candidates", "promptFeedback", "usageMetadata", "error"]);
+        let [candidates, feedback, usage_v, error, model] = root.fields([
+            "candidates",
+            "promptFeedback",
+            "usageMetadata",
+            "error",
+            "modelVersion",
+        ]);
+        if ev.generation.model.is_none()
+            && let Some(m) = model.and_then(JsonView::text)
+        {
+            ev.generation.note_model(&m);
+        }
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-            usage::gemini(&mut ev.usage, u);
+            usage::gemini(&mut ev.generation.usage, u);
         }
         if let Some(err) = error.filter(|e| e.kind() == JsonKind::Object) {
             return Ok(ev.set_error(classify_error_value(err, None)));
@@ -128,6 +138,7 @@ impl Gemini {
         if slot.1.is_none()
             && let Some(raw) = finish.and_then(JsonView::text)
         {
+            ev.generation.note_finish(&raw);
             let end = reason_end(&raw);
             ev.progress.completed_tool_calls += slot.2;
             slot.1 = Some(end);

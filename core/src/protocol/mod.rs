@@ -44,7 +44,7 @@ pub(crate) use openai_chat::OpenAiChat;
 pub(crate) use openai_responses::OpenAiResponses;
 
 use crate::progress::{
-    Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, UnsuccessfulReason, Usage,
+    Generation, Progress, ProviderError, ResumeCursor, SemanticKind, Terminal, UnsuccessfulReason,
 };
 use crate::wire::ProtocolViolation;
 
@@ -156,8 +156,9 @@ pub(crate) struct Evidence {
     pub provider_error: Option<ProviderError>,
     /// Where a resumable stream can continue from.
     pub cursor: ResumeCursor,
-    /// Provider-reported usage and timings.
-    pub usage: Usage,
+    /// What the provider said of the generation: model, finish reasons,
+    /// usage and timings.
+    pub generation: Generation,
     /// Frames dropped as duplicates of already-seen sequence numbers.
     pub duplicate_events: u64,
     /// Jumps in the sequence numbers (recorded, not a failure).

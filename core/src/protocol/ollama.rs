@@ -22,7 +22,7 @@ pub(crate) struct Ollama {
 }
 
 /// Top-level keys [`Ollama::line`] reads.
-const LINE_KEYS: [&str; 13] = [
+const LINE_KEYS: [&str; 14] = [
     "error",
     "message",
     "response",
@@ -36,6 +36,7 @@ const LINE_KEYS: [&str; 13] = [
     "prompt_eval_duration",
     "eval_count",
     "eval_duration",
+    "model",
 ];
 
 /// Keys of `message` that [`Ollama::line`] reads.
@@ -71,7 +72,13 @@ impl Ollama {
             prompt_eval_duration,
             eval_count,
             eval_duration,
+            model,
         ] = root.fields(LINE_KEYS);
+        if ev.generation.model.is_none()
+            && let Some(m) = model.and_then(JsonView::text)
+        {
+            ev.generation.note_model(&m);
+        }
         if let Some(err) = error.filter(|e| !e.is_null()) {
             return Ok(ev.set_error(line_error(err)));
         }
@@ -80,7 +87,7 @@ impl Ollama {
             return Ok(semantic_or_n(first));
         }
         usage::ollama(
-            &mut ev.usage,
+            &mut ev.generation.usage,
             OllamaMetrics {
                 prompt_eval_count,
                 eval_count,
@@ -148,6 +155,9 @@ fn note_output<'a, V: JsonView<'a>>(
 #[inline]
 fn done_terminal<'a, V: JsonView<'a>>(done_reason: Option<V>, ev: &mut Evidence) -> Terminal {
     let reason = done_reason.and_then(JsonView::text);
+    if let Some(r) = &reason {
+        ev.generation.note_finish(r);
+    }
     match reason.as_deref() {
         Some("stop" | "load" | "unload") => Terminal::Success {
             proof: Proof::Strong,

@@ -37,7 +37,7 @@ pub(crate) struct OpenAiChat {
 }
 
 /// Top-level keys [`OpenAiChat::chunk`] reads.
-const CHUNK_KEYS: [&str; 4] = ["error", "object", "choices", "usage"];
+const CHUNK_KEYS: [&str; 5] = ["error", "object", "choices", "usage", "model"];
 
 /// How a `finish_reason` ends its choice: `stop`, `tool_calls` and
 /// `function_call` succeed; `length`, `content_filter` (`sensitive` on some
@@ -82,9 +82,14 @@ impl OpenAiChat {
         if root.kind() != JsonKind::Object {
             return Err(ProtocolViolation::UnexpectedShape);
         }
-        let [error, object, choices, usage_v] = root.fields(CHUNK_KEYS);
+        let [error, object, choices, usage_v, model] = root.fields(CHUNK_KEYS);
+        if ev.generation.model.is_none()
+            && let Some(m) = model.and_then(JsonView::text)
+        {
+            ev.generation.note_model(&m);
+        }
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-            usage::chat(&mut ev.usage, u);
+            usage::chat(&mut ev.generation.usage, u);
         }
         if let Some(err) = error.filter(|e| e.kind() == JsonKind::Object) {
             return Ok(ev.set_error(classify_error_value(err, None)));
@@ -175,6 +180,7 @@ impl OpenAiChat {
             return Ok(());
         }
         if let Some(raw) = finish_reason.and_then(JsonView::text) {
+            ev.generation.note_finish(&raw);
             match finish(&raw) {
                 Finish::End(end) => {
                     ev.progress.completed_tool_calls += slot.2;
@@ -205,7 +211,7 @@ impl OpenAiChat {
     /// refusal or reasoning) that can make the chunk semantic. For such a
     /// chunk `chunk` only notes that string's kind when it is non-empty.
     fn learn(&mut self, root: Skim<'_>) {
-        let [error, object, choices, usage_v] = root.fields(CHUNK_KEYS);
+        let [error, object, choices, usage_v, _] = root.fields(CHUNK_KEYS);
         if error.is_some_and(|e| e.kind() == JsonKind::Object)
             || object.is_some_and(|o| o.str_eq("error"))
             || usage_v.is_some_and(|u| u.kind() == JsonKind::Object)

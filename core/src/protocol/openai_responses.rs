@@ -129,14 +129,19 @@ impl OpenAiResponses {
     /// Records the response id and usage a response object carries.
     fn response_facts<'a, V: JsonView<'a>>(response: Option<V>, ev: &mut Evidence) {
         let Some(response) = response else { return };
-        let [id, usage_v] = response.fields(["id", "usage"]);
+        let [id, usage_v, model] = response.fields(["id", "usage", "model"]);
+        if ev.generation.model.is_none()
+            && let Some(m) = model.and_then(JsonView::text)
+        {
+            ev.generation.note_model(&m);
+        }
         if ev.cursor.response_id.is_none()
             && let Some(id) = id.and_then(JsonView::text)
         {
             ev.cursor.response_id = Some(id.into_owned());
         }
         if let Some(u) = usage_v.filter(|u| u.kind() == JsonKind::Object) {
-            usage::responses(&mut ev.usage, u);
+            usage::responses(&mut ev.generation.usage, u);
         }
     }
 

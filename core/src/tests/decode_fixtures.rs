@@ -539,20 +539,29 @@ fn commit_point_is_the_end_of_the_first_semantic_frame() {
 
 #[test]
 fn usage_is_provider_reported_only() {
-    let chat = run_fixture("openai-chat/happy-usage.sse").evidence.usage;
+    let chat = run_fixture("openai-chat/happy-usage.sse")
+        .evidence
+        .generation
+        .usage;
     assert_eq!(
         (chat.input_tokens, chat.output_tokens, chat.total_tokens),
         (Some(9), Some(2), Some(11))
     );
     assert_eq!(chat.reasoning_tokens, None);
-    let no_usage = run_fixture("openai-chat/finish-no-done.sse").evidence.usage;
+    let no_usage = run_fixture("openai-chat/finish-no-done.sse")
+        .evidence
+        .generation
+        .usage;
     assert!(no_usage.is_empty());
-    let anthropic = run_fixture("anthropic/happy.sse").evidence.usage;
+    let anthropic = run_fixture("anthropic/happy.sse").evidence.generation.usage;
     assert_eq!(
         (anthropic.input_tokens, anthropic.output_tokens),
         (Some(25), Some(15))
     );
-    let responses = run_fixture("openai-responses/happy.sse").evidence.usage;
+    let responses = run_fixture("openai-responses/happy.sse")
+        .evidence
+        .generation
+        .usage;
     assert_eq!(
         (
             responses.input_tokens,
@@ -561,7 +570,10 @@ fn usage_is_provider_reported_only() {
         ),
         (Some(9), Some(1), Some(0))
     );
-    let gemini = run_fixture("gemini/crlf-happy.sse").evidence.usage;
+    let gemini = run_fixture("gemini/crlf-happy.sse")
+        .evidence
+        .generation
+        .usage;
     assert_eq!(
         (
             gemini.input_tokens,
@@ -570,7 +582,10 @@ fn usage_is_provider_reported_only() {
         ),
         (Some(9), Some(4), Some(13))
     );
-    let ollama = run_fixture("ollama/chat-happy.ndjson").evidence.usage;
+    let ollama = run_fixture("ollama/chat-happy.ndjson")
+        .evidence
+        .generation
+        .usage;
     assert_eq!(
         (
             ollama.input_tokens,
@@ -659,4 +674,39 @@ fn unknown_reason_and_transience_types_are_exposed() {
             reason: UnsuccessfulReason::Refusal
         }
     );
+}
+
+/// The model that answered and why each choice ended, in the provider's
+/// words (OpenTelemetry `gen_ai.response.model` and
+/// `gen_ai.response.finish_reasons`), from every protocol that says them.
+#[test]
+fn the_answering_model_and_its_finish_reasons_are_kept() {
+    let said = |file: &str| {
+        let g = run_fixture(file).evidence.generation;
+        let reasons: Vec<String> = g.finish_reasons.iter().map(ToString::to_string).collect();
+        (g.model, reasons)
+    };
+    assert_eq!(
+        said("openai-chat/happy-usage.sse"),
+        (Some("m".into()), vec!["stop".to_owned()])
+    );
+    assert_eq!(
+        said("openai-chat/n2-choices.sse").1.len(),
+        2,
+        "one reason per choice"
+    );
+    assert_eq!(
+        said("anthropic/happy.sse"),
+        (Some("m".into()), vec!["end_turn".to_owned()])
+    );
+    assert_eq!(
+        said("gemini/crlf-happy.sse"),
+        (Some("gemini-x".into()), vec!["STOP".to_owned()])
+    );
+    assert_eq!(
+        said("ollama/chat-happy.ndjson"),
+        (Some("llama3".into()), vec!["stop".to_owned()])
+    );
+    // A cut stream says no reason.
+    assert!(said("openai-chat/role-only-then-cut.sse").1.is_empty());
 }

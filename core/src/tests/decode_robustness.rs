@@ -314,7 +314,7 @@ fn r27_r28_empty_choices_chunks_are_n() {
     assert_eq!(run.records[0].info.class, EventClass::NonSemantic);
     let run = run_fixture("openai-chat/happy-usage.sse");
     assert_eq!(run.records[4].info.class, EventClass::NonSemantic);
-    assert_eq!(run.evidence.usage.total_tokens, Some(11));
+    assert_eq!(run.evidence.generation.usage.total_tokens, Some(11));
 }
 
 #[test]

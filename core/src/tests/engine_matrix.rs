@@ -26,7 +26,7 @@ use crate::outcome::{
 };
 use crate::policy::{Endpoint, RecoveryPolicy};
 use crate::progress::{
-    Progress, Proof, ProviderError, SemanticKind, Transience, UnsuccessfulReason, Usage,
+    Generation, Progress, Proof, ProviderError, SemanticKind, Transience, UnsuccessfulReason,
 };
 use crate::report::AttemptResult;
 use crate::retry_after::RetryAfter;
@@ -816,7 +816,7 @@ fn bd11_reset_after_terminal_proof_is_completed() {
             t.now(),
             Proof::Strong,
             Progress::default(),
-            Usage::default()
+            Generation::default()
         ),
         completed()
     );
@@ -1252,7 +1252,7 @@ fn tb7_tb8_token_accounting_table() {
                     other => panic!("{other:?}"),
                 },
                 Step::Succeed { proof, .. } => {
-                    break rec.succeed(t.now(), proof, Progress::default(), Usage::default());
+                    break rec.succeed(t.now(), proof, Progress::default(), Generation::default());
                 }
                 other => panic!("{other:?}"),
             }
@@ -1482,7 +1482,7 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
         t.now(),
         Proof::Strong,
         Progress::default(),
-        Usage::default(),
+        Generation::default(),
     );
     assert_eq!(rec.cancel(t.now(), CancelPhase::Streaming), completed());
     assert_eq!(terminals(&mut rec), ["completed"]);
@@ -1494,7 +1494,7 @@ fn cx6_cancel_in_the_same_poll_as_a_proof_or_a_failure() {
             t.now(),
             Proof::Strong,
             Progress::default(),
-            Usage::default()
+            Generation::default()
         ),
         Outcome::Cancelled {
             phase: CancelPhase::Streaming

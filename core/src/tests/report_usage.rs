@@ -67,7 +67,7 @@ fn a_stream_that_succeeds_reports_the_usage_it_stated() {
     }
     ex.on_end(at(6));
     assert!(run_out(&mut ex, 6));
-    let usage = ex.ledger().report().usage;
+    let usage = ex.ledger().report().generation.usage;
     assert_eq!(
         (usage.input_tokens, usage.output_tokens, usage.total_tokens),
         (Some(11), Some(2), Some(13))
@@ -81,5 +81,5 @@ fn a_stream_cut_after_its_text_reports_no_usage() {
     let _ = ex.poll(at(5), true);
     ex.on_end(at(6));
     assert!(!run_out(&mut ex, 6));
-    assert!(ex.ledger().report().usage.is_empty());
+    assert!(ex.ledger().report().generation.is_empty());
 }

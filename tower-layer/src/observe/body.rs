@@ -126,7 +126,7 @@ impl Observing {
         self.handle.publish(&self.observer, &mut self.published);
         let mut state = self.handle.lock();
         state.ended = true;
-        state.usage = *self.observer.usage();
+        state.generation.clone_from(self.observer.generation());
         state.end = Some(end.clone());
         match end {
             EndOfStream::Success { .. }

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use recovery_core::exchange::Decoded;
 use recovery_core::failure::{Unfinished, Violation};
 use recovery_core::observer::{EndOfStream, StreamObserver};
-use recovery_core::progress::{Progress, ProviderError, ResumeCursor, Terminal, Usage};
+use recovery_core::progress::{Generation, Progress, ProviderError, ResumeCursor, Terminal};
 use recovery_core::protocol::ProtocolKind;
 
 /// What the observer has seen of one response body so far.
@@ -135,9 +135,10 @@ pub(crate) struct State {
     pub(crate) terminal: Option<Terminal>,
     pub(crate) provider_error: Option<ProviderError>,
     pub(crate) cursor: ResumeCursor,
-    /// The token use the provider stated, as of the last publication of
-    /// these facts (a stream states it just before or with its terminal).
-    pub(crate) usage: Usage,
+    /// What the provider said of the generation (model, finish reasons,
+    /// usage), as of the last publication of these facts (a stream says
+    /// the last of it just before or with its terminal).
+    pub(crate) generation: Generation,
     /// The decoder's verdict on the clean end of the body.
     pub(crate) end: Option<EndOfStream>,
     /// The frame the body ended inside, when it failed.
@@ -233,7 +234,7 @@ impl ObserveHandle {
         s.terminal = observer.terminal().cloned();
         s.provider_error = observer.provider_error().cloned();
         s.cursor.clone_from(observer.cursor());
-        s.usage = *observer.usage();
+        s.generation.clone_from(observer.generation());
         drop(s);
         seen.terminal = observer.terminal().is_some();
         seen.provider_error = observer.provider_error().is_some();
@@ -284,8 +285,8 @@ impl Decoded for ObserveHandle {
     fn cursor(&self) -> ResumeCursor {
         self.lock().cursor.clone()
     }
-    fn usage(&self) -> Usage {
-        self.lock().usage
+    fn generation(&self) -> Generation {
+        self.lock().generation.clone()
     }
     fn end(&self) -> Option<EndOfStream> {
         self.lock().end.clone()

@@ -47,6 +47,8 @@ impl Telemetry {
             gen_ai.provider.name = tracing::field::Empty,
             gen_ai.request.model = tracing::field::Empty,
             gen_ai.request.stream = tracing::field::Empty,
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
@@ -183,10 +185,17 @@ impl Telemetry {
         span.record("recovery.failovers", int(failovers(report)));
         span.record("recovery.hedges", i64::from(report.hedges().started));
         span.record("recovery.seams", int(report.seams.len()));
-        if let Some(n) = report.usage.input_tokens {
+        let generation = &report.generation;
+        if let Some(model) = &generation.model {
+            span.record("gen_ai.response.model", model.as_str());
+        }
+        if !generation.finish_reasons.is_empty() {
+            finish_reasons(span, &generation.finish_reasons);
+        }
+        if let Some(n) = report.generation.usage.input_tokens {
             span.record("gen_ai.usage.input_tokens", int(n));
         }
-        if let Some(n) = report.usage.output_tokens {
+        if let Some(n) = report.generation.usage.output_tokens {
             span.record("gen_ai.usage.output_tokens", int(n));
         }
         if let Some(kind) = error {
@@ -195,7 +204,7 @@ impl Telemetry {
         }
         #[cfg(feature = "opentelemetry")]
         {
-            self.ended = Some((error, report.usage));
+            self.ended = Some((error, report.generation.usage));
         }
     }
 
@@ -213,6 +222,28 @@ impl Telemetry {
         }
         #[cfg(not(feature = "opentelemetry"))]
         let _ = now;
+    }
+}
+
+/// `gen_ai.response.finish_reasons`: a string array for OpenTelemetry,
+/// the reasons joined by `,` for another subscriber.
+fn finish_reasons(span: &tracing::Span, reasons: &[recovery_core::report::SafeToken]) {
+    #[cfg(feature = "opentelemetry")]
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let list = reasons
+            .iter()
+            .map(|r| opentelemetry::StringValue::from(r.to_string()))
+            .collect();
+        span.set_attribute(
+            "gen_ai.response.finish_reasons",
+            opentelemetry::Value::Array(opentelemetry::Array::String(list)),
+        );
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        let joined: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+        span.record("gen_ai.response.finish_reasons", joined.join(","));
     }
 }
 
