@@ -5,14 +5,17 @@
 //! events), so there is no map to lock on the hot path and the output's
 //! cardinality is fixed.
 //!
-//! The two latency histograms follow the OpenTelemetry GenAI client
-//! conventions, named as OpenTelemetry's Prometheus exporter names them
-//! (dots to underscores, the unit `s` as `_seconds`):
+//! The histograms follow the OpenTelemetry GenAI client conventions,
+//! named as OpenTelemetry's Prometheus exporter names them (dots to
+//! underscores, the unit `s` as `_seconds`, `{token}` dropped):
 //! `gen_ai.client.inference.duration` (from the request to its terminal
-//! event; `error_type` names a terminal other than `completed`) and
+//! event; `error_type` names a terminal other than `completed`),
 //! `gen_ai.client.inference.time_to_first_chunk` (to the commit: the first
 //! output the client receives, after the hold-back of a replayable
-//! prefix).
+//! prefix), `gen_ai.client.inference.time_per_output_chunk` (from one
+//! event of a numbered stream to the next, as the gateway hands them on)
+//! and `gen_ai.client.token.usage` (`gen_ai_token_type` `input` or
+//! `output`, as the provider reported them for a numbered stream).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +27,7 @@ use recovery_core::report::Role;
 const OUTCOMES: [&str; 4] = ["completed", "exhausted", "interrupted", "cancelled"];
 
 /// The gateway's counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     requests: AtomicU64,
     attempts: AtomicU64,
@@ -42,6 +45,10 @@ pub struct Metrics {
     /// Request durations, one histogram per terminal outcome.
     durations: [Histogram; 4],
     time_to_first_chunk: Histogram,
+    /// The time from one event the client receives to the next.
+    time_per_output_chunk: Histogram,
+    /// Input and output tokens the provider reported.
+    token_usage: [Histogram; 2],
     /// The configured bounds, by name, shown as gauges.
     bounds: std::sync::OnceLock<Vec<(&'static str, u64)>>,
 }
@@ -84,6 +91,32 @@ pub struct Snapshot {
     pub body_timeouts: u64,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        let zero = || AtomicU64::new(0);
+        Metrics {
+            requests: zero(),
+            attempts: zero(),
+            resends: zero(),
+            resumes: zero(),
+            commits: zero(),
+            hedges: zero(),
+            hedges_won: zero(),
+            hedges_cancelled: zero(),
+            outcomes: Default::default(),
+            reconnects: zero(),
+            streams_active: zero(),
+            rejected: zero(),
+            body_timeouts: zero(),
+            durations: std::array::from_fn(|_| Histogram::seconds(SECONDS)),
+            time_to_first_chunk: Histogram::seconds(SECONDS),
+            time_per_output_chunk: Histogram::seconds(CHUNK_SECONDS),
+            token_usage: std::array::from_fn(|_| Histogram::counts(TOKENS)),
+            bounds: std::sync::OnceLock::new(),
+        }
+    }
+}
+
 impl Metrics {
     /// Counts one lifecycle event of the recovery layer.
     pub fn on_event(&self, event: &LifecycleEvent) {
@@ -117,6 +150,24 @@ impl Metrics {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The time from one event a client receives to the next.
+    pub(crate) fn output_chunk(&self, gap: std::time::Duration) {
+        self.time_per_output_chunk.observe(gap);
+    }
+
+    /// The token use a finished stream's provider reported.
+    pub(crate) fn tokens(&self, usage: &recovery_core::progress::Usage) {
+        for (h, n) in self
+            .token_usage
+            .iter()
+            .zip([usage.input_tokens, usage.output_tokens])
+        {
+            if let Some(n) = n {
+                h.observe_value(n as f64);
+            }
         }
     }
 
@@ -224,8 +275,9 @@ impl Metrics {
         out
     }
 
-    /// The two GenAI latency histograms: durations labelled by the
-    /// terminal other than `completed`, and the time to the first chunk.
+    /// The GenAI histograms: durations labelled by the terminal other than
+    /// `completed`, the time to the first chunk, the time between chunks,
+    /// and the token use.
     fn render_histograms(&self, out: &mut String) {
         let name = "gen_ai_client_inference_duration_seconds";
         let _ = write!(
@@ -247,6 +299,22 @@ impl Metrics {
              # TYPE {name} histogram\n"
         );
         self.time_to_first_chunk.render(out, name, "");
+        let name = "gen_ai_client_inference_time_per_output_chunk_seconds";
+        let _ = write!(
+            out,
+            "# HELP {name} Time from one event the client receives to the next (OpenTelemetry gen_ai.client.inference.time_per_output_chunk).\n\
+             # TYPE {name} histogram\n"
+        );
+        self.time_per_output_chunk.render(out, name, "");
+        let name = "gen_ai_client_token_usage";
+        let _ = write!(
+            out,
+            "# HELP {name} Input and output tokens the provider reported for a stream (OpenTelemetry gen_ai.client.token.usage).\n\
+             # TYPE {name} histogram\n"
+        );
+        for (kind, h) in ["input", "output"].iter().zip(&self.token_usage) {
+            h.render(out, name, &format!("gen_ai_token_type=\"{kind}\""));
+        }
     }
 
     /// The configured bounds as gauges, once they were set.
@@ -352,35 +420,89 @@ fn render_outcomes(out: &mut String, s: &Snapshot) {
 
 /// Bucket bounds in seconds: the OpenTelemetry GenAI conventions'
 /// advice for durations, from 10 ms to about 82 s, doubling.
-const BUCKETS: [f64; 14] = [
+/// Bounds of the latency histograms, in seconds (the conventions'
+/// advice for `gen_ai.client.inference.duration`).
+const SECONDS: &[f64] = &[
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 
+/// Bounds of the time between two chunks, in seconds (the conventions'
+/// advice for `gen_ai.client.inference.time_per_output_chunk`).
+const CHUNK_SECONDS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+];
+
+/// Bounds of the token counts: powers of 4 from 1 to 4^13 (the
+/// conventions' advice for `gen_ai.client.token.usage`).
+const TOKENS: &[f64] = &[
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1_024.0,
+    4_096.0,
+    16_384.0,
+    65_536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
 /// A fixed-bucket histogram on atomics: per-bucket counts (not yet
-/// cumulative), the count and the sum in microseconds.
-#[derive(Debug, Default)]
+/// cumulative), the count and the sum in units of `1 / scale` (micro-
+/// seconds for times, whole tokens for counts).
+#[derive(Debug)]
 struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
+    bounds: &'static [f64],
+    scale: f64,
+    buckets: Box<[AtomicU64]>,
     count: AtomicU64,
-    sum_micros: AtomicU64,
+    sum: AtomicU64,
 }
 
 impl Histogram {
+    /// Of times, in seconds.
+    fn seconds(bounds: &'static [f64]) -> Self {
+        Histogram::new(bounds, 1e6)
+    }
+
+    /// Of counts.
+    fn counts(bounds: &'static [f64]) -> Self {
+        Histogram::new(bounds, 1.0)
+    }
+
+    fn new(bounds: &'static [f64], scale: f64) -> Self {
+        Histogram {
+            bounds,
+            scale,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+        }
+    }
+
     fn observe(&self, d: std::time::Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+        self.observe_value(d.as_secs_f64());
+    }
+
+    fn observe_value(&self, value: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| value <= *b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        // Saturating: a float past u64 converts to u64::MAX.
+        let units = (value * self.scale).round() as u64;
+        self.sum.fetch_add(units, Ordering::Relaxed);
     }
 
     /// Writes the series of `name` with `label` (empty: none).
     fn render(&self, out: &mut String, name: &str, label: &str) {
         let sep = if label.is_empty() { "" } else { "," };
         let mut cumulative = 0;
-        for (bound, n) in BUCKETS.iter().zip(&self.buckets) {
+        for (bound, n) in self.bounds.iter().zip(self.buckets.iter()) {
             cumulative += n.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
@@ -394,7 +516,7 @@ impl Histogram {
         } else {
             format!("{{{label}}}")
         };
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let sum = self.sum.load(Ordering::Relaxed) as f64 / self.scale;
         let _ = writeln!(out, "{name}_sum{braces} {sum}");
         let _ = writeln!(out, "{name}_count{braces} {count}");
     }
@@ -426,7 +548,7 @@ mod tests {
 
     #[test]
     fn histograms_count_into_their_buckets() {
-        let h = Histogram::default();
+        let h = Histogram::seconds(SECONDS);
         h.observe(std::time::Duration::from_millis(15));
         h.observe(std::time::Duration::from_millis(300));
         h.observe(std::time::Duration::from_secs(100));
@@ -444,7 +566,7 @@ mod tests {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }
         let mut bare = String::new();
-        Histogram::default().render(&mut bare, "y", "");
+        Histogram::seconds(SECONDS).render(&mut bare, "y", "");
         assert!(
             bare.contains("y_bucket{le=\"+Inf\"} 0\ny_sum 0\ny_count 0\n"),
             "{bare}"

@@ -54,6 +54,14 @@ async fn healthz_and_metrics_move() {
         "gen_ai_client_inference_duration_seconds_bucket{le=\"+Inf\"} 1",
         "gen_ai_client_inference_duration_seconds_count{error_type=\"exhausted\"} 0",
         "gen_ai_client_inference_time_to_first_chunk_seconds_count 1",
+        // Six events: five gaps between them.
+        "gen_ai_client_inference_time_per_output_chunk_seconds_count 5",
+        "gen_ai_client_inference_time_per_output_chunk_seconds_bucket{le=\"+Inf\"} 5",
+        "gen_ai_client_token_usage_count{gen_ai_token_type=\"input\"} 1",
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"} 9",
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"output\"} 2",
+        "gen_ai_client_token_usage_bucket{gen_ai_token_type=\"output\",le=\"1\"} 0",
+        "gen_ai_client_token_usage_bucket{gen_ai_token_type=\"output\",le=\"4\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }

@@ -141,6 +141,10 @@ impl Delivery<'_> {
             content_type: content_type
                 .unwrap_or_else(|| HeaderValue::from_static("text/event-stream")),
             logical_id: self.logical_id.clone(),
+            report: parts
+                .extensions
+                .get::<tower_recovery::ReportHandle>()
+                .cloned(),
         };
         let id = new.id.clone();
         // `start` only fails before it took the body when the log refuses

@@ -70,6 +70,8 @@ impl Streams {
             comments: new.comments,
             seq: 0,
             kept: None,
+            report: new.report,
+            last_event: None,
         };
         tokio::spawn(pump.run(new.first, new.body));
         Ok(rx)
@@ -104,6 +106,10 @@ pub(super) struct Pump {
     /// A place in the pool of generations going on for nobody, held
     /// from when the last reader left.
     pub(super) kept: Option<OwnedSemaphorePermit>,
+    /// The recovery layer's report, read at the end for the token use.
+    pub(super) report: Option<tower_recovery::ReportHandle>,
+    /// When the last event was handed on (for the time between chunks).
+    pub(super) last_event: Option<Instant>,
 }
 
 impl Pump {
@@ -160,6 +166,9 @@ impl Pump {
             ],
         );
         lock(&streams.live).remove(&self.key);
+        if let Some(report) = &self.report {
+            streams.metrics.tokens(&report.report().generation.usage);
+        }
         streams.metrics.stream_ended();
         // Dropping the channel ends the first client's body.
         drop(self.direct.take());
@@ -318,6 +327,10 @@ impl Pump {
                 },
             },
             SseBlock::Event(b) => {
+                let now = Instant::now();
+                if let Some(last) = self.last_event.replace(now) {
+                    self.streams.metrics.output_chunk(now - last);
+                }
                 self.seq += 1;
                 let bytes = if self.ids {
                     number(&b, &self.id, self.seq)

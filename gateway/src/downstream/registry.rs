@@ -153,6 +153,9 @@ pub(crate) struct NewStream {
     pub(crate) comments: Comments,
     /// Bytes already read from `body` (its first frame).
     pub(crate) first: Bytes,
+    /// The recovery layer's report of the request, read at the end for
+    /// the token use.
+    pub(crate) report: Option<tower_recovery::ReportHandle>,
 }
 
 impl Streams {

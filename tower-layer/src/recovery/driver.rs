@@ -166,8 +166,9 @@ where
         self.report.clone()
     }
 
-    /// A body frame went to the consumer.
+    /// A body frame went to the consumer (a no-op without telemetry).
     #[inline]
+    #[cfg_attr(not(feature = "tracing"), allow(clippy::unused_self))]
     pub(crate) fn delivered(&mut self) {
         #[cfg(feature = "tracing")]
         if self.telemetry.active() {
@@ -763,7 +764,7 @@ impl<B> Drop for Driver<B> {
             self.ex.cancel(env.now());
             self.flush();
         }
-        #[cfg(feature = "tracing")]
+        #[cfg(feature = "opentelemetry")]
         if self.telemetry.active() {
             self.telemetry.close(self.hooks.surroundings.now());
         }

@@ -210,8 +210,8 @@ impl Telemetry {
 
     /// The driver closes at `now`: the request's duration (to the end the
     /// consumer read, or to when it gave up) and its token use.
+    #[cfg(feature = "opentelemetry")]
     pub(crate) fn close(&mut self, now: Instant) {
-        #[cfg(feature = "opentelemetry")]
         if let Some((error, usage)) = self.ended.take() {
             metrics::end(
                 &self.attributes,
@@ -220,8 +220,6 @@ impl Telemetry {
                 seconds(now.saturating_since(self.started)),
             );
         }
-        #[cfg(not(feature = "opentelemetry"))]
-        let _ = now;
     }
 }
 
@@ -242,7 +240,10 @@ fn finish_reasons(span: &tracing::Span, reasons: &[recovery_core::report::SafeTo
     }
     #[cfg(not(feature = "opentelemetry"))]
     {
-        let joined: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+        let joined: Vec<&str> = reasons
+            .iter()
+            .map(recovery_core::report::SafeToken::as_str)
+            .collect();
         span.record("gen_ai.response.finish_reasons", joined.join(","));
     }
 }
