@@ -5,7 +5,7 @@
 //! bash scripts/gateway-load.sh            # release build, default sizes
 //! # or, by hand:
 //! cargo build --release -p recovery-gateway --bin recovery-gateway --example load
-//! target/release/examples/load [--streams 500] [--concurrency 32] [--held 1000]
+//! target/release/examples/load [--streams 500] [--concurrency 64] [--held 1000]
 //! ```
 //!
 //! The loopback fault provider runs in this process on a runtime of its own
@@ -63,7 +63,7 @@ fn parse_args() -> Result<Args, String> {
         .ok_or("cannot locate the gateway binary; pass --gateway PATH")?;
     let mut args = Args {
         streams: 500,
-        concurrency: 32,
+        concurrency: 64,
         held: 1000,
         gateway: default_gateway,
     };
@@ -252,6 +252,24 @@ async fn concurrent(addr: &str, n: usize, clients: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The CPU time process `pid` used so far (user and system), in seconds,
+/// from `/proc/<pid>/stat` (clock ticks of `getconf CLK_TCK`, 100 here).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are the 14th and 15th fields of the line: the 12th
+    // and 13th after the name.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// The resident memory of process `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -349,10 +367,17 @@ async fn run(args: &Args, provider: &FaultProvider) {
 
     println!("\n2. throughput, {} clients at once", args.concurrency);
     let direct_rate = concurrent(&direct_addr, args.streams, args.concurrency).await;
+    let cpu_before = cpu_seconds(pid);
     let gateway_rate = concurrent(&gateway_addr, args.streams, args.concurrency).await;
+    let cpu = cpu_seconds(pid) - cpu_before;
     println!(
         "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2})",
         gateway_rate / direct_rate
+    );
+    println!(
+        "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams",
+        args.streams,
+        cpu * 1000.0 / args.streams as f64
     );
 
     println!(

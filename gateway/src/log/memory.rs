@@ -5,7 +5,7 @@
 //! stream's [`Notify`], registered while the lock is held, so an append
 //! that lands between the check and the wait still wakes it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -30,11 +30,25 @@ pub struct MemoryLog {
     streams: Mutex<Held>,
 }
 
+/// How often every stream is checked for expiry. Finished streams leave
+/// in the order they finished, from [`Held::finished`], as they expire; a
+/// live stream expires from its last append, which no queue orders, so
+/// the whole map is swept for those, at most this often: an open pays a
+/// scan of every stream once per sweep, not once per stream.
+const SWEEP: Duration = Duration::from_secs(1);
+
 /// The streams and the bytes they hold.
 #[derive(Default)]
 struct Held {
     map: HashMap<String, Stream>,
     bytes: u64,
+    /// Finished streams, the longest finished first (a finish is stamped
+    /// under the lock, so the queue is in time order): the order expiry
+    /// and eviction both take them in. An entry whose stream is gone, or
+    /// is another stream under the same id, is skipped.
+    finished: VecDeque<(Instant, String)>,
+    /// When the whole map was last swept for expired streams.
+    swept: Option<Instant>,
 }
 
 impl Held {
@@ -44,29 +58,56 @@ impl Held {
         }
     }
 
+    /// Whether the queue entry `(at, id)` still names a finished stream.
+    fn is_current(&self, at: Instant, id: &str) -> bool {
+        self.map
+            .get(id)
+            .is_some_and(|s| s.finished && s.touched == at)
+    }
+
     fn drop_expired(&mut self, limits: &Limits, now: Instant) {
-        let before = self.map.len();
-        self.map.retain(|_, s| !s.expired(limits, now));
-        if self.map.len() != before {
-            self.bytes = self.map.values().map(|s| s.bytes).sum();
+        while let Some((at, _)) = self.finished.front()
+            && now.saturating_duration_since(*at) >= limits.ttl
+        {
+            if let Some((at, id)) = self.finished.pop_front()
+                && self.is_current(at, &id)
+            {
+                self.remove(&id);
+            }
+        }
+        if self
+            .swept
+            .is_none_or(|t| now.saturating_duration_since(t) >= SWEEP)
+        {
+            self.swept = Some(now);
+            let mut freed = 0;
+            self.map.retain(|_, s| {
+                let keep = !s.expired(limits, now);
+                if !keep {
+                    freed += s.bytes;
+                }
+                keep
+            });
+            self.bytes -= freed;
+            // Entries of streams gone by other ways leave with their
+            // expiry; past twice the map, they go at once.
+            if self.finished.len() > 2 * self.map.len() + 64 {
+                let map = &self.map;
+                self.finished
+                    .retain(|(at, id)| map.get(id).is_some_and(|s| s.finished && s.touched == *at));
+            }
         }
     }
 
     /// Drops the stream that finished longest ago; `false` when none has.
     fn evict_finished(&mut self) -> bool {
-        let oldest = self
-            .map
-            .iter()
-            .filter(|(_, s)| s.finished)
-            .min_by_key(|(_, s)| s.touched)
-            .map(|(id, _)| id.clone());
-        match oldest {
-            Some(id) => {
+        while let Some((at, id)) = self.finished.pop_front() {
+            if self.is_current(at, &id) {
                 self.remove(&id);
-                true
+                return true;
             }
-            None => false,
         }
+        false
     }
 }
 
@@ -219,9 +260,11 @@ impl MemoryLog {
         let Some(s) = held.map.get_mut(id) else {
             return Err(LogError::Unknown);
         };
+        let now = Instant::now();
         s.finished = true;
-        s.touched = Instant::now();
+        s.touched = now;
         s.notify.notify_waiters();
+        held.finished.push_back((now, id.to_owned()));
         Ok(())
     }
 
@@ -447,6 +490,53 @@ mod tests {
         log.open("b").await.unwrap();
         log.open("c").await.unwrap();
         assert_eq!(log.len(), 2, "the expired stream made room");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eviction_takes_streams_in_the_order_they_finished() {
+        let log = MemoryLog::new(Limits {
+            max_streams: 3,
+            ..limits()
+        });
+        for id in ["a", "b", "c"] {
+            log.open(id).await.unwrap();
+        }
+        for id in ["c", "a", "b"] {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            log.finish(id).await.unwrap();
+        }
+        log.open("d").await.unwrap();
+        assert_eq!(
+            log.read("c", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        log.open("e").await.unwrap();
+        assert_eq!(
+            log.read("a", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        assert!(log.read("b", 0, Duration::ZERO).await.is_ok());
+        // The last finished one goes next; then only live streams are
+        // left, and none is taken for a new one.
+        log.open("c").await.unwrap();
+        assert_eq!(
+            log.read("b", 0, Duration::ZERO).await,
+            Err(LogError::Unknown)
+        );
+        assert_eq!(log.open("f").await, Err(LogError::Full));
+        assert!(log.read("c", 0, Duration::ZERO).await.is_ok(), "c is live");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_live_stream_idle_past_the_ttl_is_swept_and_its_bytes_freed() {
+        let log = MemoryLog::new(limits());
+        log.open("idle").await.unwrap();
+        log.append("idle", entry(1, "x\n\n")).await.unwrap();
+        assert_eq!(log.bytes(), 3);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        log.open("x").await.unwrap();
+        assert_eq!(log.len(), 1, "only the new stream is left");
+        assert_eq!(log.bytes(), 0);
     }
 
     #[tokio::test]
