@@ -725,6 +725,7 @@ impl Client {
                 hedge_target: 0,
                 admission: None,
                 deadline: None,
+                deadline_s: None,
                 status: RecoveryStatus::InProgress,
                 start,
                 wall,
@@ -795,8 +796,11 @@ struct Inner {
     /// The target of the hedge to send (after `HEDGE`).
     hedge_target: usize,
     admission: Option<AdmissionRequest>,
-    /// The deadline the shell was last told.
+    /// The deadline the shell was last told, and the same in seconds on
+    /// its clock (`Machine.deadline`; a `Reader` compares each chunk's
+    /// clock reading with it).
     deadline: Option<Instant>,
+    deadline_s: Option<f64>,
     /// What the status was after the last event drained.
     status: RecoveryStatus,
     /// The monotonic and wall clocks when the request started.
@@ -916,6 +920,7 @@ impl Inner {
         let deadline = self.ex.poll_timeout();
         if deadline != self.deadline {
             self.deadline = deadline;
+            self.deadline_s = deadline.map(seconds);
             flags |= action::DEADLINE;
         }
         self.action = code;
@@ -1170,7 +1175,7 @@ impl Machine {
     /// When the machine must be woken (`Machine.on_timeout`) if nothing
     /// else happens first, in seconds on the shell's clock; `None` for never.
     fn deadline(&self) -> Option<f64> {
-        self.lock().deadline.map(seconds)
+        self.lock().deadline_s
     }
 
     /// How long a read may block past `Machine.deadline` before the
@@ -1484,7 +1489,7 @@ impl Reader {
             let mut it = it.bind(py).clone();
             let (action, deadline) = {
                 let m = machine.lock();
-                (m.action, m.deadline)
+                (m.action, m.deadline_s)
             };
             if action != action::READ {
                 return Err(Self::stop(py, py.None()));
@@ -1492,7 +1497,7 @@ impl Reader {
             // As `Exchange.due` in the shell: a deadline passed is judged
             // before the read, by the shell.
             if let Some(d) = deadline
-                && self.now(py)? >= seconds(d)
+                && self.now(py)? >= d
             {
                 return Err(Self::stop(py, py.None()));
             }
