@@ -454,10 +454,14 @@ class SyncExchange(Exchange):
         super().__init__(options, request, body)
         self.transport = inner
         self.error_class = error_class
+        self.reader_of_it: Any = None  # the machine's Reader over ``it``
 
     def release(self) -> None:
         inner, self.inner, self.it = self.inner, None, None
         self.sent = None
+        r, self.reader_of_it = self.reader_of_it, None
+        if r is not None:
+            r.close()
         if inner is not None:
             try:
                 inner.close()
@@ -545,26 +549,60 @@ class SyncExchange(Exchange):
         try:
             chunk = next(it)
         except StopIteration:
-            self.it = None
-            self.take(self.m.on_end(self.p.now()))
-            return None
-        except self.http.TimeoutException as e:
-            self.cause = e
-            self.timed_out(True, e)
+            self.read_end()
             return None
         except Exception as e:
-            self.cause = e
-            self.it = None
-            kind, phase = evidence(self.http, e, True)
-            self.take(self.m.on_error(self.p.now(), kind, phase))
+            self.read_failed(e)
             return None
-        now = self.p.now()
-        code = self.m.on_chunk(now, chunk)
+        return self.read_chunk(chunk)
+
+    def read_end(self) -> None:
+        """The body ended."""
+        self.it = None
+        self.take(self.m.on_end(self.p.now()))
+
+    def read_failed(self, e: Exception) -> None:
+        """A read raised ``e``."""
+        self.cause = e
+        if isinstance(e, self.http.TimeoutException):
+            self.timed_out(True, e)
+            return
+        self.it = None
+        kind, phase = evidence(self.http, e, True)
+        self.take(self.m.on_error(self.p.now(), kind, phase))
+
+    def read_chunk(self, chunk: Any) -> Optional[bytes]:
+        """A chunk was read: the machine takes it; answers it when it goes
+        to the consumer now."""
+        return self.answered(chunk, self.m.on_chunk(self.p.now(), chunk))
+
+    def answered(self, chunk: Any, code: int) -> Optional[bytes]:
         if code & FLAGS:
             self.take(code)
         else:
             self.action = code & 0xFF
         return chunk if code & DELIVER_THIS else None
+
+    def reader(self) -> Any:
+        """The machine's ``Reader`` of the attempt's body (made again for
+        each attempt): it reads while the machine only asks for reads."""
+        r = self.reader_of_it
+        if r is None or r.source is not self.it:
+            r = self.reader_of_it = M.Reader(self.m, self.it, self.p.now)
+        return r
+
+    def reader_stopped(self, stop: Any) -> Optional[bytes]:
+        """What the reader stopped with (see ``Reader``): the machine is
+        told what it has not been; answers a chunk for the consumer."""
+        if stop is None:
+            return None
+        tag = stop[0]
+        if tag == "answer":
+            return self.answered(stop[1], stop[2])
+        if tag == "end":
+            self.read_end()
+            return None
+        return self.read_chunk(stop[1])
 
     def next(self) -> Any:
         """Runs the machine until it has something for the caller: the
@@ -696,6 +734,23 @@ class SyncBody:
         ex = self.ex
         try:
             while True:
+                if ex.action == READ and ex.it is not None and not ex.ended:
+                    # The machine's reader reads while it only asks for
+                    # reads (a chunk then costs no frame of this shell);
+                    # the loop below does everything else.
+                    r = ex.reader()
+                    try:
+                        stop = yield from r
+                    except Exception as e:
+                        if not r.raised:
+                            raise
+                        ex.read_failed(e)
+                        continue
+                    if stop is not None:
+                        chunk = ex.reader_stopped(stop)
+                        if chunk is not None:
+                            yield chunk
+                        continue
                 chunk = ex.next()
                 if chunk is None:
                     return

@@ -47,6 +47,11 @@
 //! (0, the same as the inputs without one) or `ROLE_HEDGE` (1). After
 //! action 18 the hedge's inputs come as the first's again.
 //!
+//! While the machine asks for nothing but reads, a sync shell reads the body
+//! through a `Reader` (`Reader(machine, iterator, clock)`), which pulls each
+//! chunk and gives it to `on_chunk` itself, and hands back to the shell at
+//! anything else.
+//!
 //! # Unsafe code
 //!
 //! None: the workspace's `unsafe_code = "forbid"` holds for this crate too
@@ -58,9 +63,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString};
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
@@ -719,12 +725,14 @@ impl Client {
                 hedge_target: 0,
                 admission: None,
                 deadline: None,
+                deadline_s: None,
                 status: RecoveryStatus::InProgress,
                 start,
                 wall,
                 online: Arc::clone(&self.online),
                 fed_since_check: false,
                 hedge_fed: false,
+                action: 0,
             }),
         }
     }
@@ -788,8 +796,11 @@ struct Inner {
     /// The target of the hedge to send (after `HEDGE`).
     hedge_target: usize,
     admission: Option<AdmissionRequest>,
-    /// The deadline the shell was last told.
+    /// The deadline the shell was last told, and the same in seconds on
+    /// its clock (`Machine.deadline`; a `Reader` compares each chunk's
+    /// clock reading with it).
     deadline: Option<Instant>,
+    deadline_s: Option<f64>,
     /// What the status was after the last event drained.
     status: RecoveryStatus,
     /// The monotonic and wall clocks when the request started.
@@ -800,6 +811,9 @@ struct Inner {
     fed_since_check: bool,
     /// The same of a hedge's chunks: the first's once it is promoted.
     hedge_fed: bool,
+    /// The action last answered (without its flags): a `Reader` reads on
+    /// only while it is a read.
+    action: u32,
 }
 
 impl Inner {
@@ -807,6 +821,27 @@ impl Inner {
     /// clock.
     fn wall_at(&self, now: Instant) -> SystemTime {
         self.wall + now.saturating_since(self.start)
+    }
+
+    /// A body chunk of the first attempt (`Machine.on_chunk`).
+    fn chunk(&mut self, now: Instant, chunk: &Bound<'_, PyBytes>) -> u32 {
+        let bytes = chunk.as_bytes();
+        self.fed_since_check = true;
+        let keep = || Kept {
+            object: chunk.clone().unbind(),
+            bytes: bytes.to_vec(),
+        };
+        let now_out = if self.ex.is_passing_through() {
+            self.ex.on_passing_chunk(bytes) || self.ex.on_kept_chunk(now, keep()).is_some()
+        } else {
+            self.ex.on_chunk(now, keep()).is_some()
+        };
+        let next = self.next(now);
+        if now_out {
+            next | action::DELIVER_THIS
+        } else {
+            next
+        }
     }
 
     /// Polls the machine and answers the action code with its flags.
@@ -885,8 +920,10 @@ impl Inner {
         let deadline = self.ex.poll_timeout();
         if deadline != self.deadline {
             self.deadline = deadline;
+            self.deadline_s = deadline.map(seconds);
             flags |= action::DEADLINE;
         }
+        self.action = code;
         code | flags
     }
 }
@@ -984,25 +1021,7 @@ impl Machine {
     /// A body chunk. With flag `0x100` the shell hands that same chunk on
     /// as it is, before the action.
     fn on_chunk(&self, now: f64, chunk: &Bound<'_, PyBytes>) -> u32 {
-        let mut m = self.lock();
-        let now = instant(now);
-        let bytes = chunk.as_bytes();
-        m.fed_since_check = true;
-        let keep = || Kept {
-            object: chunk.clone().unbind(),
-            bytes: bytes.to_vec(),
-        };
-        let now_out = if m.ex.is_passing_through() {
-            m.ex.on_passing_chunk(bytes) || m.ex.on_kept_chunk(now, keep()).is_some()
-        } else {
-            m.ex.on_chunk(now, keep()).is_some()
-        };
-        let next = m.next(now);
-        if now_out {
-            next | action::DELIVER_THIS
-        } else {
-            next
-        }
+        self.lock().chunk(instant(now), chunk)
     }
 
     /// The body ended cleanly.
@@ -1156,7 +1175,7 @@ impl Machine {
     /// When the machine must be woken (`Machine.on_timeout`) if nothing
     /// else happens first, in seconds on the shell's clock; `None` for never.
     fn deadline(&self) -> Option<f64> {
-        self.lock().deadline.map(seconds)
+        self.lock().deadline_s
     }
 
     /// How long a read may block past `Machine.deadline` before the
@@ -1394,6 +1413,141 @@ impl Machine {
     }
 }
 
+/// The reads of an attempt's body while the machine asks for nothing but
+/// reads: each `__next__` judges the deadline, pulls the next chunk from
+/// the inner byte iterator and gives it to the machine (`Machine.on_chunk`),
+/// and yields it when the machine passes it on as it is. The shell reads
+/// the body through it (`yield from`) so that a chunk passed through costs
+/// no Python frame of the shell: over a socket, where the inner stream's
+/// own Python code runs between chunks, each frame of ours costs twice what
+/// it does in a tight loop.
+///
+/// It decides nothing either: it stops (`StopIteration`) at anything but a
+/// read answered with the chunk handed on, and the shell takes it from
+/// there with the value it stopped with:
+///
+/// - `None`: nothing was read (the deadline has passed, the machine asks
+///   for something else, or the reader was closed);
+/// - `("end", None)`: the inner iterator ended;
+/// - `("read", chunk)`: a chunk read but not given to the machine (it is
+///   not `bytes`: `Machine.on_chunk` refuses it);
+/// - `("answer", chunk, code)`: the machine's answer to `chunk`
+///   (`Machine.on_chunk`), which has flags or another action.
+///
+/// An exception of the inner iterator is raised as it is, with `raised`
+/// then true (an exception of the clock leaves it false).
+#[pyclass(module = "recovery_llm._machine")]
+pub struct Reader {
+    machine: Py<Machine>,
+    /// The inner byte iterator; `None` once it ended, failed or was closed.
+    it: Option<Py<PyIterator>>,
+    /// The object the reader was made over (`Reader.source`).
+    source: Py<PyAny>,
+    /// The shell's clock (`now()`, seconds).
+    clock: Py<PyAny>,
+    raised: bool,
+}
+
+impl Reader {
+    fn now(&self, py: Python<'_>) -> PyResult<f64> {
+        self.clock.bind(py).call0()?.extract()
+    }
+
+    /// The `StopIteration` that hands `value` back to the shell.
+    fn stop<'py>(py: Python<'py>, value: impl IntoPyObject<'py>) -> PyErr {
+        match value.into_py_any(py) {
+            Ok(v) => PyStopIteration::new_err((v,)),
+            Err(e) => e,
+        }
+    }
+}
+
+#[pymethods]
+impl Reader {
+    /// A reader of `it` (an iterator of `bytes`) for `machine`, on `clock`.
+    #[new]
+    fn new(machine: Py<Machine>, it: &Bound<'_, PyAny>, clock: Py<PyAny>) -> PyResult<Self> {
+        Ok(Reader {
+            machine,
+            it: Some(PyIterator::from_object(it)?.unbind()),
+            source: it.clone().unbind(),
+            clock,
+            raised: false,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let machine = self.machine.get();
+        loop {
+            let Some(it) = &self.it else {
+                return Err(Self::stop(py, py.None()));
+            };
+            let mut it = it.bind(py).clone();
+            let (action, deadline) = {
+                let m = machine.lock();
+                (m.action, m.deadline_s)
+            };
+            if action != action::READ {
+                return Err(Self::stop(py, py.None()));
+            }
+            // As `Exchange.due` in the shell: a deadline passed is judged
+            // before the read, by the shell.
+            if let Some(d) = deadline
+                && self.now(py)? >= d
+            {
+                return Err(Self::stop(py, py.None()));
+            }
+            let chunk = match it.next() {
+                None => {
+                    self.it = None;
+                    return Err(Self::stop(py, ("end", py.None())));
+                }
+                Some(Err(e)) => {
+                    self.it = None;
+                    self.raised = true;
+                    return Err(e);
+                }
+                Some(Ok(chunk)) => chunk,
+            };
+            let Ok(bytes) = chunk.cast::<PyBytes>() else {
+                // Not bytes: the shell gives it to the machine, which
+                // refuses it as its `on_chunk` does.
+                return Err(Self::stop(py, ("read", chunk)));
+            };
+            let now = instant(self.now(py)?);
+            let code = machine.lock().chunk(now, bytes);
+            if code == action::READ | action::DELIVER_THIS {
+                return Ok(chunk.unbind());
+            }
+            if code != action::READ {
+                return Err(Self::stop(py, ("answer", chunk, code)));
+            }
+            // Kept by the machine, which reads on.
+        }
+    }
+
+    /// The iterator the reader was made over.
+    #[getter]
+    fn source(&self, py: Python<'_>) -> Py<PyAny> {
+        self.source.clone_ref(py)
+    }
+
+    /// Whether the last `__next__` raised the inner iterator's exception.
+    #[getter]
+    fn raised(&self) -> bool {
+        self.raised
+    }
+
+    /// No read any more: the attempt's response was released.
+    fn close(&mut self) {
+        self.it = None;
+    }
+}
+
 /// The protocol names the `protocol` option takes.
 #[pyfunction]
 fn protocols() -> Vec<&'static str> {
@@ -1432,6 +1586,7 @@ fn policy_fields() -> Vec<(
 fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Machine>()?;
+    m.add_class::<Reader>()?;
     m.add_function(wrap_pyfunction!(protocols, m)?)?;
     m.add_function(wrap_pyfunction!(policy_fields, m)?)?;
     for (name, value) in [
