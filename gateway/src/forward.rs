@@ -28,7 +28,7 @@ use tower_recovery::observe::{Observe, ObservedBody};
 use tower_recovery::recovery::Recover;
 use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, TokioTiming};
 
-use crate::logs::{Field, Logger};
+use crate::logs::{Field, Level, Logger};
 use crate::metrics::Metrics;
 
 /// The HTTP client under the stacks (`tower_recovery::https`).
@@ -169,7 +169,12 @@ fn log_event(logger: &Logger, e: &LifecycleEvent) {
         EventKind::Cancelled { .. } => "upstream request cancelled",
         _ => return,
     };
-    logger.info(e.kind.name(), msg, &fields);
+    // A request that went well says so once, where its stream ends.
+    let level = match e.kind {
+        EventKind::Completed { .. } => Level::Debug,
+        _ => Level::Info,
+    };
+    logger.log(level, e.kind.name(), msg, &fields);
 }
 
 /// Headers that belong to one connection (RFC 9110 §7.6.1), never

@@ -1,5 +1,11 @@
 //! Structured logs: one JSON object per line on stderr.
 //!
+//! At the default level (`info`) a stream that goes well writes one line,
+//! at its end; the steps on its way (forwarded, answered, numbered,
+//! completed upstream) are `debug`, written at `--log-level debug`. Faults
+//! (a replay, a failover, a failed attempt) and what an operator acts on
+//! stay `info` and above.
+//!
 //! Lines carry names, ids, counts and statuses only. Nothing here takes a
 //! header map, a body or a request: a field is a `&str` or a number the
 //! caller chose, so a credential or a prompt can only reach a log line if a
@@ -11,9 +17,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
-/// The severity of a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The severity of a line, the least first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// The steps of a request that goes well.
+    Debug,
     /// Lifecycle facts.
     Info,
     /// Something degraded (a stream no longer resumable, a failed stream).
@@ -25,6 +33,7 @@ pub enum Level {
 impl Level {
     fn name(self) -> &'static str {
         match self {
+            Level::Debug => "debug",
             Level::Info => "info",
             Level::Warn => "warn",
             Level::Error => "error",
@@ -32,25 +41,48 @@ impl Level {
     }
 }
 
-/// Where log lines go.
-#[derive(Clone, Default)]
-pub enum Logger {
-    /// Standard error (the binary).
-    #[default]
+impl Level {
+    /// The level named `name` (`debug`, `info`, `warn`, `error`).
+    pub fn parse(name: &str) -> Option<Level> {
+        match name {
+            "debug" => Some(Level::Debug),
+            "info" => Some(Level::Info),
+            "warn" => Some(Level::Warn),
+            "error" => Some(Level::Error),
+            _ => None,
+        }
+    }
+}
+
+/// Where log lines go, and the least level written.
+#[derive(Clone)]
+pub struct Logger {
+    sink: Sink,
+    min: Level,
+}
+
+#[derive(Clone)]
+enum Sink {
     Stderr,
-    /// Nowhere.
     Off,
-    /// Kept in memory, for tests that assert on them.
     Memory(Arc<Mutex<Vec<String>>>),
+}
+
+impl Default for Logger {
+    /// Standard error, from `info`.
+    fn default() -> Self {
+        Logger::stderr()
+    }
 }
 
 impl std::fmt::Debug for Logger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Logger::Stderr => "Logger::Stderr",
-            Logger::Off => "Logger::Off",
-            Logger::Memory(_) => "Logger::Memory",
-        })
+        let sink = match self.sink {
+            Sink::Stderr => "stderr",
+            Sink::Off => "off",
+            Sink::Memory(_) => "memory",
+        };
+        write!(f, "Logger({sink}, from {})", self.min.name())
     }
 }
 
@@ -96,16 +128,47 @@ impl From<bool> for Field<'_> {
 }
 
 impl Logger {
-    /// A logger that keeps its lines, and the lines it keeps.
+    /// Standard error (the binary), from `info`.
+    pub fn stderr() -> Logger {
+        Logger {
+            sink: Sink::Stderr,
+            min: Level::Info,
+        }
+    }
+
+    /// Nowhere.
+    pub fn off() -> Logger {
+        Logger {
+            sink: Sink::Off,
+            min: Level::Error,
+        }
+    }
+
+    /// A logger that keeps every line (`debug` too), and the lines it
+    /// keeps: for tests that assert on them.
     pub fn memory() -> (Logger, Arc<Mutex<Vec<String>>>) {
         let lines = Arc::new(Mutex::new(Vec::new()));
-        (Logger::Memory(Arc::clone(&lines)), lines)
+        let logger = Logger {
+            sink: Sink::Memory(Arc::clone(&lines)),
+            min: Level::Debug,
+        };
+        (logger, lines)
+    }
+
+    /// The same sink, writing from `min` up.
+    pub fn from_level(self, min: Level) -> Logger {
+        Logger { min, ..self }
+    }
+
+    /// The least level written.
+    pub fn level(&self) -> Level {
+        self.min
     }
 
     /// Writes one line: `ts` (RFC 3339, UTC), `level`, `msg`, `event` and
-    /// `fields`.
+    /// `fields`, when `level` is at least the logger's.
     pub fn log(&self, level: Level, event: &str, msg: &str, fields: &[(&str, Field<'_>)]) {
-        if matches!(self, Logger::Off) {
+        if level < self.min || matches!(self.sink, Sink::Off) {
             return;
         }
         let mut line = Map::new();
@@ -122,18 +185,23 @@ impl Logger {
             line.insert((*name).to_owned(), v);
         }
         let text = Value::Object(line).to_string();
-        match self {
-            Logger::Off => {}
-            Logger::Stderr => {
+        match &self.sink {
+            Sink::Off => {}
+            Sink::Stderr => {
                 let mut err = std::io::stderr().lock();
                 // A closed stderr must not take the gateway down.
                 let _ = writeln!(err, "{text}");
             }
-            Logger::Memory(lines) => lines
+            Sink::Memory(lines) => lines
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(text),
         }
+    }
+
+    /// [`Logger::log`] at [`Level::Debug`].
+    pub fn debug(&self, event: &str, msg: &str, fields: &[(&str, Field<'_>)]) {
+        self.log(Level::Debug, event, msg, fields);
     }
 
     /// [`Logger::log`] at [`Level::Info`].
@@ -190,5 +258,20 @@ mod tests {
         let ts = v["ts"].as_str().unwrap();
         assert_eq!(ts.len(), 24, "{ts}");
         assert!(ts.ends_with('Z') && ts.starts_with("20"), "{ts}");
+    }
+
+    #[test]
+    fn lines_below_the_level_are_not_written() {
+        let (logger, lines) = Logger::memory();
+        logger.debug("step", "a step", &[]);
+        let logger = logger.from_level(Level::Info);
+        logger.debug("step", "another step", &[]);
+        logger.info("end", "the end", &[]);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("\"level\":\"debug\""));
+        assert!(lines[1].contains("\"event\":\"end\""));
+        assert_eq!(Level::parse("warn"), Some(Level::Warn));
+        assert_eq!(Level::parse("verbose"), None);
     }
 }

@@ -85,7 +85,7 @@ impl Proxy {
         upstream_req.extensions_mut().insert(target.http2);
         credentials.apply(upstream_req.headers_mut(), &target.headers);
         self.metrics.request();
-        self.logger.info(
+        self.logger.debug(
             "request",
             "forwarding upstream",
             &[

@@ -27,7 +27,7 @@ pub enum Command {
 /// The usage line.
 pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
 [--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
-[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--otlp-endpoint URL] [--help] [--version]
+[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--otlp-endpoint URL] [--log-level LEVEL] [--help] [--version]
        recovery-gateway hash-key [--name NAME] < key";
 
 /// The help text after the usage line.
@@ -51,6 +51,8 @@ environment, the environment over the file):
   --otlp-endpoint URL      export spans and GenAI metrics over OTLP/HTTP to this base URL, e.g.
                            http://127.0.0.1:4318 (RECOVERY_GATEWAY_OTLP_ENDPOINT; metrics every
                            OTEL_METRIC_EXPORT_INTERVAL ms, 60000, and at shutdown; default: off)
+  --log-level LEVEL        debug, info, warn or error (RECOVERY_GATEWAY_LOG_LEVEL; info: one line
+                           per stream that goes well, at its end; debug: every step)
   --help, --version
 
 File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
@@ -298,6 +300,20 @@ mod tests {
         let c = from_toml("fleet_redis = \"redis://f/1\"\n").unwrap();
         assert_eq!(c.fleet_redis.as_deref(), Some("redis://f/1"));
         assert_eq!(run(&[], &[]).unwrap().fleet_redis, None);
+    }
+
+    #[test]
+    fn the_log_level_is_a_flag_an_env_or_a_file_key() {
+        use crate::logs::Level;
+        assert_eq!(run(&[], &[]).unwrap().logger.level(), Level::Info);
+        let c = run(&["--log-level", "debug"], &[]).unwrap();
+        assert_eq!(c.logger.level(), Level::Debug);
+        let c = run(&[], &[("RECOVERY_GATEWAY_LOG_LEVEL", "warn")]).unwrap();
+        assert_eq!(c.logger.level(), Level::Warn);
+        let c = from_toml("log_level = \"error\"\n").unwrap();
+        assert_eq!(c.logger.level(), Level::Error);
+        let bad = run(&["--log-level", "loud"], &[]).unwrap_err();
+        assert!(bad.to_string().contains("--log-level"), "{bad}");
     }
 
     #[test]

@@ -67,6 +67,14 @@ fn addresses(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigErr
             ))
         })?);
     }
+    if let Some(name) = pick(&layer.log_level, &file.log_level) {
+        let Some(level) = crate::logs::Level::parse(&name) else {
+            return err(format!(
+                "--log-level {name:?}: expected debug, info, warn or error"
+            ));
+        };
+        c.logger = c.logger.clone().from_level(level);
+    }
     Ok(())
 }
 
@@ -292,9 +300,10 @@ pub(super) struct Layer {
     pub(super) max_body_bytes: Option<String>,
     pub(super) fleet_redis: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
+    pub(super) log_level: Option<String>,
 }
 
-pub(super) const FLAGS: [(&str, &str); 9] = [
+pub(super) const FLAGS: [(&str, &str); 10] = [
     ("--listen", "RECOVERY_GATEWAY_LISTEN"),
     ("--upstream", "RECOVERY_GATEWAY_UPSTREAM"),
     ("--config", "RECOVERY_GATEWAY_CONFIG"),
@@ -307,6 +316,7 @@ pub(super) const FLAGS: [(&str, &str); 9] = [
     ("--max-body-bytes", "RECOVERY_GATEWAY_MAX_BODY_BYTES"),
     ("--fleet-redis", "RECOVERY_GATEWAY_FLEET_REDIS"),
     ("--otlp-endpoint", "RECOVERY_GATEWAY_OTLP_ENDPOINT"),
+    ("--log-level", "RECOVERY_GATEWAY_LOG_LEVEL"),
 ];
 
 impl Layer {
@@ -320,7 +330,8 @@ impl Layer {
             5 => &mut self.max_streams,
             6 => &mut self.max_body_bytes,
             7 => &mut self.fleet_redis,
-            _ => &mut self.otlp_endpoint,
+            8 => &mut self.otlp_endpoint,
+            _ => &mut self.log_level,
         }
     }
 }

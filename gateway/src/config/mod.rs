@@ -284,7 +284,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(30),
             policy: RecoveryPolicy::default(),
             retry_budget: RetryBudgetConfig::default(),
-            logger: Logger::Stderr,
+            logger: Logger::stderr(),
         }
     }
 }

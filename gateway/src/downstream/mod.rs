@@ -100,7 +100,7 @@ impl Delivery<'_> {
     ) -> Result<Response<GatewayBody>, Refusal> {
         let (parts, mut body) = resp.into_parts();
         let status = parts.status;
-        self.logger.info(
+        self.logger.debug(
             "response",
             "upstream answered",
             &[

@@ -48,7 +48,7 @@ impl Streams {
         lock(&self.live).insert(key.clone(), Arc::clone(&live));
         self.active.send_modify(|n| *n += 1);
         self.metrics.stream_started();
-        self.logger.info(
+        self.logger.debug(
             "stream_started",
             "streaming with a resumable id",
             &[
