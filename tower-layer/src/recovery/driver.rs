@@ -74,6 +74,22 @@ struct Armed {
     waker: Option<(usize, usize)>,
 }
 
+/// A copy of `headers` that owns its bytes. hyper parses a head without
+/// copying: its names and values are slices of the connection's read
+/// buffer, and a clone kept for the request's life (the error evidence)
+/// would hold that whole buffer (8 KiB or more) for as long, making hyper
+/// take a new one for the rest of the body.
+fn detached(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap_or(name.clone());
+        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or(value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        out.append(name, copy);
+    }
+    out
+}
+
 /// A waker's identity as passed to a poll.
 fn identity(waker: &std::task::Waker) -> (usize, usize) {
     (
@@ -574,7 +590,7 @@ where
             }
             Ok(response) => {
                 let (parts, body) = response.into_parts();
-                self.evidence.set_headers(parts.headers.clone());
+                self.evidence.set_headers(detached(&parts.headers));
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
                 self.ex
                     .on_head_of(role, env.now(), env.wall_now(), &parts, handle);
