@@ -24,9 +24,14 @@
 //!    resident memory (`VmRSS` of `/proc/<pid>/status`) before and while
 //!    they are held gives the memory per stream. Then the provider releases
 //!    them and every one must finish.
+//! 4. The same through a second gateway whose upstream speaks HTTP/2
+//!    (`http2 = true`, a loopback HTTP/2-only server): every upstream
+//!    stream shares one connection (`h2.rs`).
 //!
 //! Everything is bounded: every wait has a deadline, the run stops by
 //! itself, and only loopback addresses are used.
+
+mod h2;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -41,6 +46,7 @@ use tokio::process::Command;
 
 const FIXTURE: &str = "openai-chat/happy-usage.sse";
 const FAST: &str = "/fast/v1/chat/completions";
+const CHAT: &str = "/v1/chat/completions";
 const HELD: &str = "/held/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 /// One stream may take this long at most.
@@ -469,5 +475,14 @@ async fn run(args: &Args, provider: &FaultProvider) {
     assert!(
         held_now == args.held && finished == args.held,
         "every held stream must be held and then finish"
+    );
+
+    println!(
+        "\n4. {} slow streams held open at once through a gateway with an HTTP/2 upstream",
+        args.held
+    );
+    assert!(
+        h2::held(&args.gateway, args.held).await,
+        "every held stream over HTTP/2 must be held and then finish"
     );
 }
