@@ -110,7 +110,8 @@ model_list:
 litellm_settings:
   telemetry: false
   num_retries: 0
-  request_timeout: 60
+  # Longer than the held streams stay open (up to two minutes through it).
+  request_timeout: 300
 router_settings:
   num_retries: 0
   disable_cooldowns: true
@@ -119,9 +120,12 @@ LITELLM_PORT=$(free_port)
 # It refuses to start without a master key; a fresh random one per run.
 LITELLM_KEY="sk-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 # No database (no DATABASE_URL), the bundled model price map instead of a
-# download, its own telemetry off; one worker process, its default.
+# download, its own telemetry off; one worker process, its default. Its
+# upstream pool allows 500 connections per host by default, which would
+# queue half of the held streams: raised, as the gateway's --max-streams is.
 env -u DATABASE_URL LITELLM_MASTER_KEY="$LITELLM_KEY" LITELLM_LOCAL_MODEL_COST_MAP=True \
   LITELLM_TELEMETRY=False NO_DOCS=True \
+  AIOHTTP_CONNECTOR_LIMIT=5000 AIOHTTP_CONNECTOR_LIMIT_PER_HOST=5000 \
   "$VENV/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port "$LITELLM_PORT" \
   >"$WORK/litellm.out" 2>&1 &
 LITELLM_PID=$!

@@ -11,7 +11,7 @@
 //!     --target 'direct=http://127.0.0.1:P/{route}/v1/chat/completions' \
 //!     --target 'gateway=http://127.0.0.1:G/{route}/v1/chat/completions' --pid gateway=PID \
 //!     [--auth NAME=TOKEN] [--streams 300] [--throughput 1000] [--concurrency 64] \
-//!     [--held 200] [--rounds 5]
+//!     [--held 1000] [--rounds 5]
 //! ```
 //!
 //! `{route}` in a target's URL becomes `fast` or `held`, and the request's
@@ -54,7 +54,7 @@ const DONE: &[u8] = b"data: [DONE]";
 /// One stream may take this long at most.
 const STREAM_LIMIT: Duration = Duration::from_secs(30);
 /// How long the held streams may take to all reach their first token.
-const HOLD_LIMIT: Duration = Duration::from_secs(90);
+const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 const USAGE: &str = "usage: peers --target NAME=URL [--target NAME=URL ...] [--pid NAME=PID ...]\n\
     \x20            [--auth NAME=TOKEN ...] [--upstream URL] [--streams N] [--throughput N]\n\
@@ -111,7 +111,7 @@ fn parse_args(raw: Vec<String>) -> Result<Args, String> {
         streams: 300,
         throughput: 1000,
         concurrency: 64,
-        held: 200,
+        held: 1000,
         rounds: 5,
         warmup: 20,
     };
@@ -217,8 +217,9 @@ fn script_json() -> String {
 async fn stream(target: &Target, route: &str, on_token: impl FnOnce()) -> Result<Duration, String> {
     let started = Instant::now();
     let path = target.path.replace("{route}", route);
-    let body =
-        format!(r#"{{"model":"{route}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let body = format!(
+        r#"{{"model":"{route}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
     let auth = target
         .token
         .as_ref()
@@ -303,7 +304,11 @@ impl Tally {
 
 /// `n` streams from `clients` clients at once: how many finished, how long
 /// it took, and the failures.
-async fn concurrent(target: &Arc<Target>, n: usize, clients: usize) -> (usize, Duration, Vec<String>) {
+async fn concurrent(
+    target: &Arc<Target>,
+    n: usize,
+    clients: usize,
+) -> (usize, Duration, Vec<String>) {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients.min(n))
@@ -338,7 +343,10 @@ fn process_tree(pid: u32) -> Vec<u32> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
-            let Some(child) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+            let Some(child) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -503,6 +511,17 @@ async fn hold(target: &Arc<Target>, pid: u32, upstream: &str, n: usize) -> Resul
     })
 }
 
+/// A ratio with two significant figures at least, so a small one is not 0.00.
+fn ratio(x: f64) -> String {
+    if x >= 10.0 {
+        format!("x{x:.0}")
+    } else if x >= 0.1 {
+        format!("x{x:.2}")
+    } else {
+        format!("x{x:.3}")
+    }
+}
+
 /// The sample at quantile `q` of sorted durations, in ms.
 fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -617,7 +636,8 @@ async fn run(args: Args) -> bool {
         sorted.sort_unstable();
         quantile_ms(&sorted, q)
     };
-    let rate = |tally: &Tally| tally.throughput_streams as f64 / tally.throughput_time.as_secs_f64();
+    let rate =
+        |tally: &Tally| tally.throughput_streams as f64 / tally.throughput_time.as_secs_f64();
     let base_p50 = p(&tallies[base], 0.50);
     let base_p99 = p(&tallies[base], 0.99);
     let base_rate = rate(&tallies[base]);
@@ -635,9 +655,9 @@ async fn run(args: Args) -> bool {
                 "-".into()
             } else {
                 format!(
-                    "{:+.3} ms (x{:.2})",
+                    "{:+.3} ms ({})",
                     p(t, 0.50) - base_p50,
-                    p(t, 0.50) / base_p50
+                    ratio(p(t, 0.50) / base_p50)
                 )
             }
         }),
@@ -653,9 +673,9 @@ async fn run(args: Args) -> bool {
                 "-".into()
             } else {
                 format!(
-                    "{:+.3} ms (x{:.2})",
+                    "{:+.3} ms ({})",
                     p(t, 0.99) - base_p99,
-                    p(t, 0.99) / base_p99
+                    ratio(p(t, 0.99) / base_p99)
                 )
             }
         }),
@@ -666,7 +686,7 @@ async fn run(args: Args) -> bool {
             if i == base {
                 format!("{:.0}", rate(t))
             } else {
-                format!("{:.0} (x{:.2})", rate(t), rate(t) / base_rate)
+                format!("{:.0} ({})", rate(t), ratio(rate(t) / base_rate))
             }
         }),
     ));
