@@ -54,7 +54,7 @@ const DONE: &[u8] = b"data: [DONE]";
 /// One stream may take this long at most.
 const STREAM_LIMIT: Duration = Duration::from_secs(30);
 /// How long the held streams may take to all reach their first token.
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
+const HOLD_LIMIT: Duration = Duration::from_mins(2);
 
 const USAGE: &str = "usage: peers --target NAME=URL [--target NAME=URL ...] [--pid NAME=PID ...]\n\
     \x20            [--auth NAME=TOKEN ...] [--upstream URL] [--streams N] [--throughput N]\n\
@@ -440,7 +440,7 @@ async fn control(upstream: &str, route: &str) -> Result<(), String> {
 }
 
 /// What holding `--held` streams through one target showed.
-struct Held {
+struct Holding {
     held: usize,
     finished: usize,
     before_kib: u64,
@@ -449,7 +449,7 @@ struct Held {
     first_failure: Option<String>,
 }
 
-async fn hold(target: &Arc<Target>, pid: u32, upstream: &str, n: usize) -> Result<Held, String> {
+async fn hold(target: &Arc<Target>, pid: u32, upstream: &str, n: usize) -> Result<Holding, String> {
     // A fresh gate: no permits left over from anything before.
     control(upstream, "reset").await?;
     // Let the target settle and forget the finished streams before it.
@@ -480,7 +480,7 @@ async fn hold(target: &Arc<Target>, pid: u32, upstream: &str, n: usize) -> Resul
     let deadline = Instant::now() + HOLD_LIMIT;
     while ready.load(Ordering::Relaxed) < n
         && Instant::now() < deadline
-        && !tasks.iter().all(|t| t.is_finished())
+        && !tasks.iter().all(tokio::task::JoinHandle::is_finished)
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -501,7 +501,7 @@ async fn hold(target: &Arc<Target>, pid: u32, upstream: &str, n: usize) -> Resul
         }
     }
     control(upstream, "reset").await?;
-    Ok(Held {
+    Ok(Holding {
         held,
         finished,
         before_kib,
