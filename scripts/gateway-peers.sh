@@ -11,9 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Pinned so the figures name what they measured. Later 1.10x releases move
-# the proxy into a separate package (litellm-proxy) that the registry here
-# does not have; 1.106.12 is the last whose `proxy` extra is whole.
+# Pinned so the figures name what they measured. From 1.108 the `proxy`
+# extra needs a separate package (litellm-proxy); 1.106.12 is the last
+# release whose `proxy` extra installs the whole proxy from PyPI alone.
 LITELLM_PIN="litellm[proxy]==1.106.12"
 TARGET="${CARGO_TARGET_DIR:-target}"
 VENV="target/peers-venv"
