@@ -31,8 +31,6 @@ pub enum GatewayError {
     /// The configuration would be unsafe on this listener (the text names
     /// the fix).
     Unsafe(String),
-    /// The worker threads could not be started.
-    Workers(std::io::Error),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -42,7 +40,6 @@ impl std::fmt::Display for GatewayError {
             GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
             GatewayError::Fleet(e) => write!(f, "cannot set up the fleet's shared stores: {e}"),
             GatewayError::Unsafe(e) => write!(f, "refusing to start: {e}"),
-            GatewayError::Workers(e) => write!(f, "cannot start the worker threads: {e}"),
         }
     }
 }
@@ -118,9 +115,8 @@ fn shared_stores(config: &Config) -> Result<Shared, GatewayError> {
 }
 
 impl Gateway {
-    /// Binds `config.listen` and serves in the background until
-    /// [`ShutdownHandle::shutdown`]: connections on `config.workers`
-    /// worker threads, or (0) on the current tokio runtime.
+    /// Binds `config.listen` and serves in the background (on the current
+    /// tokio runtime) until [`ShutdownHandle::shutdown`].
     pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
         let clients = Clients::new(config.clients.clone());
         let operator = operator_credentials(&config);
@@ -148,10 +144,6 @@ impl Gateway {
         metrics.set_bounds(&config);
         let phases = crate::stack::phases(&config, addr, clients, &shared, &metrics, &streams);
         let (tx, rx) = watch::channel(false);
-        let workers = match config.workers {
-            0 => None,
-            n => Some(crate::workers::Workers::start(n).map_err(GatewayError::Workers)?),
-        };
         let serve = Serve {
             listener,
             phases,
@@ -160,7 +152,6 @@ impl Gateway {
             header_read_timeout: config.header_read_timeout,
             grace: config.shutdown_grace,
             logger: logger.clone(),
-            workers,
         };
         let task = tokio::spawn(serve.run());
         if !operator.is_empty() && config.clients.is_empty() {

@@ -64,7 +64,6 @@ mod server;
 mod stack;
 #[cfg(feature = "otel")]
 pub mod telemetry;
-mod workers;
 
 pub use config::{
     AlternateRoute, Config, ConfigError, Route, RouteProtocol, Secret, StreamLogChoice,

@@ -38,15 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut config = config;
-    if config.workers == 0 {
-        config.workers = std::thread::available_parallelism().map_or(1, usize::from);
-    }
-    // Connections run on the workers; this runtime accepts them and runs
-    // what the process shares (signals, exports, the Redis links): one
-    // thread is enough.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
         .enable_all()
         .build()
     {

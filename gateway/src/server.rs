@@ -32,9 +32,6 @@ pub(crate) struct Serve {
     pub(crate) header_read_timeout: Duration,
     pub(crate) grace: Duration,
     pub(crate) logger: Logger,
-    /// Where connections are served: these workers in turn, or (none)
-    /// this runtime.
-    pub(crate) workers: Option<crate::workers::Workers>,
 }
 
 impl Serve {
@@ -47,7 +44,6 @@ impl Serve {
             header_read_timeout,
             grace,
             logger,
-            workers,
         } = self;
         let service = crate::stack::server::<Incoming>(phases);
         let graceful = GracefulShutdown::new();
@@ -66,17 +62,9 @@ impl Serve {
                             .header_read_timeout(header_read_timeout)
                             .serve_connection(TokioIo::new(stream), hyper_service);
                         let conn = graceful.watch(conn);
-                        let conn = async move {
+                        conns.spawn(async move {
                             let _ = conn.await;
-                        };
-                        match &workers {
-                            Some(w) => {
-                                conns.spawn_on(conn, w.next());
-                            }
-                            None => {
-                                conns.spawn(conn);
-                            }
-                        }
+                        });
                     }
                     Err(e) => {
                         // Out of descriptors and the like: back off a little
@@ -116,7 +104,6 @@ impl Serve {
             .await;
         }
         conns.abort_all();
-        drop(workers);
         logger.info(
             "shutdown_finished",
             "gateway stopped",

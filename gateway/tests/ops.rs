@@ -201,33 +201,3 @@ async fn credentials_reach_the_upstream_untouched_and_never_the_logs() {
     }
     assert!(lines.iter().any(|l| l.contains("\"logical_id\"")));
 }
-
-/// Connections served on worker threads: a replayed stream arrives whole
-/// through each of two workers, a reconnect reads the log a stream on
-/// another worker wrote, and the shutdown ends every worker.
-#[tokio::test]
-async fn workers_serve_streams_and_stop_with_the_gateway() {
-    let provider = FaultProvider::start(vec![Script::status(503), happy(), happy()])
-        .await
-        .unwrap();
-    let (mut config, _) = config(&provider);
-    config.workers = 2;
-    let gw = gateway(config).await;
-    let a = send(post(gw.url(CHAT), CHAT_BODY)).await;
-    let b = send(post(gw.url(CHAT), CHAT_BODY)).await;
-    for answer in [&a, &b] {
-        assert_eq!(answer.status, 200);
-        assert_eq!(
-            without_ids(&answer.text()).as_bytes(),
-            &fixture("openai-chat/happy-usage.sse")[..]
-        );
-    }
-    let again = send(get(gw.url(&format!("/streams/{}?after=2", a.stream_id())))).await;
-    assert_eq!(again.status, 200);
-    assert_eq!(events(&again.text()).len(), 4, "events 3 to 6 of the log");
-    let m = gw.metrics();
-    assert_eq!((m.requests, m.resends, m.completed), (2, 1, 2));
-    tokio::time::timeout(LIMIT, gw.shutdown())
-        .await
-        .expect("the gateway and its workers stop");
-}

@@ -27,7 +27,7 @@ pub enum Command {
 /// The usage line.
 pub const USAGE: &str = "usage: recovery-gateway [--listen ADDR] [--upstream URL] [--config FILE] \
 [--stream-log memory|redis://...|redis+unix://...] [--keep-generating-ms N] [--max-streams N] \
-[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--otlp-endpoint URL] [--log-level LEVEL] [--workers N] [--help] [--version]
+[--max-body-bytes N] [--fleet-redis redis://...|redis+unix://...] [--otlp-endpoint URL] [--log-level LEVEL] [--help] [--version]
        recovery-gateway hash-key [--name NAME] < key";
 
 /// The help text after the usage line.
@@ -53,8 +53,6 @@ environment, the environment over the file):
                            OTEL_METRIC_EXPORT_INTERVAL ms, 60000, and at shutdown; default: off)
   --log-level LEVEL        debug, info, warn or error (RECOVERY_GATEWAY_LOG_LEVEL; info: one line
                            per stream that goes well, at its end; debug: every step)
-  --workers N              threads serving connections, each running all a connection starts
-                           (RECOVERY_GATEWAY_WORKERS; default: the number of CPUs)
   --help, --version
 
 File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
@@ -302,21 +300,6 @@ mod tests {
         let c = from_toml("fleet_redis = \"redis://f/1\"\n").unwrap();
         assert_eq!(c.fleet_redis.as_deref(), Some("redis://f/1"));
         assert_eq!(run(&[], &[]).unwrap().fleet_redis, None);
-    }
-
-    #[test]
-    fn workers_are_a_flag_an_env_or_a_file_key() {
-        assert_eq!(
-            run(&[], &[]).unwrap().workers,
-            0,
-            "the binary picks its own"
-        );
-        assert_eq!(run(&["--workers", "3"], &[]).unwrap().workers, 3);
-        let c = run(&[], &[("RECOVERY_GATEWAY_WORKERS", "2")]).unwrap();
-        assert_eq!(c.workers, 2);
-        assert_eq!(from_toml("workers = 4\n").unwrap().workers, 4);
-        assert!(run(&["--workers", "0"], &[]).is_err());
-        assert!(from_toml("workers = 0\n").is_err());
     }
 
     #[test]

@@ -25,7 +25,6 @@ pub(super) struct File {
     pub(super) fleet_redis: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
     pub(super) log_level: Option<String>,
-    pub(super) workers: Option<usize>,
     pub(super) header_read_timeout_ms: Option<u64>,
     pub(super) body_read_timeout_ms: Option<u64>,
     pub(super) body_min_bytes_per_sec: Option<u64>,

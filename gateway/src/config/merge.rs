@@ -67,14 +67,6 @@ fn addresses(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigErr
             ))
         })?);
     }
-    if let Some(n) = &layer.workers {
-        c.workers = number("--workers", n)?;
-    } else if let Some(n) = file.workers {
-        c.workers = n;
-    }
-    if !(1..=1024).contains(&c.workers) && (layer.workers.is_some() || file.workers.is_some()) {
-        return err("--workers: expected 1 to 1024 threads");
-    }
     if let Some(name) = pick(&layer.log_level, &file.log_level) {
         let Some(level) = crate::logs::Level::parse(&name) else {
             return err(format!(
@@ -309,10 +301,9 @@ pub(super) struct Layer {
     pub(super) fleet_redis: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
     pub(super) log_level: Option<String>,
-    pub(super) workers: Option<String>,
 }
 
-pub(super) const FLAGS: [(&str, &str); 11] = [
+pub(super) const FLAGS: [(&str, &str); 10] = [
     ("--listen", "RECOVERY_GATEWAY_LISTEN"),
     ("--upstream", "RECOVERY_GATEWAY_UPSTREAM"),
     ("--config", "RECOVERY_GATEWAY_CONFIG"),
@@ -326,7 +317,6 @@ pub(super) const FLAGS: [(&str, &str); 11] = [
     ("--fleet-redis", "RECOVERY_GATEWAY_FLEET_REDIS"),
     ("--otlp-endpoint", "RECOVERY_GATEWAY_OTLP_ENDPOINT"),
     ("--log-level", "RECOVERY_GATEWAY_LOG_LEVEL"),
-    ("--workers", "RECOVERY_GATEWAY_WORKERS"),
 ];
 
 impl Layer {
@@ -341,8 +331,7 @@ impl Layer {
             6 => &mut self.max_body_bytes,
             7 => &mut self.fleet_redis,
             8 => &mut self.otlp_endpoint,
-            9 => &mut self.log_level,
-            _ => &mut self.workers,
+            _ => &mut self.log_level,
         }
     }
 }

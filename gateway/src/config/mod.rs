@@ -215,11 +215,6 @@ pub struct Config {
     /// Requests forwarded at once (streams included until they end); past
     /// it a request gets a 503 with `retry-after`.
     pub max_streams: usize,
-    /// Threads serving connections, each a current-thread runtime
-    /// (everything a connection starts runs on its thread); 0 serves them
-    /// on the runtime that calls [`crate::Gateway::bind`]. The binary's
-    /// default is the number of CPUs.
-    pub workers: usize,
     /// The largest request body forwarded; past it, a 413.
     pub max_body_bytes: usize,
     /// How long a client may take to send a request head.
@@ -273,7 +268,6 @@ impl Default for Config {
             otlp_endpoint: None,
             keep_generating: Duration::from_mins(1),
             max_streams: 1024,
-            workers: 0,
             max_body_bytes: 8 << 20,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
