@@ -152,7 +152,17 @@
 //! # Features
 //!
 //! - `tokio` (default): [`TokioTiming`], the timing of the layers' waits.
-//! - `tracing`: a span per logical request and per attempt.
+//! - `tracing`: a span per logical request, named and described by the
+//!   OpenTelemetry GenAI conventions (`{operation} {model}`, `gen_ai.*`,
+//!   `http.request.resend_count`, `error.type`, `recovery.*`), and one per
+//!   send. Nothing is read of the request when no subscriber takes it.
+//! - `opentelemetry` (with `tracing`): the GenAI client inference metrics
+//!   (`gen_ai.client.inference.duration`, `…time_to_first_chunk` at the
+//!   first frame the consumer gets, after hold-back,
+//!   `…time_per_output_chunk`, `gen_ai.client.token.usage`) on the meter
+//!   of `opentelemetry::global`, made at the first request (install the
+//!   provider before it), and each send's W3C `traceparent`, from its span
+//!   through `tracing-opentelemetry` and the global propagator.
 //! - `hyper-util` (default): tells a connection hyper-util's client never
 //!   made from a request that went out. Its connector's errors (refused,
 //!   timed out, a name that did not resolve), and reqwest's, which carry
