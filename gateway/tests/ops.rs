@@ -201,3 +201,37 @@ async fn credentials_reach_the_upstream_untouched_and_never_the_logs() {
     }
     assert!(lines.iter().any(|l| l.contains("\"logical_id\"")));
 }
+
+/// A stream the gateway passes through (Ollama's NDJSON is never
+/// numbered) counts in `/metrics` too: its token use at its end.
+#[tokio::test]
+async fn a_passed_through_stream_counts_its_tokens() {
+    let provider = FaultProvider::start(vec![
+        Script::ok()
+            .header("content-type", "application/x-ndjson")
+            .write(Write::fixture("ollama/chat-happy.ndjson")),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(
+        gw.url("/api/chat"),
+        r#"{"model":"llama3","messages":[{"role":"user","content":"hi"}]}"#,
+    ))
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.text().as_bytes(),
+        &fixture("ollama/chat-happy.ndjson")[..]
+    );
+    let text = send(get(gw.url("/metrics"))).await.text();
+    for line in [
+        "gen_ai_client_token_usage_count{gen_ai_token_type=\"input\"} 1",
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"} 9",
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"output\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    gw.shutdown().await;
+}

@@ -126,7 +126,15 @@ impl Delivery<'_> {
         let sse =
             status.is_success() && BodyForm::is_event_stream(media) && !self.protocol.is_ndjson();
         if !(sse && self.resumable) {
-            let body = passthrough(first, body, self.protocol, streamed);
+            let seen = Seen {
+                metrics: std::sync::Arc::clone(&self.streams.metrics),
+                report: parts
+                    .extensions
+                    .get::<tower_recovery::ReportHandle>()
+                    .cloned(),
+                last: None,
+            };
+            let body = passthrough(first, body, self.protocol, streamed, seen);
             return Ok(respond(status, headers, body));
         }
         let id = new_stream_id();
@@ -169,7 +177,12 @@ impl Delivery<'_> {
                         ("error", Field::Str(&e.to_string())),
                     ],
                 );
-                let body = passthrough(new.first, new.body, new.protocol, true);
+                let seen = Seen {
+                    metrics: std::sync::Arc::clone(&self.streams.metrics),
+                    report: new.report,
+                    last: None,
+                };
+                let body = passthrough(new.first, new.body, new.protocol, true, seen);
                 Ok(respond(status, headers, body))
             }
         }
@@ -188,11 +201,35 @@ fn respond(status: StatusCode, headers: HeaderMap, body: GatewayBody) -> Respons
 /// the protocol's error event for a stream (SSE or NDJSON) and an aborted
 /// body otherwise (a whole JSON answer cannot carry an error after its
 /// start).
+/// What `/metrics` takes of a passed-through answer: the time between its
+/// chunks, and the token use at its end.
+struct Seen {
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    report: Option<tower_recovery::ReportHandle>,
+    last: Option<tokio::time::Instant>,
+}
+
+impl Seen {
+    fn chunk(&mut self) {
+        let now = tokio::time::Instant::now();
+        if let Some(last) = self.last.replace(now) {
+            self.metrics.output_chunk(now - last);
+        }
+    }
+
+    fn end(&self) {
+        if let Some(report) = &self.report {
+            self.metrics.tokens(&report.report().generation.usage);
+        }
+    }
+}
+
 fn passthrough(
     first: Bytes,
     body: UpstreamBody,
     protocol: ProtocolKind,
     streamed: bool,
+    seen: Seen,
 ) -> GatewayBody {
     struct Pass {
         first: Option<Bytes>,
@@ -200,6 +237,7 @@ fn passthrough(
         protocol: ProtocolKind,
         streamed: bool,
         done: bool,
+        seen: Seen,
     }
     let state = Pass {
         first: (!first.is_empty()).then_some(first),
@@ -207,9 +245,11 @@ fn passthrough(
         protocol,
         streamed,
         done: false,
+        seen,
     };
     streaming(futures_util::stream::unfold(state, |mut s| async move {
         if let Some(first) = s.first.take() {
+            s.seen.chunk();
             return Some((Ok(first), s));
         }
         loop {
@@ -217,9 +257,13 @@ fn passthrough(
                 return None;
             }
             match s.body.frame().await {
-                None => return None,
+                None => {
+                    s.seen.end();
+                    return None;
+                }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
+                        s.seen.chunk();
                         return Some((Ok(data), s));
                     }
                 }
