@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -26,7 +26,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use super::{CHAT, FIXTURE, event_ends, rss_kib, stream};
+use super::{CHAT, FIXTURE, Holding, event_ends, rss_kib};
 
 /// An answer body: `first`, then (once released) `rest`.
 struct Held {
@@ -137,42 +137,11 @@ pub(super) async fn held(binary: &Path, held: usize) -> bool {
         .to_owned();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_kib(pid);
-    let ready = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::with_capacity(held);
-    for i in 0..held {
-        let ready = Arc::clone(&ready);
-        let addr = addr.clone();
-        tasks.push(tokio::spawn(async move {
-            tokio::time::timeout(
-                Duration::from_mins(2),
-                stream(&addr, CHAT, move || {
-                    ready.fetch_add(1, Ordering::Relaxed);
-                }),
-            )
-            .await
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r)
-        }));
-        if i % 100 == 99 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    let deadline = Instant::now() + Duration::from_mins(1);
-    while ready.load(Ordering::Relaxed) < held && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let opened_in = started.elapsed();
-    let held_now = ready.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holding = Holding::open(&addr, CHAT, held).await;
+    let (held_now, opened_in) = (holding.held, holding.opened_in);
     let during = rss_kib(pid);
     let _ = release.send(true);
-    let mut finished = 0usize;
-    for task in tasks {
-        if matches!(task.await, Ok(Ok(_))) {
-            finished += 1;
-        }
-    }
+    let (finished, _) = holding.finish().await;
     println!(
         "  held at once: {held_now} of {held} (first token on every one within {:.2} s); upstream connections: {}",
         opened_in.as_secs_f64(),

@@ -32,6 +32,10 @@
 //! itself, and only loopback addresses are used.
 
 mod h2;
+#[path = "../shared/proc.rs"]
+mod proc;
+
+use proc::{cpu_seconds, rss_kib};
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -258,33 +262,70 @@ async fn concurrent(addr: &str, n: usize, clients: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
-/// The CPU time process `pid` used so far (user and system), in seconds,
-/// from `/proc/<pid>/stat` (clock ticks of `getconf CLK_TCK`, 100 here).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are the 14th and 15th fields of the line: the 12th
-    // and 13th after the name.
-    (ticks(11) + ticks(12)) as f64 / 100.0
+/// `n` streams opened at once through `addr`, each held after its first
+/// token by the upstream.
+struct Holding {
+    tasks: Vec<tokio::task::JoinHandle<Result<Timing, String>>>,
+    /// Streams at their first token.
+    held: usize,
+    /// How long they took to get there.
+    opened_in: Duration,
 }
 
-/// The resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+impl Holding {
+    /// Opens the streams (in batches of 100, letting the accept queues
+    /// drain) and waits, at most a minute, until each has its first token
+    /// and allocations settled.
+    async fn open(addr: &str, path: &'static str, n: usize) -> Holding {
+        let ready = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::with_capacity(n);
+        for i in 0..n {
+            let ready = Arc::clone(&ready);
+            let addr = addr.to_owned();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::timeout(
+                    Duration::from_mins(2),
+                    stream(&addr, path, move || {
+                        ready.fetch_add(1, Ordering::Relaxed);
+                    }),
+                )
+                .await
+                .map_err(|_| "timed out".to_owned())
+                .and_then(|r| r)
+            }));
+            if i % 100 == 99 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while ready.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let opened_in = started.elapsed();
+        let held = ready.load(Ordering::Relaxed);
+        // Let allocations settle before the caller samples memory.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Holding {
+            tasks,
+            held,
+            opened_in,
+        }
+    }
+
+    /// Once released: the streams that finished, and why the others did
+    /// not.
+    async fn finish(self) -> (usize, Vec<String>) {
+        let mut finished = 0usize;
+        let mut failures = Vec::new();
+        for task in self.tasks {
+            match task.await.expect("client task") {
+                Ok(_) => finished += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+        (finished, failures)
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -393,47 +434,12 @@ async fn run(args: &Args, provider: &FaultProvider) {
     // Let the gateway settle and forget the finished streams of the runs above.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = rss_kib(pid);
-    let ready = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::with_capacity(args.held);
-    for i in 0..args.held {
-        let ready = Arc::clone(&ready);
-        let addr = gateway_addr.clone();
-        tasks.push(tokio::spawn(async move {
-            tokio::time::timeout(
-                Duration::from_mins(2),
-                stream(&addr, HELD, move || {
-                    ready.fetch_add(1, Ordering::Relaxed);
-                }),
-            )
-            .await
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r)
-        }));
-        if i % 100 == 99 {
-            // Let the accept queues drain between batches.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    let deadline = Instant::now() + Duration::from_mins(1);
-    while ready.load(Ordering::Relaxed) < args.held && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let opened_in = started.elapsed();
-    let held_now = ready.load(Ordering::Relaxed);
-    // Let allocations settle before sampling.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holding = Holding::open(&gateway_addr, HELD, args.held).await;
+    let (held_now, opened_in) = (holding.held, holding.opened_in);
     let during = rss_kib(pid);
     let upstream_open = provider.open_connections();
     provider.release_all();
-    let mut finished = 0usize;
-    let mut failures = Vec::new();
-    for task in tasks {
-        match task.await.expect("client task") {
-            Ok(_) => finished += 1,
-            Err(e) => failures.push(e),
-        }
-    }
+    let (finished, failures) = holding.finish().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(pid);
     println!(
