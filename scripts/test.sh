@@ -2,6 +2,8 @@
 # Every test of the project, in the order a failure is cheapest to read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build from scratch: incremental caches would only take disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 step() { printf '\n== %s\n' "$*"; }
 
