@@ -8,6 +8,8 @@ response."""
 
 from __future__ import annotations
 
+import time
+
 import httpx2
 import pytest
 
@@ -142,3 +144,27 @@ def test_a_chunk_that_is_not_bytes_is_refused():
     with pytest.raises(TypeError):
         while True:
             next(it)
+
+
+def reader_on(clock):
+    client = recovery_llm._machine.Client({}, [], None)
+    machine = client.start("POST", URL, BODY, clock(), time.time(), 7)
+    return recovery_llm._machine.Reader(machine, iter([]), clock)
+
+
+def test_the_reader_reads_time_monotonic_as_python_does():
+    # The reader reads the shell's default clock from Rust: the same
+    # seconds, between two readings taken through Python around it.
+    reader = reader_on(time.monotonic)
+    for _ in range(3):
+        before = time.monotonic()
+        now = reader.now()
+        after = time.monotonic()
+        assert before - 1e-6 <= now <= after + 1e-6, (before, now, after)
+
+
+def test_the_reader_reads_any_other_clock_through_it():
+    ticks = iter([100.0, 250.0, 251.5])
+    reader = reader_on(lambda: next(ticks))
+    assert reader.now() == 250.0
+    assert reader.now() == 251.5
