@@ -11,7 +11,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -22,11 +21,9 @@ use http::{Request, Response};
 use http_body::Frame;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::watch;
 
-use super::{CHAT, FIXTURE, Holding, event_ends, rss_kib};
+use super::{CHAT, FIXTURE, Holding, Proxy, event_ends, rss_kib};
 
 /// An answer body: `first`, then (once released) `rest`.
 struct Held {
@@ -112,29 +109,9 @@ pub(super) async fn held(binary: &Path, held: usize) -> bool {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("gateway.toml");
     std::fs::write(&config, "http2 = true\n").expect("config");
-    let mut gateway = Command::new(binary)
-        .args(["--listen", "127.0.0.1:0", "--upstream", &url])
-        .args(["--config", &config.display().to_string()])
-        .args(["--max-streams", &(held * 2 + 100).to_string()])
-        .env_remove("RECOVERY_GATEWAY_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the gateway");
-    let pid = gateway.id().expect("gateway pid");
-    let mut lines = BufReader::new(gateway.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .expect("the gateway starts")
-        .expect("stdout")
-        .unwrap_or_default();
-    let addr = first
-        .strip_prefix("listening http://")
-        .unwrap_or_else(|| panic!("first line {first:?}"))
-        .trim()
-        .to_owned();
+    let config_arg = config.display().to_string();
+    let gateway = Proxy::start(binary, &url, held, &["--config", &config_arg]).await;
+    let (pid, addr) = (gateway.pid, gateway.addr.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_kib(pid);
     let holding = Holding::open(&addr, CHAT, held).await;
@@ -154,11 +131,7 @@ pub(super) async fn held(binary: &Path, held: usize) -> bool {
         during.saturating_sub(before) as f64 / 1024.0
     );
     println!("  finished after release: {finished} of {held}");
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await;
-    let _ = tokio::time::timeout(Duration::from_secs(20), gateway.wait()).await;
+    gateway.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     held_now == held && finished == held
 }

@@ -13,7 +13,11 @@
 //! (`--gateway PATH` to point elsewhere), started on `127.0.0.1:0` with the
 //! in-memory stream log. Every request is a fresh HTTP/1.1 connection from a
 //! raw client, to the provider directly or through the gateway, so the
-//! difference between the two is the gateway's share.
+//! difference between the two is the gateway's share. Phases 1 and 2 also
+//! run through a reverse proxy with nothing but hyper in it (the
+//! `bare_proxy` example, `--bare PATH`): the floor of any proxy on the
+//! machine, against which the gateway's own share is read; phase 3 holds
+//! the same streams through it first.
 //!
 //! 1. Latency: `--streams` sequential chat streams of a fixed fixture
 //!    (`openai-chat/happy-usage.sse`, 6 events, no delays): time to the
@@ -61,6 +65,8 @@ struct Args {
     concurrency: usize,
     held: usize,
     gateway: PathBuf,
+    /// The bare hyper proxy (`bare_proxy.rs`), the floor.
+    bare: PathBuf,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -71,11 +77,14 @@ fn parse_args() -> Result<Args, String> {
         .and_then(|examples| examples.parent())
         .map(|dir| dir.join("recovery-gateway"))
         .ok_or("cannot locate the gateway binary; pass --gateway PATH")?;
+    // target/<profile>/examples/load -> target/<profile>/examples/bare_proxy
+    let default_bare = exe.with_file_name("bare_proxy");
     let mut args = Args {
         streams: 500,
         concurrency: 64,
         held: 1000,
         gateway: default_gateway,
+        bare: default_bare,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
             "--concurrency" => args.concurrency = number(value()?)?,
             "--held" => args.held = number(value()?)?,
             "--gateway" => args.gateway = PathBuf::from(value()?),
+            "--bare" => args.bare = PathBuf::from(value()?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -333,7 +343,7 @@ fn main() -> std::process::ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!(
-                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH]"
+                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH] [--bare PATH]"
             );
             return std::process::ExitCode::from(2);
         }
@@ -347,35 +357,70 @@ fn main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
+/// A proxy process of this run: the gateway, or the bare hyper proxy.
+struct Proxy {
+    child: tokio::process::Child,
+    pid: u32,
+    addr: String,
+}
+
+impl Proxy {
+    /// Starts `program` on `127.0.0.1:0` in front of `upstream`, with room
+    /// for `held` streams and `extra` arguments, and waits for its
+    /// `listening` line.
+    async fn start(
+        program: &std::path::Path,
+        upstream: &str,
+        held: usize,
+        extra: &[&str],
+    ) -> Proxy {
+        let mut child = Command::new(program)
+            .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+            .args(["--max-streams", &(held * 2 + 100).to_string()])
+            .args(extra)
+            .env_remove("RECOVERY_GATEWAY_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let pid = child.id().expect("pid");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the proxy starts")
+            .expect("stdout")
+            .unwrap_or_default();
+        let addr = first
+            .strip_prefix("listening http://")
+            .unwrap_or_else(|| panic!("first line {first:?}"))
+            .trim()
+            .to_owned();
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Proxy { child, pid, addr }
+    }
+}
+
+impl Proxy {
+    /// SIGTERM, then at most 20 s for the process to end.
+    async fn stop(mut self) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+}
+
 async fn run(args: &Args, provider: &FaultProvider) {
-    let mut gateway = Command::new(&args.gateway)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &provider.base_url(),
-        ])
-        .args(["--stream-log", "memory"])
-        .args(["--max-streams", &(args.held * 2 + 100).to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", args.gateway.display()));
-    let pid = gateway.id().expect("gateway pid");
-    let mut lines = BufReader::new(gateway.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .expect("the gateway starts")
-        .expect("stdout")
-        .unwrap_or_default();
-    let gateway_addr = first
-        .strip_prefix("listening http://")
-        .unwrap_or_else(|| panic!("first line {first:?}"))
-        .trim()
-        .to_owned();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let memory_log = ["--stream-log", "memory"];
+    let gateway = Proxy::start(&args.gateway, &provider.base_url(), args.held, &memory_log).await;
+    let bare = Proxy::start(&args.bare, &provider.base_url(), args.held, &[]).await;
+    let (pid, gateway_addr) = (gateway.pid, gateway.addr.clone());
     let direct_addr = provider.addr().to_string();
 
     println!(
@@ -388,21 +433,25 @@ async fn run(args: &Args, provider: &FaultProvider) {
     );
     let idle_rss = rss_kib(pid);
 
-    // Warm up both paths (connection pools, allocator).
+    // Warm up every path (connection pools, allocator).
     sequential(&direct_addr, 20).await;
     sequential(&gateway_addr, 20).await;
+    sequential(&bare.addr, 20).await;
 
     println!("\n1. latency per stream, sequential, fresh connection each");
     let direct = sequential(&direct_addr, args.streams).await;
     let through = sequential(&gateway_addr, args.streams).await;
+    let floor = sequential(&bare.addr, args.streams).await;
     let d_first = summary(direct.iter().map(|t| t.first_event).collect());
     let g_first = summary(through.iter().map(|t| t.first_event).collect());
     let d_total = summary(direct.iter().map(|t| t.total).collect());
     let g_total = summary(through.iter().map(|t| t.total).collect());
+    let b_total = summary(floor.iter().map(|t| t.total).collect());
     print_row("direct: first event", &d_first);
     print_row("gateway: first event", &g_first);
     print_row("direct: whole stream", &d_total);
     print_row("gateway: whole stream", &g_total);
+    print_row("bare proxy: whole stream", &b_total);
     println!(
         "  added by the gateway: first event +{:.3} ms p50 (x{:.2}), whole stream +{:.3} ms p50 (x{:.2}), +{:.3} ms p99",
         g_first.p50 - d_first.p50,
@@ -411,25 +460,50 @@ async fn run(args: &Args, provider: &FaultProvider) {
         g_total.p50 / d_total.p50,
         g_total.p99 - d_total.p99,
     );
+    println!(
+        "  added by the bare hyper proxy: whole stream +{:.3} ms p50, +{:.3} ms p99",
+        b_total.p50 - d_total.p50,
+        b_total.p99 - d_total.p99,
+    );
 
     println!("\n2. throughput, {} clients at once", args.concurrency);
     let direct_rate = concurrent(&direct_addr, args.streams, args.concurrency).await;
     let cpu_before = cpu_seconds(pid);
     let gateway_rate = concurrent(&gateway_addr, args.streams, args.concurrency).await;
     let cpu = cpu_seconds(pid) - cpu_before;
+    let bare_before = cpu_seconds(bare.pid);
+    let bare_rate = concurrent(&bare.addr, args.streams, args.concurrency).await;
+    let bare_cpu = cpu_seconds(bare.pid) - bare_before;
+    let per_1000 = |cpu: f64| cpu * 1000.0 / args.streams as f64;
     println!(
-        "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2})",
-        gateway_rate / direct_rate
+        "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2}), bare proxy {bare_rate:.0} streams/s (x{:.2})",
+        gateway_rate / direct_rate,
+        bare_rate / direct_rate
     );
     println!(
-        "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams",
+        "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams; bare proxy {:.3} (gateway x{:.2})",
         args.streams,
-        cpu * 1000.0 / args.streams as f64
+        per_1000(cpu),
+        per_1000(bare_cpu),
+        cpu / bare_cpu.max(1e-9)
     );
 
     println!(
         "\n3. {} slow streams held open at once through the gateway",
         args.held
+    );
+    // The floor first: the same streams held through the bare proxy, then
+    // released (exactly as many stall points as are waiting).
+    let bare_before = rss_kib(bare.pid);
+    let holding = Holding::open(&bare.addr, HELD, args.held).await;
+    let bare_held = holding.held;
+    let bare_during = rss_kib(bare.pid);
+    provider.release(bare_held);
+    let (bare_finished, _) = holding.finish().await;
+    bare.stop().await;
+    println!(
+        "  bare proxy: {bare_held} held, {bare_finished} finished; memory per held stream {:.1} KiB",
+        bare_during.saturating_sub(bare_before) as f64 / bare_held.max(1) as f64
     );
     // Let the gateway settle and forget the finished streams of the runs above.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -465,18 +539,12 @@ async fn run(args: &Args, provider: &FaultProvider) {
         }
     );
 
-    let pid_text = pid.to_string();
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid_text])
-        .status()
-        .await;
-    let status = tokio::time::timeout(Duration::from_secs(20), gateway.wait()).await;
     println!(
         "\ngateway exit after SIGTERM: {}",
-        match status {
-            Ok(Ok(s)) => s.to_string(),
-            _ => "did not exit in 20 s".to_owned(),
-        }
+        gateway
+            .stop()
+            .await
+            .map_or_else(|| "did not exit in 20 s".to_owned(), |s| s.to_string())
     );
     assert!(
         held_now == args.held && finished == args.held,
