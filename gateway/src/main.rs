@@ -20,6 +20,14 @@ use recovery_gateway::auth::{MIN_CLIENT_KEY_LEN, client_entry};
 use recovery_gateway::config::{self, Command, HELP, USAGE};
 use recovery_gateway::{Gateway, ShutdownHandle};
 
+/// jemalloc's per-thread caches: a stream's many small, short allocations
+/// (heads, events, the recovery state), made and freed on both runtime
+/// workers, cost the gateway about a fifth of its CPU under glibc's
+/// allocator, and mimalloc held 20 KiB more per held stream.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let command = config::parse(std::env::args().skip(1), |k| std::env::var(k).ok());
     let config = match command {
