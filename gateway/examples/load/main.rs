@@ -38,11 +38,12 @@
 mod h2;
 #[path = "../shared/proc.rs"]
 mod proc;
+mod proxy;
 
 use proc::{cpu_seconds, rss_kib};
+use proxy::Proxy;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -50,7 +51,6 @@ use std::time::{Duration, Instant};
 use recovery_tests::fault::{FaultProvider, Options, Script, ScriptSet, Write};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::process::Command;
 
 const FIXTURE: &str = "openai-chat/happy-usage.sse";
 const FAST: &str = "/fast/v1/chat/completions";
@@ -355,65 +355,6 @@ fn main() -> std::process::ExitCode {
         .expect("runtime");
     runtime.block_on(run(&args, &provider));
     std::process::ExitCode::SUCCESS
-}
-
-/// A proxy process of this run: the gateway, or the bare hyper proxy.
-struct Proxy {
-    child: tokio::process::Child,
-    pid: u32,
-    addr: String,
-}
-
-impl Proxy {
-    /// Starts `program` on `127.0.0.1:0` in front of `upstream`, with room
-    /// for `held` streams and `extra` arguments, and waits for its
-    /// `listening` line.
-    async fn start(
-        program: &std::path::Path,
-        upstream: &str,
-        held: usize,
-        extra: &[&str],
-    ) -> Proxy {
-        let mut child = Command::new(program)
-            .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
-            .args(["--max-streams", &(held * 2 + 100).to_string()])
-            .args(extra)
-            .env_remove("RECOVERY_GATEWAY_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-        let pid = child.id().expect("pid");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("the proxy starts")
-            .expect("stdout")
-            .unwrap_or_default();
-        let addr = first
-            .strip_prefix("listening http://")
-            .unwrap_or_else(|| panic!("first line {first:?}"))
-            .trim()
-            .to_owned();
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Proxy { child, pid, addr }
-    }
-}
-
-impl Proxy {
-    /// SIGTERM, then at most 20 s for the process to end.
-    async fn stop(mut self) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .await;
-        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
-            .await
-            .ok()
-            .and_then(Result::ok)
-    }
 }
 
 async fn run(args: &Args, provider: &FaultProvider) {
