@@ -66,11 +66,13 @@ impl SseBlocks {
         let buf = &self.buf[..];
         let mut i = self.scan;
         while i < buf.len() {
+            // The next line end, found a word at a time.
+            let Some(at) = memchr::memchr2(b'\n', b'\r', &buf[i..]) else {
+                i = buf.len();
+                break;
+            };
+            i += at;
             let b = buf[i];
-            if b != b'\n' && b != b'\r' {
-                i += 1;
-                continue;
-            }
             let end = if b == b'\r' {
                 match buf.get(i + 1) {
                     Some(b'\n') => i + 2,
@@ -124,7 +126,7 @@ pub fn block_lines(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
         if rest.is_empty() {
             return None;
         }
-        let at = rest.iter().position(|b| *b == b'\n' || *b == b'\r');
+        let at = memchr::memchr2(b'\n', b'\r', rest);
         let (line, term_len) = match at {
             None => (rest, 0),
             Some(i) if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') => (&rest[..i], 2),

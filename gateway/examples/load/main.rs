@@ -22,7 +22,10 @@
 //! 1. Latency: `--streams` sequential chat streams of a fixed fixture
 //!    (`openai-chat/happy-usage.sse`, 6 events, no delays): time to the
 //!    first event and to `data: [DONE]`, direct and through the gateway.
-//! 2. Throughput: the same streams from `--concurrency` clients at once.
+//! 2. Throughput: the same streams from `--concurrency` clients at once,
+//!    each stream on a fresh connection; then (2b) each client keeping one
+//!    connection alive for all its streams, as an SDK's connection pool
+//!    does.
 //! 3. Held streams: `--held` streams that send their first token and then
 //!    stall upstream, all open at once through the gateway; the gateway's
 //!    resident memory (`VmRSS` of `/proc/<pid>/status`) before and while
@@ -148,23 +151,52 @@ struct Timing {
     total: Duration,
 }
 
-/// Sends one streamed chat request to `addr` and reads until `[DONE]`.
-/// `on_token` is called once the first token ("Hello") has arrived.
+/// Sends one streamed chat request to `addr` on a fresh connection and
+/// reads until `[DONE]`. `on_token` is called once the first token
+/// ("Hello") has arrived.
 async fn stream(addr: &str, path: &str, on_token: impl FnOnce()) -> Result<Timing, String> {
+    stream_on(None, addr, path, on_token).await
+}
+
+/// A client's connection, kept between its streams.
+type Connection = Option<BufReader<TcpStream>>;
+
+/// As [`stream`]; with a `keep` slot, on the connection it holds (a new one
+/// when empty), asking for keep-alive and reading the answer to its chunked
+/// end, after which the connection goes back into the slot for the next
+/// stream.
+async fn stream_on(
+    keep: Option<&mut Connection>,
+    addr: &str,
+    path: &str,
+    on_token: impl FnOnce(),
+) -> Result<Timing, String> {
     let started = Instant::now();
-    let mut socket = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let keep_alive = keep.is_some();
+    let connect = || async {
+        TcpStream::connect(addr)
+            .await
+            .map(BufReader::new)
+            .map_err(|e| format!("connect: {e}"))
+    };
+    let (mut reader, slot) = match keep {
+        Some(slot) => match slot.take() {
+            Some(reader) => (reader, Some(slot)),
+            None => (connect().await?, Some(slot)),
+        },
+        None => (connect().await?, None),
+    };
     let request = format!(
         "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\naccept: text/event-stream\r\nconnection: close\r\n\r\n{BODY}",
-        BODY.len()
+         content-length: {}\r\naccept: text/event-stream\r\nconnection: {}\r\n\r\n{BODY}",
+        BODY.len(),
+        if keep_alive { "keep-alive" } else { "close" }
     );
-    socket
+    reader
+        .get_mut()
         .write_all(request.as_bytes())
         .await
         .map_err(|e| format!("write: {e}"))?;
-    let mut reader = BufReader::new(socket);
     let mut status = String::new();
     reader
         .read_line(&mut status)
@@ -195,7 +227,12 @@ async fn stream(addr: &str, path: &str, on_token: impl FnOnce()) -> Result<Timin
         {
             f();
         }
-        if contains(&seen, b"data: [DONE]") {
+        // A kept connection is reused only once its answer's chunked body
+        // has ended.
+        if contains(&seen, b"data: [DONE]") && (!keep_alive || seen.ends_with(b"\r\n0\r\n\r\n")) {
+            if let Some(slot) = slot {
+                *slot = Some(reader);
+            }
             return Ok(Timing {
                 first_event: first_event.unwrap_or_default(),
                 total: started.elapsed(),
@@ -249,7 +286,8 @@ async fn sequential(addr: &str, n: usize) -> Vec<Timing> {
 }
 
 /// `n` streams to `addr` from `clients` clients at once; streams per second.
-async fn concurrent(addr: &str, n: usize, clients: usize) -> f64 {
+/// With `keep_alive`, each client sends its streams over one connection.
+async fn concurrent(addr: &str, n: usize, clients: usize, keep_alive: bool) -> f64 {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
@@ -257,8 +295,10 @@ async fn concurrent(addr: &str, n: usize, clients: usize) -> f64 {
             let next = Arc::clone(&next);
             let addr = addr.to_owned();
             tokio::spawn(async move {
+                let mut kept: Connection = None;
                 while next.fetch_add(1, Ordering::Relaxed) < n {
-                    tokio::time::timeout(STREAM_LIMIT, stream(&addr, FAST, || {}))
+                    let slot = keep_alive.then_some(&mut kept);
+                    tokio::time::timeout(STREAM_LIMIT, stream_on(slot, &addr, FAST, || {}))
                         .await
                         .expect("a stream within its limit")
                         .expect("a whole stream");
@@ -407,27 +447,40 @@ async fn run(args: &Args, provider: &FaultProvider) {
         b_total.p99 - d_total.p99,
     );
 
-    println!("\n2. throughput, {} clients at once", args.concurrency);
-    let direct_rate = concurrent(&direct_addr, args.streams, args.concurrency).await;
-    let cpu_before = cpu_seconds(pid);
-    let gateway_rate = concurrent(&gateway_addr, args.streams, args.concurrency).await;
-    let cpu = cpu_seconds(pid) - cpu_before;
-    let bare_before = cpu_seconds(bare.pid);
-    let bare_rate = concurrent(&bare.addr, args.streams, args.concurrency).await;
-    let bare_cpu = cpu_seconds(bare.pid) - bare_before;
-    let per_1000 = |cpu: f64| cpu * 1000.0 / args.streams as f64;
-    println!(
-        "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2}), bare proxy {bare_rate:.0} streams/s (x{:.2})",
-        gateway_rate / direct_rate,
-        bare_rate / direct_rate
-    );
-    println!(
-        "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams; bare proxy {:.3} (gateway x{:.2})",
-        args.streams,
-        per_1000(cpu),
-        per_1000(bare_cpu),
-        cpu / bare_cpu.max(1e-9)
-    );
+    for keep_alive in [false, true] {
+        println!(
+            "\n2{}. throughput, {} clients at once, {}",
+            if keep_alive { "b" } else { "" },
+            args.concurrency,
+            if keep_alive {
+                "each on one kept-alive connection (as an SDK's pool)"
+            } else {
+                "a fresh connection per stream"
+            }
+        );
+        let direct_rate =
+            concurrent(&direct_addr, args.streams, args.concurrency, keep_alive).await;
+        let cpu_before = cpu_seconds(pid);
+        let gateway_rate =
+            concurrent(&gateway_addr, args.streams, args.concurrency, keep_alive).await;
+        let cpu = cpu_seconds(pid) - cpu_before;
+        let bare_before = cpu_seconds(bare.pid);
+        let bare_rate = concurrent(&bare.addr, args.streams, args.concurrency, keep_alive).await;
+        let bare_cpu = cpu_seconds(bare.pid) - bare_before;
+        let per_1000 = |cpu: f64| cpu * 1000.0 / args.streams as f64;
+        println!(
+            "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2}), bare proxy {bare_rate:.0} streams/s (x{:.2})",
+            gateway_rate / direct_rate,
+            bare_rate / direct_rate
+        );
+        println!(
+            "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams; bare proxy {:.3} (gateway x{:.2})",
+            args.streams,
+            per_1000(cpu),
+            per_1000(bare_cpu),
+            cpu / bare_cpu.max(1e-9)
+        );
+    }
 
     println!(
         "\n3. {} slow streams held open at once through the gateway",

@@ -70,7 +70,7 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b":");
-    out.extend_from_slice(seq.to_string().as_bytes());
+    push_decimal(&mut out, seq);
     out.extend_from_slice(term);
     for (line, t) in lines(event) {
         if !is_id_field(line) {
@@ -79,6 +79,21 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
         }
     }
     out.freeze()
+}
+
+/// `n` in decimal, without a `String` for it.
+fn push_decimal(out: &mut BytesMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Parses a `Last-Event-ID` of the gateway's form, `<stream>:<seq>`, where
@@ -95,6 +110,14 @@ pub(crate) fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequence_numbers_are_written_in_decimal() {
+        for seq in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            let event = number(b"data: x\n\n", "s", seq);
+            assert_eq!(&event[..], format!("id: s:{seq}\ndata: x\n\n").as_bytes());
+        }
+    }
 
     #[test]
     fn numbering_replaces_the_upstream_id() {
