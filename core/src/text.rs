@@ -5,19 +5,23 @@
 //! `Formatter`, the padding paths) out of what the wasm module links, where
 //! it would cost more than the rest of the id handling together.
 
-/// Appends `n` in decimal.
-pub fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
+/// The ASCII digits of `n` in decimal, written at the end of `buf`.
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
     loop {
         at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
+        buf[at] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    for &d in digits.get(at..).unwrap_or_default() {
+    buf.get(at..).unwrap_or_default()
+}
+
+/// Appends `n` in decimal.
+pub fn push_decimal(out: &mut String, n: u64) {
+    for &d in decimal(n, &mut [0; 20]) {
         out.push(char::from(d));
     }
 }

@@ -70,7 +70,7 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b":");
-    push_decimal(&mut out, seq);
+    out.extend_from_slice(recovery_core::text::decimal(seq, &mut [0; 20]));
     out.extend_from_slice(term);
     for (line, t) in lines(event) {
         if !is_id_field(line) {
@@ -79,21 +79,6 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
         }
     }
     out.freeze()
-}
-
-/// `n` in decimal, without a `String` for it.
-fn push_decimal(out: &mut BytesMut, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// Parses a `Last-Event-ID` of the gateway's form, `<stream>:<seq>`, where
