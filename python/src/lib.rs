@@ -1451,12 +1451,12 @@ pub struct Reader {
 /// The clock a [`Reader`] reads for each chunk.
 ///
 /// The sync shell's clock is `time.monotonic` unless a test put a virtual
-/// clock in its place. `time.monotonic` and [`std::time::Instant`] read the
-/// same system clock on every platform CPython and Rust share
-/// (`CLOCK_MONOTONIC` on Linux, the uptime clock on macOS, the performance
-/// counter on Windows), so the reader reads it once through Python when it
-/// is made and from Rust afterwards: two calls into Python per chunk fewer,
-/// the same seconds.
+/// clock in its place. On Linux and macOS, `time.monotonic` and
+/// [`std::time::Instant`] read the same system clock (`CLOCK_MONOTONIC`;
+/// the uptime clock), so there the reader reads it once through Python when
+/// it is made and from Rust afterwards: two calls into Python per chunk
+/// fewer, the same seconds. Elsewhere (Windows before CPython 3.13 reads
+/// another clock than Rust's) every reading goes through Python.
 enum ReaderClock {
     /// `time.monotonic`, as `at_python` seconds at `at`.
     Monotonic {
@@ -1470,7 +1470,8 @@ enum ReaderClock {
 impl ReaderClock {
     fn of(py: Python<'_>, clock: Py<PyAny>) -> PyResult<Self> {
         let monotonic = py.import("time")?.getattr("monotonic")?;
-        if !clock.bind(py).is(&monotonic) {
+        let same_clock = cfg!(any(target_os = "linux", target_os = "macos"));
+        if !same_clock || !clock.bind(py).is(&monotonic) {
             return Ok(Self::Python(clock));
         }
         let at = std::time::Instant::now();
