@@ -15,8 +15,6 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value};
-
 /// The severity of a line, the least first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -171,26 +169,15 @@ impl Logger {
         if level < self.min || matches!(self.sink, Sink::Off) {
             return;
         }
-        let mut line = Map::new();
-        line.insert("ts".into(), Value::String(now_rfc3339()));
-        line.insert("level".into(), Value::String(level.name().into()));
-        line.insert("msg".into(), Value::String(msg.into()));
-        line.insert("event".into(), Value::String(event.into()));
-        for (name, value) in fields {
-            let v = match value {
-                Field::Str(s) => Value::String((*s).to_owned()),
-                Field::U64(n) => Value::from(*n),
-                Field::Bool(b) => Value::Bool(*b),
-            };
-            line.insert((*name).to_owned(), v);
-        }
-        let text = Value::Object(line).to_string();
+        let text = line(level, event, msg, fields);
         match &self.sink {
             Sink::Off => {}
             Sink::Stderr => {
                 let mut err = std::io::stderr().lock();
                 // A closed stderr must not take the gateway down.
-                let _ = writeln!(err, "{text}");
+                let mut text = text;
+                text.push('\n');
+                let _ = err.write_all(text.as_bytes());
             }
             Sink::Memory(lines) => lines
                 .lock()
@@ -215,12 +202,74 @@ impl Logger {
     }
 }
 
+/// One line's JSON object, written out directly: `ts`, `level`, `msg` and
+/// `event`, then the fields in the order given (a field named as one of
+/// the first four is left out, so a key is never written twice).
+fn line(level: Level, event: &str, msg: &str, fields: &[(&str, Field<'_>)]) -> String {
+    const OWN: [&str; 4] = ["ts", "level", "msg", "event"];
+    let mut out = String::with_capacity(160 + 32 * fields.len());
+    out.push_str("{\"ts\":\"");
+    out.push_str(&now_rfc3339());
+    out.push_str("\",\"level\":\"");
+    out.push_str(level.name());
+    out.push_str("\",\"msg\":");
+    push_json_str(&mut out, msg);
+    out.push_str(",\"event\":");
+    push_json_str(&mut out, event);
+    for (name, value) in fields.iter().filter(|(n, _)| !OWN.contains(n)) {
+        out.push(',');
+        push_json_str(&mut out, name);
+        out.push(':');
+        match value {
+            Field::Str(s) => push_json_str(&mut out, s),
+            Field::U64(n) => recovery_core::text::push_decimal(&mut out, *n),
+            Field::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// `s` as a JSON string: quoted, with `"`, `\` and control characters
+/// escaped.
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut rest = s;
+    while let Some(at) = rest.find(|c: char| c == '"' || c == '\\' || c < ' ') {
+        out.push_str(&rest[..at]);
+        let c = rest[at..].chars().next().unwrap_or_default();
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            other => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let n = u32::from(other) as usize;
+                out.push_str("\\u00");
+                out.push(char::from(HEX[n >> 4]));
+                out.push(char::from(HEX[n & 0xf]));
+            }
+        }
+        rest = &rest[at + c.len_utf8()..];
+    }
+    out.push_str(rest);
+    out.push('"');
+}
+
 /// The current time as RFC 3339 UTC with milliseconds, without a date
 /// crate: days to a civil date by Howard Hinnant's algorithm.
 fn now_rfc3339() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    rfc3339(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// `since` the Unix epoch as RFC 3339 UTC with milliseconds.
+fn rfc3339(since: std::time::Duration) -> String {
     let secs = since.as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;
@@ -233,18 +282,30 @@ fn now_rfc3339() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
+    let mut out = String::with_capacity(24);
+    // Each part zero-padded to its width, written digit by digit (the
+    // formatting machinery cost more than the rest of a log line).
+    let mut digits = |n: u64, width: u32, after: char| {
+        for at in (0..width).rev() {
+            let digit = n / 10u64.pow(at) % 10;
+            out.push(char::from(b'0' + digit as u8));
+        }
+        out.push(after);
+    };
+    digits(u64::try_from(y).unwrap_or(0), 4, '-');
+    digits(u64::try_from(m).unwrap_or(0), 2, '-');
+    digits(u64::try_from(d).unwrap_or(0), 2, 'T');
+    digits(rem / 3600, 2, ':');
+    digits(rem % 3600 / 60, 2, ':');
+    digits(rem % 60, 2, '.');
+    digits(u64::from(since.subsec_millis()), 3, 'Z');
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn one_json_object_per_line() {
@@ -258,6 +319,52 @@ mod tests {
         let ts = v["ts"].as_str().unwrap();
         assert_eq!(ts.len(), 24, "{ts}");
         assert!(ts.ends_with('Z') && ts.starts_with("20"), "{ts}");
+        assert_eq!(&ts[4..5], "-");
+        assert_eq!(&ts[10..11], "T");
+        assert_eq!(&ts[19..20], ".");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        use std::time::Duration;
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(Duration::from_millis(1_700_000_000_123)),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_millis(951_782_400_007)),
+            "2000-02-29T00:00:00.007Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_millis(4_102_444_799_999)),
+            "2099-12-31T23:59:59.999Z"
+        );
+    }
+
+    #[test]
+    fn text_is_escaped_and_keys_are_written_once() {
+        let (logger, lines) = Logger::memory();
+        let odd = "a \"quote\", a \\ backslash,\na newline, \u{1} and ünïcode";
+        logger.warn(
+            "odd",
+            odd,
+            &[
+                ("detail", Field::Str(odd)),
+                ("level", Field::Str("not the level")),
+                ("count", Field::U64(u64::MAX)),
+                ("flag", Field::Bool(false)),
+            ],
+        );
+        let lines = lines.lock().unwrap();
+        assert!(!lines[0].contains('\n'), "{}", lines[0]);
+        let v: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["msg"], odd);
+        assert_eq!(v["detail"], odd);
+        assert_eq!(v["level"], "warn");
+        assert_eq!(v["count"], u64::MAX);
+        assert_eq!(v["flag"], false);
+        assert_eq!(lines[0].matches("\"level\"").count(), 1, "{}", lines[0]);
     }
 
     #[test]
