@@ -573,42 +573,22 @@ async fn run(args: Args) -> bool {
     let column = |f: &dyn Fn(usize, &Tally) -> String| -> Vec<String> {
         tallies.iter().enumerate().map(|(i, t)| f(i, t)).collect()
     };
-    rows.push((
-        "last byte, p50 (1 client)".into(),
-        column(&|_, t| format!("{:.3} ms", p(t, 0.50))),
-    ));
-    rows.push((
-        "  added to the first, p50".into(),
-        column(&|i, t| {
-            if i == base {
-                "-".into()
-            } else {
-                format!(
-                    "{:+.3} ms ({})",
-                    p(t, 0.50) - base_p50,
-                    ratio(p(t, 0.50) / base_p50)
-                )
-            }
-        }),
-    ));
-    rows.push((
-        "last byte, p99 (1 client)".into(),
-        column(&|_, t| format!("{:.3} ms", p(t, 0.99))),
-    ));
-    rows.push((
-        "  added to the first, p99".into(),
-        column(&|i, t| {
-            if i == base {
-                "-".into()
-            } else {
-                format!(
-                    "{:+.3} ms ({})",
-                    p(t, 0.99) - base_p99,
-                    ratio(p(t, 0.99) / base_p99)
-                )
-            }
-        }),
-    ));
+    for (q, name, base_q) in [(0.50, "p50", base_p50), (0.99, "p99", base_p99)] {
+        rows.push((
+            format!("last byte, {name} (1 client)"),
+            column(&|_, t| format!("{:.3} ms", p(t, q))),
+        ));
+        rows.push((
+            format!("  added to the first, {name}"),
+            column(&|i, t| {
+                if i == base {
+                    "-".into()
+                } else {
+                    format!("{:+.3} ms ({})", p(t, q) - base_q, ratio(p(t, q) / base_q))
+                }
+            }),
+        ));
+    }
     rows.push((
         format!("streams/s, {} clients", args.concurrency),
         column(&|i, t| {
