@@ -148,7 +148,13 @@ impl Keys {
             .copied()
             .chain(extra.iter().map(HeaderName::as_str));
         for name in names {
-            for value in headers.get_all(name) {
+            // A pass over the request's few headers per name: `get_all`
+            // would parse and hash each name, most of them absent.
+            let values = headers
+                .iter()
+                .filter(|(n, _)| n.as_str() == name)
+                .map(|(_, v)| v);
+            for value in values {
                 for part in [name.as_bytes(), value.as_bytes()] {
                     ctx.update(&(part.len() as u64).to_be_bytes());
                     ctx.update(part);
@@ -213,6 +219,11 @@ mod tests {
         let nobody = keys.owner(&HeaderMap::new(), &[]);
         let moved = keys.owner(&headers(&[("x-api-key", "Bearer a")]), &[]);
         assert_eq!(alice, same, "only credential headers count");
+        assert_eq!(
+            keys.owner(&headers(&[("x-api-key", "k"), ("authorization", "a")]), &[]),
+            keys.owner(&headers(&[("authorization", "a"), ("x-api-key", "k")]), &[]),
+            "credential headers count in a fixed order, not as they came"
+        );
         let k = |o: &Owner| keys.stream_key(&id, o);
         assert_eq!(k(&alice), k(&same));
         for other in [&bob, &nobody, &moved] {

@@ -102,6 +102,10 @@ impl Proxy {
             call,
             crate::telemetry::server_span(&parts.method, parts.uri.path(), &parts.headers),
         );
+        // The client's head is a slice of its connection's read buffer:
+        // held while the upstream answers, it would make hyper take a
+        // second buffer for that connection's next read.
+        drop(parts);
         let resp = match call.await {
             Ok(resp) => resp,
             Err(e) => {

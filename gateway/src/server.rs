@@ -24,6 +24,9 @@ use crate::downstream::{Streams, raised};
 use crate::logs::{Field, Logger};
 use crate::stack::Phases;
 
+/// How far off the runtime's next timer wake may be (see [`Serve::run`]).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
 pub(crate) struct Serve {
     pub(crate) listener: TcpListener,
     pub(crate) phases: Phases,
@@ -48,8 +51,18 @@ impl Serve {
         let service = crate::stack::server::<Incoming>(phases);
         let graceful = GracefulShutdown::new();
         let mut conns = JoinSet::new();
+        // A timer that falls before the runtime's next timer wake has to
+        // wake the worker parked on the driver (a system call and a
+        // context switch). Each request arms such timers (the header read,
+        // the recovery layer's deadlines), and between requests the wheel
+        // is often empty, so each would. A tick every second keeps the
+        // next wake at most that far off, before every deadline of a second
+        // or more.
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = heartbeat.tick() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _peer)) => {
                         let _ = stream.set_nodelay(true);

@@ -36,9 +36,14 @@ impl Head for http::response::Parts {
         self.status.as_u16()
     }
     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        // A head is judged by a dozen names or more, most of them absent
+        // (the rate-limit families): `HeaderMap::get` parses and hashes
+        // each name, where one pass over a response's few headers compares
+        // lengths first. The first value, as `get` gives it.
         self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
+            .iter()
+            .find(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.to_str().ok())
             .map(Cow::Borrowed)
     }
 }
@@ -195,4 +200,39 @@ pub enum Io<C> {
     /// The request ended: the body's clean end (`Ok`), or the typed outcome
     /// it fails with. Before [`Io::Respond`], the request fails.
     End(Result<(), Outcome>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Head;
+
+    #[test]
+    fn a_response_head_gives_the_first_value_of_a_name_in_any_case() {
+        let mut head = http::Response::builder()
+            .status(429)
+            .header("retry-after", "7")
+            .header("x-ratelimit-remaining-requests", "0")
+            .header("retry-after", "9")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        head.headers.insert(
+            "content-type",
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+        assert_eq!(head.status(), 429);
+        assert_eq!(head.header("retry-after").as_deref(), Some("7"));
+        assert_eq!(head.header("Retry-After").as_deref(), Some("7"));
+        assert_eq!(
+            head.header("x-ratelimit-remaining-requests").as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            head.header("content-type").as_deref(),
+            Some("text/event-stream")
+        );
+        assert_eq!(head.header("x-ratelimit-limit-requests"), None);
+        assert_eq!(head.header("retry"), None);
+    }
 }

@@ -195,6 +195,11 @@ impl Ledger {
             self.report.resend_count += 1;
         }
         let n = self.sends;
+        if self.report.attempts.capacity() == 0 {
+            // Most requests make one send: room for one record (a first
+            // push would make room for four, a kilobyte per request).
+            self.report.attempts.reserve_exact(1);
+        }
         self.report.attempts.push(AttemptRecord {
             wire_attempt: n,
             resume,

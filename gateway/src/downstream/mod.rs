@@ -120,7 +120,12 @@ impl Delivery<'_> {
             }
         };
         let headers = crate::forward::response_headers(&parts.headers);
-        let content_type = parts.headers.get(CONTENT_TYPE).cloned();
+        // A copy: a clone would be a slice of the upstream connection's
+        // read buffer, held with the stream (for reconnects) for its life.
+        let content_type = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .map(|v| HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone()));
         let media = content_type.as_ref().and_then(|v| v.to_str().ok());
         let streamed = status.is_success() && BodyForm::of(media) == BodyForm::Stream;
         let sse =
@@ -158,14 +163,23 @@ impl Delivery<'_> {
         // `start` only fails before it took the body when the log refuses
         // to open: then the answer cannot be resumed and is passed through.
         match self.streams.start(new).await {
-            Ok(rx) => {
+            Ok(mut rx) => {
                 let mut headers = headers;
                 if let Ok(v) = HeaderValue::from_str(&id) {
                     headers.insert(HeaderName::from_static(STREAM_ID_HEADER), v);
                 }
-                let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                    rx.recv().await.map(|b| (Ok(b), rx))
-                });
+                // The head waits for the pump's first event (the first bytes
+                // hold at least one whole one), so both leave in one write
+                // rather than the head alone and the events after it.
+                let first = rx.recv().await;
+                let stream =
+                    futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
+                        let next = match first {
+                            Some(b) => Some(b),
+                            None => rx.recv().await,
+                        };
+                        next.map(|b| (Ok(b), (None, rx)))
+                    });
                 Ok(respond(status, headers, streaming(stream)))
             }
             Err((new, e)) => {

@@ -183,7 +183,12 @@ impl Pump {
         mut body: UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
         let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
-        if let Some(end) = self.forward(&mut framer, &first).await {
+        let end = self.forward(&mut framer, &first).await;
+        // The first bytes may be a slice of the upstream connection's read
+        // buffer: kept for the stream's life, they would make its next
+        // read take a second buffer.
+        drop(first);
+        if let Some(end) = end {
             return end;
         }
         let mut readers = self.live.readers.subscribe();
