@@ -302,12 +302,20 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     assert_eq!(duration.len(), 1);
     assert_eq!(duration[0].count, 1);
     assert!(duration[0].sum.unwrap() >= first);
-    assert!(!attrs(&duration[0].attributes).contains_key("error.type"));
+    let d = attrs(&duration[0].attributes);
+    assert!(!d.contains_key("error.type"));
+    assert_eq!(
+        text(d["gen_ai.response.model"]),
+        Some("m"),
+        "the answering model"
+    );
     let tokens = histogram(&metrics, "gen_ai.client.token.usage");
     let by_type: HashMap<&str, f64> = tokens
         .iter()
         .map(|d| {
-            let kind = text(attrs(&d.attributes)["gen_ai.token.type"]).unwrap();
+            let a = attrs(&d.attributes);
+            assert_eq!(text(a["gen_ai.response.model"]), Some("m"));
+            let kind = text(a["gen_ai.token.type"]).unwrap();
             (kind, d.sum.unwrap())
         })
         .collect();

@@ -61,12 +61,18 @@ fn side_effect(event_type: &str) -> bool {
         )
 }
 
-fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulReason {
-    let reason = response
+/// `incomplete_details.reason` of a response object.
+fn incomplete_details<'a, V: JsonView<'a>>(
+    response: Option<V>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    response
         .and_then(|r| r.get("incomplete_details"))
         .and_then(|d| d.get("reason"))
-        .and_then(JsonView::text);
-    match reason.as_deref() {
+        .and_then(JsonView::text)
+}
+
+fn incomplete_reason<'a, V: JsonView<'a>>(response: Option<V>) -> UnsuccessfulReason {
+    match incomplete_details(response).as_deref() {
         Some("max_output_tokens") => UnsuccessfulReason::MaxTokens,
         Some("content_filter") => UnsuccessfulReason::ContentFilter,
         _ => UnsuccessfulReason::Incomplete,
@@ -153,6 +159,15 @@ impl OpenAiResponses {
         ev: &mut Evidence,
         proof: Proof,
     ) -> Option<EventClass> {
+        // Why the response ended, in its own words (its one finish
+        // reason): the status, or for `incomplete` the reason it gives.
+        match status {
+            "completed" | "failed" | "cancelled" => ev.generation.note_finish(status),
+            "incomplete" => ev
+                .generation
+                .note_finish(incomplete_details(response).as_deref().unwrap_or(status)),
+            _ => {}
+        }
         Some(match status {
             "completed" => ev.set_terminal(Terminal::Success { proof }),
             "incomplete" => ev.set_terminal(Terminal::Unsuccessful {

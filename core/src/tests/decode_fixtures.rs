@@ -707,6 +707,15 @@ fn the_answering_model_and_its_finish_reasons_are_kept() {
         said("ollama/chat-happy.ndjson"),
         (Some("llama3".into()), vec!["stop".to_owned()])
     );
+    // The Responses API ends a response with a status; `incomplete` says
+    // why.
+    assert_eq!(said("openai-responses/happy.sse").1, vec!["completed"]);
+    assert_eq!(
+        said("openai-responses/incomplete.sse").1,
+        vec!["max_output_tokens"]
+    );
+    assert_eq!(said("openai-responses/failed-only.sse").1, vec!["failed"]);
     // A cut stream says no reason.
+    assert!(said("openai-responses/nonbackground-cut.sse").1.is_empty());
     assert!(said("openai-chat/role-only-then-cut.sse").1.is_empty());
 }

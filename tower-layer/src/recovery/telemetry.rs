@@ -27,10 +27,10 @@ pub(crate) struct Telemetry {
     attributes: Vec<opentelemetry::KeyValue>,
     #[cfg(feature = "opentelemetry")]
     stream: bool,
-    /// The terminal's error type and the usage, once the request ended:
-    /// measured when the driver closes, after the consumer got the end.
+    /// What the request's end tells, measured when the driver closes,
+    /// after the consumer got the end.
     #[cfg(feature = "opentelemetry")]
-    ended: Option<(Option<&'static str>, recovery_core::progress::Usage)>,
+    ended: Option<metrics::Ended>,
 }
 
 impl Telemetry {
@@ -204,7 +204,11 @@ impl Telemetry {
         }
         #[cfg(feature = "opentelemetry")]
         {
-            self.ended = Some((error, report.generation.usage));
+            self.ended = Some(metrics::Ended {
+                error,
+                usage: report.generation.usage,
+                model: report.generation.model.clone(),
+            });
         }
     }
 
@@ -212,11 +216,10 @@ impl Telemetry {
     /// consumer read, or to when it gave up) and its token use.
     #[cfg(feature = "opentelemetry")]
     pub(crate) fn close(&mut self, now: Instant) {
-        if let Some((error, usage)) = self.ended.take() {
+        if let Some(ended) = self.ended.take() {
             metrics::end(
                 &self.attributes,
-                error,
-                &usage,
+                &ended,
                 seconds(now.saturating_since(self.started)),
             );
         }
@@ -341,28 +344,35 @@ mod metrics {
         kv
     }
 
-    /// The request's duration and its token use, at its end.
-    pub(super) fn end(
-        attributes: &[KeyValue],
-        error: Option<&'static str>,
-        usage: &Usage,
-        seconds: f64,
-    ) {
+    /// What a request's end tells its last measurements.
+    pub(crate) struct Ended {
+        /// The terminal's error type, if it failed.
+        pub(crate) error: Option<&'static str>,
+        /// The token use the answer stated.
+        pub(crate) usage: Usage,
+        /// The model that answered, as the answer named it.
+        pub(crate) model: Option<String>,
+    }
+
+    /// The request's duration and its token use, at its end, with the
+    /// answering model (`gen_ai.response.model`) once the answer named it.
+    pub(super) fn end(attributes: &[KeyValue], ended: &Ended, seconds: f64) {
         let m = instruments();
-        match error {
-            Some(kind) => {
-                let mut kv = attributes.to_vec();
-                kv.push(KeyValue::new("error.type", kind));
-                m.duration.record(seconds, &kv);
-            }
-            None => m.duration.record(seconds, attributes),
+        let mut kv = attributes.to_vec();
+        if let Some(model) = &ended.model {
+            kv.push(KeyValue::new("gen_ai.response.model", model.clone()));
         }
+        let common = kv.len();
+        if let Some(kind) = ended.error {
+            kv.push(KeyValue::new("error.type", kind));
+        }
+        m.duration.record(seconds, &kv);
         for (kind, n) in [
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
+            ("input", ended.usage.input_tokens),
+            ("output", ended.usage.output_tokens),
         ] {
             if let Some(n) = n {
-                let mut kv = attributes.to_vec();
+                kv.truncate(common);
                 kv.push(KeyValue::new("gen_ai.token.type", kind));
                 m.token_usage.record(n, &kv);
             }
