@@ -7,7 +7,7 @@ use std::process::Stdio;
 
 use recovery_tests::fault::{FaultProvider, Script, Write};
 use support::*;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_recovery-gateway");
@@ -64,25 +64,12 @@ async fn serves_logs_safely_and_exits_0_on_sigterm() {
     ])
     .await
     .unwrap();
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--listen", "127.0.0.1:0"])
         .env("RECOVERY_GATEWAY_UPSTREAM", provider.base_url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    tokio::time::timeout(LIMIT, stdout.read_line(&mut line))
-        .await
-        .expect("a listening line")
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening http://")
-        .unwrap_or_else(|| panic!("first line: {line:?}"))
-        .trim()
-        .to_owned();
+        .stderr(Stdio::piped());
+    let (mut child, addr) = listening::listening(command, LIMIT).await.unwrap();
     assert!(addr.parse::<std::net::SocketAddr>().unwrap().port() != 0);
 
     let mut stderr = child.stderr.take().unwrap();

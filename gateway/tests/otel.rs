@@ -24,7 +24,6 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use recovery_tests::fault::{FaultProvider, ScriptSet, Write};
 use support::*;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
@@ -142,28 +141,15 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     ))
     .await
     .unwrap();
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--listen", "127.0.0.1:0", "--otlp-endpoint", &otlp])
         .env("RECOVERY_GATEWAY_UPSTREAM", provider.base_url())
         .env_remove("RECOVERY_GATEWAY_CONFIG")
         // Exported at shutdown, all in one batch.
         .env("OTEL_METRIC_EXPORT_INTERVAL", "600000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    tokio::time::timeout(LIMIT, stdout.read_line(&mut line))
-        .await
-        .expect("a listening line")
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening http://")
-        .unwrap()
-        .to_owned();
+        .stderr(Stdio::null());
+    let (mut child, addr) = listening::listening(command, LIMIT).await.unwrap();
 
     let mut req = post(format!("http://{addr}{CHAT}"), CHAT_BODY);
     req.headers_mut().insert(

@@ -14,13 +14,16 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use recovery_tests::fault::{FaultProvider, Script, ScriptSet, Write};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+
+#[path = "support/listening.rs"]
+mod listening;
+use listening::listening;
 
 /// Every wait in these tests ends by then.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -94,7 +97,8 @@ impl Gateway {
     async fn start_args(dir: &TempDir, name: &str, upstream: &str, args: &[&str]) -> Gateway {
         let log = dir.path().join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_recovery-gateway"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_recovery-gateway"));
+        command
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(args)
             // One secret for the fleet: every instance derives the same
@@ -103,26 +107,10 @@ impl Gateway {
                 "RECOVERY_GATEWAY_STREAM_SECRET",
                 "two-instances-fleet-secret",
             )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start recovery-gateway");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(LIMIT, lines.next_line())
+            .stderr(stderr);
+        let (child, addr) = listening(command, LIMIT)
             .await
-            .expect("the gateway prints its address")
-            .expect("stdout")
-            .unwrap_or_default();
-        let addr = first
-            .strip_prefix("listening http://")
-            .unwrap_or_else(|| panic!("first line {first:?}; log: {}", tail(&log)))
-            .trim()
-            .to_owned();
-        // Keep reading stdout so the gateway never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            .unwrap_or_else(|e| panic!("{e}; log: {}", tail(&log)));
         Gateway { child, addr, log }
     }
 

@@ -39,6 +39,8 @@
 //! itself, and only loopback addresses are used.
 
 mod h2;
+#[path = "../../tests/support/listening.rs"]
+mod listening;
 #[path = "../shared/proc.rs"]
 mod proc;
 mod proxy;

@@ -4,8 +4,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+
+use super::listening::listening;
 
 /// A proxy process of this run: the gateway, or the bare hyper proxy.
 pub(super) struct Proxy {
@@ -24,30 +25,17 @@ impl Proxy {
         held: usize,
         extra: &[&str],
     ) -> Proxy {
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(["--max-streams", &(held * 2 + 100).to_string()])
             .args(extra)
             .env_remove("RECOVERY_GATEWAY_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-        let pid = child.id().expect("pid");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .stderr(Stdio::null());
+        let (child, addr) = listening(command, Duration::from_secs(20))
             .await
-            .expect("the proxy starts")
-            .expect("stdout")
-            .unwrap_or_default();
-        let addr = first
-            .strip_prefix("listening http://")
-            .unwrap_or_else(|| panic!("first line {first:?}"))
-            .trim()
-            .to_owned();
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+        let pid = child.id().expect("pid");
         Proxy { child, pid, addr }
     }
 

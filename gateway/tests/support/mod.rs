@@ -19,6 +19,8 @@ use recovery_gateway::logs::Logger;
 use recovery_gateway::{Config, Gateway};
 use recovery_tests::fault::FaultProvider;
 
+pub mod listening;
+
 /// No test waits longer than this for anything.
 pub const LIMIT: Duration = Duration::from_secs(20);
 
