@@ -6,8 +6,9 @@
 //! before them is still an HTTP error of its own ([`Refusal::Upstream`]).
 //! Then a streamed SSE answer becomes a resumable stream ([`registry`]: an
 //! id bound to its creator's credentials, a [`pump`] that numbers and logs
-//! each event, [`reader`]s for reconnects); everything else, and a stream
-//! whose client asked for the upstream's bytes exactly, passes through.
+//! each event, [`reader`]s for reconnects), whose head goes out with the
+//! pump's first event in one write; everything else, and a stream whose
+//! client asked for the upstream's bytes exactly, passes through.
 //!
 //! [`Refusal::Upstream`]: crate::respond::Refusal::Upstream
 
