@@ -13,8 +13,8 @@
 //! `gen_ai.client.inference.time_to_first_chunk` (to the commit: the first
 //! output the client receives, after the hold-back of a replayable
 //! prefix), `gen_ai.client.inference.time_per_output_chunk` (from one
-//! event the gateway hands on to the next; one chunk to the next on a
-//! stream passed through) and `gen_ai.client.token.usage`
+//! event the gateway hands on to the next, numbered or passed through) and
+//! `gen_ai.client.token.usage`
 //! (`gen_ai_token_type` `input` or `output`, as the provider reported them
 //! for a stream, at its end).
 

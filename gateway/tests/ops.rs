@@ -203,13 +203,17 @@ async fn credentials_reach_the_upstream_untouched_and_never_the_logs() {
 }
 
 /// A stream the gateway passes through (Ollama's NDJSON is never
-/// numbered) counts in `/metrics` too: its token use at its end.
+/// numbered; an SSE stream whose client turned resumption off) counts in
+/// `/metrics` too: its token use at its end, and the time between its
+/// events, event by event as for a numbered stream, though each arrives
+/// in one write here.
 #[tokio::test]
-async fn a_passed_through_stream_counts_its_tokens() {
+async fn a_passed_through_stream_counts_its_tokens_and_each_event() {
     let provider = FaultProvider::start(vec![
         Script::ok()
             .header("content-type", "application/x-ndjson")
             .write(Write::fixture("ollama/chat-happy.ndjson")),
+        happy(),
     ])
     .await
     .unwrap();
@@ -221,17 +225,42 @@ async fn a_passed_through_stream_counts_its_tokens() {
     ))
     .await;
     assert_eq!(a.status, 200);
-    assert_eq!(
-        a.text().as_bytes(),
-        &fixture("ollama/chat-happy.ndjson")[..]
-    );
+    let ndjson = fixture("ollama/chat-happy.ndjson");
+    assert_eq!(a.text().as_bytes(), &ndjson[..]);
     let text = send(get(gw.url("/metrics"))).await.text();
+    let lines = ndjson
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    assert!(lines > 2);
     for line in [
-        "gen_ai_client_token_usage_count{gen_ai_token_type=\"input\"} 1",
-        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"} 9",
-        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"output\"} 2",
+        "gen_ai_client_token_usage_count{gen_ai_token_type=\"input\"} 1".to_owned(),
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"} 9".to_owned(),
+        "gen_ai_client_token_usage_sum{gen_ai_token_type=\"output\"} 2".to_owned(),
+        format!(
+            "gen_ai_client_inference_time_per_output_chunk_seconds_count {}",
+            lines - 1
+        ),
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+
+    let mut req = post(gw.url(CHAT), CHAT_BODY);
+    req.headers_mut()
+        .insert("x-recovery-resumable", "off".parse().unwrap());
+    let b = send(req).await;
+    assert_eq!(b.status, 200);
+    assert_eq!(
+        b.text().as_bytes(),
+        &fixture("openai-chat/happy-usage.sse")[..],
+        "passed through as it came"
+    );
+    let text = send(get(gw.url("/metrics"))).await.text();
+    // Six more events: five more gaps.
+    let line = format!(
+        "gen_ai_client_inference_time_per_output_chunk_seconds_count {}",
+        lines - 1 + 5
+    );
+    assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     gw.shutdown().await;
 }

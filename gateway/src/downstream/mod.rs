@@ -12,10 +12,13 @@
 //!
 //! [`Refusal::Upstream`]: crate::respond::Refusal::Upstream
 
+mod events;
 pub(crate) mod numbering;
 mod pump;
 mod reader;
 mod registry;
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -32,6 +35,7 @@ use crate::forward::UpstreamBody;
 use crate::identity::{Keys, Owner, new_stream_id};
 use crate::logs::{Field, Logger};
 use crate::respond::Refusal;
+use events::EventEnds;
 use numbering::Comments;
 
 /// The response header naming a resumable stream.
@@ -48,7 +52,7 @@ pub(crate) async fn raised(flag: &mut watch::Receiver<bool>) {
 
 /// How one answer goes downstream.
 pub(crate) struct Delivery<'a> {
-    pub(crate) streams: &'a std::sync::Arc<Streams>,
+    pub(crate) streams: &'a Arc<Streams>,
     pub(crate) keys: &'a Keys,
     pub(crate) logger: &'a Logger,
     pub(crate) comments: Comments,
@@ -132,14 +136,11 @@ impl Delivery<'_> {
         let sse =
             status.is_success() && BodyForm::is_event_stream(media) && !self.protocol.is_ndjson();
         if !(sse && self.resumable) {
-            let seen = Seen {
-                metrics: std::sync::Arc::clone(&self.streams.metrics),
-                report: parts
-                    .extensions
-                    .get::<tower_recovery::ReportHandle>()
-                    .cloned(),
-                last: None,
-            };
+            let report = parts
+                .extensions
+                .get::<tower_recovery::ReportHandle>()
+                .cloned();
+            let seen = Seen::new(&self.streams.metrics, report, &self.protocol, streamed);
             let body = passthrough(first, body, self.protocol, streamed, seen);
             return Ok(respond(status, headers, body));
         }
@@ -192,11 +193,7 @@ impl Delivery<'_> {
                         ("error", Field::Str(&e.to_string())),
                     ],
                 );
-                let seen = Seen {
-                    metrics: std::sync::Arc::clone(&self.streams.metrics),
-                    report: new.report,
-                    last: None,
-                };
+                let seen = Seen::new(&self.streams.metrics, new.report, &new.protocol, true);
                 let body = passthrough(new.first, new.body, new.protocol, true, seen);
                 Ok(respond(status, headers, body))
             }
@@ -211,24 +208,47 @@ fn respond(status: StatusCode, headers: HeaderMap, body: GatewayBody) -> Respons
     out
 }
 
-/// An answer passed through as it comes (NDJSON, whole JSON, error
-/// statuses, a stream not resumable). A failure after bytes went out is
-/// the protocol's error event for a stream (SSE or NDJSON) and an aborted
-/// body otherwise (a whole JSON answer cannot carry an error after its
-/// start).
-/// What `/metrics` takes of a passed-through answer: the time between its
-/// chunks, and the token use at its end.
+/// What `/metrics` takes of a passed-through answer: the time between
+/// its events when it is a stream (as for a numbered one), and the token
+/// use at its end.
 struct Seen {
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     report: Option<tower_recovery::ReportHandle>,
+    /// Where the events of a streamed answer end (none for a whole one).
+    events: Option<EventEnds>,
     last: Option<tokio::time::Instant>,
 }
 
 impl Seen {
-    fn chunk(&mut self) {
+    fn new(
+        metrics: &Arc<crate::metrics::Metrics>,
+        report: Option<tower_recovery::ReportHandle>,
+        protocol: &ProtocolKind,
+        streamed: bool,
+    ) -> Self {
+        Seen {
+            metrics: Arc::clone(metrics),
+            report,
+            events: streamed.then(|| EventEnds::new(protocol.is_ndjson())),
+            last: None,
+        }
+    }
+
+    /// `data` reached the client: each event that ends in it is one
+    /// output chunk.
+    fn chunk(&mut self, data: &[u8]) {
+        let Some(events) = &mut self.events else {
+            return;
+        };
+        let n = events.count(data);
+        if n == 0 {
+            return;
+        }
         let now = tokio::time::Instant::now();
-        if let Some(last) = self.last.replace(now) {
-            self.metrics.output_chunk(now - last);
+        for _ in 0..n {
+            if let Some(last) = self.last.replace(now) {
+                self.metrics.output_chunk(now - last);
+            }
         }
     }
 
@@ -239,6 +259,11 @@ impl Seen {
     }
 }
 
+/// An answer passed through as it comes (NDJSON, whole JSON, error
+/// statuses, a stream not resumable). A failure after bytes went out is
+/// the protocol's error event for a stream (SSE or NDJSON) and an aborted
+/// body otherwise (a whole JSON answer cannot carry an error after its
+/// start).
 fn passthrough(
     first: Bytes,
     body: UpstreamBody,
@@ -264,7 +289,7 @@ fn passthrough(
     };
     streaming(futures_util::stream::unfold(state, |mut s| async move {
         if let Some(first) = s.first.take() {
-            s.seen.chunk();
+            s.seen.chunk(&first);
             return Some((Ok(first), s));
         }
         loop {
@@ -278,7 +303,7 @@ fn passthrough(
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        s.seen.chunk();
+                        s.seen.chunk(&data);
                         return Some((Ok(data), s));
                     }
                 }
