@@ -91,21 +91,100 @@ class Played(httpx2.AsyncByteStream):
             while True:
                 await anyio.sleep(p["keepalive_every_ms"] / 1000)
                 yield b": keepalive\n\n"
-        if p["offline"]:
-            self.run.offline()
-        end = p["end"]
+        end = ending(p, self.run)
         if end == "eof":
             return
-        if end == "reset":
-            e = httpx2.ReadError("connection reset")
-            e.__cause__ = ConnectionResetError()
-            raise e
-        if end in ("consumer_drop", "consumer_cancel"):
+        if end == "stop":
             self.run.stop()
         await anyio.sleep_forever()
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def reset() -> Exception:
+    """A connection reset while the body streams."""
+    e = httpx2.ReadError("connection reset")
+    e.__cause__ = ConnectionResetError()
+    return e
+
+
+def ending(p: dict, run: Any) -> str:
+    """How a played body ends once its chunks are out: the platform goes
+    offline first if the send says so; a reset raises; else ``eof``,
+    ``stop`` (the consumer drops or cancels) or ``hang``."""
+    if p["offline"]:
+        run.offline()
+    end = p["end"]
+    if end == "reset":
+        raise reset()
+    if end in ("consumer_drop", "consumer_cancel"):
+        return "stop"
+    return "eof" if end == "eof" else "hang"
+
+
+def request_line(request: httpx2.Request) -> str:
+    """How a send is recorded for the check: method, path and the
+    headers the vectors expect."""
+    line = f"{request.method} {request.url.raw_path.decode()}"
+    for name in ("last-event-id", "idempotency-key"):
+        if name in request.headers:
+            line += f" {name}={request.headers[name]}"
+    return line
+
+
+def continuation_hook(v: dict) -> Any:
+    """The vector's continuation hook, if it installs one."""
+    c = v["continuation"]
+    if c is None or "continuation" in v["options"]:
+        return None
+    return lambda _: {"url": ORIGIN + c["path"], "method": c["method"], "body": c["body"]}
+
+
+def transport_for(v: dict, cls: Any, stub: Any, hooks: dict, platform: Any) -> "tuple[Any, str, Any]":
+    """The run's transport (``cls`` over ``stub``, with the vector's
+    options, ``hooks`` and its continuation hook, and any cooldown in force)
+    and the request it sends: ``(transport, url, body)``."""
+    if continuation_hook(v):
+        hooks["continuation"] = continuation_hook(v)
+    transport = cls(stub, **options_of(v), **hooks, _platform=platform)
+    r = v["request"]
+    url = ORIGIN + r["path"]
+    body = r["body"].encode() if r["body"] and r["method"] != "GET" else None
+    if v["cooldownMs"] is not None:
+        transport.note_cooldown(url, body or b"", v["cooldownMs"] / 1000)
+    return transport, url, body
+
+
+def recorder(v: dict, events: list, cancel_after: Any) -> Any:
+    """The ``on_event`` hook of a run: it records each event's name and,
+    at the wait the vector cancels during, calls ``cancel_after(seconds)``."""
+    waits = [0]
+
+    def on_event(e: dict) -> None:
+        events.append(e["event"])
+        if e["event"] == "delay_scheduled":
+            c = v["cancelDuringWait"]
+            if c and c["wait"] == waits[0]:
+                cancel_after(c["after_ms"] / 1000)
+            waits[0] += 1
+
+    return on_event
+
+
+def observed(v: dict, events: list, stub: Any, delivered: bytearray, transport: Any, url: str, body: Any) -> dict:
+    """What a run observed, for ``conformance-js check``."""
+    report = transport.last_report
+    return {
+        "name": v["name"],
+        "events": events,
+        "sends": stub.sends,
+        "delivered": list(delivered),
+        "requests": stub.requests,
+        "bodies": stub.bodies,
+        "cooldownLeftMs": transport.cooldown_remaining(url, body or b"") * 1000,
+        "report": None if report is None else dict(report),
+    }
 
 
 def head_failure(transport: str, phase: str) -> Exception:
@@ -120,36 +199,40 @@ def head_failure(transport: str, phase: str) -> Exception:
     return e
 
 
-class Stub(httpx2.AsyncBaseTransport):
-    """Plays the vector's sends, one per request, the last one repeated."""
+class Sends:
+    """The vector's sends, one per request, the last one repeated, and
+    what each request was."""
 
-    def __init__(self, played: list, run: "Run") -> None:
+    def __init__(self, played: list, run: Any) -> None:
         self.played = played
         self.run = run
         self.sends = 0
         self.requests: list = []
         self.bodies: list = []
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        sent = anyio.current_time()
+    def take(self, request: httpx2.Request, body: bytes) -> dict:
+        """Records ``request``; its played send, whose head fails here if
+        it does (the platform going offline first if the send says so)."""
         p = self.played[min(self.sends, len(self.played) - 1)]
         self.sends += 1
-        u = request.url
-        line = f"{request.method} {u.raw_path.decode()}"
-        if "last-event-id" in request.headers:
-            line += f" last-event-id={request.headers['last-event-id']}"
-        if "idempotency-key" in request.headers:
-            line += f" idempotency-key={request.headers['idempotency-key']}"
-        self.requests.append(line)
-        self.bodies.append((await request.aread()).decode())
+        self.requests.append(request_line(request))
+        self.bodies.append(body.decode())
         head = p["head"]
+        if head["kind"] in ("fails", "never") and p["offline"]:
+            self.run.offline()
         if head["kind"] == "fails":
-            if p["offline"]:
-                self.run.offline()
             raise head_failure(head["transport"], head["phase"])
+        return p
+
+
+class Stub(Sends, httpx2.AsyncBaseTransport):
+    """Plays the vector's sends on the event loop's virtual clock."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        sent = anyio.current_time()
+        p = self.take(request, await request.aread())
+        head = p["head"]
         if head["kind"] == "never":
-            if p["offline"]:
-                self.run.offline()
             if p["cancel_awaiting"]:
                 self.run.cancel()
             await anyio.sleep_forever()
@@ -180,25 +263,20 @@ async def run_vector(v: dict) -> dict:
     """Runs one prepared vector; what it observed, for ``conformance-js
     check``."""
     events: list = []
-    waits = [0]
     delivered = bytearray()
     async with trio.open_nursery() as nursery:
         run = Run(v, nursery)
         run.platform = VirtualPlatform(v)
         stub = Stub(v["played"], run)
 
-        def on_event(e: dict) -> None:
-            events.append(e["event"])
-            if e["event"] == "delay_scheduled":
-                c = v["cancelDuringWait"]
-                if c and c["wait"] == waits[0]:
-                    async def later() -> None:
-                        await anyio.sleep(c["after_ms"] / 1000)
-                        run.cancel()
-                    nursery.start_soon(later)
-                waits[0] += 1
+        def cancel_after(seconds: float) -> None:
+            async def later() -> None:
+                await anyio.sleep(seconds)
+                run.cancel()
 
-        hooks: dict = {"on_event": on_event}
+            nursery.start_soon(later)
+
+        hooks: dict = {"on_event": recorder(v, events, cancel_after)}
         if v["admission"] is not None:
             answers = list(v["admission"])
 
@@ -213,16 +291,9 @@ async def run_vector(v: dict) -> dict:
                 return anyio.sleep_forever()
 
             hooks["admission"] = admission
-        if v["continuation"] is not None and "continuation" not in v["options"]:
-            c = v["continuation"]
-            hooks["continuation"] = lambda _: {"url": ORIGIN + c["path"], "method": c["method"], "body": c["body"]}
-        transport = AsyncRecoveringTransport(stub, **options_of(v), **hooks, _platform=run.platform)
+        transport, url, body = transport_for(v, AsyncRecoveringTransport, stub, hooks, run.platform)
         run.transport = transport
         r = v["request"]
-        url = ORIGIN + r["path"]
-        body = r["body"].encode() if r["body"] and r["method"] != "GET" else None
-        if v["cooldownMs"] is not None:
-            transport.note_cooldown(url, body or b"", v["cooldownMs"] / 1000)
         with trio.fail_after(10**7):
             with run.scope:
                 try:
@@ -234,17 +305,7 @@ async def run_vector(v: dict) -> dict:
                 except httpx2.TransportError:
                     pass  # the report says how it ended
         nursery.cancel_scope.cancel()
-    report = transport.last_report
-    return {
-        "name": v["name"],
-        "events": events,
-        "sends": stub.sends,
-        "delivered": list(delivered),
-        "requests": stub.requests,
-        "bodies": stub.bodies,
-        "cooldownLeftMs": transport.cooldown_remaining(url, body or b"") * 1000,
-        "report": None if report is None else dict(report),
-    }
+    return observed(v, events, stub, delivered, transport, url, body)
 
 
 def run_one(v: dict) -> dict:
