@@ -198,3 +198,45 @@ impl opentelemetry_http::HttpClient for RuntimeClient {
             .map_err(|_| "the OTLP export timed out")?
     }
 }
+
+/// `resp` with its body read inside the server `span`: a span ends when
+/// it was last left, so the span of a streamed answer then covers the
+/// stream to its last frame, not only its head. Without an export, `resp`
+/// as it is.
+pub(crate) fn open_until_sent(
+    resp: Response<crate::body::GatewayBody>,
+    span: tracing::Span,
+) -> Response<crate::body::GatewayBody> {
+    if span.is_disabled() {
+        return resp;
+    }
+    resp.map(|inner| SpannedBody { inner, span }.boxed_unsync())
+}
+
+/// A response body read inside the server span it answers for.
+struct SpannedBody {
+    inner: crate::body::GatewayBody,
+    span: tracing::Span,
+}
+
+impl http_body::Body for SpannedBody {
+    type Data = Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let _inside = this.span.enter();
+        std::pin::Pin::new(&mut this.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

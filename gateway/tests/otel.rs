@@ -131,12 +131,27 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     let (otlp, received) = receiver().await;
     // The first answer's role chunk arrives at once and is held back; the
     // stream ends without a token, is replayed, and the second answer's
-    // body starts 300 ms after its head.
+    // body starts 300 ms after its head, its first token with it; the rest
+    // follows a second later.
+    let happy = "openai-chat/happy-usage.sse";
+    let whole = fixture(happy);
+    let second_event_ends = whole
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w == b"\n\n")
+        .nth(1)
+        .map(|(i, _)| i + 2)
+        .unwrap();
     let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
         CHAT,
         vec![
             sse(Write::fixture("openai-chat/role-only-then-cut.sse")),
-            sse(Write::fixture("openai-chat/happy-usage.sse").delay_ms(300)),
+            sse(Write::fixture(happy)
+                .range(0, second_event_ends)
+                .delay_ms(300))
+            .write(Write::fixture(happy)
+                .range(second_event_ends, whole.len())
+                .delay_ms(1000)),
         ],
     ))
     .await
@@ -158,10 +173,7 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     );
     let a = send(req).await;
     assert_eq!(a.status, 200);
-    assert_eq!(
-        without_ids(&a.text()).as_bytes(),
-        &fixture("openai-chat/happy-usage.sse")[..]
-    );
+    assert_eq!(without_ids(&a.text()).as_bytes(), &whole[..]);
 
     // Each upstream send carries its own span as the parent, in the
     // client's trace.
@@ -229,6 +241,17 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     let chat = named("chat m");
     assert_eq!(chat.len(), 1);
     let chat = chat[0];
+    // The server span covers the stream it served, to its last byte, not
+    // only the head that went out with the first token (a second before).
+    let ms = |ns: u64| ns / 1_000_000;
+    assert!(
+        ms(server.end_time_unix_nano) + 100 >= ms(chat.end_time_unix_nano),
+        "server span [{}, {}] ms, GenAI span [{}, {}] ms",
+        ms(server.start_time_unix_nano),
+        ms(server.end_time_unix_nano),
+        ms(chat.start_time_unix_nano),
+        ms(chat.end_time_unix_nano),
+    );
     assert_eq!(hex(&chat.trace_id), TRACE_ID);
     assert_eq!(chat.parent_span_id, server.span_id);
     let a = attrs(&chat.attributes);
