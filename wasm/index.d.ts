@@ -308,7 +308,7 @@ export interface RecoveryHandle {
   report(): RecoveryReport;
   /** The outcome once the request ended, else `null`. */
   outcome(): Outcome | null;
-  /** The protocol the body was decoded as. */
+  /** The protocol the body is decoded as: the answering target's (after a failover or a hedge, an alternate's), read when asked. */
   readonly protocol: string;
 }
 

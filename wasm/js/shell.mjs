@@ -1241,7 +1241,9 @@ export function bind(wasm, platform = defaultPlatform) {
       const handle = Object.freeze({
         report: () => driver.report,
         outcome: () => driver.outcome,
-        protocol: m.protocol(),
+        // Read when asked: a failover or a hedge may hand out an answer
+        // in another protocol than the first send's.
+        get protocol() { return m.protocol(); },
       });
       // A test platform watches every request from its start.
       if (platform.started) platform.started(handle);

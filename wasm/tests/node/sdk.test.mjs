@@ -141,8 +141,10 @@ test('anthropic alternate behind an openai request: the caller writes its body, 
     }],
   });
   const res = await rfetch(`${FAULT}${primary}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"gpt","stream":true}' });
+  assert.equal(res.recovery.protocol, 'anthropic', 'the protocol of the answer handed out, not of the first send');
   const text = await res.text();
   assert.match(text, /message_stop/);
+  assert.equal(res.recovery.protocol, 'anthropic');
   const report = res.recovery.report();
   assert.equal(report.served_by, 'claude');
   assert.deepEqual(report.attempts.map((a) => a.target), ['primary', 'claude']);
