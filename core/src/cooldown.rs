@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::json::{JsonKind, JsonView, Lazy};
+use crate::body_fields::BodyFields;
 use crate::timing::Instant;
 
 /// Where the requests of one client (a layer and its clones, one recovering
@@ -94,6 +94,11 @@ impl CooldownStore for Cooldowns {
 /// `body`: the origin, then the model as the body's JSON spells it (or the
 /// path when the body names none).
 pub fn key_for(url: &str, body: &[u8]) -> String {
+    key_of(url, &BodyFields::read(body))
+}
+
+/// [`key_for`] with the body's fields already read.
+pub fn key_of(url: &str, body: &BodyFields<'_>) -> String {
     let u = url.as_bytes();
     let ends = |from: usize, stops: &[u8]| {
         u[from..]
@@ -112,11 +117,7 @@ pub fn key_for(url: &str, body: &[u8]) -> String {
         .unwrap_or_default()
         .to_ascii_lowercase();
     key.push(' ');
-    let model = Lazy::parse(body)
-        .ok()
-        .and_then(|root| root.get("model"))
-        .filter(|m| m.kind() == JsonKind::String);
-    match model {
+    match body.model() {
         Some(model) => {
             key.push_str("model=");
             key.push_str(std::str::from_utf8(model.as_bytes()).unwrap_or_default());

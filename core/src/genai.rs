@@ -12,7 +12,8 @@
 //! the protocol's owner (`openai` for the OpenAI-compatible servers,
 //! `anthropic`, `gcp.gemini`, `ollama`).
 
-use crate::json::{JsonKind, JsonView, Lazy};
+use crate::body_fields::BodyFields;
+use crate::json::JsonView;
 use crate::progress::is_model_name;
 use crate::protocol::ProtocolKind;
 
@@ -44,14 +45,17 @@ impl Default for GenAiRequest {
 }
 
 impl GenAiRequest {
-    /// Reads a request to `url` with `body`, answered in `protocol`.
-    pub fn of(protocol: &ProtocolKind, url: &str, body: &[u8]) -> Self {
+    /// Reads a request to `url` whose body has `fields`, answered in
+    /// `protocol`.
+    pub fn of(protocol: &ProtocolKind, url: &str, fields: &BodyFields<'_>) -> Self {
         let path = url.split(['?', '#']).next().unwrap_or(url);
-        let root = Lazy::parse(body)
-            .ok()
-            .filter(|r| r.kind() == JsonKind::Object);
-        let field = |name: &str| root.and_then(|r| r.get(name));
-        let stream_flag = field("stream").and_then(JsonView::as_bool);
+        let model = || {
+            fields
+                .model()
+                .and_then(JsonView::text)
+                .map(std::borrow::Cow::into_owned)
+        };
+        let stream_flag = fields.stream();
         let (operation, model, stream) = match protocol {
             ProtocolKind::Gemini => (
                 "generate_content",
@@ -64,9 +68,7 @@ impl GenAiRequest {
                 } else {
                     "chat"
                 },
-                field("model")
-                    .and_then(JsonView::text)
-                    .map(std::borrow::Cow::into_owned),
+                model(),
                 // Ollama streams unless told not to.
                 stream_flag.unwrap_or(true),
             ),
@@ -77,9 +79,7 @@ impl GenAiRequest {
                 } else {
                     "chat"
                 },
-                field("model")
-                    .and_then(JsonView::text)
-                    .map(std::borrow::Cow::into_owned),
+                model(),
                 stream_flag.unwrap_or(false),
             ),
         };
@@ -147,9 +147,13 @@ mod tests {
     use super::*;
     use crate::progress::Generation;
 
+    fn of(protocol: &ProtocolKind, url: &str, body: &[u8]) -> GenAiRequest {
+        GenAiRequest::of(protocol, url, &BodyFields::read(body))
+    }
+
     #[test]
     fn chat_names_the_model_and_the_stream() {
-        let r = GenAiRequest::of(
+        let r = of(
             &ProtocolKind::OpenAiChat,
             "https://api.openai.com/v1/chat/completions",
             br#"{"model":"gpt-4o-mini","stream":true,"messages":[]}"#,
@@ -163,7 +167,7 @@ mod tests {
 
     #[test]
     fn gemini_reads_the_model_from_the_path() {
-        let r = GenAiRequest::of(
+        let r = of(
             &ProtocolKind::Gemini,
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
             b"{}",
@@ -176,19 +180,19 @@ mod tests {
 
     #[test]
     fn an_unknown_host_is_named_by_its_protocol() {
-        let anthropic = GenAiRequest::of(
+        let anthropic = of(
             &ProtocolKind::Anthropic,
             "http://127.0.0.1:9/v1/messages",
             br#"{"model":"claude-sonnet-4-5","stream":true}"#,
         );
         assert_eq!(anthropic.provider, "anthropic");
-        let groq = GenAiRequest::of(
+        let groq = of(
             &ProtocolKind::OpenAiChat,
             "https://user@api.groq.com:443/openai/v1/chat/completions",
             b"{}",
         );
         assert_eq!(groq.provider, "groq");
-        let ollama = GenAiRequest::of(&ProtocolKind::Ollama, "/api/generate", br#"{"model":"m"}"#);
+        let ollama = of(&ProtocolKind::Ollama, "/api/generate", br#"{"model":"m"}"#);
         assert_eq!(
             (ollama.provider, ollama.operation, ollama.stream),
             ("ollama", "text_completion", true)
@@ -204,7 +208,7 @@ mod tests {
             b"not json",
             b"",
         ] {
-            let r = GenAiRequest::of(&ProtocolKind::OpenAiChat, "/v1/chat/completions", body);
+            let r = of(&ProtocolKind::OpenAiChat, "/v1/chat/completions", body);
             assert_eq!(r.model, None, "{body:?}");
             assert_eq!(r.span_name(), "chat");
         }
@@ -212,7 +216,7 @@ mod tests {
             r#"{{"model":"{}"}}"#,
             "m".repeat(Generation::MAX_MODEL_LEN + 1)
         );
-        let r = GenAiRequest::of(
+        let r = of(
             &ProtocolKind::OpenAiChat,
             "/v1/chat/completions",
             long.as_bytes(),

@@ -208,6 +208,7 @@ pub use protocol::ProtocolKind;
 pub use report::RecoveryReport;
 pub use timing::{Connectivity, Timing};
 
+pub mod body_fields;
 pub mod budget;
 pub mod call;
 pub mod continuation;

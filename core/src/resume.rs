@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::json::{JsonView, Lazy};
+#[cfg(test)]
+use crate::body_fields::BodyFields;
 use crate::progress::ResumeCursor;
 use crate::protocol::ProtocolKind;
 
@@ -119,23 +120,16 @@ pub(crate) enum ResumePlan {
     },
 }
 
-/// Whether a JSON request body asked for `background: true` and
-/// `stream: true` (top-level keys).
-pub(crate) fn is_background_stream(body: &[u8]) -> bool {
-    let Ok(root) = Lazy::parse(body) else {
-        return false;
-    };
-    let [background, stream] = root.fields(["background", "stream"]);
-    background.and_then(JsonView::as_bool) == Some(true)
-        && stream.and_then(JsonView::as_bool) == Some(true)
-}
-
 /// Whether a resume strategy can apply to a request of `kind` at all, before
 /// any cursor is known (drivers then deliver event by event, so that a seam
 /// never splits an event).
 #[cfg(test)]
 pub(crate) fn may_resume(kind: &ProtocolKind, sse_resumable: bool, request_body: &[u8]) -> bool {
-    native_resume(kind, sse_resumable, is_background_stream(request_body))
+    native_resume(
+        kind,
+        sse_resumable,
+        BodyFields::read(request_body).background_stream(),
+    )
 }
 
 /// Whether a resume strategy can apply to a request of `kind` at all
@@ -168,7 +162,11 @@ pub(crate) fn plan(
     cursor: &ResumeCursor,
 ) -> Option<ResumePlan> {
     if may_resume(kind, sse_resumable, request_body) {
-        plan_at(kind, is_background_stream(request_body), cursor)
+        plan_at(
+            kind,
+            BodyFields::read(request_body).background_stream(),
+            cursor,
+        )
     } else {
         None
     }

@@ -67,6 +67,7 @@ use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString};
+use recovery_core::body_fields::BodyFields;
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
@@ -646,7 +647,7 @@ impl Client {
         let Some(cooldowns) = &self.cooldowns else {
             return 0.0;
         };
-        let key = key_of(key, url, body);
+        let key = key_of(key, url, &BodyFields::read(body));
         let now = instant(now);
         if wait_ms > 0.0 {
             cooldowns.note(&key, now, Duration::from_micros((wait_ms * 1000.0) as u64));
@@ -706,7 +707,7 @@ impl Client {
         }
         if let Some(cooldowns) = &self.cooldowns {
             let store: Arc<dyn CooldownStore> = cooldowns.clone();
-            setup = setup.cooldown(store, key_of(key, url, body));
+            setup = setup.cooldown(store, key_of(key, url, &request.fields()));
         }
         if let Some(reason) = replay {
             setup = setup.without_replay(reason);
@@ -739,10 +740,10 @@ impl Client {
 }
 
 /// The cooldown key of a request: the caller's, or its origin and model.
-fn key_of(key: Option<&str>, url: &str, body: &[u8]) -> String {
+fn key_of(key: Option<&str>, url: &str, body: &BodyFields<'_>) -> String {
     match key {
         Some(k) if !k.is_empty() => k.to_owned(),
-        _ => cooldown::key_for(url, body),
+        _ => cooldown::key_of(url, body),
     }
 }
 

@@ -46,6 +46,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use recovery_core::body_fields::BodyFields;
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
@@ -264,9 +265,9 @@ pub fn protocols() -> String {
 }
 
 /// The cooldown key of a request: the caller's, or its origin and model.
-fn key_of(key: &str, url: &str, body: &[u8]) -> String {
+fn key_of(key: &str, url: &str, body: &BodyFields<'_>) -> String {
     if key.is_empty() {
-        cooldown::key_for(url, body)
+        cooldown::key_of(url, body)
     } else {
         key.to_owned()
     }
@@ -477,7 +478,7 @@ impl Client {
         }
         if let Some(cooldowns) = &self.cooldowns {
             let store: Arc<dyn CooldownStore> = cooldowns.clone();
-            setup = setup.cooldown(store, key_of(key, url, body));
+            setup = setup.cooldown(store, key_of(key, url, &request.fields()));
         }
         if too_large {
             setup = setup.without_replay(ReplayDisabled::BodyTooLarge);
@@ -513,7 +514,7 @@ impl Client {
         let Some(cooldowns) = &self.cooldowns else {
             return 0.0;
         };
-        let key = key_of(key, url, body);
+        let key = key_of(key, url, &BodyFields::read(body));
         let now = instant(now_ms);
         if wait_ms > 0.0 {
             cooldowns.note(&key, now, ms(wait_ms));

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 #[cfg(doc)]
 use super::Exchange;
+use crate::body_fields::BodyFields;
 use crate::failure::Failure;
 use crate::outcome::Outcome;
 pub use crate::report::Role;
@@ -58,14 +59,30 @@ pub struct RequestFacts<'a> {
     pub url: &'a str,
     /// The buffered body (empty when it could not be buffered).
     pub body: &'a [u8],
+    /// The body's top-level fields, read once for every reader.
+    fields: BodyFields<'a>,
 }
 
 impl<'a> RequestFacts<'a> {
     /// The facts of a request: its method, its URL (absolute, or a path with
     /// its query) and its buffered body (empty when it could not be
-    /// buffered).
+    /// buffered). The body is read here, once: [`RequestFacts::fields`].
     pub fn new(method: &'a str, url: &'a str, body: &'a [u8]) -> Self {
-        RequestFacts { method, url, body }
+        RequestFacts {
+            method,
+            url,
+            body,
+            fields: BodyFields::read(body),
+        }
+    }
+
+    /// The body's top-level fields (for [`cooldown::key_of`] and
+    /// [`GenAiRequest::of`]), as [`RequestFacts::new`] read them.
+    ///
+    /// [`cooldown::key_of`]: crate::cooldown::key_of
+    /// [`GenAiRequest::of`]: crate::genai::GenAiRequest::of
+    pub fn fields(&self) -> BodyFields<'a> {
+        self.fields
     }
 }
 

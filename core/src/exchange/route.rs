@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::io::RequestFacts;
+use crate::body_fields::BodyFields;
 use crate::cooldown::CooldownStore;
 use crate::failover::{PRIMARY, Target};
 use crate::protocol::{ProtocolChoice, ProtocolKind};
@@ -68,7 +69,7 @@ impl Route {
         Route {
             method: request.method.to_owned(),
             url: request.url.to_owned(),
-            background: crate::resume::is_background_stream(request.body),
+            background: request.fields().background_stream(),
             sse_resumable: false,
             cooldown: None,
             targets: Vec::new(),
@@ -90,7 +91,7 @@ impl Route {
             protocol: own.clone(),
             background: self.background,
             cooldown_key: self.cooldown.as_ref().map_or_else(
-                || crate::cooldown::key_for(request.url, request.body),
+                || crate::cooldown::key_of(request.url, &request.fields()),
                 |c| c.key.clone(),
             ),
         };
@@ -101,10 +102,11 @@ impl Route {
             windows.push(t.context_window());
             let url = t.rewrite_url(request.url).into_owned();
             let body = t.rewrite_body(request.body);
+            let fields = BodyFields::read(&body);
             self.targets.push(TargetFacts {
                 protocol: t.protocol().unwrap_or(protocol).resolve(&url),
-                background: crate::resume::is_background_stream(&body),
-                cooldown_key: crate::cooldown::key_for(&url, &body),
+                background: fields.background_stream(),
+                cooldown_key: crate::cooldown::key_of(&url, &fields),
                 url,
             });
             labels.push(t.label().to_owned());

@@ -21,7 +21,29 @@ impl<'a> Lazy<'a> {
         if std::str::from_utf8(doc).is_err() {
             return Err(ProtocolViolation::InvalidUtf8);
         }
-        let (start, end) = validate(doc).ok_or(ProtocolViolation::MalformedJson)?;
+        let (start, end) = validate(doc, |_, _, _| {}).ok_or(ProtocolViolation::MalformedJson)?;
+        Ok(Lazy(&doc[start..end]))
+    }
+
+    /// [`Lazy::parse`], and `root.fields(keys)` of its root object in the
+    /// same pass: a look-up after `parse` walks the document a second
+    /// time. `out` holds the fields of a document that parsed, else none.
+    pub(crate) fn parse_fields(
+        doc: &'a [u8],
+        keys: &[&str],
+        out: &mut [Option<Self>],
+    ) -> Result<Self, ProtocolViolation> {
+        out.fill(None);
+        if std::str::from_utf8(doc).is_err() {
+            return Err(ProtocolViolation::InvalidUtf8);
+        }
+        let found = validate(doc, |key, start, end| {
+            offer(key, Lazy(&doc[start..end]), keys, out);
+        });
+        let Some((start, end)) = found else {
+            out.fill(None);
+            return Err(ProtocolViolation::MalformedJson);
+        };
         Ok(Lazy(&doc[start..end]))
     }
 
@@ -31,12 +53,18 @@ impl<'a> Lazy<'a> {
     }
 }
 
-/// Validates one JSON document; returns the span of its root value.
-fn validate(b: &[u8]) -> Option<(usize, usize)> {
+/// Validates one JSON document; returns the span of its root value. When
+/// the root is an object, `field` is told each of its members as the pass
+/// completes it: the key's literal (quotes included) and the span of its
+/// value.
+#[inline]
+fn validate(b: &[u8], mut field: impl FnMut(&[u8], usize, usize)) -> Option<(usize, usize)> {
     let mut stack: u128 = 0; // one bit per open container, 1 = object
     let mut depth: u32 = 0;
     let mut i = ws(b, 0);
     let start = i;
+    // The root's member being read: its key's span and where its value starts.
+    let mut member: Option<(usize, usize, usize)> = None;
     'value: loop {
         match *b.get(i)? {
             b'{' => {
@@ -49,7 +77,11 @@ fn validate(b: &[u8]) -> Option<(usize, usize)> {
                 } else {
                     stack = (stack << 1) | 1;
                     depth += 1;
+                    let at = i;
                     i = key(b, i)?;
+                    if depth == 1 {
+                        member = Some(root_member(b, at, i));
+                    }
                     continue 'value;
                 }
             }
@@ -74,6 +106,11 @@ fn validate(b: &[u8]) -> Option<(usize, usize)> {
             _ => return None,
         }
         loop {
+            if depth == 1
+                && let Some((key_start, key_end, value_start)) = member.take()
+            {
+                field(&b[key_start..key_end], value_start, i);
+            }
             if depth == 0 {
                 return (ws(b, i) == b.len()).then_some((start, i));
             }
@@ -81,7 +118,11 @@ fn validate(b: &[u8]) -> Option<(usize, usize)> {
             let in_object = stack & 1 == 1;
             match (in_object, *b.get(i)?) {
                 (true, b',') => {
-                    i = key(b, ws(b, i + 1))?;
+                    let at = ws(b, i + 1);
+                    i = key(b, at)?;
+                    if depth == 1 {
+                        member = Some(root_member(b, at, i));
+                    }
                     continue 'value;
                 }
                 (false, b',') => {
@@ -95,6 +136,41 @@ fn validate(b: &[u8]) -> Option<(usize, usize)> {
                 }
                 _ => return None,
             }
+        }
+    }
+}
+
+/// A member of the root object whose key starts at `at` (its quote) and
+/// whose value starts at `value`: the key's span and the value's start.
+/// Only the root's members come here, so the key is walked twice at most
+/// a few times per document.
+#[cold]
+fn root_member(b: &[u8], at: usize, value: usize) -> (usize, usize, usize) {
+    (at, skip_str(b, at + 1).0, value)
+}
+
+/// Gives `value` to the slots of `keys` that `key` (a key's literal,
+/// quotes included) names; a later member of the same name replaces an
+/// earlier one, as in `serde_json`.
+#[inline]
+fn offer<'a>(key: &[u8], value: Lazy<'a>, keys: &[&str], out: &mut [Option<Lazy<'a>>]) {
+    let raw = &key[1..key.len() - 1];
+    if memchr(b'\\', raw).is_some() {
+        if let Some(name) = unescape(key) {
+            for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+                if name == want {
+                    *slot = Some(value);
+                }
+            }
+        }
+        return;
+    }
+    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
+        let want = want.as_bytes();
+        // Length and first byte first: most keys differ there, and a
+        // library memcmp call costs more than a short key.
+        if raw.len() == want.len() && raw.first() == want.first() && raw == want {
+            *slot = Some(value);
         }
     }
 }
@@ -165,31 +241,11 @@ impl Lazy<'_> {
         }
         let mut i = ws(b, 1);
         while i < b.len() && b[i] == b'"' {
-            let (key_end, escaped) = skip_str(b, i + 1);
-            let key_span = &b[i..key_end];
+            let (key_end, _) = skip_str(b, i + 1);
             let colon = ws(b, key_end);
             let value_start = ws(b, colon + 1);
             let value_end = skip_value(b, value_start);
-            let value = Lazy(&b[value_start..value_end]);
-            if escaped {
-                if let Some(name) = unescape(key_span) {
-                    for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
-                        if name == want {
-                            *slot = Some(value);
-                        }
-                    }
-                }
-            } else {
-                let raw = &key_span[1..key_span.len() - 1];
-                for (slot, want) in out.iter_mut().zip(keys.iter().copied()) {
-                    let want = want.as_bytes();
-                    // Length and first byte first: most keys differ there, and
-                    // a library memcmp call costs more than a short key.
-                    if raw.len() == want.len() && raw.first() == want.first() && raw == want {
-                        *slot = Some(value);
-                    }
-                }
-            }
+            offer(&b[i..key_end], Lazy(&b[value_start..value_end]), keys, out);
             i = ws(b, value_end);
             if i < b.len() && b[i] == b',' {
                 i = ws(b, i + 1);

@@ -1092,11 +1092,7 @@ pub(super) fn run(script: Script) -> Run {
             &CHAT,
         ),
     };
-    let request = RequestFacts {
-        method: &method,
-        url: &url,
-        body: body.as_bytes(),
-    };
+    let request = RequestFacts::new(&method, &url, body.as_bytes());
     let resumable_sse =
         script.resume_possible || script.vector.as_ref().is_some_and(|v| v.resumable_sse);
     let continuation = script
@@ -1106,7 +1102,7 @@ pub(super) fn run(script: Script) -> Run {
     // A vector run shares a cooldown store, as every driver does.
     let cooldown = script.vector.as_ref().map(|v| {
         let store = Arc::new(Cooldowns::new());
-        let key = cooldown::key_for(&url, body.as_bytes());
+        let key = cooldown::key_of(&url, &request.fields());
         if let Some(wait) = v.cooldown_ms {
             store.note(&key, timing.now(), Duration::from_millis(wait));
         }

@@ -263,7 +263,7 @@ where
     if let Some(store) = &hooks.cooldowns {
         let key = match &hooks.cooldown_key {
             Some(key) => key(&head, &bytes),
-            None => cooldown::key_for(&url, &bytes),
+            None => cooldown::key_of(&url, &request.fields()),
         };
         setup = setup.cooldown(Arc::clone(store), key);
     }
@@ -276,7 +276,8 @@ where
         setup = setup.alternates(own).context_window(call.context_window());
     }
     #[cfg(feature = "tracing")]
-    let telemetry = super::telemetry::Telemetry::start(&protocol.resolve(&url), &url, &bytes, now);
+    let telemetry =
+        super::telemetry::Telemetry::start(&protocol.resolve(&url), &url, &request.fields(), now);
     let ex = setup.start(now);
     #[cfg(feature = "tracing")]
     telemetry

@@ -10,6 +10,7 @@
 //! first body frame: after the hold-back of a replayable prefix, which is
 //! what the caller waited for.
 
+use recovery_core::body_fields::BodyFields;
 use recovery_core::genai::GenAiRequest;
 use recovery_core::lifecycle::EventKind;
 use recovery_core::protocol::ProtocolKind;
@@ -34,10 +35,15 @@ pub(crate) struct Telemetry {
 }
 
 impl Telemetry {
-    /// The request span of a request to `url` with `body`, answered in
-    /// `protocol`, started at `now`. Nothing is read of the request, and
-    /// nothing is measured, when no subscriber takes the span.
-    pub(crate) fn start(protocol: &ProtocolKind, url: &str, body: &[u8], now: Instant) -> Self {
+    /// The request span of a request to `url` whose body has `fields`,
+    /// answered in `protocol`, started at `now`. Nothing is read of the
+    /// request, and nothing is measured, when no subscriber takes the span.
+    pub(crate) fn start(
+        protocol: &ProtocolKind,
+        url: &str,
+        fields: &BodyFields<'_>,
+        now: Instant,
+    ) -> Self {
         let request = tracing::info_span!(
             "recovery.request",
             otel.name = tracing::field::Empty,
@@ -65,7 +71,7 @@ impl Telemetry {
         );
         let active = !request.is_disabled();
         let genai = if active {
-            GenAiRequest::of(protocol, url, body)
+            GenAiRequest::of(protocol, url, fields)
         } else {
             GenAiRequest::default()
         };
