@@ -95,13 +95,6 @@ impl Proxy {
             ],
         );
         let call = self.upstream.call(upstream_req, &protocol, target.declared);
-        // The recovery layer's spans are children of this one, and this
-        // one of the client's `traceparent`; the answer's body is read
-        // inside it too, so it lasts until the stream's last frame.
-        #[cfg(feature = "otel")]
-        let span = crate::telemetry::server_span(&parts.method, parts.uri.path(), &parts.headers);
-        #[cfg(feature = "otel")]
-        let call = tracing::Instrument::instrument(call, span.clone());
         // The client's head is a slice of its connection's read buffer:
         // held while the upstream answers, it would make hyper take a
         // second buffer for that connection's next read.
@@ -128,7 +121,7 @@ impl Proxy {
             .get::<ReportHandle>()
             .map(|h| h.report().logical_id)
             .unwrap_or_default();
-        let answer = Delivery {
+        Delivery {
             streams: &self.streams,
             keys: &self.keys,
             logger: &self.logger,
@@ -139,9 +132,6 @@ impl Proxy {
             logical_id,
         }
         .answer(resp)
-        .await;
-        #[cfg(feature = "otel")]
-        let answer = answer.map(|resp| crate::telemetry::open_until_sent(resp, span));
-        answer
+        .await
     }
 }

@@ -1,6 +1,7 @@
 //! The server side as one stack, read top to bottom in the order a request
-//! meets it: the rescue layer (the only place a refusal becomes a
-//! response), then each phase (`phases`), then the proxy.
+//! meets it: the server span (with an OpenTelemetry export), the rescue
+//! layer (the only place a refusal becomes a response), then each phase
+//! (`phases`), then the proxy.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,6 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 use tower::ServiceBuilder;
+#[cfg(feature = "otel")]
+use tower_layer::Layer as _;
 use tower_service::Service;
 
 use crate::auth::Clients;
@@ -107,12 +110,16 @@ pub(crate) fn server<B>(
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
 {
-    ServiceBuilder::new()
+    let stack = ServiceBuilder::new()
         .layer(RescueLayer)
         .layer(PhaseLayer::new(phases.admit))
         .layer(PhaseLayer::new(phases.client_auth))
         .layer(PhaseLayer::new(phases.reserved))
         .layer(PhaseLayer::new(phases.limit))
         .layer(PhaseLayer::new(phases.read_body))
-        .service(ProxyService(Arc::new(phases.proxy)))
+        .service(ProxyService(Arc::new(phases.proxy)));
+    // Above the rescue: a refused request has its server span too.
+    #[cfg(feature = "otel")]
+    let stack = crate::telemetry::ServerSpanLayer.layer(stack);
+    stack
 }

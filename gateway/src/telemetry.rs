@@ -15,7 +15,9 @@
 //! shutdown calls it); a process that exits otherwise may lose the last
 //! batch.
 
+use std::convert::Infallible;
 use std::fmt;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +29,11 @@ use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tower_service::Service;
 use tracing_subscriber::layer::SubscriberExt as _;
+
+use crate::body::{BoxError, GatewayBody};
+use crate::phase::BoxFuture;
 
 /// The longest answer an OTLP receiver's reply may be (a partial-success
 /// message at most).
@@ -125,28 +131,6 @@ impl Telemetry {
     }
 }
 
-/// The server span of a request with `headers`: a child of the client's
-/// `traceparent`, when it sent a valid one.
-pub(crate) fn server_span(method: &http::Method, path: &str, headers: &HeaderMap) -> tracing::Span {
-    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let span = tracing::info_span!(
-        "recovery_gateway.request",
-        otel.name = tracing::field::Empty,
-        otel.kind = "server",
-        http.request.method = method.as_str(),
-        url.path = path,
-    );
-    // Without an export nothing takes the span: nothing more to do.
-    if span.is_disabled() {
-        return span;
-    }
-    span.record("otel.name", format!("{method} {path}"));
-    let parent =
-        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderCarrier(headers)));
-    let _ = span.set_parent(parent);
-    span
-}
-
 /// Request headers as the propagator's carrier.
 struct HeaderCarrier<'a>(&'a HeaderMap);
 
@@ -199,34 +183,104 @@ impl opentelemetry_http::HttpClient for RuntimeClient {
     }
 }
 
-/// `resp` with its body read inside the server `span`: a span ends when
-/// it was last left, so the span of a streamed answer then covers the
-/// stream to its last frame, not only its head. Without an export, `resp`
-/// as it is.
-pub(crate) fn open_until_sent(
-    resp: Response<crate::body::GatewayBody>,
-    span: tracing::Span,
-) -> Response<crate::body::GatewayBody> {
-    if span.is_disabled() {
-        return resp;
+/// The server span of every request, the outermost layer (a refusal is
+/// a response here too): named `{method}` as the HTTP conventions name a
+/// server span without a low-cardinality route (a path may hold a stream
+/// id), the child of the client's `traceparent` when it sent a valid
+/// one, with the response's status, and open until the response body's
+/// last frame (the body is read inside it: a span ends where it was last
+/// left). Without an export nothing is made and the inner future is
+/// returned as it is.
+#[derive(Clone)]
+pub(crate) struct ServerSpan<S>(pub(crate) S);
+
+impl<S, B> Service<Request<B>> for ServerSpan<S>
+where
+    S: Service<
+            Request<B>,
+            Response = Response<GatewayBody>,
+            Error = Infallible,
+            Future = BoxFuture<Result<Response<GatewayBody>, Infallible>>,
+        >,
+{
+    type Response = Response<GatewayBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Response<GatewayBody>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
     }
-    resp.map(|inner| SpannedBody { inner, span }.boxed_unsync())
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let span = server_span(req.method(), req.uri().path(), req.headers());
+        if span.is_disabled() {
+            return self.0.call(req);
+        }
+        let answer = span.in_scope(|| self.0.call(req));
+        Box::pin(async move {
+            let Ok(resp) = tracing::Instrument::instrument(answer, span.clone()).await;
+            let status = resp.status();
+            // As a signed integer: the exporter writes an unsigned one as a string.
+            span.record("http.response.status_code", i64::from(status.as_u16()));
+            if status.is_server_error() {
+                span.record("error.type", status.as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+            Ok(resp.map(|inner| SpannedBody { inner, span }.boxed_unsync()))
+        })
+    }
+}
+
+/// [`ServerSpan`] as a layer.
+#[derive(Clone, Copy)]
+pub(crate) struct ServerSpanLayer;
+
+impl<S> tower_layer::Layer<S> for ServerSpanLayer {
+    type Service = ServerSpan<S>;
+
+    fn layer(&self, inner: S) -> ServerSpan<S> {
+        ServerSpan(inner)
+    }
+}
+
+/// The server span of a request with `headers`: a child of the client's
+/// `traceparent`, when it sent a valid one.
+fn server_span(method: &http::Method, path: &str, headers: &HeaderMap) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let span = tracing::info_span!(
+        "recovery_gateway.request",
+        otel.name = method.as_str(),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method.as_str(),
+        url.path = path,
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    // Without an export nothing takes the span: nothing more to do.
+    if span.is_disabled() {
+        return span;
+    }
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderCarrier(headers)));
+    let _ = span.set_parent(parent);
+    span
 }
 
 /// A response body read inside the server span it answers for.
 struct SpannedBody {
-    inner: crate::body::GatewayBody,
+    inner: GatewayBody,
     span: tracing::Span,
 }
 
 impl http_body::Body for SpannedBody {
     type Data = Bytes;
-    type Error = crate::body::BoxError;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let _inside = this.span.enter();
         std::pin::Pin::new(&mut this.inner).poll_frame(cx)

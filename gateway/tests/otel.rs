@@ -174,6 +174,9 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
     let a = send(req).await;
     assert_eq!(a.status, 200);
     assert_eq!(without_ids(&a.text()).as_bytes(), &whole[..]);
+    // A request the gateway refuses before the proxy has its span too.
+    let refused = send(post(format!("http://{addr}{CHAT}"), "{not json")).await;
+    assert_eq!(refused.status, 400);
 
     // Each upstream send carries its own span as the parent, in the
     // client's trace.
@@ -227,17 +230,31 @@ async fn a_replayed_stream_exports_its_spans_and_metrics_in_one_trace() {
         .collect();
 
     // The spans: server ← client's, GenAI request ← server, sends ← request.
+    // A server span is named by its method (a path may hold a stream id).
     let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
-    let server = named("POST /v1/chat/completions");
+    let servers = named("POST");
     assert_eq!(
-        server.len(),
-        1,
+        servers.len(),
+        2,
         "{:?}",
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
-    let server = server[0];
-    assert_eq!(hex(&server.trace_id), TRACE_ID);
+    let (server, refused): (Vec<&Span>, Vec<&Span>) = servers
+        .into_iter()
+        .partition(|s| hex(&s.trace_id) == TRACE_ID);
+    let (server, refused) = (server[0], refused[0]);
     assert_eq!(hex(&server.parent_span_id), CLIENT_SPAN);
+    let served = attrs(&server.attributes);
+    assert_eq!(int(served["http.response.status_code"]), Some(200));
+    assert_eq!(text(served["url.path"]), Some(CHAT));
+    assert!(!served.contains_key("error.type"));
+    let refusal = attrs(&refused.attributes);
+    assert_eq!(int(refusal["http.response.status_code"]), Some(400));
+    assert!(refused.parent_span_id.is_empty(), "a trace of its own");
+    assert!(
+        !refusal.contains_key("error.type"),
+        "a client error is not the server's"
+    );
     let chat = named("chat m");
     assert_eq!(chat.len(), 1);
     let chat = chat[0];
