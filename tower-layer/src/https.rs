@@ -18,6 +18,7 @@
 //! nothing for recovery to decide, and turned off that request would be
 //! counted as a failed attempt of unknown acceptance.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -48,8 +49,15 @@ type Pool = Client<HttpsConnector<HttpConnector>, ReplayBody>;
 
 /// The client [`client`] builds: one pool per [`Http2`] mode. Clones share
 /// the pools.
+///
+/// Behind one `Arc`: a layer above clones its service for every request,
+/// and a hyper-util `Client` is a dozen fields and reference counts, three
+/// of them here.
 #[derive(Clone, Debug)]
-pub struct HttpsClient {
+pub struct HttpsClient(Arc<Pools>);
+
+#[derive(Debug)]
+struct Pools {
     http1: Pool,
     auto: Pool,
     http2: Pool,
@@ -64,13 +72,13 @@ pub fn client() -> HttpsClient {
             .https_or_http()
     };
     let executor = TokioExecutor::new;
-    HttpsClient {
+    HttpsClient(Arc::new(Pools {
         http1: Client::builder(executor()).build(builder().enable_http1().build()),
         auto: Client::builder(executor()).build(builder().enable_all_versions().build()),
         http2: Client::builder(executor())
             .http2_only(true)
             .build(builder().enable_http2().build()),
-    }
+    }))
 }
 
 impl tower_service::Service<Request<ReplayBody>> for HttpsClient {
@@ -86,9 +94,9 @@ impl tower_service::Service<Request<ReplayBody>> for HttpsClient {
 
     fn call(&mut self, req: Request<ReplayBody>) -> Self::Future {
         let pool = match req.extensions().get::<Http2>().copied().unwrap_or_default() {
-            Http2::Off => &self.http1,
-            Http2::Auto => &self.auto,
-            Http2::Always => &self.http2,
+            Http2::Off => &self.0.http1,
+            Http2::Auto => &self.0.auto,
+            Http2::Always => &self.0.http2,
         };
         pool.request(req)
     }
