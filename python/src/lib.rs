@@ -72,9 +72,10 @@ use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBud
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
 use recovery_core::error::{Evidence, RecoveryError};
+use recovery_core::exchange::codes::Outgoing;
 use recovery_core::exchange::{
     AdmissionAnswer, AdmissionRequest, Chunk, DRAIN_GRACE, Exchange, Head, Io, RequestFacts, Role,
-    Send as SendKind, Setup,
+    Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
@@ -86,51 +87,9 @@ use recovery_core::{RecoveryPolicy, RecoveryStatus};
 use serde::Serialize;
 use serde_json::Value;
 
-/// Action codes (see the module docs).
-pub mod action {
-    /// Send a request.
-    pub const SEND: u32 = 1;
-    /// Await the response head.
-    pub const AWAIT_HEAD: u32 = 2;
-    /// Read the next chunk.
-    pub const READ: u32 = 3;
-    /// Release the attempt's response.
-    pub const RELEASE: u32 = 4;
-    /// Respond with the committed head.
-    pub const RESPOND: u32 = 5;
-    /// Respond with the final HTTP error.
-    pub const RESPOND_ERROR: u32 = 6;
-    /// Deliver a chunk.
-    pub const DELIVER: u32 = 7;
-    /// Sleep until the deadline.
-    pub const SLEEP: u32 = 8;
-    /// Wait until online.
-    pub const WAIT_ONLINE: u32 = 9;
-    /// Ask the admission hook.
-    pub const ASK_ADMISSION: u32 = 10;
-    /// Await the admission hook's answer.
-    pub const AWAIT_ADMISSION: u32 = 11;
-    /// Ask the continuation hook.
-    pub const ASK_CONTINUATION: u32 = 12;
-    /// The request completed.
-    pub const END_OK: u32 = 13;
-    /// The request failed.
-    pub const END_ERR: u32 = 14;
-    /// Send a hedge (the original request to the target `hedge_target`).
-    pub const HEDGE: u32 = 15;
-    /// Two attempts race: await either's news.
-    pub const RACE: u32 = 16;
-    /// Release the hedge's response.
-    pub const RELEASE_HEDGE: u32 = 17;
-    /// The hedge takes the first attempt's place.
-    pub const PROMOTE: u32 = 18;
-    /// Hand the chunk just given to the consumer first.
-    pub const DELIVER_THIS: u32 = 0x100;
-    /// Lifecycle events are waiting.
-    pub const EVENTS: u32 = 0x200;
-    /// The deadline moved.
-    pub const DEADLINE: u32 = 0x400;
-}
+/// Action codes (see the module docs): the machine's, shared with every
+/// module that runs it under a shell.
+pub use recovery_core::exchange::codes::action;
 
 /// The roles an input of a race takes (see the module docs).
 pub mod role {
@@ -778,17 +737,6 @@ impl Head for PyHead<'_> {
     }
 }
 
-/// What a send asks for.
-struct Outgoing {
-    kind: u32,
-    url: String,
-    method: String,
-    header: Option<(&'static str, String)>,
-    with_body: bool,
-    /// The body the machine wrote (a prefill continuation).
-    body: Option<Vec<u8>>,
-}
-
 struct Inner {
     ex: Exchange<Kept>,
     targets: Vec<Target>,
@@ -848,72 +796,18 @@ impl Inner {
     /// Polls the machine and answers the action code with its flags.
     fn next(&mut self, now: Instant) -> u32 {
         let io = self.ex.poll(now, self.online.load(Ordering::Relaxed));
-        let code = match io {
-            Io::Send(kind) => {
-                // Matched by `if let`: a send of a kind this module does not
-                // know is answered as one it cannot make (kind 255).
-                let plain = |kind| Outgoing {
-                    kind,
-                    url: String::new(),
-                    method: String::new(),
-                    header: None,
-                    with_body: true,
-                    body: None,
-                };
-                self.io_send = Some(if let SendKind::Resume(r) = kind {
-                    Outgoing {
-                        kind: 1,
-                        url: r.url,
-                        method: r.method,
-                        header: r.header,
-                        with_body: r.with_body,
-                        body: None,
-                    }
-                } else if matches!(kind, SendKind::Original) {
-                    plain(0)
-                } else if matches!(kind, SendKind::Continuation) {
-                    plain(2)
-                } else if let SendKind::Prefill(body) = kind {
-                    Outgoing {
-                        body: Some(body.to_vec()),
-                        ..plain(3)
-                    }
-                } else {
-                    plain(255)
-                });
-                action::SEND
-            }
+        let code = io.action();
+        match io {
+            Io::Send(kind) => self.io_send = Some(Outgoing::from(kind)),
             Io::Hedge { target } => {
                 self.hedge_target = target;
                 self.hedge_fed = false;
-                action::HEDGE
             }
-            Io::Race => action::RACE,
-            Io::ReleaseHedge => action::RELEASE_HEDGE,
-            Io::Promote => {
-                self.fed_since_check = self.hedge_fed;
-                action::PROMOTE
-            }
-            Io::AwaitHead => action::AWAIT_HEAD,
-            Io::Read => action::READ,
-            Io::Release => action::RELEASE,
-            Io::Respond => action::RESPOND,
-            Io::RespondError => action::RESPOND_ERROR,
-            Io::Deliver(chunk) => {
-                self.deliver = Some(chunk);
-                action::DELIVER
-            }
-            Io::Sleep => action::SLEEP,
-            Io::WaitOnline => action::WAIT_ONLINE,
-            Io::AskAdmission(request) => {
-                self.admission = Some(request);
-                action::ASK_ADMISSION
-            }
-            Io::AwaitAdmission => action::AWAIT_ADMISSION,
-            Io::AskContinuation => action::ASK_CONTINUATION,
-            Io::End(Ok(())) => action::END_OK,
-            Io::End(Err(_)) => action::END_ERR,
-        };
+            Io::Promote => self.fed_since_check = self.hedge_fed,
+            Io::Deliver(chunk) => self.deliver = Some(chunk),
+            Io::AskAdmission(request) => self.admission = Some(request),
+            _ => {}
+        }
         let mut flags = 0;
         if self.ex.has_events() {
             flags |= action::EVENTS;
@@ -1305,8 +1199,8 @@ impl Machine {
     /// Action 1 of a prefill continuation (kind 3): the body to send in
     /// place of the request's (taken: a second call answers `None`).
     fn send_body<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        let body = self.lock().io_send.as_mut()?.body.take()?;
-        Some(PyBytes::new(py, &body))
+        let body = std::mem::take(&mut self.lock().io_send.as_mut()?.body);
+        (!body.is_empty()).then(|| PyBytes::new(py, &body))
     }
 
     /// Action 1 (or 15, with `target` `Machine.hedge_target()`) to an

@@ -50,8 +50,9 @@ use recovery_core::body_fields::BodyFields;
 use recovery_core::budget::{AttemptAllowance, BudgetStore, RetryBudget, RetryBudgetConfig};
 use recovery_core::continuation::Prefill;
 use recovery_core::cooldown::{self, CooldownStore, Cooldowns};
+use recovery_core::exchange::codes::Outgoing;
 use recovery_core::exchange::{
-    AdmissionAnswer, Chunk, Exchange, Head, Io, RequestFacts, Role, Send as SendKind, Setup,
+    AdmissionAnswer, Chunk, Exchange, Head, Io, RequestFacts, Role, Setup,
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
@@ -65,51 +66,9 @@ use wasm_bindgen::prelude::*;
 
 use crate::json::to_json;
 
-/// Action codes (see the module docs).
-pub mod action {
-    /// Send a request.
-    pub const SEND: u32 = 1;
-    /// Await the response head.
-    pub const AWAIT_HEAD: u32 = 2;
-    /// Read the next chunk.
-    pub const READ: u32 = 3;
-    /// Release the attempt's response.
-    pub const RELEASE: u32 = 4;
-    /// Respond with the committed head.
-    pub const RESPOND: u32 = 5;
-    /// Respond with the final HTTP error.
-    pub const RESPOND_ERROR: u32 = 6;
-    /// Deliver a chunk.
-    pub const DELIVER: u32 = 7;
-    /// Sleep until the deadline.
-    pub const SLEEP: u32 = 8;
-    /// Wait until online.
-    pub const WAIT_ONLINE: u32 = 9;
-    /// Ask the admission hook.
-    pub const ASK_ADMISSION: u32 = 10;
-    /// Await the admission hook's answer.
-    pub const AWAIT_ADMISSION: u32 = 11;
-    /// Ask the continuation hook.
-    pub const ASK_CONTINUATION: u32 = 12;
-    /// The request completed.
-    pub const END_OK: u32 = 13;
-    /// The request failed.
-    pub const END_ERR: u32 = 14;
-    /// Send a hedge (the original request to `hedgeTarget`).
-    pub const HEDGE: u32 = 15;
-    /// Two attempts race: await either's news.
-    pub const RACE: u32 = 16;
-    /// Release the hedge's response.
-    pub const RELEASE_HEDGE: u32 = 17;
-    /// The hedge takes the first attempt's place.
-    pub const PROMOTE: u32 = 18;
-    /// Hand the chunk just given to the consumer first.
-    pub const DELIVER_THIS: u32 = 0x100;
-    /// Lifecycle events are waiting.
-    pub const EVENTS: u32 = 0x200;
-    /// The deadline moved.
-    pub const DEADLINE: u32 = 0x400;
-}
+/// Action codes (see the module docs): the machine's, shared with every
+/// module that runs it under a shell.
+pub use recovery_core::exchange::codes::action;
 
 /// The role of an input's attempt: 1 the hedge racing the request's
 /// attempt, anything else the request's attempt.
@@ -527,17 +486,6 @@ impl Client {
 
 impl Client {}
 
-/// What a send asks for.
-struct Outgoing {
-    kind: u32,
-    url: String,
-    method: String,
-    header: Option<(&'static str, String)>,
-    with_body: bool,
-    /// The body the machine wrote (a prefill continuation).
-    body: Vec<u8>,
-}
-
 /// One logical request.
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen)]
 pub struct Machine {
@@ -848,7 +796,7 @@ impl Machine {
     pub fn send_body(&mut self) -> Vec<u8> {
         self.send
             .as_mut()
-            .map(|s| std::mem::take(&mut s.body))
+            .map(|s| Vec::from(std::mem::take(&mut s.body)))
             .unwrap_or_default()
     }
 
@@ -914,64 +862,14 @@ impl Machine {
     /// Polls the machine and answers the action code with its flags.
     fn next(&mut self, now: Instant) -> u32 {
         let io = self.ex.poll(now, self.online);
-        let code = match &io {
-            Io::Send(kind) => {
-                self.send = Some(match kind {
-                    SendKind::Original => Outgoing {
-                        kind: 0,
-                        url: String::new(),
-                        method: String::new(),
-                        header: None,
-                        with_body: true,
-                        body: Vec::new(),
-                    },
-                    SendKind::Resume(r) => Outgoing {
-                        kind: 1,
-                        url: r.url.clone(),
-                        method: r.method.clone(),
-                        header: r.header.clone(),
-                        with_body: r.with_body,
-                        body: Vec::new(),
-                    },
-                    SendKind::Continuation => Outgoing {
-                        kind: 2,
-                        url: String::new(),
-                        method: String::new(),
-                        header: None,
-                        with_body: true,
-                        body: Vec::new(),
-                    },
-                    SendKind::Prefill(body) => Outgoing {
-                        kind: 3,
-                        url: String::new(),
-                        method: String::new(),
-                        header: None,
-                        with_body: true,
-                        body: body.to_vec(),
-                    },
-                });
-                action::SEND
-            }
-            Io::Hedge { .. } => action::HEDGE,
-            Io::Race => action::RACE,
-            Io::ReleaseHedge => action::RELEASE_HEDGE,
-            Io::Promote => action::PROMOTE,
-            Io::AwaitHead => action::AWAIT_HEAD,
-            Io::Read => action::READ,
-            Io::Release => action::RELEASE,
-            Io::Respond => action::RESPOND,
-            Io::RespondError => action::RESPOND_ERROR,
-            Io::Deliver(Chunk::Read(kept)) => {
-                self.deliver_id = kept.id;
-                action::DELIVER
-            }
+        let code = io.action();
+        match &io {
+            Io::Send(kind) => self.send = Some(Outgoing::from(kind.clone())),
+            Io::Deliver(Chunk::Read(kept)) => self.deliver_id = kept.id,
             Io::Deliver(Chunk::Made(bytes)) => {
                 self.deliver_id = 0;
                 self.deliver_bytes = bytes.to_vec();
-                action::DELIVER
             }
-            Io::Sleep => action::SLEEP,
-            Io::WaitOnline => action::WAIT_ONLINE,
             Io::AskAdmission(request) => {
                 let mut out = String::from("{\"logicalId\":");
                 out.push_str(&to_json(&request.logical_id));
@@ -981,13 +879,9 @@ impl Machine {
                 out.push_str(&to_json(&request.failure));
                 out.push('}');
                 self.admission = out;
-                action::ASK_ADMISSION
             }
-            Io::AwaitAdmission => action::AWAIT_ADMISSION,
-            Io::AskContinuation => action::ASK_CONTINUATION,
-            Io::End(Ok(())) => action::END_OK,
-            Io::End(Err(_)) => action::END_ERR,
-        };
+            _ => {}
+        }
         self.io = Some(io);
         let mut flags = 0;
         if self.ex.has_events() {

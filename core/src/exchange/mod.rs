@@ -25,6 +25,7 @@
 //! that nothing after terminal proof changes a completed outcome.
 
 mod attempt;
+pub mod codes;
 pub(crate) mod course;
 mod ctx;
 mod decoded;
