@@ -169,7 +169,10 @@ mod tests {
             with_body: false,
         };
         let out = Outgoing::from(Send::Resume(resume));
-        assert_eq!((out.kind, out.method.as_str(), out.with_body), (1, "GET", false));
+        assert_eq!(
+            (out.kind, out.method.as_str(), out.with_body),
+            (1, "GET", false)
+        );
         assert!(out.url.ends_with("resp_1?stream=true"));
         let prefill = Outgoing::from(Send::Prefill(Bytes::from_static(b"{}")));
         assert_eq!((prefill.kind, &prefill.body[..]), (3, &b"{}"[..]));

@@ -18,11 +18,8 @@ pub(crate) struct Lazy<'a>(pub(super) &'a [u8]);
 impl<'a> Lazy<'a> {
     /// Validates `doc` as one JSON document and returns its root value.
     pub(crate) fn parse(doc: &'a [u8]) -> Result<Self, ProtocolViolation> {
-        if std::str::from_utf8(doc).is_err() {
-            return Err(ProtocolViolation::InvalidUtf8);
-        }
-        let (start, end) = validate(doc, |_, _, _| {}).ok_or(ProtocolViolation::MalformedJson)?;
-        Ok(Lazy(&doc[start..end]))
+        // One walk in the binary (the wasm module's size): no fields asked.
+        Self::parse_fields(doc, &[], &mut [])
     }
 
     /// [`Lazy::parse`], and `root.fields(keys)` of its root object in the
@@ -57,7 +54,6 @@ impl<'a> Lazy<'a> {
 /// the root is an object, `field` is told each of its members as the pass
 /// completes it: the key's literal (quotes included) and the span of its
 /// value.
-#[inline]
 fn validate(b: &[u8], mut field: impl FnMut(&[u8], usize, usize)) -> Option<(usize, usize)> {
     let mut stack: u128 = 0; // one bit per open container, 1 = object
     let mut depth: u32 = 0;
@@ -154,6 +150,9 @@ fn root_member(b: &[u8], at: usize, value: usize) -> (usize, usize, usize) {
 /// earlier one, as in `serde_json`.
 #[inline]
 fn offer<'a>(key: &[u8], value: Lazy<'a>, keys: &[&str], out: &mut [Option<Lazy<'a>>]) {
+    if keys.is_empty() {
+        return;
+    }
     let raw = &key[1..key.len() - 1];
     if memchr(b'\\', raw).is_some() {
         if let Some(name) = unescape(key) {
