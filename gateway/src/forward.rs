@@ -206,13 +206,13 @@ fn strip(headers: &HeaderMap, also: &[HeaderName]) -> HeaderMap {
         if HOP_BY_HOP.contains(&n) || named.iter().any(|c| c == n) || also.contains(name) {
             continue;
         }
-        // Copied, not shared: hyper's parsed head is a slice of the
-        // connection's read buffer, and the upstream request (kept for
-        // replays) would hold that whole buffer for the stream's life.
-        let name = HeaderName::from_bytes(n.as_bytes()).unwrap_or_else(|_| name.clone());
+        // The value copied, not shared: hyper's parsed header values are
+        // slices of the connection's read buffer, and the upstream request
+        // (kept for replays) would hold that whole buffer for the stream's
+        // life. Names are hyper's own (a known one, or a copy of it).
         let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
         copy.set_sensitive(value.is_sensitive());
-        out.append(name, copy);
+        out.append(name.clone(), copy);
     }
     out
 }

@@ -119,7 +119,7 @@ impl Proxy {
         let logical_id = resp
             .extensions()
             .get::<ReportHandle>()
-            .map(|h| h.report().logical_id)
+            .map(|h| h.inspect(|r| r.logical_id.clone()))
             .unwrap_or_default();
         Delivery {
             streams: &self.streams,

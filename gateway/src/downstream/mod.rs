@@ -254,7 +254,7 @@ impl Seen {
 
     fn end(&self) {
         if let Some(report) = &self.report {
-            self.metrics.tokens(&report.report().generation.usage);
+            report.inspect(|r| self.metrics.tokens(&r.generation.usage));
         }
     }
 }

@@ -167,7 +167,7 @@ impl Pump {
         );
         lock(&streams.live).remove(&self.key);
         if let Some(report) = &self.report {
-            streams.metrics.tokens(&report.report().generation.usage);
+            report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
         }
         streams.metrics.stream_ended();
         // Dropping the channel ends the first client's body.

@@ -66,20 +66,40 @@ pub(crate) fn check_path(path: &str) -> Result<(), Refusal> {
     if rest.is_empty() {
         return Ok(());
     }
-    for segment in rest.split('/') {
-        if segment.is_empty() || segment.contains('\\') {
+    // Byte by byte, without a lowercased or decoded copy: every request
+    // passes here.
+    for segment in rest.split('/').map(str::as_bytes) {
+        if segment.is_empty() || segment.contains(&b'\\') {
             return Err(Refusal::BadPath);
         }
-        let lower = segment.to_ascii_lowercase();
-        if lower.contains("%2f") || lower.contains("%5c") {
-            return Err(Refusal::BadPath);
-        }
-        let decoded = lower.replace("%2e", ".");
-        if decoded == "." || decoded == ".." {
+        let encoded_slash = segment.windows(3).any(|w| {
+            w[0] == b'%'
+                && matches!(
+                    (w[1], w[2].to_ascii_lowercase()),
+                    (b'2', b'f') | (b'5', b'c')
+                )
+        });
+        if encoded_slash || matches!(dots(segment), Some(1 | 2)) {
             return Err(Refusal::BadPath);
         }
     }
     Ok(())
+}
+
+/// How many dots `segment` is when it is nothing else (each `.` or `%2e`
+/// in any case), else `None`.
+fn dots(segment: &[u8]) -> Option<usize> {
+    let mut rest = segment;
+    let mut n = 0;
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', tail @ ..] => tail,
+            [b'%', b'2', e, tail @ ..] if e.eq_ignore_ascii_case(&b'e') => tail,
+            _ => return None,
+        };
+        n += 1;
+    }
+    Some(n)
 }
 
 #[cfg(test)]
@@ -115,5 +135,52 @@ mod tests {
         ] {
             assert_eq!(check_path(good), Ok(()), "{good}");
         }
+    }
+
+    /// The rule as it was first written (lowercased and decoded copies),
+    /// which the byte-by-byte one must agree with.
+    fn by_copies(path: &str) -> Result<(), Refusal> {
+        let Some(rest) = path.strip_prefix('/') else {
+            return Err(Refusal::BadPath);
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() {
+            return Ok(());
+        }
+        for segment in rest.split('/') {
+            if segment.is_empty() || segment.contains('\\') {
+                return Err(Refusal::BadPath);
+            }
+            let lower = segment.to_ascii_lowercase();
+            if lower.contains("%2f") || lower.contains("%5c") {
+                return Err(Refusal::BadPath);
+            }
+            let decoded = lower.replace("%2e", ".");
+            if decoded == "." || decoded == ".." {
+                return Err(Refusal::BadPath);
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_short_path_of_the_telling_characters_is_judged_as_by_copies() {
+        const ALPHABET: &[u8] = b"/.%2eEfF5cC\\a";
+        let mut paths = vec![String::new()];
+        let mut checked = 0;
+        for _ in 0..6 {
+            let mut longer = Vec::new();
+            for p in &paths {
+                for &c in ALPHABET {
+                    let mut q = p.clone();
+                    q.push(char::from(c));
+                    assert_eq!(check_path(&q), by_copies(&q), "{q:?}");
+                    checked += 1;
+                    longer.push(q);
+                }
+            }
+            paths = longer;
+        }
+        assert!(checked > 1_000_000);
     }
 }

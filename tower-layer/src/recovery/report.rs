@@ -24,6 +24,13 @@ impl ReportHandle {
             .clone()
     }
 
+    /// What `f` reads of the report now, without a copy of the whole
+    /// report (attempt records, strings): a field or two, read while the
+    /// request may still change it.
+    pub fn inspect<T>(&self, f: impl FnOnce(&RecoveryReport) -> T) -> T {
+        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     pub(crate) fn set(&self, report: &RecoveryReport) {
         report.clone_into(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
     }
