@@ -6,6 +6,7 @@
 //! # or, by hand:
 //! cargo build --release -p recovery-gateway --bin recovery-gateway --example load
 //! target/release/examples/load [--streams 500] [--concurrency 64] [--held 1000]
+//! target/release/examples/load --kept-alive-only   # phase 2b alone, for a profiler
 //! ```
 //!
 //! The loopback fault provider runs in this process on a runtime of its own
@@ -72,6 +73,8 @@ struct Args {
     gateway: PathBuf,
     /// The bare hyper proxy (`bare_proxy.rs`), the floor.
     bare: PathBuf,
+    /// Phase 2b alone (for a profiler around the gateway).
+    kept_alive_only: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -90,6 +93,7 @@ fn parse_args() -> Result<Args, String> {
         held: 1000,
         gateway: default_gateway,
         bare: default_bare,
+        kept_alive_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -106,6 +110,7 @@ fn parse_args() -> Result<Args, String> {
             "--held" => args.held = number(value()?)?,
             "--gateway" => args.gateway = PathBuf::from(value()?),
             "--bare" => args.bare = PathBuf::from(value()?),
+            "--kept-alive-only" => args.kept_alive_only = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -385,7 +390,7 @@ fn main() -> std::process::ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!(
-                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH] [--bare PATH]"
+                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH] [--bare PATH] [--kept-alive-only]"
             );
             return std::process::ExitCode::from(2);
         }
@@ -421,6 +426,13 @@ async fn run(args: &Args, provider: &FaultProvider) {
     sequential(&gateway_addr, 20).await;
     sequential(&bare.addr, 20).await;
 
+    if args.kept_alive_only {
+        throughput(args, &direct_addr, &gateway_addr, pid, &bare, true).await;
+        bare.stop().await;
+        gateway.stop().await;
+        return;
+    }
+
     println!("\n1. latency per stream, sequential, fresh connection each");
     let direct = sequential(&direct_addr, args.streams).await;
     let through = sequential(&gateway_addr, args.streams).await;
@@ -450,38 +462,7 @@ async fn run(args: &Args, provider: &FaultProvider) {
     );
 
     for keep_alive in [false, true] {
-        println!(
-            "\n2{}. throughput, {} clients at once, {}",
-            if keep_alive { "b" } else { "" },
-            args.concurrency,
-            if keep_alive {
-                "each on one kept-alive connection (as an SDK's pool)"
-            } else {
-                "a fresh connection per stream"
-            }
-        );
-        let direct_rate =
-            concurrent(&direct_addr, args.streams, args.concurrency, keep_alive).await;
-        let cpu_before = cpu_seconds(pid);
-        let gateway_rate =
-            concurrent(&gateway_addr, args.streams, args.concurrency, keep_alive).await;
-        let cpu = cpu_seconds(pid) - cpu_before;
-        let bare_before = cpu_seconds(bare.pid);
-        let bare_rate = concurrent(&bare.addr, args.streams, args.concurrency, keep_alive).await;
-        let bare_cpu = cpu_seconds(bare.pid) - bare_before;
-        let per_1000 = |cpu: f64| cpu * 1000.0 / args.streams as f64;
-        println!(
-            "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2}), bare proxy {bare_rate:.0} streams/s (x{:.2})",
-            gateway_rate / direct_rate,
-            bare_rate / direct_rate
-        );
-        println!(
-            "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams; bare proxy {:.3} (gateway x{:.2})",
-            args.streams,
-            per_1000(cpu),
-            per_1000(bare_cpu),
-            cpu / bare_cpu.max(1e-9)
-        );
+        throughput(args, &direct_addr, &gateway_addr, pid, &bare, keep_alive).await;
     }
 
     println!(
@@ -554,5 +535,48 @@ async fn run(args: &Args, provider: &FaultProvider) {
     assert!(
         h2::held(&args.gateway, args.held).await,
         "every held stream over HTTP/2 must be held and then finish"
+    );
+}
+
+/// Phase 2 (`keep_alive` false) or 2b: the same streams from
+/// `--concurrency` clients, direct, through the gateway and through the
+/// bare proxy, with the CPU each proxy spent.
+async fn throughput(
+    args: &Args,
+    direct_addr: &str,
+    gateway_addr: &str,
+    pid: u32,
+    bare: &Proxy,
+    keep_alive: bool,
+) {
+    println!(
+        "\n2{}. throughput, {} clients at once, {}",
+        if keep_alive { "b" } else { "" },
+        args.concurrency,
+        if keep_alive {
+            "each on one kept-alive connection (as an SDK's pool)"
+        } else {
+            "a fresh connection per stream"
+        }
+    );
+    let direct_rate = concurrent(direct_addr, args.streams, args.concurrency, keep_alive).await;
+    let cpu_before = cpu_seconds(pid);
+    let gateway_rate = concurrent(gateway_addr, args.streams, args.concurrency, keep_alive).await;
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let bare_before = cpu_seconds(bare.pid);
+    let bare_rate = concurrent(&bare.addr, args.streams, args.concurrency, keep_alive).await;
+    let bare_cpu = cpu_seconds(bare.pid) - bare_before;
+    let per_1000 = |cpu: f64| cpu * 1000.0 / args.streams as f64;
+    println!(
+        "  direct {direct_rate:.0} streams/s, gateway {gateway_rate:.0} streams/s (x{:.2}), bare proxy {bare_rate:.0} streams/s (x{:.2})",
+        gateway_rate / direct_rate,
+        bare_rate / direct_rate
+    );
+    println!(
+        "  gateway CPU: {cpu:.3} s for {} streams, {:.3} CPU-seconds per 1,000 streams; bare proxy {:.3} (gateway x{:.2})",
+        args.streams,
+        per_1000(cpu),
+        per_1000(bare_cpu),
+        cpu / bare_cpu.max(1e-9)
     );
 }
