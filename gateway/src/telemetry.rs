@@ -297,71 +297,16 @@ impl http_body::Body for SpannedBody {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use http_body_util::BodyExt as _;
-    use tracing_subscriber::layer::{Context as LayerContext, Layer};
+    use recovery_tests::spans::Spans;
 
     use super::*;
 
-    /// Every value recorded on a span, by field name, as text.
-    #[derive(Clone, Default)]
-    struct Recorded(Arc<Mutex<Vec<(String, String)>>>);
-
-    impl Recorded {
-        fn get(&self, name: &str) -> Option<String> {
-            let values = self.0.lock().unwrap();
-            values
-                .iter()
-                .rev()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-        }
-    }
-
-    impl<S: tracing::Subscriber> Layer<S> for Recorded {
-        fn on_new_span(
-            &self,
-            attrs: &tracing::span::Attributes<'_>,
-            _: &tracing::span::Id,
-            _: LayerContext<'_, S>,
-        ) {
-            attrs.record(&mut Visit(&self.0));
-        }
-
-        fn on_record(
-            &self,
-            _: &tracing::span::Id,
-            values: &tracing::span::Record<'_>,
-            _: LayerContext<'_, S>,
-        ) {
-            values.record(&mut Visit(&self.0));
-        }
-    }
-
-    struct Visit<'a>(&'a Mutex<Vec<(String, String)>>);
-
-    impl tracing::field::Visit for Visit<'_> {
-        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-            self.0
-                .lock()
-                .unwrap()
-                .push((field.name().to_owned(), value.to_owned()));
-        }
-
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-            self.0
-                .lock()
-                .unwrap()
-                .push((field.name().to_owned(), format!("{value:?}")));
-        }
-    }
-
-    /// The server span's fields after answering with `status`, its body
-    /// read to the end.
-    async fn served(status: u16) -> Recorded {
-        let recorded = Recorded::default();
-        let subscriber = tracing_subscriber::registry().with(recorded.clone());
+    /// The spans made while answering with `status`, the body read to the
+    /// end.
+    async fn served(status: u16) -> Spans {
+        let spans = Spans::default();
+        let subscriber = tracing_subscriber::registry().with(spans.clone());
         let _default = tracing::subscriber::set_default(subscriber);
         let inner = tower::service_fn(
             move |_: Request<()>| -> BoxFuture<Result<Response<GatewayBody>, Infallible>> {
@@ -376,32 +321,36 @@ mod tests {
         let Ok(resp) = ServerSpan(inner).call(req).await;
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"x");
-        recorded
+        spans
     }
 
     #[tokio::test]
     async fn a_server_error_is_the_spans_error_and_a_client_error_is_not() {
+        let field = |spans: &Spans, name: &str| spans.field("recovery_gateway.request", name);
         let failed = served(503).await;
-        assert_eq!(failed.get("otel.name").as_deref(), Some("POST"));
+        assert_eq!(field(&failed, "otel.name").as_deref(), Some("\"POST\""));
         assert_eq!(
-            failed.get("url.path").as_deref(),
-            Some("/v1/chat/completions")
+            field(&failed, "url.path").as_deref(),
+            Some("\"/v1/chat/completions\"")
         );
         assert_eq!(
-            failed.get("http.response.status_code").as_deref(),
+            field(&failed, "http.response.status_code").as_deref(),
             Some("503")
         );
-        assert_eq!(failed.get("error.type").as_deref(), Some("503"));
-        assert_eq!(failed.get("otel.status_code").as_deref(), Some("ERROR"));
+        assert_eq!(field(&failed, "error.type").as_deref(), Some("\"503\""));
+        assert_eq!(
+            field(&failed, "otel.status_code").as_deref(),
+            Some("\"ERROR\"")
+        );
         for status in [400, 200] {
             let answered = served(status).await;
             let code = status.to_string();
             assert_eq!(
-                answered.get("http.response.status_code").as_deref(),
+                field(&answered, "http.response.status_code").as_deref(),
                 Some(code.as_str())
             );
-            assert_eq!(answered.get("error.type"), None, "{status}");
-            assert_eq!(answered.get("otel.status_code"), None, "{status}");
+            assert_eq!(field(&answered, "error.type"), None, "{status}");
+            assert_eq!(field(&answered, "otel.status_code"), None, "{status}");
         }
     }
 }

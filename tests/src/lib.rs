@@ -4,3 +4,5 @@
 pub mod fault;
 pub mod process;
 pub mod redis;
+#[cfg(feature = "spans")]
+pub mod spans;

@@ -6,8 +6,8 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -15,52 +15,10 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
+use recovery_tests::spans::Spans;
 use tower::{Layer, Service, ServiceExt};
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-
-/// A span's name and the fields recorded on it, as text.
-type SpanRecord = (String, Vec<(String, String)>);
-
-/// Spans seen, in creation order.
-#[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<SpanRecord>>>);
-
-struct Fields<'a>(&'a mut Vec<(String, String)>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), format!("{value:?}")));
-    }
-}
-
-impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>>
-    tracing_subscriber::Layer<S> for Spans
-{
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: LayerContext<'_, S>) {
-        let mut fields = Vec::new();
-        attrs.record(&mut Fields(&mut fields));
-        self.0
-            .lock()
-            .unwrap()
-            .push((attrs.metadata().name().to_owned(), fields));
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        let name = ctx
-            .span(id)
-            .map(|s| s.name().to_owned())
-            .unwrap_or_default();
-        let mut fields = Vec::new();
-        values.record(&mut Fields(&mut fields));
-        let mut spans = self.0.lock().unwrap();
-        if let Some(entry) = spans.iter_mut().rev().find(|(n, _)| *n == name) {
-            entry.1.extend(fields);
-        }
-    }
-}
+use tracing_subscriber::layer::SubscriberExt;
 
 #[derive(Clone)]
 struct FailOnce(Arc<AtomicU32>);
@@ -113,7 +71,7 @@ async fn request_and_attempt_spans_carry_the_resend_count() {
         .await
         .unwrap();
     resp.into_body().collect().await.unwrap();
-    let spans = spans.0.lock().unwrap().clone();
+    let spans = spans.all();
     let names: Vec<&str> = spans.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
