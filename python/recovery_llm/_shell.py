@@ -731,16 +731,21 @@ class SyncBody:
         self.ex = ex
 
     def __iter__(self) -> Iterator[bytes]:
+        return M.Stitched(self.chunks())
+
+    def chunks(self) -> Iterator[Any]:
+        """The body's chunks, and the machine's reader wherever it reads:
+        ``Stitched`` reads with it (a chunk then costs no frame of this
+        shell) and resumes this generator with what it stopped with, or
+        with the inner stream's exception; the loop below does everything
+        else."""
         ex = self.ex
         try:
             while True:
                 if ex.action == READ and ex.it is not None and not ex.ended:
-                    # The machine's reader reads while it only asks for
-                    # reads (a chunk then costs no frame of this shell);
-                    # the loop below does everything else.
                     r = ex.reader()
                     try:
-                        stop = yield from r
+                        stop = yield r
                     except Exception as e:
                         if not r.raised:
                             raise

@@ -1309,17 +1309,17 @@ impl Machine {
 }
 
 /// The reads of an attempt's body while the machine asks for nothing but
-/// reads: each `__next__` judges the deadline, pulls the next chunk from
-/// the inner byte iterator and gives it to the machine (`Machine.on_chunk`),
-/// and yields it when the machine passes it on as it is. The shell reads
-/// the body through it (`yield from`) so that a chunk passed through costs
-/// no Python frame of the shell: over a socket, where the inner stream's
-/// own Python code runs between chunks, each frame of ours costs twice what
-/// it does in a tight loop.
+/// reads: each step judges the deadline, pulls the next chunk from the
+/// inner byte iterator and gives it to the machine (`Machine.on_chunk`),
+/// and hands it on when the machine passes it on as it is. The shell hands
+/// it to [`Stitched`], which steps it without a Python frame of the shell
+/// per chunk: over a socket, where the inner stream's own Python code runs
+/// between chunks, each frame of ours costs twice what it does in a tight
+/// loop.
 ///
-/// It decides nothing either: it stops (`StopIteration`) at anything but a
-/// read answered with the chunk handed on, and the shell takes it from
-/// there with the value it stopped with:
+/// It decides nothing either: it stops at anything but a read answered
+/// with the chunk handed on, and the shell takes it from there with the
+/// value it stopped with:
 ///
 /// - `None`: nothing was read (the deadline has passed, the machine asks
 ///   for something else, or the reader was closed);
@@ -1382,12 +1382,64 @@ impl ReaderClock {
     }
 }
 
+/// Where one step of a [`Reader`] ended.
+enum Step {
+    /// A chunk the machine passes on as it is: the consumer's.
+    Chunk(Py<PyAny>),
+    /// The reader stopped; the shell goes on with this value.
+    Stopped(Py<PyAny>),
+}
+
 impl Reader {
-    /// The `StopIteration` that hands `value` back to the shell.
-    fn stop<'py>(py: Python<'py>, value: impl IntoPyObject<'py>) -> PyErr {
-        match value.into_py_any(py) {
-            Ok(v) => PyStopIteration::new_err((v,)),
-            Err(e) => e,
+    /// Reads until a chunk is the consumer's or the reader stops.
+    fn step(&mut self, py: Python<'_>) -> PyResult<Step> {
+        let machine = self.machine.get();
+        let stopped = |value: Bound<'_, PyAny>| Ok(Step::Stopped(value.unbind()));
+        loop {
+            let Some(it) = &self.it else {
+                return stopped(py.None().into_bound(py));
+            };
+            let mut it = it.bind(py).clone();
+            let (action, deadline) = {
+                let m = machine.lock();
+                (m.action, m.deadline_s)
+            };
+            if action != action::READ {
+                return stopped(py.None().into_bound(py));
+            }
+            // As `Exchange.due` in the shell: a deadline passed is judged
+            // before the read, by the shell.
+            if let Some(d) = deadline
+                && self.clock.now(py)? >= d
+            {
+                return stopped(py.None().into_bound(py));
+            }
+            let chunk = match it.next() {
+                None => {
+                    self.it = None;
+                    return stopped(("end", py.None()).into_bound_py_any(py)?);
+                }
+                Some(Err(e)) => {
+                    self.it = None;
+                    self.raised = true;
+                    return Err(e);
+                }
+                Some(Ok(chunk)) => chunk,
+            };
+            let Ok(bytes) = chunk.cast::<PyBytes>() else {
+                // Not bytes: the shell gives it to the machine, which
+                // refuses it as its `on_chunk` does.
+                return stopped(("read", chunk).into_bound_py_any(py)?);
+            };
+            let now = instant(self.clock.now(py)?);
+            let code = machine.lock().chunk(now, bytes);
+            if code == action::READ | action::DELIVER_THIS {
+                return Ok(Step::Chunk(chunk.unbind()));
+            }
+            if code != action::READ {
+                return stopped(("answer", chunk, code).into_bound_py_any(py)?);
+            }
+            // Kept by the machine, which reads on.
         }
     }
 }
@@ -1406,60 +1458,6 @@ impl Reader {
         })
     }
 
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let machine = self.machine.get();
-        loop {
-            let Some(it) = &self.it else {
-                return Err(Self::stop(py, py.None()));
-            };
-            let mut it = it.bind(py).clone();
-            let (action, deadline) = {
-                let m = machine.lock();
-                (m.action, m.deadline_s)
-            };
-            if action != action::READ {
-                return Err(Self::stop(py, py.None()));
-            }
-            // As `Exchange.due` in the shell: a deadline passed is judged
-            // before the read, by the shell.
-            if let Some(d) = deadline
-                && self.clock.now(py)? >= d
-            {
-                return Err(Self::stop(py, py.None()));
-            }
-            let chunk = match it.next() {
-                None => {
-                    self.it = None;
-                    return Err(Self::stop(py, ("end", py.None())));
-                }
-                Some(Err(e)) => {
-                    self.it = None;
-                    self.raised = true;
-                    return Err(e);
-                }
-                Some(Ok(chunk)) => chunk,
-            };
-            let Ok(bytes) = chunk.cast::<PyBytes>() else {
-                // Not bytes: the shell gives it to the machine, which
-                // refuses it as its `on_chunk` does.
-                return Err(Self::stop(py, ("read", chunk)));
-            };
-            let now = instant(self.clock.now(py)?);
-            let code = machine.lock().chunk(now, bytes);
-            if code == action::READ | action::DELIVER_THIS {
-                return Ok(chunk.unbind());
-            }
-            if code != action::READ {
-                return Err(Self::stop(py, ("answer", chunk, code)));
-            }
-            // Kept by the machine, which reads on.
-        }
-    }
-
     /// The iterator the reader was made over.
     #[getter]
     fn source(&self, py: Python<'_>) -> Py<PyAny> {
@@ -1472,7 +1470,7 @@ impl Reader {
         self.clock.now(py)
     }
 
-    /// Whether the last `__next__` raised the inner iterator's exception.
+    /// Whether the last step raised the inner iterator's exception.
     #[getter]
     fn raised(&self) -> bool {
         self.raised
@@ -1481,6 +1479,93 @@ impl Reader {
     /// No read any more: the attempt's response was released.
     fn close(&mut self) {
         self.it = None;
+    }
+}
+
+/// The iterator of a committed response's body: the chunks a [`Reader`]
+/// hands on while the machine asks for nothing but reads, and the shell's
+/// generator for everything else.
+///
+/// The generator yields a chunk for the consumer, or a `Reader` to read
+/// with. Given a reader, this iterator steps it on each `__next__` until it
+/// stops, then resumes the generator with what it stopped with (`send`), or
+/// with the inner iterator's exception (`throw`). A chunk passed through so
+/// costs the consumer one call into this module and no frame of the shell,
+/// which still makes every choice but that one.
+#[pyclass(module = "recovery_llm._machine")]
+pub struct Stitched {
+    /// The shell's generator of the body.
+    shell: Py<PyAny>,
+    /// The reader the shell last handed over, while it reads.
+    reader: Option<Py<Reader>>,
+}
+
+/// How the shell's generator is resumed.
+enum Resume {
+    Next,
+    Send(Py<PyAny>),
+    Throw(PyErr),
+}
+
+#[pymethods]
+impl Stitched {
+    /// The body of `shell`, a generator of the shell (see above).
+    #[new]
+    fn new(shell: Py<PyAny>) -> Self {
+        Stitched {
+            shell,
+            reader: None,
+        }
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let mut resume = Resume::Next;
+        loop {
+            if let Some(reader) = self.reader.take() {
+                let step = reader.bind(py).borrow_mut().step(py);
+                match step {
+                    Ok(Step::Chunk(chunk)) => {
+                        self.reader = Some(reader);
+                        return Ok(Some(chunk));
+                    }
+                    Ok(Step::Stopped(value)) => resume = Resume::Send(value),
+                    Err(e) => resume = Resume::Throw(e),
+                }
+            }
+            let shell = self.shell.bind(py);
+            let out = match std::mem::replace(&mut resume, Resume::Next) {
+                Resume::Next => shell.call_method0(pyo3::intern!(py, "__next__")),
+                Resume::Send(value) => shell.call_method1(pyo3::intern!(py, "send"), (value,)),
+                Resume::Throw(e) => {
+                    shell.call_method1(pyo3::intern!(py, "throw"), (e.into_value(py),))
+                }
+            };
+            let out = match out {
+                Ok(out) => out,
+                Err(e) if e.is_instance_of::<PyStopIteration>(py) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match out.cast_into::<Reader>() {
+                Ok(reader) => self.reader = Some(reader.unbind()),
+                Err(e) => return Ok(Some(e.into_inner().unbind())),
+            }
+        }
+    }
+
+    /// Closes the shell's generator (its `finally` cancels a request not
+    /// ended), as closing the generator itself would.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(reader) = self.reader.take() {
+            reader.bind(py).borrow_mut().close();
+        }
+        self.shell
+            .bind(py)
+            .call_method0(pyo3::intern!(py, "close"))?;
+        Ok(())
     }
 }
 
@@ -1523,6 +1608,7 @@ fn _machine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Machine>()?;
     m.add_class::<Reader>()?;
+    m.add_class::<Stitched>()?;
     m.add_function(wrap_pyfunction!(protocols, m)?)?;
     m.add_function(wrap_pyfunction!(policy_fields, m)?)?;
     for (name, value) in [
