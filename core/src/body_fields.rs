@@ -6,6 +6,15 @@
 //! taken in the one pass that validates the body, once per request (and
 //! once per alternate's rewritten body); the cooldown key, the resume plan
 //! and the GenAI attributes read them here.
+//!
+//! A front end that validates a body before the recovery layer sees it (a
+//! gateway refuses a body that is not JSON) keeps what it read as a
+//! [`ReadFields`], and the layer takes the fields from it instead of reading
+//! the same bytes again.
+
+use std::ops::Range;
+
+use bytes::Bytes;
 
 use crate::json::{JsonKind, JsonView, Lazy};
 
@@ -22,10 +31,15 @@ pub struct BodyFields<'a> {
 impl<'a> BodyFields<'a> {
     /// Reads `body` once: valid JSON or not, and its three fields.
     pub fn read(body: &'a [u8]) -> Self {
+        Self::read_checked(body).0
+    }
+
+    /// [`BodyFields::read`], and whether `body` is one valid JSON document.
+    fn read_checked(body: &'a [u8]) -> (Self, bool) {
         let mut fields = [None; 3];
         // A body that does not parse has none: `parse_fields` clears them.
-        let _ = Lazy::parse_fields(body, &NAMES, &mut fields);
-        BodyFields { fields }
+        let json = Lazy::parse_fields(body, &NAMES, &mut fields).is_ok();
+        (BodyFields { fields }, json)
     }
 
     /// The `model` string's literal, quotes and escapes as written.
@@ -43,6 +57,57 @@ impl<'a> BodyFields<'a> {
     pub(crate) fn background_stream(&self) -> bool {
         self.fields[2].and_then(JsonView::as_bool) == Some(true) && self.stream() == Some(true)
     }
+}
+
+/// A request body as one reader read it: whether it is one valid JSON
+/// document (UTF-8, nested at most 128 deep), and where its fields are.
+///
+/// A front end that must validate a body before it goes anywhere puts this
+/// in the request's extensions; the recovery layer after it, given the
+/// very same bytes ([`ReadFields::fields_of`]), takes the fields from it and
+/// does not read a prompt of megabytes a second time. Bytes that are not
+/// these (a layer between them rewrote the body) are read again.
+#[derive(Debug, Clone)]
+pub struct ReadFields {
+    body: Bytes,
+    json: bool,
+    spans: [Option<Range<usize>>; 3],
+}
+
+impl ReadFields {
+    /// Reads `body` once.
+    pub fn read(body: Bytes) -> Self {
+        let (fields, json) = BodyFields::read_checked(&body);
+        let spans = fields
+            .fields
+            .map(|f| f.map(|v| offset_in(&body, v.as_bytes())));
+        ReadFields { body, json, spans }
+    }
+
+    /// Whether the body is one valid JSON document.
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// The body's fields when `body` is the body read (the same bytes in
+    /// memory, not only the same content); `None` for any other bytes.
+    pub fn fields_of<'a>(&self, body: &'a [u8]) -> Option<BodyFields<'a>> {
+        let same = std::ptr::eq(body.as_ptr(), self.body.as_ptr()) && body.len() == self.body.len();
+        if !same {
+            return None;
+        }
+        let fields = self
+            .spans
+            .clone()
+            .map(|span| span.and_then(|span| body.get(span)).map(Lazy::validated));
+        Some(BodyFields { fields })
+    }
+}
+
+/// Where `part`, a slice of `whole`, starts and ends in it.
+fn offset_in(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
 }
 
 #[cfg(test)]
@@ -104,7 +169,41 @@ mod tests {
             let f = BodyFields::read(&doc);
             let model = f.model().and_then(JsonView::text).map(std::borrow::Cow::into_owned);
             prop_assert_eq!((model, f.stream(), f.background_stream()), reference(&doc));
+            // Valid JSON where `serde_json` finds it valid (which lets bytes
+            // that are not UTF-8 pass inside a string it skips).
+            let read = ReadFields::read(Bytes::from(doc.clone()));
+            let serde = serde_json::from_slice::<serde::de::IgnoredAny>(&doc).is_ok();
+            prop_assert_eq!(read.is_json(), serde && std::str::from_utf8(&doc).is_ok());
         }
+    }
+
+    #[test]
+    fn a_read_body_gives_its_fields_for_its_own_bytes_only() {
+        let body = Bytes::from_static(
+            br#"{"messages":[],"model":"gpt-4o","stream":true,"background":true}"#,
+        );
+        let read = ReadFields::read(body.clone());
+        assert!(read.is_json());
+        let f = read.fields_of(&body).expect("the same bytes");
+        assert_eq!(f.model().unwrap().as_bytes(), br#""gpt-4o""#);
+        assert_eq!(f.stream(), Some(true));
+        assert!(f.background_stream());
+        // The same content elsewhere in memory, or a part of it, is read again.
+        let copy = body.to_vec();
+        assert!(read.fields_of(&copy).is_none());
+        assert!(read.fields_of(&body[..body.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn a_read_body_that_is_not_json_says_so_and_has_no_fields() {
+        for body in [&b"{\"model\":\"m\""[..], b"\"a\xff\"", b"", b"[1] 2"] {
+            let body = Bytes::copy_from_slice(body);
+            let read = ReadFields::read(body.clone());
+            assert!(!read.is_json(), "{body:?}");
+            let f = read.fields_of(&body).expect("the same bytes");
+            assert!(f.model().is_none() && f.stream().is_none());
+        }
+        assert!(ReadFields::read(Bytes::from_static(b" [1, {}] ")).is_json());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
+use recovery_core::body_fields::ReadFields;
 use recovery_core::protocol::error_event::StreamFailure;
 use tower_recovery::ReportHandle;
 use tower_service::Service;
@@ -65,7 +66,7 @@ impl Proxy {
             .router
             .target(req.uri().path(), req.uri().query())
             .ok_or(Refusal::NoRoute)?;
-        let (parts, bytes) = req.into_parts();
+        let (mut parts, bytes) = req.into_parts();
         let credentials = parts
             .extensions
             .get::<Credentials>()
@@ -83,6 +84,11 @@ impl Proxy {
         upstream_req.headers_mut().remove(RESUMABLE_HEADER);
         // Kept on every send of the request, to an alternate too.
         upstream_req.extensions_mut().insert(target.http2);
+        // What the body phase read of these bytes: the recovery layer does
+        // not read them again.
+        if let Some(read) = parts.extensions.remove::<ReadFields>() {
+            upstream_req.extensions_mut().insert(read);
+        }
         credentials.apply(upstream_req.headers_mut(), &target.headers);
         self.metrics.request();
         self.logger.debug(

@@ -98,6 +98,12 @@ async fn oversized_and_invalid_bodies_are_refused_before_the_upstream() {
     let r = send(post(gw.url(CHAT), "{not json")).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["type"], "invalid_json");
+    // JSON is UTF-8, inside a string too.
+    let mut latin1 = post(gw.url(CHAT), "");
+    *latin1.body_mut() = Full::new(Bytes::from_static(b"{\"model\":\"caf\xe9\"}"));
+    let r = send(latin1).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["type"], "invalid_json");
     assert_eq!(provider.count(), 0, "nothing was forwarded");
     gw.shutdown().await;
 }

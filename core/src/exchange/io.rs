@@ -76,6 +76,24 @@ impl<'a> RequestFacts<'a> {
         }
     }
 
+    /// [`RequestFacts::new`] with the body's fields as a reader before read
+    /// them from the same bytes ([`ReadFields::fields_of`]).
+    ///
+    /// [`ReadFields::fields_of`]: crate::body_fields::ReadFields::fields_of
+    pub fn with_fields(
+        method: &'a str,
+        url: &'a str,
+        body: &'a [u8],
+        fields: BodyFields<'a>,
+    ) -> Self {
+        RequestFacts {
+            method,
+            url,
+            body,
+            fields,
+        }
+    }
+
     /// The body's top-level fields (for [`cooldown::key_of`] and
     /// [`GenAiRequest::of`]), as [`RequestFacts::new`] read them.
     ///

@@ -44,6 +44,12 @@ impl<'a> Lazy<'a> {
         Ok(Lazy(&doc[start..end]))
     }
 
+    /// A value whose bytes a validation already took as one value: a
+    /// span [`Lazy::parse_fields`] gave, over the same bytes.
+    pub(crate) fn validated(bytes: &'a [u8]) -> Self {
+        Lazy(bytes)
+    }
+
     /// The value's bytes.
     pub(crate) fn as_bytes(self) -> &'a [u8] {
         self.0

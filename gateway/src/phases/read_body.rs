@@ -3,7 +3,7 @@
 //! grows with what arrived (`timeout` plus one second per
 //! `min_bytes_per_sec` bytes, so a large body on a slow link arrives and a
 //! trickle does not), and valid JSON when its content type says JSON (or
-//! it has none, as LLM APIs take).
+//! it has none, as LLM APIs take): UTF-8, nested at most 128 deep.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::Request;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http_body_util::BodyExt as _;
+use recovery_core::body_fields::ReadFields;
 use recovery_core::protocol::BodyForm;
 
 use crate::metrics::Metrics;
@@ -54,17 +55,20 @@ where
             {
                 return Err(Refusal::BodyTooLarge(max));
             }
-            let (parts, body) = req.into_parts();
-            let bytes = read(body, self.limits).await.inspect_err(|r| {
+            let (mut parts, body) = req.into_parts();
+            let bytes = read(body, declared, self.limits).await.inspect_err(|r| {
                 if *r == Refusal::BodyTooSlow {
                     self.metrics.body_timeout();
                 }
             })?;
-            if !bytes.is_empty()
-                && must_be_json(parts.headers.get(CONTENT_TYPE))
-                && serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err()
-            {
-                return Err(Refusal::InvalidJson);
+            if !bytes.is_empty() && must_be_json(parts.headers.get(CONTENT_TYPE)) {
+                // One pass validates the body and reads what the recovery
+                // layer reads of it, which takes it from the extensions.
+                let read = ReadFields::read(bytes.clone());
+                if !read.is_json() {
+                    return Err(Refusal::InvalidJson);
+                }
+                parts.extensions.insert(read);
             }
             Ok(Step::next(Request::from_parts(parts, bytes)))
         })
@@ -80,13 +84,19 @@ fn must_be_json(content_type: Option<&HeaderValue>) -> bool {
     }
 }
 
-async fn read<B>(body: B, limits: BodyLimits) -> Result<Bytes, Refusal>
+/// The most reserved for a body before its bytes arrive: a body of its
+/// declared length up to this is copied once, not once per doubling, and
+/// a length declared but not sent holds no more than this.
+const RESERVED_AHEAD: u64 = 1 << 20;
+
+async fn read<B>(body: B, declared: Option<u64>, limits: BodyLimits) -> Result<Bytes, Refusal>
 where
     B: http_body::Body<Data = Bytes>,
 {
     let started = tokio::time::Instant::now();
     let mut body = std::pin::pin!(body);
-    let mut out = bytes::BytesMut::new();
+    let ahead = declared.unwrap_or(0).min(RESERVED_AHEAD) as usize;
+    let mut out = bytes::BytesMut::with_capacity(ahead);
     loop {
         let earned = if limits.min_bytes_per_sec == 0 {
             Duration::ZERO

@@ -7,6 +7,7 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
+use recovery_core::body_fields::ReadFields;
 use recovery_core::call::{RecoveryCall, SendCredit};
 use recovery_core::cooldown;
 use recovery_core::error::RecoveryError;
@@ -243,7 +244,16 @@ where
         failed,
     } = keep_body(body, &call, policy.replay_body_cap()).await;
     let url = head.uri.to_string();
-    let request = RequestFacts::new(head.method.as_str(), &url, &bytes);
+    // A body a layer before this one read (a gateway validates it) is not
+    // read again: its fields are kept with it.
+    let read = head
+        .extensions
+        .get::<ReadFields>()
+        .and_then(|r| r.fields_of(&bytes));
+    let request = match read {
+        Some(fields) => RequestFacts::with_fields(head.method.as_str(), &url, &bytes, fields),
+        None => RequestFacts::new(head.method.as_str(), &url, &bytes),
+    };
     let now = hooks.surroundings.now();
     // A call may name its own protocol (one layer before several).
     let protocol = match call.protocol() {
