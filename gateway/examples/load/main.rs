@@ -7,6 +7,7 @@
 //! cargo build --release -p recovery-gateway --bin recovery-gateway --example load
 //! target/release/examples/load [--streams 500] [--concurrency 64] [--held 1000]
 //! target/release/examples/load --kept-alive-only   # phase 2b alone, for a profiler
+//! target/release/examples/load --kept-alive-only --prompt-kb 540   # large prompts
 //! ```
 //!
 //! The loopback fault provider runs in this process on a runtime of its own
@@ -36,6 +37,11 @@
 //!    (`http2 = true`, a loopback HTTP/2-only server): every upstream
 //!    stream shares one connection (`h2.rs`).
 //!
+//! `--prompt-kb N` sends every request with a conversation of about N KB
+//! (messages of ~500 bytes before `model`, as the SDKs write them) instead
+//! of a one-line chat request: what a prompt costs the gateway, which
+//! validates and reads it, against the bare proxy, which passes it on.
+//!
 //! Everything is bounded: every wait has a deadline, the run stops by
 //! itself, and only loopback addresses are used.
 
@@ -62,7 +68,34 @@ const FIXTURE: &str = "openai-chat/happy-usage.sse";
 const FAST: &str = "/fast/v1/chat/completions";
 const CHAT: &str = "/v1/chat/completions";
 const HELD: &str = "/held/v1/chat/completions";
-const BODY: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const SHORT_BODY: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+/// The request body of every stream: [`SHORT_BODY`], or with `--prompt-kb`
+/// a conversation written before `model`, as the SDKs write it.
+static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn body() -> &'static str {
+    BODY.get().map_or(SHORT_BODY, String::as_str)
+}
+
+/// A chat body of about `kb` KB: messages of ~500 bytes (quotes and a
+/// `\u` escape in each), `model` after them.
+fn prompt_body(kb: usize) -> String {
+    let mut out = String::from(r#"{"messages":["#);
+    let mut i = 0;
+    while out.len() < kb * 1000 {
+        if i > 0 {
+            out.push(',');
+        }
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        out.push_str(&format!(
+            r#"{{"role":"{role}","content":"{} \"quoted\" \u00e9 turn {i}"}}"#,
+            "lorem ipsum dolor sit amet ".repeat(18)
+        ));
+        i += 1;
+    }
+    out.push_str(r#"],"model":"m","stream":true}"#);
+    out
+}
 /// One stream may take this long at most.
 const STREAM_LIMIT: Duration = Duration::from_secs(30);
 
@@ -75,6 +108,8 @@ struct Args {
     bare: PathBuf,
     /// Phase 2b alone (for a profiler around the gateway).
     kept_alive_only: bool,
+    /// Each request carries a conversation of about this many KB.
+    prompt_kb: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -94,6 +129,7 @@ fn parse_args() -> Result<Args, String> {
         gateway: default_gateway,
         bare: default_bare,
         kept_alive_only: false,
+        prompt_kb: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -111,6 +147,7 @@ fn parse_args() -> Result<Args, String> {
             "--gateway" => args.gateway = PathBuf::from(value()?),
             "--bare" => args.bare = PathBuf::from(value()?),
             "--kept-alive-only" => args.kept_alive_only = true,
+            "--prompt-kb" => args.prompt_kb = Some(number(value()?)?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -195,9 +232,10 @@ async fn stream_on(
     };
     let request = format!(
         "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\naccept: text/event-stream\r\nconnection: {}\r\n\r\n{BODY}",
-        BODY.len(),
-        if keep_alive { "keep-alive" } else { "close" }
+         content-length: {}\r\naccept: text/event-stream\r\nconnection: {}\r\n\r\n{}",
+        body().len(),
+        if keep_alive { "keep-alive" } else { "close" },
+        body()
     );
     reader
         .get_mut()
@@ -390,11 +428,14 @@ fn main() -> std::process::ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!(
-                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH] [--bare PATH] [--kept-alive-only]"
+                "load: {e}\nusage: load [--streams N] [--concurrency N] [--held N] [--gateway PATH] [--bare PATH] [--kept-alive-only] [--prompt-kb N]"
             );
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(kb) = args.prompt_kb {
+        let _ = BODY.set(prompt_body(kb));
+    }
     let provider = FaultProvider::start_dedicated(Options::new(scripts())).expect("fault provider");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
