@@ -68,7 +68,8 @@ const FIXTURE: &str = "openai-chat/happy-usage.sse";
 const FAST: &str = "/fast/v1/chat/completions";
 const CHAT: &str = "/v1/chat/completions";
 const HELD: &str = "/held/v1/chat/completions";
-const SHORT_BODY: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const SHORT_BODY: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 /// The request body of every stream: [`SHORT_BODY`], or with `--prompt-kb`
 /// a conversation written before `model`, as the SDKs write it.
 static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
