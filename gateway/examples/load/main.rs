@@ -81,6 +81,7 @@ fn body() -> &'static str {
 /// A chat body of about `kb` KB: messages of ~500 bytes (quotes and a
 /// `\u` escape in each), `model` after them.
 fn prompt_body(kb: usize) -> String {
+    use std::fmt::Write as _;
     let mut out = String::from(r#"{"messages":["#);
     let mut i = 0;
     while out.len() < kb * 1000 {
@@ -88,10 +89,11 @@ fn prompt_body(kb: usize) -> String {
             out.push(',');
         }
         let role = if i % 2 == 0 { "user" } else { "assistant" };
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             r#"{{"role":"{role}","content":"{} \"quoted\" \u00e9 turn {i}"}}"#,
             "lorem ipsum dolor sit amet ".repeat(18)
-        ));
+        );
         i += 1;
     }
     out.push_str(r#"],"model":"m","stream":true}"#);
