@@ -16,6 +16,7 @@ import copy
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, AsyncIterator, Callable, Optional
@@ -117,6 +118,55 @@ class Platform:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def watch(self, response: Any, at: float) -> Optional["SocketWatch"]:
+        """Cuts the connection under ``response`` at ``at`` (on ``now``'s
+        clock) unless disarmed first, so that a blocking read of its body
+        ends there. None where that connection cannot be reached: another
+        transport than httpcore's, or HTTP/2 (whose connection carries other
+        requests)."""
+        ext = getattr(response, "extensions", None) or {}
+        if ext.get("http_version") not in (b"HTTP/1.1", b"HTTP/1.0"):
+            return None
+        info = getattr(ext.get("network_stream"), "get_extra_info", None)
+        sock = info("socket") if info is not None else None
+        if not isinstance(sock, socket.socket):
+            return None
+        return SocketWatch(sock, at - self.now())
+
+
+class SocketWatch:
+    """A timer that shuts a socket down after ``delay`` seconds unless
+    disarmed first: a read blocked on it then ends at once. Its thread ends
+    when it fires or is disarmed."""
+
+    def __init__(self, sock: socket.socket, delay: float) -> None:
+        self.fired = False
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._armed = True
+        self._timer = threading.Timer(max(delay, 0.0), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            self.fired = True
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def disarm(self) -> bool:
+        """Stops the timer (its thread is gone when this returns); answers
+        whether it had cut the connection."""
+        with self._lock:
+            self._armed = False
+        self._timer.cancel()
+        self._timer.join()
+        return self.fired
 
 
 class ReportView(Mapping):
@@ -455,6 +505,8 @@ class SyncExchange(Exchange):
         self.transport = inner
         self.error_class = error_class
         self.reader_of_it: Any = None  # the machine's Reader over ``it``
+        # The longest a read of the attempt's body blocks (its read timeout).
+        self.read_bound = float("inf")
 
     def release(self) -> None:
         inner, self.inner, self.it = self.inner, None, None
@@ -512,8 +564,11 @@ class SyncExchange(Exchange):
         # Reads of the body are bounded by the machine's quiet window: the
         # connection is only given up when a stall is certain.
         timeouts = req.extensions.get("timeout")
+        self.read_bound = float("inf")
         if isinstance(timeouts, dict):
             timeouts["read"] = self.m.read_slack(True)
+            if timeouts["read"] is not None:
+                self.read_bound = timeouts["read"]
         self.it = iter(response.stream)
         self.take(code)
 
@@ -546,15 +601,41 @@ class SyncExchange(Exchange):
             return None
         if self.due():
             return None
+        watch = self.cut_at_bound()
         try:
             chunk = next(it)
         except StopIteration:
+            if watch is not None:
+                watch.disarm()
             self.read_end()
             return None
         except Exception as e:
-            self.read_failed(e)
+            if watch is not None and watch.disarm():
+                # Cut at the bound: whatever the read raised is the deadline's.
+                self.cause = e
+                self.timed_out(True, e)
+            else:
+                self.read_failed(e)
             return None
+        if watch is not None:
+            watch.disarm()
         return self.read_chunk(chunk)
+
+    def cut_at_bound(self) -> Any:
+        """Before a blocking read: the read is bounded by the machine's
+        deadline (plus the slack it names when that deadline may be only a
+        check of its stall timers), as the async shell bounds it. Where the
+        read's own timeout ends later (a first-token deadline before the
+        quiet window the body's reads were given), the connection is cut
+        at that bound."""
+        d = self.deadline
+        if d is None or self.inner is None:
+            return None
+        slack = self.m.read_slack(False)
+        bound = d + (slack or 0.0)
+        if bound >= self.p.now() + self.read_bound:
+            return None
+        return self.p.watch(self.inner, bound)
 
     def read_end(self) -> None:
         """The body ended."""

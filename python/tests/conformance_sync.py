@@ -8,7 +8,11 @@ sends, to the time each head or chunk is due. A wait longer than the read
 timeout the shell set on the request (``extensions["timeout"]["read"]``,
 read when the send starts and again when the body starts, as httpcore
 reads it) is a read timeout, as on a socket: the clock moves by the
-timeout and the read raises ``httpx2.ReadTimeout``. A cancellation is what a sync caller
+timeout and the read raises ``httpx2.ReadTimeout``. A connection the shell
+has the platform cut at a deadline (``Platform.watch``, a socket shut down
+on a real one) ends the read waiting on it then: the clock moves to the
+cut and the read raises ``httpx2.RemoteProtocolError``, as httpcore does at
+a connection closed mid-body. A cancellation is what a sync caller
 can do: an exception out of the call (``Cancelled``, here), at the moment
 the vector names.
 """
@@ -33,11 +37,27 @@ class Stalled(Exception):
     """A wait with no read timeout to end it: the run would hang."""
 
 
+class Cut:
+    """The cut the shell asked for at ``at``, until it disarms it."""
+
+    def __init__(self, clock: "Clock", at: float) -> None:
+        self.clock = clock
+        self.at = at
+        self.fired = False
+
+    def disarm(self) -> bool:
+        if self.clock.cut is self:
+            self.clock.cut = None
+        return self.fired
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0
         # When the caller cancels, if a vector says so.
         self.cancel_at: Optional[float] = None
+        # The connection cut armed for the read going on.
+        self.cut: Optional[Cut] = None
 
     def advance_to(self, t: float) -> None:
         """Moves to ``t``; the caller's cancellation first if it is due."""
@@ -48,7 +68,14 @@ class Clock:
         self.t = max(self.t, t)
 
     def wait(self, due: float, timeout: Optional[float]) -> None:
-        """A blocking read until ``due``, bounded by ``timeout``."""
+        """A blocking read until ``due``, bounded by ``timeout`` and by a
+        cut of its connection."""
+        cut = self.cut
+        ends = min(due, self.t + timeout) if timeout is not None else due
+        if cut is not None and cut.at < ends:
+            self.advance_to(cut.at)
+            cut.fired = True
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
         if timeout is not None and due - self.t > timeout:
             self.advance_to(self.t + timeout)
             raise httpx2.ReadTimeout("timed out")
@@ -77,6 +104,10 @@ class VirtualPlatform(Platform):
 
     def sleep(self, seconds: float) -> None:
         self.clock.advance_to(self.clock.t + max(seconds, 0.0))
+
+    def watch(self, response: Any, at: float) -> Cut:
+        self.clock.cut = Cut(self.clock, at)
+        return self.clock.cut
 
 
 def read_timeout(request: httpx2.Request) -> Optional[float]:

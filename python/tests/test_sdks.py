@@ -6,6 +6,8 @@ was recovered, the transport recovered."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 
 import anthropic
@@ -116,6 +118,46 @@ async def test_chat_in_stream_overloaded_error_async(fault_provider, anyio_backe
     client, _ = openai_client(p, asynchronous=True)
     assert await achat_text(await client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
     assert sends(path) == 2
+
+
+def no_first_token_then_happy(path):
+    """An answer whose head and role event come, then nothing (the
+    provider holds the connection open); then a whole answer."""
+    full = fixture_bytes(CHAT)
+    role = full[: event_ends(full)[0]].decode()
+    load({path: [{"headers": SSE, "body": [role], "ending": "stall"}, HAPPY_CHAT]})
+
+
+def test_chat_no_first_token_in_time_is_cut_at_the_deadline_sync(fault_provider):
+    # A blocking read is given the quiet window (20 s here) as its read
+    # timeout once per body; the first-token deadline (0.3 s) before it is
+    # kept by cutting the connection then, and the request is replayed.
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    no_first_token_then_happy(path)
+    threads = threading.active_count()
+    client, transport = openai_client(p, first_token_timeout_ms=300, idle_timeout_ms=20_000)
+    started = time.monotonic()
+    assert chat_text(client.chat.completions.create(**CHAT_ARGS)) == "Hello world"
+    assert time.monotonic() - started < 10, "waited for the quiet window, not the first-token deadline"
+    assert sends(path) == 2
+    attempts = transport.last_report["attempts"]
+    assert len(attempts) == 2, attempts
+    assert threading.active_count() == threads, "the deadline's timer thread is gone"
+
+
+def test_legacy_httpx_no_first_token_in_time_is_cut_at_the_deadline(fault_provider):
+    p = prefix()
+    path = f"{p}/v1/chat/completions"
+    no_first_token_then_happy(path)
+    transport = legacy.RecoveringTransport(first_token_timeout_ms=300, idle_timeout_ms=20_000)
+    started = time.monotonic()
+    with httpx.Client(transport=transport) as client:
+        with client.stream("POST", f"{provider.URL}{path}", json=CHAT_ARGS) as r:
+            r.read()
+    assert time.monotonic() - started < 10
+    assert sends(path) == 2
+    assert r.extensions["recovery_report"]["outcome"]["outcome"] == "completed"
 
 
 def check_interrupted(error, seen):
