@@ -51,7 +51,9 @@ pub(crate) struct Course {
     retry_budget: Option<Arc<dyn BudgetStore>>,
     state: AttemptState,
     next: NextSend,
-    last_failure: Option<Failure>,
+    /// Boxed: most requests never fail, and a course lives as long as
+    /// its stream.
+    last_failure: Option<Box<Failure>>,
     /// Semantic output was observed in some attempt (delivered or not).
     output_observed: bool,
     /// The targets it may be served from ([`crate::failover`]).
@@ -120,7 +122,7 @@ impl Course {
     fn switch_target(&mut self, now: Instant) {
         let reason = self
             .last_failure
-            .as_ref()
+            .as_deref()
             .map_or(FailureReason::Transient, |f| self.reason_for(f));
         let (from, to) = self.targets.switch(reason == FailureReason::ContextLength);
         self.state.target_sends = 0;
@@ -176,7 +178,7 @@ impl Course {
 
     /// The failure of the last attempt, once one failed.
     pub(crate) fn last_failure(&self) -> Option<&Failure> {
-        self.last_failure.as_ref()
+        self.last_failure.as_deref()
     }
 
     /// Ends the request with `outcome`, emitting its one terminal event
@@ -437,7 +439,7 @@ impl Course {
             self.state.committed |= failure.progress.semantic_delivered();
         }
         self.state.admission = None;
-        self.last_failure = Some(failure);
+        self.last_failure = Some(Box::new(failure));
         self.decide_next(now, online)
     }
 
@@ -529,7 +531,7 @@ impl Course {
     }
 
     fn decide_next(&mut self, now: Instant, online: bool) -> Action {
-        let Some(failure) = self.last_failure.as_ref() else {
+        let Some(failure) = self.last_failure.as_deref() else {
             return Action::Fail(self.finish(
                 now,
                 Outcome::Exhausted {

@@ -60,7 +60,7 @@ enum Activity<B> {
 struct HedgeLane<B> {
     activity: Activity<B>,
     inner: Option<Pin<Box<B>>>,
-    head: Option<http::response::Parts>,
+    head: Option<Box<http::response::Parts>>,
     #[cfg(feature = "tracing")]
     span: Option<tracing::Span>,
 }
@@ -124,9 +124,12 @@ pub(crate) struct Driver<B> {
     timer: Option<Armed>,
     cancelled: Option<Pin<Box<Cancelled>>>,
     pub(crate) inner: Option<Pin<Box<B>>>,
-    head: Option<http::response::Parts>,
-    continuation: Option<Request<Bytes>>,
-    trailers: Option<HeaderMap>,
+    // The head, the continuation and the trailers are boxed: the driver
+    // lives as long as its stream, and these are gone (or never came)
+    // by the time most streams are read.
+    head: Option<Box<http::response::Parts>>,
+    continuation: Option<Box<Request<Bytes>>>,
+    trailers: Option<Box<HeaderMap>>,
     /// A kept chunk the machine let through after all.
     passed: Option<Bytes>,
     /// A hedge racing the first attempt.
@@ -253,7 +256,7 @@ where
     /// Trailers of the body being read, kept for its clean end.
     #[cold]
     pub(crate) fn trailers(&mut self, frame: Frame<Bytes>) {
-        self.trailers = frame.into_trailers().ok();
+        self.trailers = frame.into_trailers().ok().map(Box::new);
     }
 
     /// The inner body is not ready: `true` while nothing else is due
@@ -326,7 +329,7 @@ where
                 }
                 Io::Respond => {
                     let head = self.head.take().expect("a committed attempt has its head");
-                    return Poll::Ready(Step::Respond(head));
+                    return Poll::Ready(Step::Respond(*head));
                 }
                 Io::RespondError => return Poll::Ready(self.respond_error()),
                 Io::Deliver(Chunk::Read(b) | Chunk::Made(b)) => {
@@ -366,7 +369,7 @@ where
             })
             .collect();
         self.ended = true;
-        Step::RespondError(head, held, self.inner.take())
+        Step::RespondError(*head, held, self.inner.take())
     }
 
     /// Waits for connectivity, or the deadline: `Ready` when the machine
@@ -424,7 +427,7 @@ where
         };
         self.ex
             .continuation(self.hooks.surroundings.now(), given.is_some());
-        self.continuation = given;
+        self.continuation = given.map(Box::new);
     }
 
     /// The request ended: the final report (with what followed the last
@@ -440,7 +443,7 @@ where
         if result.is_ok()
             && let Some(trailers) = self.trailers.take()
         {
-            return Step::Trailers(trailers);
+            return Step::Trailers(*trailers);
         }
         Step::End(result.map_err(|o| self.error(o)))
     }
@@ -602,7 +605,7 @@ where
                         Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
                     self.ex.on_error_of(role, env.now(), failure);
                 }
-                self.head = Some(parts);
+                self.head = Some(Box::new(parts));
                 self.inner = Some(Box::pin(body));
             }
         }
@@ -624,7 +627,7 @@ where
             Poll::Ready(Some(Ok(frame))) => Poll::Ready(match frame.into_data() {
                 Ok(data) => self.chunk(data),
                 Err(frame) => {
-                    self.trailers = frame.into_trailers().ok();
+                    self.trailers = frame.into_trailers().ok().map(Box::new);
                     None
                 }
             }),

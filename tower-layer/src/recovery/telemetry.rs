@@ -30,8 +30,9 @@ pub(crate) struct Telemetry {
     stream: bool,
     /// What the request's end tells, measured when the driver closes,
     /// after the consumer got the end.
+    /// Boxed: it is only there between the end and the close.
     #[cfg(feature = "opentelemetry")]
-    ended: Option<metrics::Ended>,
+    ended: Option<Box<metrics::Ended>>,
 }
 
 impl Telemetry {
@@ -210,11 +211,11 @@ impl Telemetry {
         }
         #[cfg(feature = "opentelemetry")]
         {
-            self.ended = Some(metrics::Ended {
+            self.ended = Some(Box::new(metrics::Ended {
                 error,
                 usage: report.generation.usage,
                 model: report.generation.model.clone(),
-            });
+            }));
         }
     }
 
