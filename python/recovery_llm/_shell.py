@@ -602,23 +602,24 @@ class SyncExchange(Exchange):
         if self.due():
             return None
         watch = self.cut_at_bound()
+        cut = False
         try:
-            chunk = next(it)
+            try:
+                chunk = next(it)
+            finally:
+                # Disarmed however the read ends (a KeyboardInterrupt too).
+                cut = watch is not None and watch.disarm()
         except StopIteration:
-            if watch is not None:
-                watch.disarm()
             self.read_end()
             return None
         except Exception as e:
-            if watch is not None and watch.disarm():
+            if cut:
                 # Cut at the bound: whatever the read raised is the deadline's.
                 self.cause = e
                 self.timed_out(True, e)
             else:
                 self.read_failed(e)
             return None
-        if watch is not None:
-            watch.disarm()
         return self.read_chunk(chunk)
 
     def cut_at_bound(self) -> Any:

@@ -4,10 +4,13 @@ anything else the shell takes over. Each way out of those reads keeps the
 behaviour of a read made by the shell: the end, an error of the inner
 stream (a reset, a timeout), a chunk that is not bytes, the consumer
 closing the body mid-answer, a second attempt after a failure before the
-response."""
+response; and a read the read timeout would let run past the machine's
+deadline, whose connection is cut at that deadline."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import httpx2
@@ -160,3 +163,75 @@ def test_the_reader_reads_any_other_clock_through_it():
     reader = reader_on(lambda: next(ticks))
     assert reader.now() == 250.0
     assert reader.now() == 251.5
+
+
+class OnSocket(httpx2.SyncByteStream):
+    """The role event, then a read of ``sock`` (an end of a socket pair)
+    that only ends when the socket is shut down; or, with ``then``, that
+    exception instead of the read."""
+
+    def __init__(self, sock: socket.socket, then: "BaseException | None" = None) -> None:
+        self.sock = sock
+        self.then = then
+
+    def __iter__(self):
+        yield ROLE
+        if self.then is not None:
+            raise self.then
+        if not self.sock.recv(16):
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+        raise AssertionError("nothing is ever sent on the socket")
+
+
+class SocketInner(httpx2.BaseTransport):
+    """The first send answers over one end of a socket pair (as httpcore
+    shows its connection: the HTTP version and the network stream in the
+    response's extensions); the next ones answer whole."""
+
+    def __init__(self, then: "BaseException | None" = None) -> None:
+        self.ours, self.theirs = socket.socketpair()
+        # A read the cut never ends fails the test instead of hanging it.
+        self.ours.settimeout(10)
+        self.then = then
+        self.sends = 0
+
+    def get_extra_info(self, name: str):
+        return self.ours if name == "socket" else None
+
+    def handle_request(self, request):
+        self.sends += 1
+        if self.sends > 1:
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Body([ROLE, DELTA, STOP], None))
+        return httpx2.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=OnSocket(self.ours, self.then),
+            extensions={"http_version": b"HTTP/1.1", "network_stream": self},
+        )
+
+
+def test_a_read_past_the_first_token_deadline_is_cut_there_and_replayed():
+    # The body's reads are given the 300 s quiet window as their read
+    # timeout; the first-token deadline, 0.2 s after the send, comes first.
+    inner = SocketInner()
+    threads = threading.active_count()
+    t = transport(inner, first_token_timeout_ms=200)
+    started = time.monotonic()
+    body = b"".join(send(t).stream)
+    assert time.monotonic() - started < 5
+    assert body == ROLE + DELTA + STOP
+    assert inner.sends == 2
+    assert len(t.last_report["attempts"]) == 2
+    assert threading.active_count() == threads, "the cut's timer thread is gone"
+
+
+def test_a_watched_read_the_caller_interrupts_leaves_no_timer_behind():
+    class Interrupted(BaseException):
+        pass
+
+    inner = SocketInner(then=Interrupted())
+    threads = threading.active_count()
+    t = transport(inner, first_token_timeout_ms=5_000)
+    with pytest.raises(Interrupted):
+        send(t)
+    assert threading.active_count() == threads, "the cut's timer thread is gone"
