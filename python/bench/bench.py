@@ -9,6 +9,9 @@
    fastest rounds, and of the medians.
 3. Memory per in-flight stream: RSS added by N committed streams held
    open mid-answer (async, in-memory inner transport).
+4. Added per request: a short answer (three one-event chunks) from an
+   in-memory inner transport through an httpx2 client, 1,000 requests,
+   sync, plain and recovering (the shell's set-up, sends and end).
 """
 
 from __future__ import annotations
@@ -167,8 +170,43 @@ async def in_flight(count):
     return (after - before) / count
 
 
+class Short(httpx2.SyncByteStream):
+    def __iter__(self):
+        yield ROLE
+        yield DELTA
+        yield STOP
+
+
+class ShortInner(httpx2.BaseTransport):
+    def handle_request(self, request):
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Short())
+
+
+def per_request(n=1000):
+    def run(client):
+        t = time.perf_counter()
+        for _ in range(n):
+            with client.stream("POST", URL, content=BODY, headers={"authorization": "Bearer k"}) as r:
+                for _ in r.iter_raw():
+                    pass
+        return (time.perf_counter() - t, None)
+
+    plain = httpx2.Client(transport=ShortInner())
+    rec = httpx2.Client(transport=RecoveringTransport(ShortInner(), retry_budget=None))
+    run(plain)
+    run(rec)
+    p = best(lambda: run(plain), runs=5)
+    r = best(lambda: run(rec), runs=5)
+    return {
+        "sync_plain_us_per_request": p / n * 1e6,
+        "sync_recovering_us_per_request": r / n * 1e6,
+        "sync_added_us_per_request": (r - p) / n * 1e6,
+    }
+
+
 def main():
     out = per_chunk()
+    out.update(per_request())
     if len(sys.argv) > 1:
         out.update(loopback(sys.argv[1]))
     asyncio.run(in_flight(100))  # warm up

@@ -169,6 +169,20 @@ class SocketWatch:
         return self.fired
 
 
+_STREAM_CLASSES: dict = {}
+
+
+def stream_class(body: type, base: type) -> type:
+    """``body`` as a ``base`` (the HTTP module's byte stream type), made
+    once per pair: a class made per response cost as much as the rest of
+    the shell's work for a short request."""
+    key = (body, base)
+    made = _STREAM_CLASSES.get(key)
+    if made is None:
+        made = _STREAM_CLASSES[key] = type(body.__name__, (body, base), {})
+    return made
+
+
 class ReportView(Mapping):
     """The report of one request as it stands now (a read-only mapping;
     ``dict(view)`` copies it)."""
@@ -472,6 +486,9 @@ class Exchange:
         d = None if hedge else self.deadline
         head_left = None if d is None else max(d - self.p.now(), 0.001)
         ext["timeout"] = read_timeouts(self.extensions.get("timeout"), head_left)
+        if url is self.url:
+            # The caller's URL, parsed already.
+            url = self.request.url
         return self.http.Request(method, url, headers=headers, content=body, extensions=ext)
 
     def head_pairs(self, response: Any) -> list:
@@ -941,20 +958,10 @@ class SyncShell:
         )
 
     def _body_stream(self, ex: SyncExchange) -> Any:
-        http = self._http
-
-        class Body(SyncBody, http.SyncByteStream):
-            pass
-
-        return Body(ex)
+        return stream_class(SyncBody, self._http.SyncByteStream)(ex)
 
     def _error_stream(self, held: list, inner: Any, it: Any) -> Any:
-        http = self._http
-
-        class Body(SyncErrorBody, http.SyncByteStream):
-            pass
-
-        return Body(held, inner, it)
+        return stream_class(SyncErrorBody, self._http.SyncByteStream)(held, inner, it)
 
     def close(self) -> None:
         self._transport.close()
@@ -1684,24 +1691,16 @@ class AsyncShell:
             held = list(ex.m.take_held())
             inner, it = ex.inner, ex.it
             ex.inner = ex.it = None
-
-            class ErrorBody(AsyncErrorBody, http.AsyncByteStream):
-                pass
-
             return http.Response(
                 status_code=head.status_code,
                 headers=head.headers,
-                stream=ErrorBody(held, inner, it),
+                stream=stream_class(AsyncErrorBody, http.AsyncByteStream)(held, inner, it),
                 extensions=ex.response_extensions(head),
             )
-
-        class Body(AsyncBody, http.AsyncByteStream):
-            pass
-
         return http.Response(
             status_code=head.status_code,
             headers=[(k, v) for k, v in head.headers.multi_items() if k not in ("content-length",)],
-            stream=Body(ex),
+            stream=stream_class(AsyncBody, http.AsyncByteStream)(ex),
             extensions=ex.response_extensions(head),
         )
 
