@@ -2,8 +2,8 @@
 # Overhead of recovery-llm's transports (python/bench/bench.py): the
 # per-chunk cost added to the plain httpx2 transport (10,000 one-event
 # chunks from an in-memory inner transport, sync and async), the wall ratio
-# over loopback HTTP against the fault provider, and the memory of an
-# in-flight stream. Uses the venv and wheel of scripts/test-python.sh.
+# over loopback HTTP against the fault provider, the memory of an
+# in-flight stream, and the cost added per short request. Uses the venv and wheel of scripts/test-python.sh.
 # Figures go to BENCHMARKS.md ("Python"); never asserted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
