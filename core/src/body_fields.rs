@@ -60,7 +60,8 @@ impl<'a> BodyFields<'a> {
 }
 
 /// A request body as one reader read it: whether it is one valid JSON
-/// document (UTF-8, nested at most 128 deep), and where its fields are.
+/// document as `serde_json` reads a value (UTF-8, nested at most 127 deep),
+/// and where its fields are.
 ///
 /// A front end that must validate a body before it goes anywhere puts this
 /// in the request's extensions; the recovery layer after it, given the
@@ -169,11 +170,10 @@ mod tests {
             let f = BodyFields::read(&doc);
             let model = f.model().and_then(JsonView::text).map(std::borrow::Cow::into_owned);
             prop_assert_eq!((model, f.stream(), f.background_stream()), reference(&doc));
-            // Valid JSON where `serde_json` finds it valid (which lets bytes
-            // that are not UTF-8 pass inside a string it skips).
+            // Valid JSON where `serde_json` reads a value.
             let read = ReadFields::read(Bytes::from(doc.clone()));
-            let serde = serde_json::from_slice::<serde::de::IgnoredAny>(&doc).is_ok();
-            prop_assert_eq!(read.is_json(), serde && std::str::from_utf8(&doc).is_ok());
+            let serde = serde_json::from_slice::<serde_json::Value>(&doc).is_ok();
+            prop_assert_eq!(read.is_json(), serde);
         }
     }
 
@@ -192,6 +192,23 @@ mod tests {
         let copy = body.to_vec();
         assert!(read.fields_of(&copy).is_none());
         assert!(read.fields_of(&body[..body.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn a_body_is_json_as_deep_as_serde_json_reads_a_value() {
+        for depth in [126, 127, 128, 129] {
+            for inner in ["", "1"] {
+                let body = format!("{}{inner}{}", "[".repeat(depth), "]".repeat(depth));
+                let serde = serde_json::from_str::<serde_json::Value>(&body).is_ok();
+                let read = ReadFields::read(Bytes::from(body));
+                assert_eq!(read.is_json(), serde, "{depth} deep, {inner:?} inside");
+                assert_eq!(
+                    read.is_json(),
+                    depth <= 127,
+                    "{depth} deep, {inner:?} inside"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! grows with what arrived (`timeout` plus one second per
 //! `min_bytes_per_sec` bytes, so a large body on a slow link arrives and a
 //! trickle does not), and valid JSON when its content type says JSON (or
-//! it has none, as LLM APIs take): UTF-8, nested at most 128 deep.
+//! it has none, as LLM APIs take): UTF-8, nested at most 127 deep, as `serde_json` reads a value.
 
 use std::sync::Arc;
 use std::time::Duration;
