@@ -20,10 +20,13 @@
 //! characters of its log key: enough to correlate lines, useless for
 //! reading the stream.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderName};
 use recovery_core::failover::CREDENTIAL_HEADERS;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{RngCore as _, SeedableRng as _};
 use ring::hmac;
 
 /// Random bytes in a stream id: 128 bits.
@@ -33,10 +36,21 @@ pub(crate) const ID_LEN: usize = 22;
 /// Characters of a log key shown in logs.
 const DIGEST_LEN: usize = 12;
 
+thread_local! {
+    /// Where ids come from: ChaCha20, a cryptographic generator, per
+    /// thread, keyed once from the system's randomness, so an id costs no
+    /// system call.
+    static IDS: RefCell<ChaCha20Rng> = RefCell::new({
+        let mut seed = [0u8; 32];
+        fill_random(&mut seed);
+        ChaCha20Rng::from_seed(seed)
+    });
+}
+
 /// A new stream id: 128 random bits, URL-safe.
 pub fn new_stream_id() -> String {
     let mut raw = [0u8; ID_BYTES];
-    fill_random(&mut raw);
+    IDS.with_borrow_mut(|rng| rng.fill_bytes(&mut raw));
     base64url(&raw)
 }
 

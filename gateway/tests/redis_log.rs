@@ -81,7 +81,7 @@ async fn appends_come_back_in_order_after_the_seq_asked_for() {
     let empty = log.read("s1", 0, NO_WAIT).await.unwrap();
     assert_eq!((seqs(&empty), empty.finished), (vec![], false));
     for seq in 1..=5 {
-        log.append("s1", event("s1", seq)).await.unwrap();
+        log.append("s1", &[event("s1", seq)]).await.unwrap();
     }
     let all = log.read("s1", 0, NO_WAIT).await.unwrap();
     assert_eq!(seqs(&all), vec![1, 2, 3, 4, 5]);
@@ -118,7 +118,7 @@ async fn binary_events_survive() {
         seq: 1,
         event: Bytes::from(bytes),
     };
-    log.append("bin", entry.clone()).await.unwrap();
+    log.append("bin", &[entry.clone()]).await.unwrap();
     let read = log.read("bin", 0, NO_WAIT).await.unwrap();
     assert_eq!(read.entries, vec![entry]);
 }
@@ -129,23 +129,23 @@ async fn duplicates_and_gaps_are_refused() {
     let _redis = Redis::start(&dir);
     let log = log(&dir).await;
     log.open("d").await.unwrap();
-    log.append("d", event("d", 1)).await.unwrap();
-    log.append("d", event("d", 2)).await.unwrap();
+    log.append("d", &[event("d", 1)]).await.unwrap();
+    log.append("d", &[event("d", 2)]).await.unwrap();
     assert!(matches!(
-        log.append("d", event("d", 2)).await,
+        log.append("d", &[event("d", 2)]).await,
         Err(LogError::Store(_))
     ));
     assert!(matches!(
-        log.append("d", event("d", 4)).await,
+        log.append("d", &[event("d", 4)]).await,
         Err(LogError::Store(_))
     ));
     assert!(matches!(
-        log.append("d", event("d", 1)).await,
+        log.append("d", &[event("d", 1)]).await,
         Err(LogError::Store(_))
     ));
     let read = log.read("d", 0, NO_WAIT).await.unwrap();
     assert_eq!(seqs(&read), vec![1, 2]);
-    log.append("d", event("d", 3)).await.unwrap();
+    log.append("d", &[event("d", 3)]).await.unwrap();
     assert_eq!(seqs(&log.read("d", 2, NO_WAIT).await.unwrap()), vec![3]);
 }
 
@@ -156,8 +156,8 @@ async fn a_read_blocks_until_another_instance_appends() {
     let writer = log(&dir).await;
     let reader = log(&dir).await;
     writer.open("live").await.unwrap();
-    writer.append("live", event("live", 1)).await.unwrap();
-    writer.append("live", event("live", 2)).await.unwrap();
+    writer.append("live", &[event("live", 1)]).await.unwrap();
+    writer.append("live", &[event("live", 2)]).await.unwrap();
 
     let started = Instant::now();
     let waiting = tokio::spawn({
@@ -169,7 +169,7 @@ async fn a_read_blocks_until_another_instance_appends() {
         !waiting.is_finished(),
         "the read waits while nothing is there"
     );
-    writer.append("live", event("live", 3)).await.unwrap();
+    writer.append("live", &[event("live", 3)]).await.unwrap();
     let read = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
         .expect("woken by the append")
@@ -189,7 +189,7 @@ async fn a_read_blocks_until_another_instance_appends() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    writer.append("live", event("live", 4)).await.unwrap();
+    writer.append("live", &[event("live", 4)]).await.unwrap();
     for r in readers {
         let read = tokio::time::timeout(Duration::from_secs(3), r)
             .await
@@ -254,7 +254,7 @@ async fn finish_ends_reads_and_wakes_readers() {
     let writer = log(&dir).await;
     let reader = log(&dir).await;
     writer.open("f").await.unwrap();
-    writer.append("f", event("f", 1)).await.unwrap();
+    writer.append("f", &[event("f", 1)]).await.unwrap();
     let waiting = tokio::spawn({
         let reader = reader.clone();
         async move { reader.read("f", 1, Duration::from_secs(10)).await }
@@ -286,7 +286,7 @@ async fn finish_ends_reads_and_wakes_readers() {
 
     // Nothing is appended after the end; finishing again changes nothing.
     assert!(matches!(
-        writer.append("f", event("f", 2)).await,
+        writer.append("f", &[event("f", 2)]).await,
         Err(LogError::Store(_))
     ));
     writer.finish("f").await.unwrap();
@@ -316,7 +316,7 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
     .unwrap();
     by_count.open("c").await.unwrap();
     for seq in 1..=3 {
-        by_count.append("c", event("c", seq)).await.unwrap();
+        by_count.append("c", &[event("c", seq)]).await.unwrap();
     }
     let waiting = tokio::spawn({
         let log = by_count.clone();
@@ -324,11 +324,11 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        by_count.append("c", event("c", 4)).await,
+        by_count.append("c", &[event("c", 4)]).await,
         Err(LogError::StreamFull)
     );
     assert_eq!(
-        by_count.append("c", event("c", 5)).await,
+        by_count.append("c", &[event("c", 5)]).await,
         Err(LogError::StreamFull),
         "full stays full"
     );
@@ -362,10 +362,10 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
         seq,
         event: Bytes::from(vec![b'x'; 40]),
     };
-    by_bytes.append("b", forty(1)).await.unwrap();
-    by_bytes.append("b", forty(2)).await.unwrap();
+    by_bytes.append("b", &[forty(1)]).await.unwrap();
+    by_bytes.append("b", &[forty(2)]).await.unwrap();
     assert_eq!(
-        by_bytes.append("b", forty(3)).await,
+        by_bytes.append("b", &[forty(3)]).await,
         Err(LogError::StreamFull)
     );
     let read = by_bytes.read("b", 0, NO_WAIT).await.unwrap();
@@ -398,11 +398,11 @@ async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
     };
     log.open("t").await.unwrap();
     assert!(pttl("t:meta:t").await > 0, "an opened stream expires too");
-    log.append("t", event("t", 1)).await.unwrap();
+    log.append("t", &[event("t", 1)]).await.unwrap();
     // Appends keep a live stream alive past its first ttl.
     for seq in 2..=4 {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        log.append("t", event("t", seq)).await.unwrap();
+        log.append("t", &[event("t", seq)]).await.unwrap();
         let left = pttl("t:stream:t").await;
         assert!(left > 1000 && left <= 1500, "refreshed on append: {left}");
     }
@@ -415,7 +415,7 @@ async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
     );
     tokio::time::sleep(Duration::from_millis(1800)).await;
     assert_eq!(log.read("t", 0, NO_WAIT).await, Err(LogError::Unknown));
-    assert_eq!(log.append("t", event("t", 5)).await, Err(LogError::Unknown));
+    assert_eq!(log.append("t", &[event("t", 5)]).await, Err(LogError::Unknown));
     assert_eq!(log.finish("t").await, Err(LogError::Unknown));
     let exists: i64 = redis::cmd("EXISTS")
         .arg("t:stream:t")
@@ -437,7 +437,7 @@ async fn open_refuses_an_existing_id_and_reads_of_unknown_ids_fail() {
     a.open("x").await.unwrap();
     assert_eq!(a.open("x").await, Err(LogError::Exists));
     assert_eq!(b.open("x").await, Err(LogError::Exists), "across instances");
-    a.append("x", event("x", 1)).await.unwrap();
+    a.append("x", &[event("x", 1)]).await.unwrap();
     a.finish("x").await.unwrap();
     assert_eq!(
         b.open("x").await,
@@ -453,7 +453,7 @@ async fn open_refuses_an_existing_id_and_reads_of_unknown_ids_fail() {
     );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(
-        b.append("never", event("never", 1)).await,
+        b.append("never", &[event("never", 1)]).await,
         Err(LogError::Unknown)
     );
     assert_eq!(b.finish("never").await, Err(LogError::Unknown));
@@ -488,7 +488,7 @@ async fn a_redis_that_is_down_fails_fast_with_a_typed_error() {
     for _ in 0..50 {
         assert!(matches!(lazy.open("a").await, Err(LogError::Store(_))));
         assert!(matches!(
-            lazy.append("a", event("a", 1)).await,
+            lazy.append("a", &[event("a", 1)]).await,
             Err(LogError::Store(_))
         ));
         assert!(matches!(
@@ -507,7 +507,7 @@ async fn a_redis_that_is_down_fails_fast_with_a_typed_error() {
     let mut redis = Redis::start_with(&dir, &["--requirepass", "s3cret-pw"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     lazy.open("a").await.unwrap();
-    lazy.append("a", event("a", 1)).await.unwrap();
+    lazy.append("a", &[event("a", 1)]).await.unwrap();
 
     // A wrong password: a typed error that shows neither password.
     let wrong = format!("{}?pass=other-s3cret", dir.url());
@@ -529,7 +529,7 @@ async fn a_redis_that_is_down_fails_fast_with_a_typed_error() {
     assert!(matches!(woken, Err(LogError::Store(_))), "{woken:?}");
     let started = Instant::now();
     assert!(matches!(
-        lazy.append("a", event("a", 2)).await,
+        lazy.append("a", &[event("a", 2)]).await,
         Err(LogError::Store(_))
     ));
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -546,7 +546,7 @@ async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
         .await
         .unwrap();
     log.open("s").await.unwrap();
-    log.append("s", event("s", 1)).await.unwrap();
+    log.append("s", &[event("s", 1)]).await.unwrap();
     // A blocking read leaves its connection in the pool.
     let quiet = log.read("s", 1, Duration::from_millis(100)).await.unwrap();
     assert!(quiet.entries.is_empty());
@@ -555,7 +555,7 @@ async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
     redis.signal("STOP");
     for _ in 0..3 {
         let started = Instant::now();
-        let result = log.append("s", event("s", 2)).await;
+        let result = log.append("s", &[event("s", 2)]).await;
         assert!(matches!(result, Err(LogError::Store(_))), "{result:?}");
         assert!(
             started.elapsed() < Duration::from_millis(1500),
@@ -574,7 +574,7 @@ async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
     redis.signal("CONT");
     tokio::time::sleep(Duration::from_millis(400)).await;
     // The append that timed out may or may not have reached Redis.
-    let result = log.append("s", event("s", 2)).await;
+    let result = log.append("s", &[event("s", 2)]).await;
     assert!(
         matches!(result, Ok(()) | Err(LogError::Store(_))),
         "{result:?}"
@@ -594,7 +594,7 @@ async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(last, Ok(()));
-    log.append("after-restart", event("after-restart", 1))
+    log.append("after-restart", &[event("after-restart", 1)])
         .await
         .unwrap();
     assert_eq!(log.read("s", 0, NO_WAIT).await, Err(LogError::Unknown));
@@ -606,7 +606,7 @@ async fn a_stopped_redis_times_out_and_a_restarted_one_is_used_again() {
         async move { log.read("after-restart", 1, Duration::from_secs(10)).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    log.append("after-restart", event("after-restart", 2))
+    log.append("after-restart", &[event("after-restart", 2)])
         .await
         .unwrap();
     let woken = tokio::time::timeout(Duration::from_secs(3), waiting)

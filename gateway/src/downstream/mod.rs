@@ -174,13 +174,18 @@ impl Delivery<'_> {
                 // hold at least one whole one), so both leave in one write
                 // rather than the head alone and the events after it.
                 let first = rx.recv().await;
+                // After the last read the body ends without waiting for
+                // the channel to close: hyper writes its end with the
+                // events.
                 let stream =
-                    futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
-                        let next = match first {
-                            Some(b) => Some(b),
-                            None => rx.recv().await,
+                    futures_util::stream::unfold((first, Some(rx)), |(first, rx)| async move {
+                        let mut rx = rx?;
+                        let handed = match first {
+                            Some(h) => h,
+                            None => rx.recv().await?,
                         };
-                        next.map(|b| (Ok(b), (None, rx)))
+                        let rest = (!handed.last).then_some(rx);
+                        Some((Ok(handed.bytes), (None, rest)))
                     });
                 Ok(respond(status, headers, streaming(stream)))
             }

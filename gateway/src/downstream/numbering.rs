@@ -17,7 +17,7 @@
 //! its comment lines without the blank line ([`comment_lines`]): a reader
 //! skips them and dispatches nothing.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use recovery_core::wire::block_lines as lines;
 
 /// What becomes of an upstream comment block.
@@ -41,18 +41,16 @@ impl Comments {
     }
 }
 
-/// The comment lines of a comment block without its blank lines, so they
-/// reach a reader as comments and dispatch no event; `None` when nothing
-/// is left (a stray blank line).
-pub(crate) fn comment_lines(block: &[u8]) -> Option<Bytes> {
-    let mut out = BytesMut::with_capacity(block.len());
+/// Writes the comment lines of a comment block to `out` without its blank
+/// lines, so they reach a reader as comments and dispatch no event
+/// (nothing, for a stray blank line).
+pub(crate) fn comment_lines(block: &[u8], out: &mut BytesMut) {
     for (line, term) in lines(block) {
         if !line.is_empty() {
             out.extend_from_slice(line);
             out.extend_from_slice(if term.is_empty() { b"\n" } else { term });
         }
     }
-    (!out.is_empty()).then(|| out.freeze())
 }
 
 /// Whether `line` is an `id` field.
@@ -60,13 +58,14 @@ fn is_id_field(line: &[u8]) -> bool {
     line == b"id" || line.starts_with(b"id:")
 }
 
-/// `event` with the gateway's id `<stream>:<seq>` first and the upstream's
-/// `id` fields removed; its own line ending is used for the new line.
-pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
+/// Writes `event` to `out` with the gateway's id `<stream>:<seq>` first
+/// and the upstream's `id` fields removed; its own line ending is used for
+/// the new line.
+pub(crate) fn number(event: &[u8], stream: &str, seq: u64, out: &mut BytesMut) {
     let term: &[u8] = lines(event)
         .next()
         .map_or(b"\n", |(_, t)| if t.is_empty() { b"\n" } else { t });
-    let mut out = BytesMut::with_capacity(event.len() + stream.len() + 32);
+    out.reserve(event.len() + stream.len() + 32);
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b":");
@@ -78,7 +77,6 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64) -> Bytes {
             out.extend_from_slice(t);
         }
     }
-    out.freeze()
 }
 
 /// Parses a `Last-Event-ID` of the gateway's form, `<stream>:<seq>`, where
@@ -96,10 +94,22 @@ pub(crate) fn parse_last_event_id(value: &str) -> Option<(&str, u64)> {
 mod tests {
     use super::*;
 
+    fn numbered(event: &[u8], stream: &str, seq: u64) -> BytesMut {
+        let mut out = BytesMut::new();
+        number(event, stream, seq, &mut out);
+        out
+    }
+
+    fn comments(block: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        comment_lines(block, &mut out);
+        out
+    }
+
     #[test]
     fn sequence_numbers_are_written_in_decimal() {
         for seq in [0, 7, 10, 99, 1_000_000, u64::MAX] {
-            let event = number(b"data: x\n\n", "s", seq);
+            let event = numbered(b"data: x\n\n", "s", seq);
             assert_eq!(&event[..], format!("id: s:{seq}\ndata: x\n\n").as_bytes());
         }
     }
@@ -107,34 +117,37 @@ mod tests {
     #[test]
     fn numbering_replaces_the_upstream_id() {
         assert_eq!(
-            &number(b"id: 7\nevent: e\ndata: x\n\n", "s", 3)[..],
+            &numbered(b"id: 7\nevent: e\ndata: x\n\n", "s", 3)[..],
             b"id: s:3\nevent: e\ndata: x\n\n"
         );
         assert_eq!(
-            &number(b"data: x\r\nid\r\n\r\n", "s", 12)[..],
+            &numbered(b"data: x\r\nid\r\n\r\n", "s", 12)[..],
             b"id: s:12\r\ndata: x\r\n\r\n"
         );
         assert_eq!(
-            &number(b"data: id: not a field\n\n", "s", 1)[..],
+            &numbered(b"data: id: not a field\n\n", "s", 1)[..],
             b"id: s:1\ndata: id: not a field\n\n"
         );
     }
 
     #[test]
+    fn events_of_one_read_are_written_back_to_back() {
+        let mut out = BytesMut::new();
+        number(b"data: a\n\n", "s", 1, &mut out);
+        comment_lines(b": keepalive\n\n", &mut out);
+        number(b"id: 9\ndata: b\n\n", "s", 2, &mut out);
+        assert_eq!(
+            &out[..],
+            b"id: s:1\ndata: a\n\n: keepalive\nid: s:2\ndata: b\n\n"
+        );
+    }
+
+    #[test]
     fn a_comment_block_loses_its_blank_line_only() {
-        assert_eq!(
-            comment_lines(b": keepalive\n\n").as_deref(),
-            Some(&b": keepalive\n"[..])
-        );
-        assert_eq!(
-            comment_lines(b": a\r\n: b\r\n\r\n").as_deref(),
-            Some(&b": a\r\n: b\r\n"[..])
-        );
-        assert_eq!(comment_lines(b"\n"), None);
-        assert_eq!(
-            comment_lines(b": end"),
-            Some(Bytes::from_static(b": end\n"))
-        );
+        assert_eq!(&comments(b": keepalive\n\n")[..], b": keepalive\n");
+        assert_eq!(&comments(b": a\r\n: b\r\n\r\n")[..], b": a\r\n: b\r\n");
+        assert!(comments(b"\n").is_empty());
+        assert_eq!(&comments(b": end")[..], b": end\n");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt as _;
 use http_body_util::BodyExt as _;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_error_event};
@@ -18,7 +19,7 @@ use recovery_core::wire::{SseBlock, SseBlocks};
 use super::numbering::{Comments, comment_lines, number};
 use super::raised;
 use super::registry::{
-    DIRECT_CAPACITY, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
+    DIRECT_CAPACITY, Handed, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
 };
 use crate::forward::UpstreamBody;
 use crate::identity::StreamKey;
@@ -33,7 +34,7 @@ impl Streams {
     pub(crate) async fn start(
         self: &Arc<Self>,
         new: NewStream,
-    ) -> Result<mpsc::Receiver<Bytes>, (NewStream, LogError)> {
+    ) -> Result<mpsc::Receiver<Handed>, (NewStream, LogError)> {
         let key = new.key.clone();
         if let Err(e) = self.log.open(key.as_str()).await {
             return Err((new, e));
@@ -97,7 +98,7 @@ pub(super) struct Pump {
     pub(super) logical_id: String,
     pub(super) protocol: ProtocolKind,
     pub(super) live: Arc<Live>,
-    pub(super) direct: Option<mpsc::Sender<Bytes>>,
+    pub(super) direct: Option<mpsc::Sender<Handed>>,
     pub(super) logging: bool,
     /// Whether events carry `id:` lines.
     pub(super) ids: bool,
@@ -144,8 +145,13 @@ impl Pump {
         if let Some(f) = failure {
             let mut out = Vec::new();
             write_error_event(&self.protocol, &f, &mut out);
-            self.emit(SseBlock::Event(Bytes::from(out))).await;
+            let mut batch = Batch::default();
+            self.add(SseBlock::Event(Bytes::from(out)), &mut batch);
+            self.hand_on(batch, true).await;
         }
+        // Dropping the channel ends the first client's body: at once, so
+        // that an end read with the last events leaves in their write.
+        drop(self.direct.take());
         if let Err(e) = streams.log.finish(self.key.as_str()).await {
             streams.logger.warn(
                 "stream_log_error",
@@ -170,8 +176,6 @@ impl Pump {
             report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
         }
         streams.metrics.stream_ended();
-        // Dropping the channel ends the first client's body.
-        drop(self.direct.take());
         streams.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 
@@ -183,12 +187,11 @@ impl Pump {
         mut body: UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
         let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
-        let end = self.forward(&mut framer, &first).await;
         // The first bytes may be a slice of the upstream connection's read
-        // buffer: kept for the stream's life, they would make its next
-        // read take a second buffer.
-        drop(first);
-        if let Some(end) = end {
+        // buffer: `forward` drops them once cut, since kept for the
+        // stream's life they would make its next read take a second
+        // buffer.
+        if let Some(end) = self.forward(&mut framer, first, &mut body).await {
             return end;
         }
         let mut readers = self.live.readers.subscribe();
@@ -218,28 +221,22 @@ impl Pump {
             let deadline = idle_since.map(|t| t + window);
             let direct = self.direct.clone();
             tokio::select! {
-                frame = body.frame() => match frame {
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else { continue };
-                        if let Some(end) = self.forward(&mut framer, &data).await {
-                            return end;
+                frame = body.frame() => {
+                    let mut batch = Batch::default();
+                    let end = match frame {
+                        Some(Ok(frame)) => {
+                            let Ok(data) = frame.into_data() else { continue };
+                            if let Some(end) = self.forward(&mut framer, data, &mut body).await {
+                                return end;
+                            }
+                            continue;
                         }
-                    }
-                    Some(Err(e)) => {
-                        if let Some(block) = framer.finish() {
-                            // An event cut short is not the provider's: drop
-                            // it rather than hand out half a JSON object.
-                            drop(block);
-                        }
-                        return Ok(Some(StreamFailure::of_outcome(e.outcome(), e.report().last_status())));
-                    }
-                    None => {
-                        if let Some(block) = framer.finish() {
-                            self.emit(block).await;
-                        }
-                        return Ok(None);
-                    }
-                },
+                        Some(Err(e)) => Self::failed(&mut framer, &e),
+                        None => self.ended(&mut framer, &mut batch),
+                    };
+                    self.hand_on(batch, ends_here(&end)).await;
+                    return end;
+                }
                 () = async {
                     match direct {
                         Some(tx) => tx.closed().await,
@@ -275,30 +272,75 @@ impl Pump {
         }
     }
 
-    /// Cuts `data` into blocks and emits each whole one; `Some` when the
-    /// stream must end here (an event over the bound, nobody to take it).
+    /// Cuts `data`, and the frames the upstream has ready after it, into
+    /// blocks and hands the whole ones on together: the events of one
+    /// upstream read leave in one write, and an end that is ready with
+    /// them ends the stream here. `Some` when the stream must end here
+    /// (the upstream ended or failed, an event over the bound, nobody to
+    /// take it).
     async fn forward(
         &mut self,
         framer: &mut SseBlocks,
-        data: &[u8],
+        data: Bytes,
+        body: &mut UpstreamBody,
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
-        framer.push(data);
-        loop {
-            match framer.next_block() {
-                Ok(Some(block)) => {
-                    if !self.emit(block).await {
-                        return Some(Err(Stop::Unserved));
-                    }
+        let mut batch = Batch::with_capacity(data.len());
+        let mut data = data;
+        let end = loop {
+            framer.push(&data);
+            drop(data);
+            let failure = loop {
+                match framer.next_block() {
+                    Ok(Some(block)) => self.add(block, &mut batch),
+                    Ok(None) => break None,
+                    Err(e) => break Some(StreamFailure::new(ErrorClass::Server, e.to_string())),
                 }
-                Ok(None) => return None,
-                Err(e) => {
-                    return Some(Ok(Some(StreamFailure::new(
-                        ErrorClass::Server,
-                        e.to_string(),
-                    ))));
-                }
+            };
+            if let Some(f) = failure {
+                break Some(Ok(Some(f)));
             }
+            // What is ready now costs no wait: polled once, never waited
+            // on (the read loop waits, with its other conditions).
+            match body.frame().now_or_never() {
+                None => break None,
+                Some(Some(Ok(frame))) => data = frame.into_data().unwrap_or_default(),
+                Some(Some(Err(e))) => break Some(Self::failed(framer, &e)),
+                Some(None) => break Some(self.ended(framer, &mut batch)),
+            }
+        };
+        let last = end.as_ref().is_some_and(ends_here);
+        if !self.hand_on(batch, last).await {
+            return Some(Err(Stop::Unserved));
         }
+        end
+    }
+
+    /// The upstream ended: the block left in `framer` (an event without
+    /// its blank line) joins `batch`.
+    fn ended(
+        &mut self,
+        framer: &mut SseBlocks,
+        batch: &mut Batch,
+    ) -> Result<Option<StreamFailure>, Stop> {
+        if let Some(block) = framer.finish() {
+            self.add(block, batch);
+        }
+        Ok(None)
+    }
+
+    /// The upstream failed with `e`, the failure the recovery layer could
+    /// not hide.
+    fn failed(
+        framer: &mut SseBlocks,
+        e: &recovery_core::RecoveryError,
+    ) -> Result<Option<StreamFailure>, Stop> {
+        // An event cut short is not the provider's: drop it rather than
+        // hand out half a JSON object.
+        drop(framer.finish());
+        Ok(Some(StreamFailure::of_outcome(
+            e.outcome(),
+            e.report().last_status(),
+        )))
     }
 
     fn client_left(&mut self) {
@@ -316,20 +358,16 @@ impl Pump {
         }
     }
 
-    /// Numbers an event, logs it, then hands it to the first client; a
-    /// comment block goes to the first client only, as
-    /// [`Comments`] says. `false` when nobody can take it any more.
-    async fn emit(&mut self, block: SseBlock) -> bool {
-        let bytes = match block {
+    /// Adds a block to `batch`: an event numbered (and timed), a comment
+    /// block as [`Comments`] says.
+    fn add(&mut self, block: SseBlock, batch: &mut Batch) {
+        match block {
             SseBlock::Comment(b) => match self.comments {
                 // Where the protocol's SDKs read `data:` lines only (no
                 // ids: Gemini), a comment line is one they raise on.
-                Comments::Drop => return self.logging || self.direct.is_some(),
-                Comments::Pass if !self.ids => return self.logging || self.direct.is_some(),
-                Comments::Pass => match comment_lines(&b) {
-                    Some(lines) => lines,
-                    None => return self.logging || self.direct.is_some(),
-                },
+                Comments::Drop => {}
+                Comments::Pass if !self.ids => {}
+                Comments::Pass => comment_lines(&b, &mut batch.out),
             },
             SseBlock::Event(b) => {
                 let now = Instant::now();
@@ -337,45 +375,88 @@ impl Pump {
                     self.streams.metrics.output_chunk(now - last);
                 }
                 self.seq += 1;
-                let bytes = if self.ids {
-                    number(&b, &self.id, self.seq)
+                let start = batch.out.len();
+                if self.ids {
+                    number(&b, &self.id, self.seq, &mut batch.out);
                 } else {
-                    b
-                };
-                self.log(bytes.clone()).await;
-                bytes
+                    batch.out.extend_from_slice(&b);
+                }
+                batch.events.push((self.seq, start..batch.out.len()));
             }
-        };
-        if let Some(tx) = &self.direct
-            && tx.send(bytes).await.is_err()
-        {
-            self.client_left();
+        }
+    }
+
+    /// Logs the events of `batch` in one append, then hands the whole
+    /// batch (comments included) to the first client in one message, so
+    /// the events of one upstream read leave in one write; with `last`,
+    /// the client's body ends with it. `false` when nobody can take them
+    /// any more.
+    async fn hand_on(&mut self, batch: Batch, last: bool) -> bool {
+        if !batch.out.is_empty() {
+            let bytes = batch.out.freeze();
+            if self.logging && !batch.events.is_empty() {
+                let entries: Vec<Entry> = batch
+                    .events
+                    .into_iter()
+                    .map(|(seq, at)| Entry {
+                        seq,
+                        event: bytes.slice(at),
+                    })
+                    .collect();
+                self.log(&entries).await;
+            }
+            if let Some(tx) = &self.direct
+                && tx.send(Handed { bytes, last }).await.is_err()
+            {
+                self.client_left();
+            }
         }
         self.logging || self.direct.is_some()
     }
 
-    /// Appends event `self.seq` to the log while the log takes it.
-    async fn log(&mut self, event: Bytes) {
-        if !self.logging {
+    /// Appends `entries` to the log while the log takes them.
+    async fn log(&mut self, entries: &[Entry]) {
+        let Err(e) = self.streams.log.append(self.key.as_str(), entries).await else {
             return;
-        }
-        let entry = Entry {
-            seq: self.seq,
-            event,
         };
-        if let Err(e) = self.streams.log.append(self.key.as_str(), entry).await {
-            self.logging = false;
-            let until = Instant::now() + self.streams.ttl;
-            lock(&self.streams.truncated).insert(self.key.clone(), (self.seq - 1, until));
-            self.streams.logger.warn(
-                "stream_log_refused",
-                "the stream log refused an event; the stream is no longer resumable",
-                &[
-                    ("stream", Field::Str(self.key.digest())),
-                    ("seq", Field::U64(self.seq)),
-                    ("error", Field::Str(&e.to_string())),
-                ],
-            );
+        let first = entries.first().map_or(self.seq, |e| e.seq);
+        self.logging = false;
+        let until = Instant::now() + self.streams.ttl;
+        lock(&self.streams.truncated).insert(self.key.clone(), (first - 1, until));
+        self.streams.logger.warn(
+            "stream_log_refused",
+            "the stream log refused an event; the stream is no longer resumable",
+            &[
+                ("stream", Field::Str(self.key.digest())),
+                ("seq", Field::U64(first)),
+                ("error", Field::Str(&e.to_string())),
+            ],
+        );
+    }
+}
+
+/// Whether a read that ends the stream with `end` is the last thing its
+/// client gets: so when the upstream finished (a failure is followed by
+/// the protocol's error event).
+fn ends_here(end: &Result<Option<StreamFailure>, Stop>) -> bool {
+    matches!(end, Ok(None))
+}
+
+/// What blocks of one upstream read hand on: their bytes back to back
+/// (numbered events, comment lines), and where each event lies in them
+/// with its number, for the log.
+#[derive(Default)]
+struct Batch {
+    out: BytesMut,
+    events: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+impl Batch {
+    /// Room for a read of `len` bytes and its `id:` lines.
+    fn with_capacity(len: usize) -> Self {
+        Batch {
+            out: BytesMut::with_capacity(len + 64),
+            events: Vec::new(),
         }
     }
 }

@@ -57,8 +57,19 @@ use crate::metrics::Metrics;
 
 /// The longest one event may be before the stream is failed.
 pub(super) const MAX_EVENT_BYTES: usize = 4 << 20;
-/// Events buffered between the pump and the first client.
+/// Reads (each one message of its events) buffered between the pump and
+/// the first client.
 pub(super) const DIRECT_CAPACITY: usize = 32;
+
+/// What the pump hands its first client: the events of one upstream read,
+/// and whether they are the stream's last, so the client's body ends with
+/// them, in their write, rather than in a write of its own.
+pub(crate) struct Handed {
+    /// Numbered events and comment lines, back to back.
+    pub(crate) bytes: Bytes,
+    /// Nothing follows.
+    pub(crate) last: bool,
+}
 /// How often a generation with no place in the keep-generating pool asks
 /// the log again whether a reader elsewhere still follows it.
 pub(super) const REMOTE_RECHECK: Duration = Duration::from_secs(5);

@@ -205,10 +205,13 @@ impl MemoryLog {
         Ok(())
     }
 
-    fn append_now(&self, id: &str, entry: Entry) -> Result<(), LogError> {
+    fn append_now(&self, id: &str, entries: &[Entry]) -> Result<(), LogError> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
         let now = Instant::now();
         let mut held = self.lock();
-        let len = entry.event.len() as u64;
+        let len: u64 = entries.iter().map(|e| e.event.len() as u64).sum();
         if held.bytes.saturating_add(len) > self.limits.max_total_bytes {
             held.drop_expired(&self.limits, now);
             while held.bytes.saturating_add(len) > self.limits.max_total_bytes {
@@ -232,24 +235,30 @@ impl MemoryLog {
         if s.full {
             return Err(LogError::StreamFull);
         }
-        if entry.seq != s.entries.len() as u64 + 1 {
+        let last = s.entries.len() as u64;
+        if let Some((i, e)) = entries
+            .iter()
+            .enumerate()
+            .find(|(i, e)| e.seq != last + 1 + *i as u64)
+        {
             return Err(LogError::Store(format!(
                 "append of {} after {}",
-                entry.seq,
-                s.entries.len()
+                e.seq,
+                last + i as u64
             )));
         }
         if over_total
-            || s.entries.len() as u64 >= self.limits.max_entries
+            || last + entries.len() as u64 > self.limits.max_entries
             || s.bytes.saturating_add(len) > self.limits.max_bytes
         {
             s.full = true;
             s.notify.notify_waiters();
             return Err(LogError::StreamFull);
         }
+        debug_assert_eq!(first.seq, last + 1);
         s.bytes += len;
         held.bytes += len;
-        s.entries.push(entry);
+        s.entries.extend_from_slice(entries);
         s.touched = now;
         s.notify.notify_waiters();
         Ok(())
@@ -315,8 +324,12 @@ impl StreamLog for MemoryLog {
         Box::pin(async move { self.open_now(id) })
     }
 
-    fn append<'a>(&'a self, id: &'a str, entry: Entry) -> BoxFuture<'a, Result<(), LogError>> {
-        Box::pin(async move { self.append_now(id, entry) })
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, Result<(), LogError>> {
+        Box::pin(async move { self.append_now(id, entries) })
     }
 
     fn finish<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>> {
@@ -366,14 +379,14 @@ mod tests {
             ttl: Duration::from_mins(1),
         });
         log.open("done").await.unwrap();
-        log.append("done", entry(1, "0123456789")).await.unwrap();
+        log.append("done", &[entry(1, "0123456789")]).await.unwrap();
         log.finish("done").await.unwrap();
         log.open("live").await.unwrap();
-        log.append("live", entry(1, "0123456789")).await.unwrap();
+        log.append("live", &[entry(1, "0123456789")]).await.unwrap();
         assert_eq!(log.bytes(), 20);
         // A new stream's append needs room: the finished stream goes.
         log.open("new").await.unwrap();
-        log.append("new", entry(1, "abcdefghij")).await.unwrap();
+        log.append("new", &[entry(1, "abcdefghij")]).await.unwrap();
         assert_eq!(
             log.read("done", 0, Duration::ZERO).await,
             Err(LogError::Unknown)
@@ -390,7 +403,7 @@ mod tests {
         // Nothing finished is left: the stream that does not fit is the
         // one that stops being resumable; the live ones keep everything.
         assert_eq!(
-            log.append("new", entry(2, "x")).await,
+            log.append("new", &[entry(2, "x")]).await,
             Err(LogError::StreamFull)
         );
         assert_eq!(
@@ -401,7 +414,7 @@ mod tests {
                 .len(),
             1
         );
-        log.append("live", entry(2, "")).await.unwrap();
+        log.append("live", &[entry(2, "")]).await.unwrap();
     }
 
     #[tokio::test]
@@ -423,8 +436,8 @@ mod tests {
         let log = MemoryLog::new(limits());
         log.open("s").await.unwrap();
         assert_eq!(log.open("s").await, Err(LogError::Exists));
-        log.append("s", entry(1, "a\n\n")).await.unwrap();
-        log.append("s", entry(2, "b\n\n")).await.unwrap();
+        log.append("s", &[entry(1, "a\n\n")]).await.unwrap();
+        log.append("s", &[entry(2, "b\n\n")]).await.unwrap();
         let r = log.read("s", 1, Duration::ZERO).await.unwrap();
         assert_eq!(r.entries, vec![entry(2, "b\n\n")]);
         assert!(!r.finished);
@@ -449,19 +462,19 @@ mod tests {
         log.open("b").await.unwrap();
         assert_eq!(log.open("c").await, Err(LogError::Full));
         for i in 1..=3 {
-            log.append("a", entry(i, "x\n\n")).await.unwrap();
+            log.append("a", &[entry(i, "x\n\n")]).await.unwrap();
         }
         assert_eq!(
-            log.append("a", entry(4, "x\n\n")).await,
+            log.append("a", &[entry(4, "x\n\n")]).await,
             Err(LogError::StreamFull)
         );
         let big = Entry {
             seq: 1,
             event: Bytes::from(vec![b'x'; 101]),
         };
-        assert_eq!(log.append("b", big).await, Err(LogError::StreamFull));
+        assert_eq!(log.append("b", &[big]).await, Err(LogError::StreamFull));
         assert!(matches!(
-            log.append("b", entry(2, "x\n\n")).await,
+            log.append("b", &[entry(2, "x\n\n")]).await,
             Err(LogError::StreamFull)
         ));
         // A reader that reaches the bound is told, even once it finished.
@@ -531,7 +544,7 @@ mod tests {
     async fn a_live_stream_idle_past_the_ttl_is_swept_and_its_bytes_freed() {
         let log = MemoryLog::new(limits());
         log.open("idle").await.unwrap();
-        log.append("idle", entry(1, "x\n\n")).await.unwrap();
+        log.append("idle", &[entry(1, "x\n\n")]).await.unwrap();
         assert_eq!(log.bytes(), 3);
         tokio::time::advance(Duration::from_secs(61)).await;
         log.open("x").await.unwrap();
@@ -550,7 +563,7 @@ mod tests {
         // The reader is parked (or about to be): either way the append
         // reaches it, well before its 30 s.
         tokio::task::yield_now().await;
-        log.append("s", entry(1, "a\n\n")).await.unwrap();
+        log.append("s", &[entry(1, "a\n\n")]).await.unwrap();
         let r = tokio::time::timeout(Duration::from_secs(5), reader)
             .await
             .expect("woken by the append")

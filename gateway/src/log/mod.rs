@@ -3,7 +3,8 @@
 //!
 //! The gateway gives every streamed answer an id (`x-recovery-stream-id`)
 //! and numbers its SSE events from 1 (`id: <stream>:<seq>`). Each event is
-//! appended to the log as the gateway sends it, and the generation goes on
+//! appended to the log before the gateway sends it (the events of one
+//! upstream read in one append), and the generation goes on
 //! upstream when the client leaves (within a keep-generating window), so a
 //! reconnect with `Last-Event-ID: <stream>:<seq>` (or `GET
 //! /streams/<stream>?after=<seq>`) reads what follows `seq` from the log,
@@ -124,8 +125,16 @@ pub trait StreamLog: Send + Sync + 'static {
     /// Starts stream `id`.
     fn open<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), LogError>>;
 
-    /// Appends event `seq` (the previous one plus 1) to stream `id`.
-    fn append<'a>(&'a self, id: &'a str, entry: Entry) -> BoxFuture<'a, Result<(), LogError>>;
+    /// Appends `entries` to stream `id`, numbered on from its last one
+    /// (the first is the previous seq plus 1, each next one plus 1 more):
+    /// all of them, or none when one would pass a bound (then the stream
+    /// is full). The events of one upstream read come in one call, so a
+    /// shared log takes them in one round trip.
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, Result<(), LogError>>;
 
     /// Marks stream `id` finished (completed or failed: its last event says
     /// which); it stays readable for the ttl.

@@ -166,13 +166,20 @@ impl StreamLog for RedisLog {
         Box::pin(async move { self.store.open(id).await.map_err(log_error) })
     }
 
-    fn append<'a>(&'a self, id: &'a str, entry: Entry) -> BoxFuture<'a, Result<(), LogError>> {
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, Result<(), LogError>> {
         Box::pin(async move {
-            let entry = StreamEntry {
-                seq: entry.seq,
-                event: entry.event,
-            };
-            self.store.append(id, &entry).await.map_err(log_error)
+            let entries: Vec<StreamEntry> = entries
+                .iter()
+                .map(|e| StreamEntry {
+                    seq: e.seq,
+                    event: e.event.clone(),
+                })
+                .collect();
+            self.store.append(id, &entries).await.map_err(log_error)
         })
     }
 

@@ -336,24 +336,40 @@ impl RedisStreamLog {
         }
     }
 
-    /// Appends `entry` (its seq the previous one plus 1) to stream `id`.
-    /// Past the bounds the append is refused and the stream marked full.
-    pub async fn append(&self, id: &str, entry: &StreamEntry) -> Result<(), StreamLogError> {
+    /// Appends `entries` to stream `id` in one round trip: the first one's
+    /// seq is the previous one plus 1, and each next one's 1 more. All of
+    /// them are appended, or none: past the bounds the append is refused
+    /// and the stream marked full. An empty slice changes nothing.
+    pub async fn append(&self, id: &str, entries: &[StreamEntry]) -> Result<(), StreamLogError> {
         if !valid_id(id) {
             return Err(StreamLogError::Unknown);
         }
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        if let Some(e) = entries
+            .iter()
+            .zip(first.seq..)
+            .find_map(|(e, seq)| (e.seq != seq).then_some(e))
+        {
+            return Err(StreamLogError::Store(format!(
+                "append of seq {} out of order in a batch from {}",
+                e.seq, first.seq
+            )));
+        }
         let bounds = self.inner.bounds;
-        let seq = entry.seq.to_string();
+        let seq = first.seq.to_string();
         let max_entries = bounds.max_entries.to_string();
         let max_bytes = bounds.max_bytes.to_string();
         let ttl = self.ttl_ms().to_string();
-        let args: [&[u8]; 5] = [
+        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + entries.len());
+        args.extend([
             seq.as_bytes(),
-            &entry.event,
             max_entries.as_bytes(),
             max_bytes.as_bytes(),
             ttl.as_bytes(),
-        ];
+        ]);
+        args.extend(entries.iter().map(|e| &e.event[..]));
         let value = self.script(&self.inner.scripts.append, id, &args).await?;
         let (code, last) = match &value {
             Value::Array(items) if items.len() == 2 => match (&items[0], &items[1]) {
@@ -368,7 +384,7 @@ impl RedisStreamLog {
             2 => Err(StreamLogError::StreamFull),
             3 => Err(StreamLogError::Store(format!(
                 "append of seq {} refused: the next seq is {}",
-                entry.seq,
+                first.seq,
                 last + 1
             ))),
             4 => Err(StreamLogError::Store(

@@ -12,9 +12,10 @@ redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1
 ";
 
-/// `KEYS`: stream, meta. `ARGV`: seq, event, max entries, max bytes, ttl ms.
-/// `{code, last}`: 1 appended, 0 unknown, 2 full, 3 out of order,
-/// 4 finished.
+/// `KEYS`: stream, meta. `ARGV`: first seq, max entries, max bytes, ttl
+/// ms, then the events (one or more, numbered on from the first seq).
+/// All of them are appended, or none. `{code, last}`: 1 appended, 0
+/// unknown, 2 full, 3 out of order, 4 finished.
 pub(super) const APPEND: &str = r"
 local m = redis.call('HMGET', KEYS[2], 'last', 'bytes', 'state')
 if not m[1] then
@@ -27,22 +28,30 @@ end
 if m[3] ~= 'open' then
   return {4, last}
 end
-if tonumber(ARGV[1]) ~= last + 1 then
+local first = tonumber(ARGV[1])
+if first ~= last + 1 then
   return {3, last}
 end
-local bytes = tonumber(m[2]) + string.len(ARGV[2])
-if last + 1 > tonumber(ARGV[3]) or bytes > tonumber(ARGV[4]) then
+local count = #ARGV - 4
+local bytes = tonumber(m[2])
+for i = 5, #ARGV do
+  bytes = bytes + string.len(ARGV[i])
+end
+if last + count > tonumber(ARGV[2]) or bytes > tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[2], 'state', 'full')
   redis.call('XADD', KEYS[1], '1-0', 'full', '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
   return {2, last}
 end
-redis.call('XADD', KEYS[1], '0-' .. ARGV[1], 'ev', ARGV[2])
-redis.call('HSET', KEYS[2], 'last', ARGV[1], 'bytes', tostring(bytes))
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return {1, last + 1}
+for i = 0, count - 1 do
+  redis.call('XADD', KEYS[1], string.format('0-%d', first + i), 'ev', ARGV[5 + i])
+end
+last = last + count
+redis.call('HSET', KEYS[2], 'last', string.format('%d', last), 'bytes', string.format('%d', bytes))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {1, last}
 ";
 
 /// `KEYS`: stream, meta. `ARGV`: ttl ms. 1 finished (or already), 0 unknown.
