@@ -24,9 +24,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderName};
-use recovery_core::failover::CREDENTIAL_HEADERS;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{RngCore as _, SeedableRng as _};
+use recovery_core::failover::CREDENTIAL_HEADERS;
 use ring::hmac;
 
 /// Random bytes in a stream id: 128 bits.

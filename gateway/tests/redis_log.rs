@@ -415,7 +415,10 @@ async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
     );
     tokio::time::sleep(Duration::from_millis(1800)).await;
     assert_eq!(log.read("t", 0, NO_WAIT).await, Err(LogError::Unknown));
-    assert_eq!(log.append("t", &[event("t", 5)]).await, Err(LogError::Unknown));
+    assert_eq!(
+        log.append("t", &[event("t", 5)]).await,
+        Err(LogError::Unknown)
+    );
     assert_eq!(log.finish("t").await, Err(LogError::Unknown));
     let exists: i64 = redis::cmd("EXISTS")
         .arg("t:stream:t")

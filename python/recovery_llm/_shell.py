@@ -687,7 +687,7 @@ class SyncExchange(Exchange):
         each attempt): it reads while the machine only asks for reads."""
         r = self.reader_of_it
         if r is None or r.source is not self.it:
-            r = self.reader_of_it = M.Reader(self.m, self.it, self.p.now)
+            r = self.reader_of_it = M.Reader(self.m, self.it, self.p.now, self.read_bound)
         return r
 
     def reader_stopped(self, stop: Any) -> Optional[bytes]:

@@ -772,6 +772,29 @@ impl Inner {
         self.wall + now.saturating_since(self.start)
     }
 
+    /// `Machine.read_slack`.
+    fn read_slack(&self, always: bool) -> Option<f64> {
+        if !always && !self.fed_since_check {
+            return None;
+        }
+        let p = self.ex.policy();
+        if !self.ex.is_committed() && p.first_token_timeout().is_some() && !always {
+            // The first token's deadline is due as it stands.
+            return None;
+        }
+        let quiet = if self.ex.ledger().outcome().is_some() {
+            Some(DRAIN_GRACE)
+        } else if self.ex.keeps_response() {
+            p.idle_timeout()
+        } else {
+            match (p.idle_timeout(), p.progress_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        };
+        quiet.map(|d| d.as_secs_f64())
+    }
+
     /// A body chunk of the first attempt (`Machine.on_chunk`).
     fn chunk(&mut self, now: Instant, chunk: &Bound<'_, PyBytes>) -> u32 {
         let bytes = chunk.as_bytes();
@@ -1083,26 +1106,7 @@ impl Machine {
     /// With `always`, the window whatever came (a shell that can bound a
     /// read only once per attempt bounds each by it).
     fn read_slack(&self, always: bool) -> Option<f64> {
-        let m = self.lock();
-        if !always && !m.fed_since_check {
-            return None;
-        }
-        let p = m.ex.policy();
-        if !m.ex.is_committed() && p.first_token_timeout().is_some() && !always {
-            // The first token's deadline is due as it stands.
-            return None;
-        }
-        let quiet = if m.ex.ledger().outcome().is_some() {
-            Some(DRAIN_GRACE)
-        } else if m.ex.keeps_response() {
-            p.idle_timeout()
-        } else {
-            match (p.idle_timeout(), p.progress_timeout()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        };
-        quiet.map(|d| d.as_secs_f64())
+        self.lock().read_slack(always)
     }
 
     /// The lifecycle events since the last call, as `(event, status)`
@@ -1321,8 +1325,10 @@ impl Machine {
 /// with the chunk handed on, and the shell takes it from there with the
 /// value it stopped with:
 ///
-/// - `None`: nothing was read (the deadline has passed, the machine asks
-///   for something else, or the reader was closed);
+/// - `None`: nothing was read (the deadline has passed, or the read's
+///   timeout would let it run past the machine's bound, which the shell
+///   keeps by cutting the connection there; the machine asks for something
+///   else; or the reader was closed);
 /// - `("end", None)`: the inner iterator ended;
 /// - `("read", chunk)`: a chunk read but not given to the machine (it is
 ///   not `bytes`: `Machine.on_chunk` refuses it);
@@ -1340,6 +1346,9 @@ pub struct Reader {
     source: Py<PyAny>,
     /// The shell's clock, as the reader reads it.
     clock: ReaderClock,
+    /// The longest one read of `it` blocks (the read timeout its body was
+    /// given), in seconds: infinite when unknown.
+    read_bound: f64,
     raised: bool,
 }
 
@@ -1400,19 +1409,31 @@ impl Reader {
                 return stopped(py.None().into_bound(py));
             };
             let mut it = it.bind(py).clone();
-            let (action, deadline) = {
+            let (action, deadline, slack) = {
                 let m = machine.lock();
-                (m.action, m.deadline_s)
+                let slack = if self.read_bound.is_finite() {
+                    m.read_slack(false)
+                } else {
+                    None
+                };
+                (m.action, m.deadline_s, slack)
             };
             if action != action::READ {
                 return stopped(py.None().into_bound(py));
             }
-            // As `Exchange.due` in the shell: a deadline passed is judged
-            // before the read, by the shell.
-            if let Some(d) = deadline
-                && self.clock.now(py)? >= d
-            {
-                return stopped(py.None().into_bound(py));
+            if let Some(d) = deadline {
+                let now = self.clock.now(py)?;
+                // As `Exchange.due` in the shell: a deadline passed is
+                // judged before the read, by the shell. And as
+                // `SyncExchange.cut_at_bound`: a read its own timeout would
+                // let run past the machine's bound (the drain after proof,
+                // a stall certain at its deadline) is the shell's, which
+                // cuts the connection at that bound.
+                let outlives =
+                    self.read_bound.is_finite() && d + slack.unwrap_or(0.0) < now + self.read_bound;
+                if now >= d || outlives {
+                    return stopped(py.None().into_bound(py));
+                }
             }
             let chunk = match it.next() {
                 None => {
@@ -1446,14 +1467,23 @@ impl Reader {
 
 #[pymethods]
 impl Reader {
-    /// A reader of `it` (an iterator of `bytes`) for `machine`, on `clock`.
+    /// A reader of `it` (an iterator of `bytes`) for `machine`, on `clock`;
+    /// `read_bound`: the read timeout `it`'s reads were given, in seconds
+    /// (none known: infinite, and no read is the shell's for it).
     #[new]
-    fn new(machine: Py<Machine>, it: &Bound<'_, PyAny>, clock: Py<PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (machine, it, clock, read_bound=f64::INFINITY))]
+    fn new(
+        machine: Py<Machine>,
+        it: &Bound<'_, PyAny>,
+        clock: Py<PyAny>,
+        read_bound: f64,
+    ) -> PyResult<Self> {
         Ok(Reader {
             machine,
             it: Some(PyIterator::from_object(it)?.unbind()),
             source: it.clone().unbind(),
             clock: ReaderClock::of(it.py(), clock)?,
+            read_bound,
             raised: false,
         })
     }

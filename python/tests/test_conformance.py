@@ -86,3 +86,17 @@ def test_vector_through_the_sync_transport(v):
     every other runner's."""
     ok, output = check([conformance_sync.run_one(v)])
     assert ok, output
+
+
+def test_the_sync_body_ends_at_the_drain_after_proof_not_at_the_read_timeout():
+    """at8: terminal proof, then a body that never ends. Its reads were
+    given the 30 s quiet window as their timeout; the machine gives what
+    follows proof a 1 s drain (and a read one more second of slack), so
+    the consumer's iteration ends there, as in every other driver."""
+    v = next(x for x in SYNC if x["name"] == "at8_stall_after_terminal_proof_completes")
+    assert v["options"]["idleTimeoutMs"] == 30_000, v["options"]
+    run = conformance_sync.Run(v)
+    ok, output = check([conformance_sync.run_one(v, run)])
+    assert ok, output
+    assert run.body_ended_at is not None
+    assert run.body_ended_at <= 2.0, run.body_ended_at

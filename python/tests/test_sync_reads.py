@@ -183,13 +183,31 @@ class OnSocket(httpx2.SyncByteStream):
         raise AssertionError("nothing is ever sent on the socket")
 
 
+class ProvenOnSocket(httpx2.SyncByteStream):
+    """A whole answer, terminal proof included, then a read of ``sock``
+    that only ends when the socket is shut down: a server that never
+    closes the body."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def __iter__(self):
+        yield ROLE
+        yield DELTA
+        yield STOP
+        if not self.sock.recv(16):
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+        raise AssertionError("nothing is ever sent on the socket")
+
+
 class SocketInner(httpx2.BaseTransport):
     """The first send answers over one end of a socket pair (as httpcore
     shows its connection: the HTTP version and the network stream in the
     response's extensions); the next ones answer whole."""
 
-    def __init__(self, then: "BaseException | None" = None) -> None:
+    def __init__(self, then: "BaseException | None" = None, proven: bool = False) -> None:
         self.ours, self.theirs = socket.socketpair()
+        self.proven = proven
         # A read the cut never ends fails the test instead of hanging it.
         self.ours.settimeout(10)
         self.then = then
@@ -205,7 +223,7 @@ class SocketInner(httpx2.BaseTransport):
         return httpx2.Response(
             200,
             headers={"content-type": "text/event-stream"},
-            stream=OnSocket(self.ours, self.then),
+            stream=ProvenOnSocket(self.ours) if self.proven else OnSocket(self.ours, self.then),
             extensions={"http_version": b"HTTP/1.1", "network_stream": self},
         )
 
@@ -235,3 +253,20 @@ def test_a_watched_read_the_caller_interrupts_leaves_no_timer_behind():
     with pytest.raises(Interrupted):
         send(t)
     assert threading.active_count() == threads, "the cut's timer thread is gone"
+
+
+def test_a_body_that_never_ends_after_proof_is_cut_at_the_drain():
+    # After terminal proof the machine waits 1 s for the body's end; the
+    # body's reads were given the 20 s quiet window as their timeout. The
+    # read after proof is the shell's, with the connection cut at the
+    # drain's bound, so the consumer's iteration ends within seconds,
+    # completed, not after the quiet window.
+    inner = SocketInner(proven=True)
+    t = transport(inner, idle_timeout_ms=20_000)
+    started = time.monotonic()
+    body = b"".join(send(t).stream)
+    assert time.monotonic() - started < 5
+    assert body == ROLE + DELTA + STOP
+    assert inner.sends == 1
+    assert t.last_report["outcome"]["outcome"] == "completed"
+    assert not [x for x in threading.enumerate() if isinstance(x, threading.Timer)], "the cut's timer thread is gone"
