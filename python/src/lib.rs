@@ -772,6 +772,16 @@ impl Inner {
         self.wall + now.saturating_since(self.start)
     }
 
+    /// Whether the deadline may come before the quiet window a body's
+    /// reads were given: before commit, when nothing came since the
+    /// timers were judged (a stall then certain at the deadline), or
+    /// after the outcome (the drain). Otherwise the slack
+    /// ([`Inner::read_slack`]) is that window and a read's own timeout
+    /// keeps the deadline.
+    fn exact_deadline(&self) -> bool {
+        !self.fed_since_check || !self.ex.is_committed() || self.ex.ledger().outcome().is_some()
+    }
+
     /// `Machine.read_slack`.
     fn read_slack(&self, always: bool) -> Option<f64> {
         if !always && !self.fed_since_check {
@@ -1400,6 +1410,14 @@ enum Step {
 }
 
 impl Reader {
+    /// Whether a read now, bounded by its own timeout only, would run past
+    /// the machine's bound (its deadline `d` plus the slack it names).
+    #[inline(never)]
+    fn outlives(&self, machine: &Machine, d: f64, now: f64) -> bool {
+        self.read_bound.is_finite()
+            && d + machine.lock().read_slack(false).unwrap_or(0.0) < now + self.read_bound
+    }
+
     /// Reads until a chunk is the consumer's or the reader stops.
     fn step(&mut self, py: Python<'_>) -> PyResult<Step> {
         let machine = self.machine.get();
@@ -1409,14 +1427,9 @@ impl Reader {
                 return stopped(py.None().into_bound(py));
             };
             let mut it = it.bind(py).clone();
-            let (action, deadline, slack) = {
+            let (action, deadline, exact) = {
                 let m = machine.lock();
-                let slack = if self.read_bound.is_finite() {
-                    m.read_slack(false)
-                } else {
-                    None
-                };
-                (m.action, m.deadline_s, slack)
+                (m.action, m.deadline_s, m.exact_deadline())
             };
             if action != action::READ {
                 return stopped(py.None().into_bound(py));
@@ -1429,9 +1442,7 @@ impl Reader {
                 // let run past the machine's bound (the drain after proof,
                 // a stall certain at its deadline) is the shell's, which
                 // cuts the connection at that bound.
-                let outlives =
-                    self.read_bound.is_finite() && d + slack.unwrap_or(0.0) < now + self.read_bound;
-                if now >= d || outlives {
+                if now >= d || exact && self.outlives(machine, d, now) {
                     return stopped(py.None().into_bound(py));
                 }
             }
