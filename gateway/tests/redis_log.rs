@@ -118,7 +118,9 @@ async fn binary_events_survive() {
         seq: 1,
         event: Bytes::from(bytes),
     };
-    log.append("bin", &[entry.clone()]).await.unwrap();
+    log.append("bin", std::slice::from_ref(&entry))
+        .await
+        .unwrap();
     let read = log.read("bin", 0, NO_WAIT).await.unwrap();
     assert_eq!(read.entries, vec![entry]);
 }
@@ -374,6 +376,44 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
         by_bytes.read("b", 2, NO_WAIT).await,
         Err(LogError::StreamFull)
     );
+}
+
+#[tokio::test]
+async fn a_batch_is_appended_in_one_call_whole_or_not_at_all() {
+    let dir = TempDir::new("gateway-redis-log");
+    let _redis = Redis::start(&dir);
+    let log = options!(Limits {
+        max_entries: 4,
+        ..limits()
+    })
+    .connect(&dir.url())
+    .await
+    .unwrap();
+    log.open("m").await.unwrap();
+    log.append("m", &[]).await.unwrap();
+    log.append("m", &[event("m", 1), event("m", 2), event("m", 3)])
+        .await
+        .unwrap();
+    let read = log.read("m", 0, NO_WAIT).await.unwrap();
+    assert_eq!(seqs(&read), vec![1, 2, 3]);
+    assert_eq!(read.entries[1], event("m", 2));
+    // A gap inside a batch, or a batch that does not follow the last seq.
+    assert!(matches!(
+        log.append("m", &[event("m", 4), event("m", 6)]).await,
+        Err(LogError::Store(_))
+    ));
+    assert!(matches!(
+        log.append("m", &[event("m", 5), event("m", 6)]).await,
+        Err(LogError::Store(_))
+    ));
+    // Past the bound of four entries: none of the two, and full.
+    assert_eq!(
+        log.append("m", &[event("m", 4), event("m", 5)]).await,
+        Err(LogError::StreamFull)
+    );
+    let read = log.read("m", 0, NO_WAIT).await.unwrap();
+    assert_eq!((seqs(&read), read.finished), (vec![1, 2, 3], false));
+    assert_eq!(log.read("m", 3, NO_WAIT).await, Err(LogError::StreamFull));
 }
 
 #[tokio::test]

@@ -231,8 +231,11 @@ impl Pump {
                             }
                             continue;
                         }
-                        Some(Err(e)) => Self::failed(&mut framer, &e),
-                        None => self.ended(&mut framer, &mut batch),
+                        Some(Err(e)) => Ok(Some(Self::failed(&mut framer, &e))),
+                        None => {
+                            self.ended(&mut framer, &mut batch);
+                            Ok(None)
+                        }
                     };
                     self.hand_on(batch, ends_here(&end)).await;
                     return end;
@@ -304,8 +307,11 @@ impl Pump {
             match body.frame().now_or_never() {
                 None => break None,
                 Some(Some(Ok(frame))) => data = frame.into_data().unwrap_or_default(),
-                Some(Some(Err(e))) => break Some(Self::failed(framer, &e)),
-                Some(None) => break Some(self.ended(framer, &mut batch)),
+                Some(Some(Err(e))) => break Some(Ok(Some(Self::failed(framer, &e)))),
+                Some(None) => {
+                    self.ended(framer, &mut batch);
+                    break Some(Ok(None));
+                }
             }
         };
         let last = end.as_ref().is_some_and(ends_here);
@@ -317,30 +323,19 @@ impl Pump {
 
     /// The upstream ended: the block left in `framer` (an event without
     /// its blank line) joins `batch`.
-    fn ended(
-        &mut self,
-        framer: &mut SseBlocks,
-        batch: &mut Batch,
-    ) -> Result<Option<StreamFailure>, Stop> {
+    fn ended(&mut self, framer: &mut SseBlocks, batch: &mut Batch) {
         if let Some(block) = framer.finish() {
             self.add(block, batch);
         }
-        Ok(None)
     }
 
     /// The upstream failed with `e`, the failure the recovery layer could
     /// not hide.
-    fn failed(
-        framer: &mut SseBlocks,
-        e: &recovery_core::RecoveryError,
-    ) -> Result<Option<StreamFailure>, Stop> {
+    fn failed(framer: &mut SseBlocks, e: &recovery_core::RecoveryError) -> StreamFailure {
         // An event cut short is not the provider's: drop it rather than
         // hand out half a JSON object.
         drop(framer.finish());
-        Ok(Some(StreamFailure::of_outcome(
-            e.outcome(),
-            e.report().last_status(),
-        )))
+        StreamFailure::of_outcome(e.outcome(), e.report().last_status())
     }
 
     fn client_left(&mut self) {

@@ -488,6 +488,30 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_batch_is_appended_whole_or_not_at_all() {
+        let log = MemoryLog::new(limits());
+        log.open("a").await.unwrap();
+        log.append("a", &[]).await.unwrap();
+        log.append("a", &[entry(1, "a\n\n"), entry(2, "b\n\n")])
+            .await
+            .unwrap();
+        assert!(matches!(
+            log.append("a", &[entry(3, "c\n\n"), entry(5, "e\n\n")])
+                .await,
+            Err(LogError::Store(_))
+        ));
+        // Past the bound of three entries: none of the two, and full.
+        assert_eq!(
+            log.append("a", &[entry(3, "c\n\n"), entry(4, "d\n\n")])
+                .await,
+            Err(LogError::StreamFull)
+        );
+        let r = log.read("a", 0, Duration::ZERO).await.unwrap();
+        assert_eq!(r.entries, vec![entry(1, "a\n\n"), entry(2, "b\n\n")]);
+        assert_eq!(log.bytes(), 6);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn expires_after_the_ttl() {
         let log = MemoryLog::new(limits());
