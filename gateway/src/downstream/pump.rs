@@ -46,25 +46,13 @@ impl Streams {
             protocol: new.protocol.clone(),
             content_type: new.content_type,
         });
-        lock(&self.live).insert(key.clone(), Arc::clone(&live));
-        self.active.send_modify(|n| *n += 1);
-        self.metrics.stream_started();
-        self.logger.debug(
-            "stream_started",
-            "streaming with a resumable id",
-            &[
-                ("logical_id", Field::Str(&new.logical_id)),
-                ("stream", Field::Str(key.digest())),
-                ("protocol", Field::Str(new.protocol.name())),
-            ],
-        );
-        let pump = Pump {
+        let mut pump = Pump {
             streams: Arc::clone(self),
             id: new.id,
             key,
             logical_id: new.logical_id,
             protocol: new.protocol,
-            live,
+            live: Arc::clone(&live),
             direct: Some(tx),
             logging: true,
             ids: new.ids,
@@ -74,7 +62,27 @@ impl Streams {
             report: new.report,
             last_event: None,
         };
-        tokio::spawn(pump.run(new.first, new.body));
+        // The first bytes are handed on here, in the request's task: the
+        // response's head leaves with them without waiting for the pump's
+        // task to be run (on this worker, or on another woken for it).
+        // Nothing is registered yet, so a client that leaves meanwhile
+        // leaves nothing behind but the log's entry, which expires.
+        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
+        let mut body = new.body;
+        let end = pump.forward(&mut framer, new.first, &mut body).await;
+        lock(&self.live).insert(pump.key.clone(), live);
+        self.active.send_modify(|n| *n += 1);
+        self.metrics.stream_started();
+        self.logger.debug(
+            "stream_started",
+            "streaming with a resumable id",
+            &[
+                ("logical_id", Field::Str(&pump.logical_id)),
+                ("stream", Field::Str(pump.key.digest())),
+                ("protocol", Field::Str(pump.protocol.name())),
+            ],
+        );
+        tokio::spawn(pump.run(framer, body, end));
         Ok(rx)
     }
 }
@@ -114,8 +122,18 @@ pub(super) struct Pump {
 }
 
 impl Pump {
-    pub(super) async fn run(mut self, first: Bytes, body: UpstreamBody) {
-        let outcome = self.read(first, body).await;
+    /// Reads the rest of the upstream answer (unless `end` says the first
+    /// bytes ended it), then ends the stream.
+    pub(super) async fn run(
+        mut self,
+        framer: SseBlocks,
+        body: UpstreamBody,
+        end: Option<Result<Option<StreamFailure>, Stop>>,
+    ) {
+        let outcome = match end {
+            Some(end) => end,
+            None => self.read(framer, body).await,
+        };
         let streams = Arc::clone(&self.streams);
         let (event, msg, failure) = match outcome {
             Ok(None) => ("stream_finished", "stream finished", None),
@@ -179,21 +197,14 @@ impl Pump {
         streams.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 
-    /// Reads the upstream to its end: `Ok(None)` finished, `Ok(Some)` the
-    /// failure the recovery layer could not hide, `Err` stopped early.
+    /// Reads the upstream to its end after the first bytes: `Ok(None)`
+    /// finished, `Ok(Some)` the failure the recovery layer could not hide,
+    /// `Err` stopped early.
     async fn read(
         &mut self,
-        first: Bytes,
+        mut framer: SseBlocks,
         mut body: UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
-        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
-        // The first bytes may be a slice of the upstream connection's read
-        // buffer: `forward` drops them once cut, since kept for the
-        // stream's life they would make its next read take a second
-        // buffer.
-        if let Some(end) = self.forward(&mut framer, first, &mut body).await {
-            return end;
-        }
         let mut readers = self.live.readers.subscribe();
         let mut stop = self.streams.stop.subscribe();
         let keep = self.streams.keep_generating;
@@ -288,6 +299,9 @@ impl Pump {
         body: &mut UpstreamBody,
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
         let mut batch = Batch::with_capacity(data.len());
+        // The first bytes may be a slice of the upstream connection's read
+        // buffer: dropped once cut, since kept for the stream's life they
+        // would make its next read take a second buffer.
         let mut data = data;
         let end = loop {
             framer.push(&data);
