@@ -317,7 +317,12 @@ impl Pump {
                 break Some(Ok(Some(f)));
             }
             // What is ready now costs no wait: polled once, never waited
-            // on (the read loop waits, with its other conditions).
+            // on (the read loop waits, with its other conditions). A
+            // batch stops growing at its bound: a fast upstream is handed
+            // on in pieces, never held whole.
+            if batch.out.len() >= BATCH_BYTES {
+                break None;
+            }
             match body.frame().now_or_never() {
                 None => break None,
                 Some(Some(Ok(frame))) => data = frame.into_data().unwrap_or_default(),
@@ -450,6 +455,10 @@ impl Pump {
 fn ends_here(end: &Result<Option<StreamFailure>, Stop>) -> bool {
     matches!(end, Ok(None))
 }
+
+/// The most a batch takes before it is handed on: frames the upstream has
+/// ready after it wait for the next one.
+const BATCH_BYTES: usize = 64 << 10;
 
 /// What blocks of one upstream read hand on: their bytes back to back
 /// (numbered events, comment lines), and where each event lies in them
