@@ -270,3 +270,53 @@ def test_a_body_that_never_ends_after_proof_is_cut_at_the_drain():
     assert inner.sends == 1
     assert t.last_report["outcome"]["outcome"] == "completed"
     assert not [x for x in threading.enumerate() if isinstance(x, threading.Timer)], "the cut's timer thread is gone"
+
+
+class Recording(httpx2.BaseTransport):
+    """Answers with ``answers`` (chunks, then) in turn, noting each request
+    as the inner transport got it (its body read)."""
+
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+        self.requests: list = []
+
+    def handle_request(self, request):
+        request.read()
+        self.requests.append(request)
+        chunks, then = self.answers.pop(0)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Body(chunks, then))
+
+
+def test_a_send_is_the_callers_request_with_an_identity_encoding_and_resends_are_the_same():
+    inner = Recording(([ROLE], httpx2.ReadError("reset")), ([ROLE, DELTA, STOP], None))
+    t = transport(inner)
+    caller = httpx2.Request(
+        "POST",
+        URL,
+        headers={"Authorization": "Bearer k", "X-Trace": "a", "Accept-Encoding": "gzip, br"},
+        content=BODY,
+    )
+    assert b"".join(t.handle_request(caller).stream) == ROLE + DELTA + STOP
+    first, second = inner.requests
+    for sent in (first, second):
+        assert sent.method == "POST" and sent.url == caller.url
+        assert sent.content == BODY
+        assert sent.headers.get_list("content-length") == [str(len(BODY))]
+        assert sent.headers.get_list("accept-encoding") == ["identity"]
+        assert sent.headers["authorization"] == "Bearer k"
+        assert sent.headers["x-trace"] == "a"
+        assert "transfer-encoding" not in sent.headers
+    assert first.headers.raw == second.headers.raw, "a replay resends the same head"
+    assert caller.headers["accept-encoding"] == "gzip, br", "the caller's request is left as it was"
+
+
+def test_a_chunked_request_is_sent_with_the_length_of_its_body():
+    inner = Recording(([ROLE, DELTA, STOP], None))
+    t = transport(inner)
+    caller = httpx2.Request("POST", URL, content=iter([BODY[:10], BODY[10:]]))
+    assert caller.headers["transfer-encoding"] == "chunked"
+    assert b"".join(t.handle_request(caller).stream) == ROLE + DELTA + STOP
+    (sent,) = inner.requests
+    assert sent.content == BODY
+    assert sent.headers.get_list("content-length") == [str(len(BODY))]
+    assert "transfer-encoding" not in sent.headers
