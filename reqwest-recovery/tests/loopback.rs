@@ -6,8 +6,8 @@
 //! events are those of the hyper-util run (timings and jitter aside).
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use recovery_core::failure::Phase;
 use recovery_core::outcome::{InterruptCause, Outcome};
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::{ProtocolKind, SseTerminal};
-use recovery_core::report::{AttemptResult, RecoveryReport};
+use recovery_core::report::RecoveryReport;
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
 use reqwest_middleware::{Middleware, Next};
 use reqwest_recovery::{
@@ -29,24 +29,13 @@ use reqwest_recovery::{
 use tower::ServiceExt;
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReplayBody, ReportHandle};
 
-const LIMIT: Duration = Duration::from_secs(20);
-const PATH: &str = "/v1/chat/completions";
-const HAPPY: &str = "openai-chat/happy-usage.sse";
+#[path = "support/sdk.rs"]
+mod sdk;
+
+use sdk::{Events, HAPPY, LIMIT, PATH, after_events, failed_phases, layer};
+
 const PROMPT: &str =
     r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"canary-prompt"}]}"#;
-
-/// The offset just after the `n`th event (1-based) of the happy stream.
-fn after_events(n: usize) -> usize {
-    recovery_tests::process::after_events(HAPPY, n)
-}
-
-fn policy() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap()
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Driver {
@@ -74,13 +63,6 @@ struct Run {
     events: Vec<String>,
     /// What the server received on `PATH`.
     sends: u64,
-}
-
-type Events = Arc<Mutex<Vec<String>>>;
-
-fn layer(events: &Events) -> RecoveryLayer {
-    let sink = Arc::clone(events);
-    RecoveryLayer::new(policy()).on_event(move |e| sink.lock().unwrap().push(e.kind.name().into()))
 }
 
 fn request(url: &str) -> Request<Full<Bytes>> {
@@ -323,17 +305,6 @@ fn cause_kind(err: &RecoveryError) -> Option<ErrorKind> {
         cur = e.source();
     }
     None
-}
-
-fn failed_phases(report: &RecoveryReport) -> Vec<Phase> {
-    report
-        .attempts
-        .iter()
-        .filter_map(|a| match &a.result {
-            AttemptResult::Failed { phase, .. } => Some(*phase),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]

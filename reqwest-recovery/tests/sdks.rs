@@ -11,11 +11,9 @@
 //! stream with an error, never a silent short answer.
 
 use std::future::Future;
-use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
@@ -30,41 +28,19 @@ use http_body_util::{BodyExt, Full};
 use recovery_core::error::RecoveryError;
 use recovery_core::failure::Phase;
 use recovery_core::outcome::Outcome;
-use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
-use recovery_core::report::{AttemptResult, RecoveryReport};
 use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
 use reqwest_recovery::{ReqwestService, client_builder};
 use tower::ServiceExt;
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReportHandle};
 
-const LIMIT: Duration = Duration::from_secs(20);
-const PATH: &str = "/v1/chat/completions";
-const HAPPY: &str = "openai-chat/happy-usage.sse";
-/// The text the happy stream's deltas add up to.
-const ANSWER: &str = "Hello world";
+#[path = "support/sdk.rs"]
+mod sdk;
 
-/// The offset just after the `n`th event (1-based) of the happy stream.
-fn after_events(n: usize) -> usize {
-    recovery_tests::process::after_events(HAPPY, n)
-}
-
-fn policy() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap()
-}
-
-type Events = Arc<Mutex<Vec<String>>>;
-/// The report of every request the SDK made, as the adapter got it.
-type Reports = Arc<Mutex<Vec<ReportHandle>>>;
-
-fn layer(events: &Events) -> RecoveryLayer {
-    let sink = Arc::clone(events);
-    RecoveryLayer::new(policy()).on_event(move |e| sink.lock().unwrap().push(e.kind.name().into()))
-}
+use sdk::{
+    ANSWER, Events, HAPPY, LIMIT, PATH, Reports, after_events, failed_phases, layer, only_report,
+    terminal_events,
+};
 
 /// async-openai's HTTP service over the recovery stack `S`.
 ///
@@ -198,59 +174,10 @@ async fn chat(client: &Client<OpenAIConfig>) -> Read {
     .expect("hung")
 }
 
-/// The one report the adapter kept.
-fn only_report(reports: &Reports) -> RecoveryReport {
-    let reports = reports.lock().unwrap();
-    assert_eq!(reports.len(), 1, "one request, one report");
-    reports[0].report()
-}
-
-fn failed_phases(report: &RecoveryReport) -> Vec<Phase> {
-    report
-        .attempts
-        .iter()
-        .filter_map(|a| match &a.result {
-            AttemptResult::Failed { phase, .. } => Some(*phase),
-            _ => None,
-        })
-        .collect()
-}
-
-fn terminal_events(events: &Events) -> Vec<String> {
-    events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|n| {
-            matches!(
-                n.as_str(),
-                "completed" | "exhausted" | "interrupted" | "cancelled"
-            )
-        })
-        .cloned()
-        .collect()
-}
-
-/// Every send carried the SDK's request, unchanged, and left no connection
-/// open.
+/// What every send carried ([`sdk::check_sends`]), and the SDK's prompt.
 async fn check_sends(provider: &FaultProvider, expected: u64) {
-    let stats = tokio::time::timeout(LIMIT, provider.wait_idle())
-        .await
-        .expect("connections left open");
-    assert_eq!(stats.open_connections, 0);
-    assert_eq!(provider.count_path(PATH), expected);
-    let sent = provider.requests_for(PATH);
-    let first: serde_json::Value = serde_json::from_slice(&sent[0].body).unwrap();
-    assert_eq!(first["stream"], true, "the SDK asked for a stream");
+    let first = sdk::check_sends(provider, expected).await;
     assert_eq!(first["messages"][0]["content"], "canary-prompt");
-    for r in &sent {
-        assert_eq!(r.method, "POST");
-        assert_eq!(r.body, sent[0].body, "a replay sends the same body");
-        assert_eq!(
-            r.header("authorization"),
-            Some(&b"Bearer sk-canary-secret"[..])
-        );
-    }
 }
 
 #[tokio::test]
