@@ -26,10 +26,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use recovery_core::error::RecoveryError;
-use recovery_core::failure::Phase;
-use recovery_core::outcome::Outcome;
 use recovery_core::protocol::ProtocolKind;
-use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use recovery_tests::fault::FaultProvider;
 use reqwest_recovery::{ReqwestService, client_builder};
 use tower::ServiceExt;
 use tower_recovery::{ObserveLayer, RecoveryLayer, ReportHandle};
@@ -37,10 +35,7 @@ use tower_recovery::{ObserveLayer, RecoveryLayer, ReportHandle};
 #[path = "support/sdk.rs"]
 mod sdk;
 
-use sdk::{
-    ANSWER, Events, HAPPY, LIMIT, PATH, Reports, after_events, failed_phases, layer, only_report,
-    terminal_events,
-};
+use sdk::{ANSWER, Events, LIMIT, Reports, layer};
 
 /// async-openai's HTTP service over the recovery stack `S`.
 ///
@@ -184,17 +179,7 @@ async fn check_sends(provider: &FaultProvider, expected: u64) {
 async fn async_openai_reset_before_the_first_token_yields_the_whole_answer_once() {
     // The first attempt sends its head and the role-only event (no semantic
     // output), then resets: held back, invisible to the SDK, replayed.
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(1))
-                .ending(Ending::Rst),
-            Script::event_stream(Write::fixture(HAPPY).split_lines()),
-        ],
-    ))
-    .await
-    .unwrap();
+    let provider = sdk::reset_before_the_first_token().await;
     let events = Events::default();
     let (client, reports) = openai(&provider, layer(&events));
     let read = chat(&client).await;
@@ -203,31 +188,14 @@ async fn async_openai_reset_before_the_first_token_yields_the_whole_answer_once(
     assert!(read.error.is_none(), "{:?}", read.error);
     assert_eq!(read.text, ANSWER, "the whole answer, once");
     check_sends(&provider, 2).await;
-    let report = only_report(&reports);
-    assert!(
-        matches!(report.outcome, Some(Outcome::Completed { .. })),
-        "{:?}",
-        report.outcome
-    );
-    assert_eq!(report.resend_count, 1);
-    assert_eq!(failed_phases(&report), [Phase::Streaming]);
-    assert_eq!(terminal_events(&events), ["completed"]);
+    sdk::check_replayed_once(&reports, &events);
 }
 
 #[tokio::test]
 async fn async_openai_reset_after_the_first_token_ends_the_stream_with_an_error() {
     // "Hello" is out when the connection resets: no replay (it would repeat
     // the answer), and the SDK's stream ends with its error.
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(2))
-                .ending(Ending::Rst),
-        ],
-    ))
-    .await
-    .unwrap();
+    let provider = sdk::reset_after_the_first_token().await;
     let events = Events::default();
     let (client, reports) = openai(&provider, layer(&events));
     let read = chat(&client).await;
@@ -242,18 +210,5 @@ async fn async_openai_reset_after_the_first_token_ends_the_stream_with_an_error(
     assert_eq!(read.after_error, 0, "the error ends the stream");
     check_sends(&provider, 1).await;
     // The typed failure, through the report the adapter kept.
-    let report = only_report(&reports);
-    assert!(
-        matches!(
-            report.outcome,
-            Some(Outcome::Interrupted {
-                committed: true,
-                ..
-            })
-        ),
-        "{:?}",
-        report.outcome
-    );
-    assert_eq!(failed_phases(&report), [Phase::Streaming]);
-    assert_eq!(terminal_events(&events), ["interrupted"]);
+    sdk::check_interrupted(&reports, &events);
 }

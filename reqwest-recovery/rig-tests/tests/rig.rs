@@ -16,10 +16,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use recovery_core::error::RecoveryError;
-use recovery_core::failure::Phase;
 use recovery_core::outcome::Outcome;
 use recovery_core::protocol::ProtocolKind;
-use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
+use recovery_tests::fault::FaultProvider;
 use reqwest_recovery::{ReqwestService, client_builder, recovery_error};
 use rig_core::completion::{AssistantContent, CompletionRequest};
 use rig_core::error::ProviderError;
@@ -35,10 +34,7 @@ use tower_recovery::{ObserveLayer, RecoveryLayer, ReportHandle};
 #[path = "../../tests/support/sdk.rs"]
 mod sdk;
 
-use sdk::{
-    ANSWER, Events, HAPPY, LIMIT, PATH, Reports, after_events, failed_phases, layer, only_report,
-    terminal_events,
-};
+use sdk::{ANSWER, Events, LIMIT, Reports, layer};
 
 /// rig's HTTP transport over the recovery stack `S`.
 ///
@@ -245,17 +241,7 @@ async fn check_sends(provider: &FaultProvider, expected: u64) {
 async fn rig_reset_before_the_first_token_yields_the_whole_answer_once() {
     // The first attempt sends its head and the role-only event (no semantic
     // output), then resets: held back, invisible to rig, replayed.
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(1))
-                .ending(Ending::Rst),
-            Script::event_stream(Write::fixture(HAPPY).split_lines()),
-        ],
-    ))
-    .await
-    .unwrap();
+    let provider = sdk::reset_before_the_first_token().await;
     let events = Events::default();
     let (client, reports) = rig(&provider, layer(&events));
     let read = chat(&client).await;
@@ -266,31 +252,14 @@ async fn rig_reset_before_the_first_token_yields_the_whole_answer_once() {
     let response = read.response.expect("folded").expect("rig's response");
     assert_eq!(response, ANSWER);
     check_sends(&provider, 2).await;
-    let report = only_report(&reports);
-    assert!(
-        matches!(report.outcome, Some(Outcome::Completed { .. })),
-        "{:?}",
-        report.outcome
-    );
-    assert_eq!(report.resend_count, 1);
-    assert_eq!(failed_phases(&report), [Phase::Streaming]);
-    assert_eq!(terminal_events(&events), ["completed"]);
+    sdk::check_replayed_once(&reports, &events);
 }
 
 #[tokio::test]
 async fn rig_reset_after_the_first_token_ends_the_stream_with_the_typed_error() {
     // "Hello" is out when the connection resets: no replay (it would repeat
     // the answer), and rig's stream ends with its error, which holds ours.
-    let provider = FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(2))
-                .ending(Ending::Rst),
-        ],
-    ))
-    .await
-    .unwrap();
+    let provider = sdk::reset_after_the_first_token().await;
     let events = Events::default();
     let (client, reports) = rig(&provider, layer(&events));
     let read = chat(&client).await;
@@ -311,8 +280,6 @@ async fn rig_reset_after_the_first_token_ends_the_stream_with_the_typed_error() 
         "{typed}"
     );
     check_sends(&provider, 1).await;
-    let report = only_report(&reports);
+    let report = sdk::check_interrupted(&reports, &events);
     assert_eq!(typed.outcome(), report.outcome.as_ref().unwrap());
-    assert_eq!(failed_phases(&report), [Phase::Streaming]);
-    assert_eq!(terminal_events(&events), ["interrupted"]);
 }

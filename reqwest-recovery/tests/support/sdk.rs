@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recovery_core::failure::Phase;
+use recovery_core::outcome::Outcome;
 use recovery_core::policy::RecoveryPolicy;
 use recovery_core::report::{AttemptResult, RecoveryReport};
-use recovery_tests::fault::FaultProvider;
+use recovery_tests::fault::{Ending, FaultProvider, Script, ScriptSet, Write};
 use tower_recovery::{RecoveryLayer, ReportHandle};
 
 pub const LIMIT: Duration = Duration::from_secs(20);
@@ -99,4 +100,66 @@ pub async fn check_sends(provider: &FaultProvider, expected: u64) -> serde_json:
         );
     }
     first
+}
+
+/// A provider whose first answer sends the role-only event (no semantic
+/// output) and resets, and whose second answers whole.
+pub async fn reset_before_the_first_token() -> FaultProvider {
+    FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::event_stream(Write::fixture(HAPPY).split_lines())
+                .cut_at(after_events(1))
+                .ending(Ending::Rst),
+            Script::event_stream(Write::fixture(HAPPY).split_lines()),
+        ],
+    ))
+    .await
+    .unwrap()
+}
+
+/// A provider whose answer resets after "Hello" went out.
+pub async fn reset_after_the_first_token() -> FaultProvider {
+    FaultProvider::start(ScriptSet::new(vec![]).path(
+        PATH,
+        vec![
+            Script::event_stream(Write::fixture(HAPPY).split_lines())
+                .cut_at(after_events(2))
+                .ending(Ending::Rst),
+        ],
+    ))
+    .await
+    .unwrap()
+}
+
+/// The request was replayed once, unseen, and completed.
+pub fn check_replayed_once(reports: &Reports, events: &Events) {
+    let report = only_report(reports);
+    assert!(
+        matches!(report.outcome, Some(Outcome::Completed { .. })),
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(report.resend_count, 1);
+    assert_eq!(failed_phases(&report), [Phase::Streaming]);
+    assert_eq!(terminal_events(events), ["completed"]);
+}
+
+/// The request was interrupted after commit, never replayed; its report.
+pub fn check_interrupted(reports: &Reports, events: &Events) -> RecoveryReport {
+    let report = only_report(reports);
+    assert!(
+        matches!(
+            report.outcome,
+            Some(Outcome::Interrupted {
+                committed: true,
+                ..
+            })
+        ),
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(failed_phases(&report), [Phase::Streaming]);
+    assert_eq!(terminal_events(events), ["interrupted"]);
+    report
 }
