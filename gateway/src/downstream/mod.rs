@@ -6,13 +6,16 @@
 //! before them is still an HTTP error of its own ([`Refusal::Upstream`]).
 //! Then a streamed SSE answer becomes a resumable stream ([`registry`]: an
 //! id bound to its creator's credentials, a [`pump`] that numbers and logs
-//! each event, [`reader`]s for reconnects), whose head goes out with the
-//! pump's first event in one write; everything else, and a stream whose
+//! each event, driven by the first client's body ([`first_client`]) and
+//! in a task of its own once that client left, [`reader`]s for
+//! reconnects), whose head goes out with the pump's first event in one
+//! write; everything else, and a stream whose
 //! client asked for the upstream's bytes exactly, passes through.
 //!
 //! [`Refusal::Upstream`]: crate::respond::Refusal::Upstream
 
 mod events;
+mod first_client;
 pub(crate) mod numbering;
 mod pump;
 mod reader;
@@ -21,6 +24,7 @@ mod registry;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt as _;
@@ -165,7 +169,7 @@ impl Delivery<'_> {
         // `start` only fails before it took the body when the log refuses
         // to open: then the answer cannot be resumed and is passed through.
         match self.streams.start(new).await {
-            Ok(mut rx) => {
+            Ok(mut client) => {
                 let mut headers = headers;
                 if let Ok(v) = HeaderValue::from_str(&id) {
                     headers.insert(HeaderName::from_static(STREAM_ID_HEADER), v);
@@ -173,21 +177,9 @@ impl Delivery<'_> {
                 // The head waits for the pump's first event (the first bytes
                 // hold at least one whole one), so both leave in one write
                 // rather than the head alone and the events after it.
-                let first = rx.recv().await;
-                // After the last read the body ends without waiting for
-                // the channel to close: hyper writes its end with the
-                // events.
-                let stream =
-                    futures_util::stream::unfold((first, Some(rx)), |(first, rx)| async move {
-                        let mut rx = rx?;
-                        let handed = match first {
-                            Some(h) => h,
-                            None => rx.recv().await?,
-                        };
-                        let rest = (!handed.last).then_some(rx);
-                        Some((Ok(handed.bytes), (None, rest)))
-                    });
-                Ok(respond(status, headers, streaming(stream)))
+                let first = std::future::poll_fn(|cx| client.poll_handed(cx)).await;
+                let rest = futures_util::stream::iter(first.map(Ok)).chain(client);
+                Ok(respond(status, headers, streaming(rest)))
             }
             Err((new, e)) => {
                 self.logger.warn(

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use recovery_core::wire::{SseBlock, SseBlocks};
 
+use super::first_client::FirstClient;
 use super::numbering::{Comments, comment_lines, number};
 use super::raised;
 use super::registry::{
@@ -28,13 +29,13 @@ use crate::log::LogError;
 use crate::logs::Field;
 
 impl Streams {
-    /// Starts the pump of a new stream: the first client's channel of
-    /// numbered events. Fails when the log will not open it (the caller
-    /// then passes the answer through, not resumable).
+    /// Starts the pump of a new stream: the first client's body, which
+    /// drives the pump ([`FirstClient`]). Fails when the log will not open
+    /// it (the caller then passes the answer through, not resumable).
     pub(crate) async fn start(
         self: &Arc<Self>,
         new: NewStream,
-    ) -> Result<mpsc::Receiver<Handed>, (NewStream, LogError)> {
+    ) -> Result<FirstClient, (NewStream, LogError)> {
         let key = new.key.clone();
         if let Err(e) = self.log.open(key.as_str()).await {
             return Err((new, e));
@@ -62,11 +63,10 @@ impl Streams {
             report: new.report,
             last_event: None,
         };
-        // The first bytes are handed on here, in the request's task: the
-        // response's head leaves with them without waiting for the pump's
-        // task to be run (on this worker, or on another woken for it).
-        // Nothing is registered yet, so a client that leaves meanwhile
-        // leaves nothing behind but the log's entry, which expires.
+        // The first bytes are handed on here, before the response: its
+        // head leaves with them. Nothing is registered yet, so a client
+        // that leaves meanwhile leaves nothing behind but the log's entry,
+        // which expires.
         let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
         let mut body = new.body;
         let end = pump.forward(&mut framer, new.first, &mut body).await;
@@ -82,8 +82,7 @@ impl Streams {
                 ("protocol", Field::Str(pump.protocol.name())),
             ],
         );
-        tokio::spawn(pump.run(framer, body, end));
-        Ok(rx)
+        Ok(FirstClient::new(rx, Box::pin(pump.run(framer, body, end))))
     }
 }
 
