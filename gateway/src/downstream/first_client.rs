@@ -98,3 +98,75 @@ impl Drop for FirstClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures_util::StreamExt as _;
+
+    use super::*;
+
+    fn handed(text: &'static str, last: bool) -> Handed {
+        Handed {
+            bytes: Bytes::from_static(text.as_bytes()),
+            last,
+        }
+    }
+
+    #[tokio::test]
+    async fn reading_the_body_runs_the_pump_and_a_last_read_ends_it() {
+        let (tx, rx) = mpsc::channel(1);
+        let pump = Box::pin(async move {
+            // One at a time: the second send waits for the body's read.
+            tx.send(handed("a", false)).await.unwrap();
+            tx.send(handed("b", true)).await.unwrap();
+            // The pump goes on after its last read (its closing work);
+            // the body has ended without waiting for it.
+            std::future::pending::<()>().await;
+        });
+        let body = FirstClient::new(rx, pump);
+        let got = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            body.map(Result::unwrap).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the body ends at its last read");
+        assert_eq!(got, [Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_leaves_hands_the_pump_to_a_task_that_sees_it_gone() {
+        let (tx, rx) = mpsc::channel(4);
+        let (seen_tx, seen) = tokio::sync::oneshot::channel();
+        let pump = Box::pin(async move {
+            tx.send(handed("a", false)).await.unwrap();
+            tx.closed().await;
+            let _ = seen_tx.send(());
+        });
+        let mut body = FirstClient::new(rx, pump);
+        assert_eq!(body.next().await.unwrap().unwrap(), "a");
+        drop(body);
+        tokio::time::timeout(std::time::Duration::from_secs(5), seen)
+            .await
+            .expect("the pump runs on in a task of its own")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pump_that_ended_is_not_run_again() {
+        let (tx, rx) = mpsc::channel(4);
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let pump = Box::pin(async move {
+            assert!(!flag.swap(true, Ordering::SeqCst), "polled after its end");
+            drop(tx);
+        });
+        let mut body = FirstClient::new(rx, pump);
+        assert!(body.next().await.is_none());
+        assert!(body.next().await.is_none());
+        drop(body);
+        assert!(ran.load(Ordering::SeqCst));
+    }
+}
