@@ -10,13 +10,13 @@ deadline, whose connection is cut at that deadline."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import httpx2
 import pytest
 
 import recovery_llm
+from watches import cut_timers
 
 URL = "http://reads.invalid/v1/chat/completions"
 BODY = b'{"model":"m","stream":true,"messages":[]}'
@@ -232,7 +232,6 @@ def test_a_read_past_the_first_token_deadline_is_cut_there_and_replayed():
     # The body's reads are given the 300 s quiet window as their read
     # timeout; the first-token deadline, 0.2 s after the send, comes first.
     inner = SocketInner()
-    threads = threading.active_count()
     t = transport(inner, first_token_timeout_ms=200)
     started = time.monotonic()
     body = b"".join(send(t).stream)
@@ -240,7 +239,7 @@ def test_a_read_past_the_first_token_deadline_is_cut_there_and_replayed():
     assert body == ROLE + DELTA + STOP
     assert inner.sends == 2
     assert len(t.last_report["attempts"]) == 2
-    assert threading.active_count() == threads, "the cut's timer thread is gone"
+    assert not cut_timers(), "the cut's timer thread is gone"
 
 
 def test_a_watched_read_the_caller_interrupts_leaves_no_timer_behind():
@@ -248,11 +247,10 @@ def test_a_watched_read_the_caller_interrupts_leaves_no_timer_behind():
         pass
 
     inner = SocketInner(then=Interrupted())
-    threads = threading.active_count()
     t = transport(inner, first_token_timeout_ms=5_000)
     with pytest.raises(Interrupted):
         send(t)
-    assert threading.active_count() == threads, "the cut's timer thread is gone"
+    assert not cut_timers(), "the cut's timer thread is gone"
 
 
 def test_a_body_that_never_ends_after_proof_is_cut_at_the_drain():
@@ -269,7 +267,7 @@ def test_a_body_that_never_ends_after_proof_is_cut_at_the_drain():
     assert body == ROLE + DELTA + STOP
     assert inner.sends == 1
     assert t.last_report["outcome"]["outcome"] == "completed"
-    assert not [x for x in threading.enumerate() if isinstance(x, threading.Timer)], "the cut's timer thread is gone"
+    assert not cut_timers(), "the cut's timer thread is gone"
 
 
 class Recording(httpx2.BaseTransport):
