@@ -166,35 +166,19 @@ def test_the_reader_reads_any_other_clock_through_it():
 
 
 class OnSocket(httpx2.SyncByteStream):
-    """The role event, then a read of ``sock`` (an end of a socket pair)
-    that only ends when the socket is shut down; or, with ``then``, that
+    """``chunks``, then a read of ``sock`` (an end of a socket pair) that
+    only ends when the socket is shut down; or, with ``then``, that
     exception instead of the read."""
 
-    def __init__(self, sock: socket.socket, then: "BaseException | None" = None) -> None:
+    def __init__(self, sock: socket.socket, chunks: list, then: "BaseException | None" = None) -> None:
         self.sock = sock
+        self.chunks = chunks
         self.then = then
 
     def __iter__(self):
-        yield ROLE
+        yield from self.chunks
         if self.then is not None:
             raise self.then
-        if not self.sock.recv(16):
-            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
-        raise AssertionError("nothing is ever sent on the socket")
-
-
-class ProvenOnSocket(httpx2.SyncByteStream):
-    """A whole answer, terminal proof included, then a read of ``sock``
-    that only ends when the socket is shut down: a server that never
-    closes the body."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def __iter__(self):
-        yield ROLE
-        yield DELTA
-        yield STOP
         if not self.sock.recv(16):
             raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
         raise AssertionError("nothing is ever sent on the socket")
@@ -203,11 +187,12 @@ class ProvenOnSocket(httpx2.SyncByteStream):
 class SocketInner(httpx2.BaseTransport):
     """The first send answers over one end of a socket pair (as httpcore
     shows its connection: the HTTP version and the network stream in the
-    response's extensions); the next ones answer whole."""
+    response's extensions), with ``chunks`` (the role event by default)
+    before its read; the next ones answer whole."""
 
-    def __init__(self, then: "BaseException | None" = None, proven: bool = False) -> None:
+    def __init__(self, then: "BaseException | None" = None, chunks: "list | None" = None) -> None:
         self.ours, self.theirs = socket.socketpair()
-        self.proven = proven
+        self.chunks = [ROLE] if chunks is None else chunks
         # A read the cut never ends fails the test instead of hanging it.
         self.ours.settimeout(10)
         self.then = then
@@ -223,7 +208,7 @@ class SocketInner(httpx2.BaseTransport):
         return httpx2.Response(
             200,
             headers={"content-type": "text/event-stream"},
-            stream=ProvenOnSocket(self.ours) if self.proven else OnSocket(self.ours, self.then),
+            stream=OnSocket(self.ours, self.chunks, self.then),
             extensions={"http_version": b"HTTP/1.1", "network_stream": self},
         )
 
@@ -259,7 +244,9 @@ def test_a_body_that_never_ends_after_proof_is_cut_at_the_drain():
     # read after proof is the shell's, with the connection cut at the
     # drain's bound, so the consumer's iteration ends within seconds,
     # completed, not after the quiet window.
-    inner = SocketInner(proven=True)
+    # A whole answer, terminal proof included, then a server that never
+    # closes the body.
+    inner = SocketInner(chunks=[ROLE, DELTA, STOP])
     t = transport(inner, idle_timeout_ms=20_000)
     started = time.monotonic()
     body = b"".join(send(t).stream)
