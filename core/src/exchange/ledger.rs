@@ -110,8 +110,11 @@ impl Ledger {
         !self.events.is_empty()
     }
 
-    pub(crate) fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
-        self.events.drain(..)
+    /// Takes the events with their buffer: a request emits a few at a
+    /// time, then may stream for minutes, and a buffer kept empty for
+    /// that long is memory every held stream pays for nothing.
+    pub(crate) fn drain_events(&mut self) -> std::vec::IntoIter<LifecycleEvent> {
+        std::mem::take(&mut self.events).into_iter()
     }
 
     pub(crate) fn ended(&self) -> bool {
@@ -482,5 +485,25 @@ impl Ledger {
         self.report.metrics.total_ms = Some(self.elapsed(now).as_millis() as u64);
         self.outcome = Some(outcome.clone());
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn drained_events_take_their_buffer_with_them() {
+        let now = Instant::from_origin(Duration::ZERO);
+        let mut ledger = Ledger::new(7, AttemptAllowance::new(3), now);
+        ledger.open(now, false, None);
+        assert!(ledger.has_events());
+        let drained: Vec<_> = ledger.drain_events().collect();
+        assert_eq!(drained.len(), 1);
+        assert!(!ledger.has_events());
+        // A held stream keeps its ledger for minutes: no room kept.
+        assert_eq!(ledger.events.capacity(), 0);
     }
 }

@@ -76,7 +76,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Exchange<C, D> {
     }
 
     /// Takes the lifecycle events produced since the last call, in order.
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, LifecycleEvent> {
+    pub fn drain_events(&mut self) -> std::vec::IntoIter<LifecycleEvent> {
         self.course.ledger.drain_events()
     }
 

@@ -100,6 +100,18 @@ impl SseBlocks {
         Ok(None)
     }
 
+    /// Frees the buffer when no unfinished event is in it. A stream that
+    /// waits for its next read (a held stream waits for minutes) then
+    /// keeps no room for it; the next [`SseBlocks::push`] allocates what it
+    /// needs. An unfinished event stays.
+    pub fn release_idle(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.line_start = 0;
+            self.scan = 0;
+        }
+    }
+
     /// What is left at the end of the body: an event the upstream did not
     /// close with a blank line, closed here so the client dispatches it.
     pub fn finish(&mut self) -> Option<SseBlock> {
@@ -159,6 +171,7 @@ mod tests {
             while let Some(b) = f.next_block().unwrap() {
                 out.push(b);
             }
+            f.release_idle();
         }
         out.extend(f.finish());
         out
@@ -187,6 +200,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_idle_framer_keeps_no_buffer_and_an_unfinished_event_stays() {
+        let mut f = SseBlocks::new(1 << 20);
+        f.push(b"data: a\n\n");
+        assert!(matches!(f.next_block(), Ok(Some(SseBlock::Event(_)))));
+        assert_eq!(f.next_block(), Ok(None));
+        f.release_idle();
+        assert_eq!(f.buf.capacity(), 0, "nothing pending: the buffer is freed");
+        f.push(b"data: b");
+        assert_eq!(f.next_block(), Ok(None));
+        f.release_idle();
+        f.push(b"\n\n");
+        assert_eq!(
+            f.next_block(),
+            Ok(Some(SseBlock::Event(Bytes::from_static(b"data: b\n\n"))))
+        );
     }
 
     #[test]

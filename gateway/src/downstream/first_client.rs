@@ -9,18 +9,16 @@
 //! reads the upstream, numbers, logs and writes, and no other task is
 //! made. The pump is the same future either way, so a generation kept for
 //! an absent client (the keep-generating window) goes on exactly as
-//! before: it sees the client leave when its channel closes.
+//! before: it sees the client leave when its queue closes ([`super::direct`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::direct::DirectRx;
+use crate::body::BoxError;
 use bytes::Bytes;
 use futures_util::Stream;
-use tokio::sync::mpsc;
-
-use super::registry::Handed;
-use crate::body::BoxError;
 
 /// A stream's pump, run to its end by whoever holds it.
 pub(crate) type Pumping = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -30,12 +28,12 @@ pub(crate) type Pumping = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub(crate) struct FirstClient {
     pump: Option<Pumping>,
     /// `None` once the last read was handed out.
-    rx: Option<mpsc::Receiver<Handed>>,
+    rx: Option<DirectRx>,
 }
 
 impl FirstClient {
     /// The body over `rx`, driving `pump`.
-    pub(crate) fn new(rx: mpsc::Receiver<Handed>, pump: Pumping) -> Self {
+    pub(crate) fn new(rx: DirectRx, pump: Pumping) -> Self {
         FirstClient {
             pump: Some(pump),
             rx: Some(rx),
@@ -60,7 +58,7 @@ impl FirstClient {
         match rx.poll_recv(cx) {
             Poll::Ready(Some(handed)) => {
                 // After the last read the body ends without waiting for
-                // the channel to close: hyper writes its end with them.
+                // the queue to close: hyper writes its end with them.
                 if handed.last {
                     self.rx = None;
                 }
@@ -85,14 +83,14 @@ impl Stream for FirstClient {
 
 impl Drop for FirstClient {
     /// The client left before the pump ended: the pump goes on in a task
-    /// of its own (it sees the channel close and keeps generating for the
+    /// of its own (it sees the queue close and keeps generating for the
     /// window, or stops). Without a runtime (it is shutting down) the pump
     /// ends here.
     fn drop(&mut self) {
         if let Some(pump) = self.pump.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            // The channel closes first, so the pump's next poll sees it.
+            // The queue closes first, so the pump's next poll sees it.
             drop(self.rx.take());
             runtime.spawn(pump);
         }
@@ -106,6 +104,8 @@ mod tests {
 
     use futures_util::StreamExt as _;
 
+    use super::super::direct::direct;
+    use super::super::registry::Handed;
     use super::*;
 
     fn handed(text: &'static str, last: bool) -> Handed {
@@ -117,7 +117,7 @@ mod tests {
 
     #[tokio::test]
     async fn reading_the_body_runs_the_pump_and_a_last_read_ends_it() {
-        let (tx, rx) = mpsc::channel(1);
+        let (tx, rx) = direct(1);
         let pump = Box::pin(async move {
             // One at a time: the second send waits for the body's read.
             tx.send(handed("a", false)).await.unwrap();
@@ -138,11 +138,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_that_leaves_hands_the_pump_to_a_task_that_sees_it_gone() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = direct(4);
         let (seen_tx, seen) = tokio::sync::oneshot::channel();
         let pump = Box::pin(async move {
             tx.send(handed("a", false)).await.unwrap();
-            tx.closed().await;
+            tx.closed().wait().await;
             let _ = seen_tx.send(());
         });
         let mut body = FirstClient::new(rx, pump);
@@ -156,7 +156,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pump_that_ended_is_not_run_again() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = direct(4);
         let ran = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&ran);
         let pump = Box::pin(async move {

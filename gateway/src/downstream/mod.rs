@@ -14,6 +14,7 @@
 //!
 //! [`Refusal::Upstream`]: crate::respond::Refusal::Upstream
 
+mod direct;
 mod events;
 mod first_client;
 pub(crate) mod numbering;

@@ -53,6 +53,10 @@ pub(crate) fn comment_lines(block: &[u8], out: &mut BytesMut) {
     }
 }
 
+/// An `id:` line's bytes besides the stream id: `id: `, `:`, a sequence
+/// number of up to 20 digits and a line end of up to two bytes.
+pub(crate) const ID_LINE_EXTRA: usize = 4 + 1 + 20 + 2;
+
 /// Whether `line` is an `id` field.
 fn is_id_field(line: &[u8]) -> bool {
     line == b"id" || line.starts_with(b"id:")
@@ -65,7 +69,7 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64, out: &mut BytesMut) {
     let term: &[u8] = lines(event)
         .next()
         .map_or(b"\n", |(_, t)| if t.is_empty() { b"\n" } else { t });
-    out.reserve(event.len() + stream.len() + 32);
+    out.reserve(event.len() + stream.len() + ID_LINE_EXTRA);
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b":");

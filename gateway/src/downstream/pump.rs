@@ -11,13 +11,14 @@ use futures_util::FutureExt as _;
 use http_body_util::BodyExt as _;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::{ErrorClass, StreamFailure, write_error_event};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
 use recovery_core::wire::{SseBlock, SseBlocks};
 
+use super::direct::{DirectTx, direct};
 use super::first_client::FirstClient;
-use super::numbering::{Comments, comment_lines, number};
+use super::numbering::{Comments, ID_LINE_EXTRA, comment_lines, number};
 use super::raised;
 use super::registry::{
     DIRECT_CAPACITY, Handed, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
@@ -40,7 +41,7 @@ impl Streams {
         if let Err(e) = self.log.open(key.as_str()).await {
             return Err((new, e));
         }
-        let (tx, rx) = mpsc::channel(DIRECT_CAPACITY);
+        let (tx, rx) = direct(DIRECT_CAPACITY);
         let live = Arc::new(Live {
             readers: watch::channel(1).0,
             reconnects: std::sync::atomic::AtomicUsize::new(0),
@@ -105,7 +106,7 @@ pub(super) struct Pump {
     pub(super) logical_id: String,
     pub(super) protocol: ProtocolKind,
     pub(super) live: Arc<Live>,
-    pub(super) direct: Option<mpsc::Sender<Handed>>,
+    pub(super) direct: Option<DirectTx>,
     pub(super) logging: bool,
     /// Whether events carry `id:` lines.
     pub(super) ids: bool,
@@ -123,77 +124,88 @@ pub(super) struct Pump {
 impl Pump {
     /// Reads the rest of the upstream answer (unless `end` says the first
     /// bytes ended it), then ends the stream.
-    pub(super) async fn run(
+    ///
+    /// An async block rather than an `async fn`: the block keeps what it
+    /// captures in one place, where an `async fn` would also keep a moved
+    /// copy of its arguments, and a held stream pays for every byte of
+    /// this future for as long as it is held.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn run(
         mut self,
-        framer: SseBlocks,
-        body: UpstreamBody,
+        mut framer: SseBlocks,
+        mut body: UpstreamBody,
         end: Option<Result<Option<StreamFailure>, Stop>>,
-    ) {
-        let outcome = match end {
-            Some(end) => end,
-            None => self.read(framer, body).await,
-        };
-        let streams = Arc::clone(&self.streams);
-        let (event, msg, failure) = match outcome {
-            Ok(None) => ("stream_finished", "stream finished", None),
-            Ok(Some(f)) => ("stream_failed", "stream ended with an error event", Some(f)),
-            Err(Stop::Abandoned) => (
-                "stream_abandoned",
-                "no reader within the keep-generating window; upstream read cancelled",
-                Some(StreamFailure::new(
-                    ErrorClass::Server,
-                    "generation cancelled: no client read this stream within the gateway's keep-generating window",
-                )),
-            ),
-            Err(Stop::Shutdown) => (
-                "stream_stopped",
-                "gateway shutting down; upstream read cancelled",
-                Some(StreamFailure::new(
-                    ErrorClass::Overloaded,
-                    "the gateway shut down before the stream finished",
-                )),
-            ),
-            Err(Stop::Unserved) => (
-                "stream_unserved",
-                "no client and no log for the rest; upstream read cancelled",
-                None,
-            ),
-        };
-        if let Some(f) = failure {
-            let mut out = Vec::new();
-            write_error_event(&self.protocol, &f, &mut out);
-            let mut batch = Batch::default();
-            self.add(SseBlock::Event(Bytes::from(out)), &mut batch);
-            self.hand_on(batch, true).await;
-        }
-        // Dropping the channel ends the first client's body: at once, so
-        // that an end read with the last events leaves in their write.
-        drop(self.direct.take());
-        if let Err(e) = streams.log.finish(self.key.as_str()).await {
-            streams.logger.warn(
-                "stream_log_error",
-                "the stream log could not mark the stream finished",
+    ) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            let outcome = match end {
+                Some(end) => end,
+                None => self.read(&mut framer, &mut body).await,
+            };
+            // The upstream read is over (a stop cancels it here).
+            drop(body);
+            drop(framer);
+            let streams = Arc::clone(&self.streams);
+            let (event, msg, failure) = match outcome {
+                Ok(None) => ("stream_finished", "stream finished", None),
+                Ok(Some(f)) => ("stream_failed", "stream ended with an error event", Some(f)),
+                Err(Stop::Abandoned) => (
+                    "stream_abandoned",
+                    "no reader within the keep-generating window; upstream read cancelled",
+                    Some(StreamFailure::new(
+                        ErrorClass::Server,
+                        "generation cancelled: no client read this stream within the gateway's keep-generating window",
+                    )),
+                ),
+                Err(Stop::Shutdown) => (
+                    "stream_stopped",
+                    "gateway shutting down; upstream read cancelled",
+                    Some(StreamFailure::new(
+                        ErrorClass::Overloaded,
+                        "the gateway shut down before the stream finished",
+                    )),
+                ),
+                Err(Stop::Unserved) => (
+                    "stream_unserved",
+                    "no client and no log for the rest; upstream read cancelled",
+                    None,
+                ),
+            };
+            if let Some(f) = failure {
+                let mut out = Vec::new();
+                write_error_event(&self.protocol, &f, &mut out);
+                let mut batch = Batch::default();
+                self.add(SseBlock::Event(Bytes::from(out)), &mut batch);
+                self.hand_on(batch, true).await;
+            }
+            // Dropping the queue ends the first client's body: at once, so
+            // that an end read with the last events leaves in their write.
+            drop(self.direct.take());
+            if let Err(e) = streams.log.finish(self.key.as_str()).await {
+                streams.logger.warn(
+                    "stream_log_error",
+                    "the stream log could not mark the stream finished",
+                    &[
+                        ("stream", Field::Str(self.key.digest())),
+                        ("error", Field::Str(&e.to_string())),
+                    ],
+                );
+            }
+            streams.logger.info(
+                event,
+                msg,
                 &[
+                    ("logical_id", Field::Str(&self.logical_id)),
                     ("stream", Field::Str(self.key.digest())),
-                    ("error", Field::Str(&e.to_string())),
+                    ("events", Field::U64(self.seq)),
                 ],
             );
+            lock(&streams.live).remove(&self.key);
+            if let Some(report) = &self.report {
+                report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
+            }
+            streams.metrics.stream_ended();
+            streams.active.send_modify(|n| *n = n.saturating_sub(1));
         }
-        streams.logger.info(
-            event,
-            msg,
-            &[
-                ("logical_id", Field::Str(&self.logical_id)),
-                ("stream", Field::Str(self.key.digest())),
-                ("events", Field::U64(self.seq)),
-            ],
-        );
-        lock(&streams.live).remove(&self.key);
-        if let Some(report) = &self.report {
-            report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
-        }
-        streams.metrics.stream_ended();
-        streams.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Reads the upstream to its end after the first bytes: `Ok(None)`
@@ -201,8 +213,8 @@ impl Pump {
     /// `Err` stopped early.
     async fn read(
         &mut self,
-        mut framer: SseBlocks,
-        mut body: UpstreamBody,
+        framer: &mut SseBlocks,
+        body: &mut UpstreamBody,
     ) -> Result<Option<StreamFailure>, Stop> {
         let mut readers = self.live.readers.subscribe();
         let mut stop = self.streams.stop.subscribe();
@@ -210,6 +222,8 @@ impl Pump {
         let mut idle_since: Option<Instant> = None;
         let mut remote_reader = false;
         loop {
+            // The wait for the next read may be long: no room kept for it.
+            framer.release_idle();
             let alone = *readers.borrow_and_update() == 0;
             match (alone, idle_since) {
                 (true, None) => {
@@ -229,21 +243,21 @@ impl Pump {
                 (None, false) => Duration::ZERO,
             };
             let deadline = idle_since.map(|t| t + window);
-            let direct = self.direct.clone();
+            let closed = self.direct.as_ref().map(DirectTx::closed);
             tokio::select! {
                 frame = body.frame() => {
                     let mut batch = Batch::default();
                     let end = match frame {
                         Some(Ok(frame)) => {
                             let Ok(data) = frame.into_data() else { continue };
-                            if let Some(end) = self.forward(&mut framer, data, &mut body).await {
+                            if let Some(end) = self.forward(framer, data, body).await {
                                 return end;
                             }
                             continue;
                         }
-                        Some(Err(e)) => Ok(Some(Self::failed(&mut framer, &e))),
+                        Some(Err(e)) => Ok(Some(Self::failed(framer, &e))),
                         None => {
-                            self.ended(&mut framer, &mut batch);
+                            self.ended(framer, &mut batch);
                             Ok(None)
                         }
                     };
@@ -251,8 +265,8 @@ impl Pump {
                     return end;
                 }
                 () = async {
-                    match direct {
-                        Some(tx) => tx.closed().await,
+                    match closed {
+                        Some(closed) => closed.wait().await,
                         None => std::future::pending().await,
                     }
                 } => {
@@ -297,7 +311,7 @@ impl Pump {
         data: Bytes,
         body: &mut UpstreamBody,
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
-        let mut batch = Batch::with_capacity(data.len());
+        let mut batch = Batch::for_read(&data, self.ids.then_some(self.id.len()));
         // The first bytes may be a slice of the upstream connection's read
         // buffer: dropped once cut, since kept for the stream's life they
         // would make its next read take a second buffer.
@@ -469,10 +483,20 @@ struct Batch {
 }
 
 impl Batch {
-    /// Room for a read of `len` bytes and its `id:` lines.
-    fn with_capacity(len: usize) -> Self {
+    /// Room for the read `data` and, with `id` (the stream id's length),
+    /// an `id:` line for each event it ends. The log keeps the batch's
+    /// buffer as long as it keeps its events: room to spare stays
+    /// allocated with them, and a guess too small reallocates at twice
+    /// the size.
+    fn for_read(data: &[u8], id: Option<usize>) -> Self {
+        let numbered = id.map_or(0, |id| {
+            let events = memchr::memmem::find_iter(data, b"\n\n").count()
+                + memchr::memmem::find_iter(data, b"\r\n\r\n").count();
+            // `id: <stream>:<seq>` and its line end.
+            (events + 1) * (id + ID_LINE_EXTRA)
+        });
         Batch {
-            out: BytesMut::with_capacity(len + 64),
+            out: BytesMut::with_capacity(data.len() + numbered),
             events: Vec::new(),
         }
     }

@@ -8,8 +8,8 @@
 //! upstream (through the recovery layer), cuts it into whole events
 //! (core's `SseBlocks`), numbers them, appends each to the
 //! [`StreamLog`] and only then hands it to the client that asked
-//! (a bounded channel: a slow client slows the upstream read, as it would
-//! without the gateway). A reconnect reads the log after its last id and
+//! (a bounded queue, [`super::direct`]: a slow client slows the upstream
+//! read, as it would without the gateway). A reconnect reads the log after its last id and
 //! follows it to the end; log order is the only order, so there is no gap
 //! and no duplicate at the seam.
 //!
@@ -64,6 +64,7 @@ pub(super) const DIRECT_CAPACITY: usize = 32;
 /// What the pump hands its first client: the events of one upstream read,
 /// and whether they are the stream's last, so the client's body ends with
 /// them, in their write, rather than in a write of its own.
+#[derive(Debug)]
 pub(crate) struct Handed {
     /// Numbered events and comment lines, back to back.
     pub(crate) bytes: Bytes,
