@@ -1728,7 +1728,7 @@ fn leaky_error() -> (RecoveryError, Vec<crate::lifecycle::LifecycleEvent>) {
         CANARIES[3]
     ))));
     evidence.push_bytes(body.as_bytes());
-    evidence.set_headers(headers);
+    evidence.set_headers(&headers);
     let events = rec.ledger.drain_events().collect();
     (
         RecoveryError::new(outcome, rec.ledger.report().clone(), evidence),

@@ -35,7 +35,9 @@
 //!    them and every one must finish.
 //! 4. The same through a second gateway whose upstream speaks HTTP/2
 //!    (`http2 = true`, a loopback HTTP/2-only server): every upstream
-//!    stream shares one connection (`h2.rs`).
+//!    stream shares one connection (`h2.rs`). That gateway first serves 64
+//!    held streams at once, as phases 1 and 2 warm the gateway of phase 3,
+//!    and its memory from the idle start is printed as well.
 //!
 //! `--prompt-kb N` sends every request with a conversation of about N KB
 //! (messages of ~500 bytes before `model`, as the SDKs write them) instead

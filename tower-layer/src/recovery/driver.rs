@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame};
 use recovery_core::call::{Cancelled, SendCredit};
-use recovery_core::error::{Evidence, RecoveryError};
+use recovery_core::error::{CopiedHeaders, Evidence, RecoveryError};
 use recovery_core::exchange::{Chunk, Exchange, Io, Role, Send as SendKind};
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
@@ -74,22 +74,6 @@ struct Armed {
     waker: Option<(usize, usize)>,
 }
 
-/// A copy of `headers` that owns its bytes. hyper parses a head without
-/// copying: its names and values are slices of the connection's read
-/// buffer, and a clone kept for the request's life (the error evidence)
-/// would hold that whole buffer (8 KiB or more) for as long, making hyper
-/// take a new one for the rest of the body.
-fn detached(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let name = http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap_or(name.clone());
-        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or(value.clone());
-        copy.set_sensitive(value.is_sensitive());
-        out.append(name, copy);
-    }
-    out
-}
-
 /// A waker's identity as passed to a poll.
 fn identity(waker: &std::task::Waker) -> (usize, usize) {
     (
@@ -119,7 +103,11 @@ pub(crate) struct Driver<B> {
     origin: Origin,
     sender: Box<dyn Sender<B>>,
     report: ReportHandle,
-    evidence: Evidence,
+    /// The last attempt's underlying error, kept as evidence.
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// The last response's headers, kept as evidence in one buffer (see
+    /// [`CopiedHeaders`]).
+    headers: Option<CopiedHeaders>,
     activity: Activity<B>,
     timer: Option<Armed>,
     cancelled: Option<Pin<Box<Cancelled>>>,
@@ -130,8 +118,9 @@ pub(crate) struct Driver<B> {
     head: Option<Box<http::response::Parts>>,
     continuation: Option<Box<Request<Bytes>>>,
     trailers: Option<Box<HeaderMap>>,
-    /// A kept chunk the machine let through after all.
-    passed: Option<Bytes>,
+    /// A kept chunk the machine let through after all (boxed: rare, and
+    /// the driver's size decides its allocation's size class).
+    passed: Option<Box<Bytes>>,
     /// A hedge racing the first attempt.
     hedge: Option<Box<HedgeLane<B>>>,
     /// Whose I/O the attempt fields hold now.
@@ -153,7 +142,6 @@ where
         sender: Box<dyn Sender<B>>,
         #[cfg(feature = "tracing")] telemetry: super::telemetry::Telemetry,
     ) -> Self {
-        let evidence = Evidence::with_cap(ex.policy().evidence_cap());
         let report = ReportHandle::new(ex.ledger().report().clone());
         let cancelled = Some(Box::pin(origin.call.cancellation().cancelled()));
         let mut driver = Driver {
@@ -162,7 +150,8 @@ where
             origin,
             sender,
             report,
-            evidence,
+            cause: None,
+            headers: None,
             activity: Activity::None,
             timer: None,
             cancelled,
@@ -210,8 +199,13 @@ where
     }
 
     fn error(&self, outcome: Outcome) -> RecoveryError {
-        let mut evidence = self.evidence.clone();
-        evidence.clear_bytes();
+        let mut evidence = Evidence::with_cap(self.ex.policy().evidence_cap());
+        if let Some(cause) = &self.cause {
+            evidence.set_cause(Arc::clone(cause));
+        }
+        if let Some(headers) = &self.headers {
+            evidence.set_copied_headers(headers.clone());
+        }
         evidence.push_bytes(self.ex.error_body());
         RecoveryError::new(outcome, self.ex.ledger().report().clone(), evidence)
     }
@@ -248,7 +242,7 @@ where
     pub(crate) fn keep(&mut self, data: Bytes) {
         let env = &*self.hooks.surroundings;
         if let Some(data) = self.ex.on_kept_chunk(env.now(), data) {
-            self.passed = Some(data);
+            self.passed = Some(Box::new(data));
         }
         self.flush();
     }
@@ -271,7 +265,7 @@ where
         #[cfg(feature = "tracing")]
         let _request = self.telemetry.request.clone().entered();
         if let Some(data) = self.passed.take() {
-            return Poll::Ready(Step::Deliver(data));
+            return Poll::Ready(Step::Deliver(*data));
         }
         loop {
             let env = &*self.hooks.surroundings;
@@ -524,7 +518,7 @@ where
                 wire.on_request(self.ex.ledger().wire_attempt(), &head, &self.origin.body);
             req = Request::from_parts(head, body);
             if let Err(e) = checked {
-                self.evidence.set_cause(Arc::from(e));
+                self.cause = Some(Arc::from(e));
                 return self.fail_send(FailureKind::ObserverRejected);
             }
         }
@@ -566,7 +560,7 @@ where
                 }
                 Poll::Ready(Err(e)) => {
                     self.activity = Activity::None;
-                    self.evidence.set_cause(Arc::from(e));
+                    self.cause = Some(Arc::from(e));
                     let env = &*self.hooks.surroundings;
                     let failure = Failure::new(FailureKind::NotReady, Phase::Connecting);
                     self.ex.on_error_of(self.role, env.now(), failure);
@@ -588,19 +582,19 @@ where
         match response {
             Err(e) => {
                 let failure = classify::head_error(&e);
-                self.evidence.set_cause(Arc::from(e));
+                self.cause = Some(Arc::from(e));
                 self.ex.on_error_of(role, env.now(), failure);
             }
             Ok(response) => {
                 let (parts, body) = response.into_parts();
-                self.evidence.set_headers(detached(&parts.headers));
+                self.headers = Some(CopiedHeaders::of(&parts.headers));
                 let handle = parts.extensions.get::<ObserveHandle>().cloned();
                 self.ex
                     .on_head_of(role, env.now(), env.wall_now(), &parts, handle);
                 if let Some(wire) = &self.hooks.wire
                     && let Err(e) = wire.on_response_head(self.ex.ledger().wire_attempt(), &parts)
                 {
-                    self.evidence.set_cause(Arc::from(e));
+                    self.cause = Some(Arc::from(e));
                     let failure =
                         Failure::new(FailureKind::ObserverRejected, Phase::AwaitingHeaders);
                     self.ex.on_error_of(role, env.now(), failure);
@@ -643,7 +637,7 @@ where
         if let Some(wire) = &self.hooks.wire
             && let Err(e) = wire.on_body_chunk(self.ex.ledger().wire_attempt(), &data)
         {
-            self.evidence.set_cause(Arc::from(e));
+            self.cause = Some(Arc::from(e));
             let failure = Failure::new(FailureKind::ObserverRejected, Phase::Streaming);
             self.ex.on_error_of(self.role, env.now(), failure);
             return None;
@@ -670,7 +664,7 @@ where
                     self.ex.on_end_of(role, env.now());
                 } else {
                     let failure = classify::body_error(&e);
-                    self.evidence.set_cause(Arc::from(e));
+                    self.cause = Some(Arc::from(e));
                     self.ex.on_error_of(role, env.now(), failure);
                 }
             }
