@@ -71,13 +71,24 @@ pub fn client() -> HttpsClient {
             .expect("the ring provider supports the default protocol versions")
             .https_or_http()
     };
+    // Small writes leave at once: a request's head and body, or an h2
+    // frame, must not wait for the acknowledgement of the write before
+    // (Nagle's algorithm against the peer's delayed ACK can hold one for
+    // tens of milliseconds).
+    let tcp = || {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http
+    };
     let executor = TokioExecutor::new;
     HttpsClient(Arc::new(Pools {
-        http1: Client::builder(executor()).build(builder().enable_http1().build()),
-        auto: Client::builder(executor()).build(builder().enable_all_versions().build()),
+        http1: Client::builder(executor()).build(builder().enable_http1().wrap_connector(tcp())),
+        auto: Client::builder(executor())
+            .build(builder().enable_all_versions().wrap_connector(tcp())),
         http2: Client::builder(executor())
             .http2_only(true)
-            .build(builder().enable_http2().build()),
+            .build(builder().enable_http2().wrap_connector(tcp())),
     }))
 }
 

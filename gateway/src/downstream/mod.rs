@@ -165,6 +165,10 @@ impl Delivery<'_> {
                 .extensions
                 .get::<tower_recovery::ReportHandle>()
                 .cloned(),
+            observed: parts
+                .extensions
+                .get::<tower_recovery::ObserveHandle>()
+                .cloned(),
         };
         let id = new.id.clone();
         // `start` only fails before it took the body when the log refuses

@@ -62,6 +62,7 @@ impl Streams {
             seq: 0,
             kept: None,
             report: new.report,
+            observed: new.observed,
             last_event: None,
         };
         // The first bytes are handed on here, before the response: its
@@ -117,6 +118,9 @@ pub(super) struct Pump {
     pub(super) kept: Option<OwnedSemaphorePermit>,
     /// The recovery layer's report, read at the end for the token use.
     pub(super) report: Option<tower_recovery::ReportHandle>,
+    /// The observer's view of the answer: past terminal proof, the end of
+    /// the upstream body is close behind.
+    pub(super) observed: Option<tower_recovery::ObserveHandle>,
     /// When the last event was handed on (for the time between chunks).
     pub(super) last_event: Option<Instant>,
 }
@@ -316,6 +320,7 @@ impl Pump {
         // buffer: dropped once cut, since kept for the stream's life they
         // would make its next read take a second buffer.
         let mut data = data;
+        let mut turned = false;
         let end = loop {
             framer.push(&data);
             drop(data);
@@ -336,7 +341,21 @@ impl Pump {
             if batch.out.len() >= BATCH_BYTES {
                 break None;
             }
-            match body.frame().now_or_never() {
+            let mut ready = body.frame().now_or_never();
+            if ready.is_none() && !turned && self.proven() {
+                // Past terminal proof the upstream's end is close behind,
+                // most often in the bytes its connection's task holds
+                // already. One turn of the runtime lets that task hand it
+                // over, so the last events and the end of the client's
+                // body leave in one write (else a write of its own, and
+                // the client waits for it). Once per read: an upstream
+                // that keeps the body open after its proof costs that one
+                // turn.
+                turned = true;
+                tokio::task::yield_now().await;
+                ready = body.frame().now_or_never();
+            }
+            match ready {
                 None => break None,
                 Some(Some(Ok(frame))) => data = frame.into_data().unwrap_or_default(),
                 Some(Some(Err(e))) => break Some(Ok(Some(Self::failed(framer, &e)))),
@@ -368,6 +387,13 @@ impl Pump {
         // hand out half a JSON object.
         drop(framer.finish());
         StreamFailure::of_outcome(e.outcome(), e.report().last_status())
+    }
+
+    /// Whether the observer saw the answer's terminal proof.
+    fn proven(&self) -> bool {
+        self.observed
+            .as_ref()
+            .is_some_and(tower_recovery::ObserveHandle::terminal_seen)
     }
 
     fn client_left(&mut self) {

@@ -168,6 +168,8 @@ pub(crate) struct NewStream {
     /// The recovery layer's report of the request, read at the end for
     /// the token use.
     pub(crate) report: Option<tower_recovery::ReportHandle>,
+    /// What the observer saw of the answer (whether it was proven).
+    pub(crate) observed: Option<tower_recovery::ObserveHandle>,
 }
 
 impl Streams {

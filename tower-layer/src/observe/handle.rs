@@ -204,6 +204,13 @@ impl ObserveHandle {
         self.lock().provider_error.clone()
     }
 
+    /// Whether terminal proof was observed, without taking the lock: a
+    /// body past its proof has its end close behind.
+    #[inline]
+    pub fn terminal_seen(&self) -> bool {
+        self.inner.flags.load(Ordering::Acquire) & TERMINAL != 0
+    }
+
     /// The terminal proof, once seen.
     pub fn terminal(&self) -> Option<Terminal> {
         self.lock().terminal.clone()
@@ -271,7 +278,7 @@ impl Decoded for ObserveHandle {
         }
     }
     fn terminal_seen(&self) -> bool {
-        self.inner.flags.load(Ordering::Acquire) & TERMINAL != 0
+        ObserveHandle::terminal_seen(self)
     }
     fn provider_error_seen(&self) -> bool {
         ObserveHandle::provider_error_seen(self)
