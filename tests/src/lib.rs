@@ -2,6 +2,7 @@
 #![deny(unsafe_code, missing_docs, unreachable_pub)]
 
 pub mod fault;
+pub mod policy;
 pub mod process;
 pub mod redis;
 #[cfg(feature = "spans")]

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,11 +47,7 @@ fn happy() -> Script {
 }
 
 fn policy() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap()
+    recovery_tests::policy::loopback().build().unwrap()
 }
 
 /// What one request came to.

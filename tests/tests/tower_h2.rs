@@ -16,7 +16,6 @@
 
 mod support;
 
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -401,9 +400,7 @@ async fn run(server: &mut H2Server, policy: RecoveryPolicy) -> Run {
 /// have reached the application needs admission, and no hook is installed.
 /// Only a failure the server provably did not process is resent.
 fn strict() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+    recovery_tests::policy::loopback()
         .endpoint(Endpoint::Local)
         .build()
         .unwrap()

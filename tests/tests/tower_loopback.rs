@@ -48,11 +48,7 @@ fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> Script {
 }
 
 fn policy() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap()
+    recovery_tests::policy::loopback().build().unwrap()
 }
 
 type Events = Arc<Mutex<Vec<LifecycleEvent>>>;

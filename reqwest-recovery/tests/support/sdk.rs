@@ -5,7 +5,6 @@
 //! behind. Each test crate takes what it needs of it.
 #![allow(dead_code)]
 
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,11 +27,7 @@ pub fn after_events(n: usize) -> usize {
 }
 
 fn policy() -> RecoveryPolicy {
-    RecoveryPolicy::builder()
-        .max_attempts(NonZeroU32::new(3).unwrap())
-        .backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap()
+    recovery_tests::policy::loopback().build().unwrap()
 }
 
 /// The names of the lifecycle events, in order.
