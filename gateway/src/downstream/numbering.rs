@@ -53,10 +53,6 @@ pub(crate) fn comment_lines(block: &[u8], out: &mut BytesMut) {
     }
 }
 
-/// An `id:` line's bytes besides the stream id: `id: `, `:`, a sequence
-/// number of up to 20 digits and a line end of up to two bytes.
-pub(crate) const ID_LINE_EXTRA: usize = 4 + 1 + 20 + 2;
-
 /// Whether `line` is an `id` field.
 fn is_id_field(line: &[u8]) -> bool {
     line == b"id" || line.starts_with(b"id:")
@@ -69,11 +65,13 @@ pub(crate) fn number(event: &[u8], stream: &str, seq: u64, out: &mut BytesMut) {
     let term: &[u8] = lines(event)
         .next()
         .map_or(b"\n", |(_, t)| if t.is_empty() { b"\n" } else { t });
-    out.reserve(event.len() + stream.len() + ID_LINE_EXTRA);
+    let mut digits = [0; 20];
+    let seq = recovery_core::text::decimal(seq, &mut digits);
+    out.reserve(4 + stream.len() + 1 + seq.len() + term.len() + event.len());
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b":");
-    out.extend_from_slice(recovery_core::text::decimal(seq, &mut [0; 20]));
+    out.extend_from_slice(seq);
     out.extend_from_slice(term);
     for (line, t) in lines(event) {
         if !is_id_field(line) {

@@ -18,7 +18,7 @@ use recovery_core::wire::{SseBlock, SseBlocks};
 
 use super::direct::{DirectTx, direct};
 use super::first_client::FirstClient;
-use super::numbering::{Comments, ID_LINE_EXTRA, comment_lines, number};
+use super::numbering::{Comments, comment_lines, number};
 use super::raised;
 use super::registry::{
     DIRECT_CAPACITY, Handed, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
@@ -315,7 +315,7 @@ impl Pump {
         data: Bytes,
         body: &mut UpstreamBody,
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
-        let mut batch = Batch::for_read(&data, self.ids.then_some(self.id.len()));
+        let mut batch = Batch::for_read(&data, self.ids.then_some((self.id.len(), self.seq)));
         // The first bytes may be a slice of the upstream connection's read
         // buffer: dropped once cut, since kept for the stream's life they
         // would make its next read take a second buffer.
@@ -509,21 +509,69 @@ struct Batch {
 }
 
 impl Batch {
-    /// Room for the read `data` and, with `id` (the stream id's length),
-    /// an `id:` line for each event it ends. The log keeps the batch's
-    /// buffer as long as it keeps its events: room to spare stays
-    /// allocated with them, and a guess too small reallocates at twice
-    /// the size.
-    fn for_read(data: &[u8], id: Option<usize>) -> Self {
-        let numbered = id.map_or(0, |id| {
+    /// Room for the read `data` and, with `ids` (the stream id's length
+    /// and the last sequence number given), an `id:` line for each event
+    /// it ends. The log keeps the batch's buffer as long as it keeps its
+    /// events, so room to spare stays allocated with them; an event the
+    /// read does not end (closed at the upstream's end) reallocates.
+    fn for_read(data: &[u8], ids: Option<(usize, u64)>) -> Self {
+        let numbered = ids.map_or(0, |(id, seq)| {
             let events = memchr::memmem::find_iter(data, b"\n\n").count()
                 + memchr::memmem::find_iter(data, b"\r\n\r\n").count();
-            // `id: <stream>:<seq>` and its line end.
-            (events + 1) * (id + ID_LINE_EXTRA)
+            let last = seq.saturating_add(events as u64);
+            let digits = recovery_core::text::decimal(last, &mut [0; 20]).len();
+            // `id: <stream>:<seq>` and a line end of up to two bytes.
+            events * (4 + id + 1 + digits + 2)
         });
         Batch {
             out: BytesMut::with_capacity(data.len() + numbered),
             events: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use recovery_core::wire::{SseBlock, SseBlocks};
+
+    use super::*;
+
+    /// Numbers the events of `read` into a batch sized for it, as the pump
+    /// does; the batch's capacity before and after.
+    fn numbered(read: &[u8], id: &str) -> (usize, usize, usize) {
+        let mut batch = Batch::for_read(read, Some((id.len(), 0)));
+        let before = batch.out.capacity();
+        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
+        framer.push(read);
+        let mut seq = 0;
+        while let Some(block) = framer.next_block().unwrap() {
+            if let SseBlock::Event(event) = block {
+                seq += 1;
+                number(&event, id, seq, &mut batch.out);
+            }
+        }
+        (before, batch.out.capacity(), batch.out.len())
+    }
+
+    #[test]
+    fn a_batch_has_room_for_its_id_lines_and_little_more() {
+        let id = crate::identity::new_stream_id();
+        for read in [
+            &b"data: {\"a\":1}\n\n"[..],
+            b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n",
+            b"event: x\r\ndata: 1\r\n\r\nevent: y\r\ndata: 2\r\n\r\n",
+        ] {
+            let (before, after, len) = numbered(read, &id);
+            assert_eq!(before, after, "numbering {read:?} grew the batch");
+            // The log keeps the batch's buffer: a byte or two spare per
+            // event at most (a line end of one byte where two were room).
+            let events = memchr::memmem::find_iter(read, b"\n\n").count()
+                + memchr::memmem::find_iter(read, b"\r\n\r\n").count();
+            assert!(
+                after - len <= 2 * events,
+                "{} spare bytes for {read:?}",
+                after - len
+            );
         }
     }
 }
