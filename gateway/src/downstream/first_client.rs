@@ -15,10 +15,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::direct::DirectRx;
-use crate::body::BoxError;
 use bytes::Bytes;
 use futures_util::Stream;
+
+use super::direct::DirectRx;
+use crate::body::BoxError;
 
 /// A stream's pump, run to its end by whoever holds it.
 pub(crate) type Pumping = Pin<Box<dyn Future<Output = ()> + Send>>;
