@@ -3,6 +3,7 @@
 //! it keeps going for absent clients within the keep-generating window and
 //! its pool, and ends every short stream with the protocol's error event.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use tokio::time::Instant;
 use recovery_core::wire::{SseBlock, SseBlocks};
 
 use super::direct::{DirectTx, direct};
-use super::first_client::FirstClient;
+use super::first_client::{FirstClient, Pumping};
 use super::numbering::{Comments, comment_lines, number};
 use super::raised;
 use super::registry::{
@@ -84,8 +85,36 @@ impl Streams {
                 ("protocol", Field::Str(pump.protocol.name())),
             ],
         );
-        Ok(FirstClient::new(rx, Box::pin(pump.run(framer, body, end))))
+        let pumping: Pumping = match end {
+            // The first read ended the stream: its closing work only.
+            Some(end) => {
+                drop(body);
+                let mut pump = pump;
+                Box::pin(async move { pump.finish(end).await })
+            }
+            None => Box::pin(pump.run(framer, body)),
+        };
+        Ok(FirstClient::new(rx, pumping))
     }
+}
+
+/// What woke a pump waiting for its upstream.
+enum Woken {
+    /// The upstream's next bytes.
+    Data(Bytes),
+    /// The failure the recovery layer could not hide.
+    Failed(StreamFailure),
+    /// The upstream's end.
+    Ended,
+    /// The first client left.
+    ClientLeft,
+    /// The count of readers changed (`false`: nobody can count them any
+    /// more).
+    Readers(bool),
+    /// Nobody read here for the keep-generating window.
+    WindowEnded,
+    /// The gateway's shutdown grace ran out.
+    Shutdown,
 }
 
 /// Why a pump stopped reading before the upstream ended.
@@ -126,90 +155,92 @@ pub(super) struct Pump {
 }
 
 impl Pump {
-    /// Reads the rest of the upstream answer (unless `end` says the first
-    /// bytes ended it), then ends the stream.
+    /// Reads the rest of the upstream answer, then ends the stream.
     ///
-    /// An async block rather than an `async fn`: the block keeps what it
+    /// An async block rather than an `async fn`: a block keeps what it
     /// captures in one place, where an `async fn` would also keep a moved
     /// copy of its arguments, and a held stream pays for every byte of
     /// this future for as long as it is held.
     #[allow(clippy::manual_async_fn)]
-    pub(super) fn run(
+    fn run(
         mut self,
         mut framer: SseBlocks,
         mut body: UpstreamBody,
-        end: Option<Result<Option<StreamFailure>, Stop>>,
-    ) -> impl std::future::Future<Output = ()> + Send {
+    ) -> impl Future<Output = ()> + Send {
         async move {
-            let outcome = match end {
-                Some(end) => end,
-                None => self.read(&mut framer, &mut body).await,
-            };
+            let outcome = self.read(&mut framer, &mut body).await;
             // The upstream read is over (a stop cancels it here).
             drop(body);
             drop(framer);
-            let streams = Arc::clone(&self.streams);
-            let (event, msg, failure) = match outcome {
-                Ok(None) => ("stream_finished", "stream finished", None),
-                Ok(Some(f)) => ("stream_failed", "stream ended with an error event", Some(f)),
-                Err(Stop::Abandoned) => (
-                    "stream_abandoned",
-                    "no reader within the keep-generating window; upstream read cancelled",
-                    Some(StreamFailure::new(
-                        ErrorClass::Server,
-                        "generation cancelled: no client read this stream within the gateway's keep-generating window",
-                    )),
-                ),
-                Err(Stop::Shutdown) => (
-                    "stream_stopped",
-                    "gateway shutting down; upstream read cancelled",
-                    Some(StreamFailure::new(
-                        ErrorClass::Overloaded,
-                        "the gateway shut down before the stream finished",
-                    )),
-                ),
-                Err(Stop::Unserved) => (
-                    "stream_unserved",
-                    "no client and no log for the rest; upstream read cancelled",
-                    None,
-                ),
-            };
-            if let Some(f) = failure {
-                let mut out = Vec::new();
-                write_error_event(&self.protocol, &f, &mut out);
-                let mut batch = Batch::default();
-                self.add(SseBlock::Event(Bytes::from(out)), &mut batch);
-                self.hand_on(batch, true).await;
-            }
-            // Dropping the queue ends the first client's body: at once, so
-            // that an end read with the last events leaves in their write.
-            drop(self.direct.take());
-            if let Err(e) = streams.log.finish(self.key.as_str()).await {
-                streams.logger.warn(
-                    "stream_log_error",
-                    "the stream log could not mark the stream finished",
-                    &[
-                        ("stream", Field::Str(self.key.digest())),
-                        ("error", Field::Str(&e.to_string())),
-                    ],
-                );
-            }
-            streams.logger.info(
-                event,
-                msg,
+            self.finish(outcome).await;
+        }
+    }
+
+    /// Ends the stream as `outcome` says: the protocol's error event for
+    /// a stream cut short, the log's end, the log line and the counts.
+    /// (Borrowing the pump, its future holds no copy of it.)
+    async fn finish(&mut self, outcome: Result<Option<StreamFailure>, Stop>) {
+        let streams = Arc::clone(&self.streams);
+        let (event, msg, failure) = match outcome {
+            Ok(None) => ("stream_finished", "stream finished", None),
+            Ok(Some(f)) => ("stream_failed", "stream ended with an error event", Some(f)),
+            Err(Stop::Abandoned) => (
+                "stream_abandoned",
+                "no reader within the keep-generating window; upstream read cancelled",
+                Some(StreamFailure::new(
+                    ErrorClass::Server,
+                    "generation cancelled: no client read this stream within the gateway's keep-generating window",
+                )),
+            ),
+            Err(Stop::Shutdown) => (
+                "stream_stopped",
+                "gateway shutting down; upstream read cancelled",
+                Some(StreamFailure::new(
+                    ErrorClass::Overloaded,
+                    "the gateway shut down before the stream finished",
+                )),
+            ),
+            Err(Stop::Unserved) => (
+                "stream_unserved",
+                "no client and no log for the rest; upstream read cancelled",
+                None,
+            ),
+        };
+        if let Some(f) = failure {
+            let mut out = Vec::new();
+            write_error_event(&self.protocol, &f, &mut out);
+            let mut batch = Batch::default();
+            self.add(SseBlock::Event(Bytes::from(out)), &mut batch);
+            self.hand_on(batch, true).await;
+        }
+        // Dropping the queue ends the first client's body: at once, so
+        // that an end read with the last events leaves in their write.
+        drop(self.direct.take());
+        if let Err(e) = streams.log.finish(self.key.as_str()).await {
+            streams.logger.warn(
+                "stream_log_error",
+                "the stream log could not mark the stream finished",
                 &[
-                    ("logical_id", Field::Str(&self.logical_id)),
                     ("stream", Field::Str(self.key.digest())),
-                    ("events", Field::U64(self.seq)),
+                    ("error", Field::Str(&e.to_string())),
                 ],
             );
-            lock(&streams.live).remove(&self.key);
-            if let Some(report) = &self.report {
-                report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
-            }
-            streams.metrics.stream_ended();
-            streams.active.send_modify(|n| *n = n.saturating_sub(1));
         }
+        streams.logger.info(
+            event,
+            msg,
+            &[
+                ("logical_id", Field::Str(&self.logical_id)),
+                ("stream", Field::Str(self.key.digest())),
+                ("events", Field::U64(self.seq)),
+            ],
+        );
+        lock(&streams.live).remove(&self.key);
+        if let Some(report) = &self.report {
+            report.inspect(|r| streams.metrics.tokens(&r.generation.usage));
+        }
+        streams.metrics.stream_ended();
+        streams.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Reads the upstream to its end after the first bytes: `Ok(None)`
@@ -246,59 +277,68 @@ impl Pump {
                 (None, true) => REMOTE_RECHECK,
                 (None, false) => Duration::ZERO,
             };
-            let deadline = idle_since.map(|t| t + window);
+            // Boxed, and only while nobody reads: a timer inline would
+            // weigh on the future of every held stream.
+            let window_ends = idle_since.map(|t| Box::pin(tokio::time::sleep_until(t + window)));
             let closed = self.direct.as_ref().map(DirectTx::closed);
-            tokio::select! {
-                frame = body.frame() => {
-                    let mut batch = Batch::default();
-                    let end = match frame {
-                        Some(Ok(frame)) => {
-                            let Ok(data) = frame.into_data() else { continue };
-                            if let Some(end) = self.forward(framer, data, body).await {
-                                return end;
-                            }
-                            continue;
-                        }
-                        Some(Err(e)) => Ok(Some(Self::failed(framer, &e))),
-                        None => {
-                            self.ended(framer, &mut batch);
-                            Ok(None)
-                        }
-                    };
-                    self.hand_on(batch, ends_here(&end)).await;
-                    return end;
-                }
+            // The wait gives what woke it, and every await after it is
+            // outside the `select!`: the waiting futures and the one that
+            // handles what came share the room of this future instead of
+            // adding up (a held stream keeps every byte of it).
+            let woken = tokio::select! {
+                frame = body.frame() => match frame {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => Woken::Data(data),
+                        Err(_) => continue,
+                    },
+                    Some(Err(e)) => Woken::Failed(Self::failed(framer, &e)),
+                    None => Woken::Ended,
+                },
                 () = async {
                     match closed {
                         Some(closed) => closed.wait().await,
                         None => std::future::pending().await,
                     }
-                } => {
-                    self.client_left();
-                }
-                changed = readers.changed() => {
-                    if changed.is_err() {
-                        return Err(Stop::Unserved);
-                    }
-                }
+                } => Woken::ClientLeft,
+                changed = readers.changed() => Woken::Readers(changed.is_ok()),
                 () = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
+                    match window_ends {
+                        Some(sleep) => sleep.await,
                         None => std::future::pending().await,
                     }
-                } => {
+                } => Woken::WindowEnded,
+                () = raised(&mut stop) => Woken::Shutdown,
+            };
+            match woken {
+                Woken::Data(data) => {
+                    if let Some(end) = self.forward(framer, data, body).await {
+                        return end;
+                    }
+                }
+                Woken::Failed(failure) => {
+                    let end = Ok(Some(failure));
+                    self.hand_on(Batch::default(), ends_here(&end)).await;
+                    return end;
+                }
+                Woken::Ended => {
+                    let mut batch = Batch::default();
+                    self.ended(framer, &mut batch);
+                    self.hand_on(batch, true).await;
+                    return Ok(None);
+                }
+                Woken::ClientLeft => self.client_left(),
+                Woken::Readers(true) => {}
+                Woken::Readers(false) => return Err(Stop::Unserved),
+                Woken::WindowEnded => {
                     // Nobody read here for the window; a reader on another
                     // instance sharing the log keeps it going.
-                    if self.streams.log.has_reader(self.key.as_str()).await == Ok(true) {
-                        idle_since = Some(Instant::now());
-                        remote_reader = true;
-                        continue;
+                    if self.streams.log.has_reader(self.key.as_str()).await != Ok(true) {
+                        return Err(Stop::Abandoned);
                     }
-                    return Err(Stop::Abandoned);
+                    idle_since = Some(Instant::now());
+                    remote_reader = true;
                 }
-                () = raised(&mut stop) => {
-                    return Err(Stop::Shutdown);
-                }
+                Woken::Shutdown => return Err(Stop::Shutdown),
             }
         }
     }
@@ -316,60 +356,70 @@ impl Pump {
         body: &mut UpstreamBody,
     ) -> Option<Result<Option<StreamFailure>, Stop>> {
         let mut batch = Batch::for_read(&data, self.ids.then_some((self.id.len(), self.seq)));
-        // The first bytes may be a slice of the upstream connection's read
-        // buffer: dropped once cut, since kept for the stream's life they
-        // would make its next read take a second buffer.
-        let mut data = data;
-        let mut turned = false;
-        let end = loop {
-            framer.push(&data);
-            drop(data);
-            let failure = loop {
-                match framer.next_block() {
-                    Ok(Some(block)) => self.add(block, &mut batch),
-                    Ok(None) => break None,
-                    Err(e) => break Some(StreamFailure::new(ErrorClass::Server, e.to_string())),
-                }
-            };
-            if let Some(f) = failure {
-                break Some(Ok(Some(f)));
-            }
-            // What is ready now costs no wait: polled once, never waited
-            // on (the read loop waits, with its other conditions). A
-            // batch stops growing at its bound: a fast upstream is handed
-            // on in pieces, never held whole.
-            if batch.out.len() >= BATCH_BYTES {
-                break None;
-            }
-            let mut ready = body.frame().now_or_never();
-            if ready.is_none() && !turned && self.proven() {
-                // Past terminal proof the upstream's end is close behind,
-                // most often in the bytes its connection's task holds
-                // already. One turn of the runtime lets that task hand it
-                // over, so the last events and the end of the client's
-                // body leave in one write (else a write of its own, and
-                // the client waits for it). Once per read: an upstream
-                // that keeps the body open after its proof costs that one
-                // turn.
-                turned = true;
-                tokio::task::yield_now().await;
-                ready = body.frame().now_or_never();
-            }
-            match ready {
-                None => break None,
-                Some(Some(Ok(frame))) => data = frame.into_data().unwrap_or_default(),
-                Some(Some(Err(e))) => break Some(Ok(Some(Self::failed(framer, &e)))),
-                Some(None) => {
-                    self.ended(framer, &mut batch);
-                    break Some(Ok(None));
-                }
-            }
-        };
+        let mut end = self.cut(framer, Some(data), body, &mut batch);
+        if end.is_none() && batch.out.len() < BATCH_BYTES && self.proven() {
+            // Past terminal proof the upstream's end is close behind, most
+            // often in the bytes its connection's task holds already. One
+            // turn of the runtime lets that task hand it over, so the last
+            // events and the end of the client's body leave in one write
+            // (else a write of its own, and the client waits for it). Once
+            // per read: an upstream that keeps the body open after its
+            // proof costs that one turn.
+            tokio::task::yield_now().await;
+            end = self.cut(framer, None, body, &mut batch);
+        }
         let last = end.as_ref().is_some_and(ends_here);
         if !self.hand_on(batch, last).await {
             return Some(Err(Stop::Unserved));
         }
         end
+    }
+
+    /// Cuts `data`, then the frames the upstream has ready, into `batch`
+    /// until nothing more is ready or the batch is full; `Some` when the
+    /// stream ends here. Never waits: what is ready now costs no wait,
+    /// polled once (the read loop waits, with its other conditions). Not
+    /// part of [`Pump::forward`]'s future, whose every byte a held stream
+    /// keeps.
+    fn cut(
+        &mut self,
+        framer: &mut SseBlocks,
+        mut data: Option<Bytes>,
+        body: &mut UpstreamBody,
+        batch: &mut Batch,
+    ) -> Option<Result<Option<StreamFailure>, Stop>> {
+        loop {
+            // The first bytes may be a slice of the upstream connection's
+            // read buffer: dropped once cut, since kept for the stream's
+            // life they would make its next read take a second buffer.
+            if let Some(data) = data.take() {
+                framer.push(&data);
+            }
+            loop {
+                match framer.next_block() {
+                    Ok(Some(block)) => self.add(block, batch),
+                    Ok(None) => break,
+                    Err(e) => {
+                        let f = StreamFailure::new(ErrorClass::Server, e.to_string());
+                        return Some(Ok(Some(f)));
+                    }
+                }
+            }
+            // A batch stops growing at its bound: a fast upstream is
+            // handed on in pieces, never held whole.
+            if batch.out.len() >= BATCH_BYTES {
+                return None;
+            }
+            match body.frame().now_or_never() {
+                None => return None,
+                Some(Some(Ok(frame))) => data = Some(frame.into_data().unwrap_or_default()),
+                Some(Some(Err(e))) => return Some(Ok(Some(Self::failed(framer, &e)))),
+                Some(None) => {
+                    self.ended(framer, batch);
+                    return Some(Ok(None));
+                }
+            }
+        }
     }
 
     /// The upstream ended: the block left in `framer` (an event without

@@ -133,7 +133,9 @@ impl Counters {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) terminal: Option<Terminal>,
-    pub(crate) provider_error: Option<ProviderError>,
+    /// Boxed: most streams never carry one, and every held stream keeps
+    /// this state (unboxed, its allocation takes the next size class).
+    pub(crate) provider_error: Option<Box<ProviderError>>,
     pub(crate) cursor: ResumeCursor,
     /// What the provider said of the generation (model, finish reasons,
     /// usage), as of the last publication of these facts (a stream says
@@ -170,7 +172,7 @@ impl ObserveHandle {
         Observation {
             progress: self.inner.counters.load(),
             terminal: s.terminal.clone(),
-            provider_error: s.provider_error.clone(),
+            provider_error: s.provider_error.as_deref().cloned(),
             violation: match &s.end {
                 Some(EndOfStream::Violation { violation }) => Some(Violation::from(*violation)),
                 _ => None,
@@ -201,7 +203,7 @@ impl ObserveHandle {
         if !self.provider_error_seen() {
             return None;
         }
-        self.lock().provider_error.clone()
+        self.lock().provider_error.as_deref().cloned()
     }
 
     /// Whether terminal proof was observed, without taking the lock: a
@@ -239,7 +241,7 @@ impl ObserveHandle {
     fn publish_facts(&self, observer: &StreamObserver, seen: &mut Published) {
         let mut s = self.lock();
         s.terminal = observer.terminal().cloned();
-        s.provider_error = observer.provider_error().cloned();
+        s.provider_error = observer.provider_error().cloned().map(Box::new);
         s.cursor.clone_from(observer.cursor());
         s.generation.clone_from(observer.generation());
         drop(s);
