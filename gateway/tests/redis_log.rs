@@ -50,10 +50,12 @@ macro_rules! options {
 }
 
 async fn log(dir: &TempDir) -> RedisLog {
-    options!(limits())
-        .connect(&dir.url())
-        .await
-        .expect("connect")
+    log_with(dir, limits()).await
+}
+
+/// A log on the server of `dir` with `limits`.
+async fn log_with(dir: &TempDir, limits: Limits) -> RedisLog {
+    options!(limits).connect(&dir.url()).await.expect("connect")
 }
 
 fn event(stream: &str, seq: u64) -> Entry {
@@ -309,13 +311,14 @@ async fn finish_ends_reads_and_wakes_readers() {
 async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
     let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
-    let by_count = options!(Limits {
-        max_entries: 3,
-        ..limits()
-    })
-    .connect(&dir.url())
-    .await
-    .unwrap();
+    let by_count = log_with(
+        &dir,
+        Limits {
+            max_entries: 3,
+            ..limits()
+        },
+    )
+    .await;
     by_count.open("c").await.unwrap();
     for seq in 1..=3 {
         by_count.append("c", &[event("c", seq)]).await.unwrap();
@@ -352,13 +355,14 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
         Err(LogError::StreamFull)
     );
 
-    let by_bytes = options!(Limits {
-        max_bytes: 100,
-        ..limits()
-    })
-    .connect(&dir.url())
-    .await
-    .unwrap();
+    let by_bytes = log_with(
+        &dir,
+        Limits {
+            max_bytes: 100,
+            ..limits()
+        },
+    )
+    .await;
     by_bytes.open("b").await.unwrap();
     let forty = |seq| Entry {
         seq,
@@ -382,13 +386,14 @@ async fn bounds_refuse_appends_and_readers_learn_the_stream_is_full() {
 async fn a_batch_is_appended_in_one_call_whole_or_not_at_all() {
     let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
-    let log = options!(Limits {
-        max_entries: 4,
-        ..limits()
-    })
-    .connect(&dir.url())
-    .await
-    .unwrap();
+    let log = log_with(
+        &dir,
+        Limits {
+            max_entries: 4,
+            ..limits()
+        },
+    )
+    .await;
     log.open("m").await.unwrap();
     log.append("m", &[]).await.unwrap();
     log.append("m", &[event("m", 1), event("m", 2), event("m", 3)])
@@ -421,10 +426,7 @@ async fn the_ttl_is_refreshed_and_then_the_stream_is_unknown() {
     let dir = TempDir::new("gateway-redis-log");
     let _redis = Redis::start(&dir);
     let ttl = Duration::from_millis(1500);
-    let log = options!(Limits { ttl, ..limits() })
-        .connect(&dir.url())
-        .await
-        .unwrap();
+    let log = log_with(&dir, Limits { ttl, ..limits() }).await;
     let mut conn = raw(&dir.url()).await;
     let pttl = |key: &'static str| {
         let mut conn = conn.clone();

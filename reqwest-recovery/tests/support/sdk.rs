@@ -100,31 +100,25 @@ pub async fn check_sends(provider: &FaultProvider, expected: u64) -> serde_json:
 /// A provider whose first answer sends the role-only event (no semantic
 /// output) and resets, and whose second answers whole.
 pub async fn reset_before_the_first_token() -> FaultProvider {
-    FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(1))
-                .ending(Ending::Rst),
-            Script::event_stream(Write::fixture(HAPPY).split_lines()),
-        ],
-    ))
-    .await
-    .unwrap()
+    reset_after_events(1, true).await
 }
 
 /// A provider whose answer resets after "Hello" went out.
 pub async fn reset_after_the_first_token() -> FaultProvider {
-    FaultProvider::start(ScriptSet::new(vec![]).path(
-        PATH,
-        vec![
-            Script::event_stream(Write::fixture(HAPPY).split_lines())
-                .cut_at(after_events(2))
-                .ending(Ending::Rst),
-        ],
-    ))
-    .await
-    .unwrap()
+    reset_after_events(2, false).await
+}
+
+/// A provider whose first answer resets after `n` events; with
+/// `then_whole`, its second answers whole.
+async fn reset_after_events(n: usize, then_whole: bool) -> FaultProvider {
+    let whole = || Script::event_stream(Write::fixture(HAPPY).split_lines());
+    let mut scripts = vec![whole().cut_at(after_events(n)).ending(Ending::Rst)];
+    if then_whole {
+        scripts.push(whole());
+    }
+    FaultProvider::start(ScriptSet::new(vec![]).path(PATH, scripts))
+        .await
+        .unwrap()
 }
 
 /// The request was replayed once, unseen, and completed.
