@@ -7,7 +7,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
+use http_body_util::Full;
 use recovery_core::body_fields::ReadFields;
+use recovery_core::protocol::ProtocolKind;
 use recovery_core::protocol::error_event::StreamFailure;
 use tower_recovery::ReportHandle;
 use tower_service::Service;
@@ -16,8 +18,8 @@ use crate::auth::Credentials;
 use crate::body::GatewayBody;
 use crate::downstream::numbering::Comments;
 use crate::downstream::{Delivery, RESUMABLE_HEADER, Streams};
-use crate::forward::{Upstream, upstream_request};
-use crate::identity::Keys;
+use crate::forward::{Stack, Upstream, upstream_request};
+use crate::identity::{Keys, Owner};
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
 use crate::phase::BoxFuture;
@@ -49,8 +51,21 @@ impl Service<Request<Bytes>> for ProxyService {
     }
 
     fn call(&mut self, req: Request<Bytes>) -> Self::Future {
-        Box::pin(Arc::clone(&self.0).forward(req))
+        match self.0.send(req) {
+            Ok(sent) => Box::pin(Arc::clone(&self.0).answer(sent)),
+            Err(refusal) => Box::pin(std::future::ready(Err(refusal))),
+        }
     }
+}
+
+/// A request on its way upstream, and what its answer needs. The request's
+/// routing and rewriting happen before the future of its answer is made,
+/// so that future keeps none of them.
+struct Sent {
+    call: tower::util::Oneshot<Stack, Request<Full<Bytes>>>,
+    protocol: ProtocolKind,
+    resumable: bool,
+    owner: Owner,
 }
 
 impl Proxy {
@@ -58,10 +73,9 @@ impl Proxy {
         self.router.credential_header()
     }
 
-    async fn forward(
-        self: Arc<Self>,
-        req: Request<Bytes>,
-    ) -> Result<Response<GatewayBody>, Refusal> {
+    /// Routes `req` and makes its upstream request, with the call that
+    /// sends it when polled.
+    fn send(&self, req: Request<Bytes>) -> Result<Sent, Refusal> {
         let target = self
             .router
             .target(req.uri().path(), req.uri().query())
@@ -101,10 +115,26 @@ impl Proxy {
             ],
         );
         let call = self.upstream.call(upstream_req, &protocol, target.declared);
-        // The client's head is a slice of its connection's read buffer:
-        // held while the upstream answers, it would make hyper take a
-        // second buffer for that connection's next read.
-        drop(parts);
+        // The client's head (`parts`) ends here: it is a slice of its
+        // connection's read buffer, and held while the upstream answers it
+        // would make hyper take a second buffer for that connection's next
+        // read.
+        Ok(Sent {
+            call,
+            protocol,
+            resumable,
+            owner,
+        })
+    }
+
+    /// The client's response: the upstream's answer to `sent`, delivered.
+    async fn answer(self: Arc<Self>, sent: Sent) -> Result<Response<GatewayBody>, Refusal> {
+        let Sent {
+            call,
+            protocol,
+            resumable,
+            owner,
+        } = sent;
         let resp = match call.await {
             Ok(resp) => resp,
             Err(e) => {

@@ -4,6 +4,7 @@
 //! (`phases`), then the proxy.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use crate::downstream::Streams;
 use crate::forward::{Shared, Upstream};
 use crate::identity::Keys;
 use crate::metrics::Metrics;
-use crate::phase::{BoxFuture, PhaseLayer, RescueLayer};
+use crate::phase::{PhaseLayer, RescueLayer};
 use crate::phases::admit::{Admit, own_authorities};
 use crate::phases::client_auth::ClientAuth;
 use crate::phases::limit::Limit;
@@ -103,7 +104,7 @@ pub(crate) fn server<B>(
     Request<B>,
     Response = Response<GatewayBody>,
     Error = Infallible,
-    Future = BoxFuture<Result<Response<GatewayBody>, Infallible>>,
+    Future = impl Future<Output = Result<Response<GatewayBody>, Infallible>> + Send + 'static,
 > + Clone
 + Send
 + 'static

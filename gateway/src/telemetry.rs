@@ -21,6 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::{HeaderMap, Request, Response, Uri};
 use http_body_util::BodyExt as _;
 use opentelemetry::propagation::Extractor;
@@ -196,16 +197,12 @@ pub(crate) struct ServerSpan<S>(pub(crate) S);
 
 impl<S, B> Service<Request<B>> for ServerSpan<S>
 where
-    S: Service<
-            Request<B>,
-            Response = Response<GatewayBody>,
-            Error = Infallible,
-            Future = BoxFuture<Result<Response<GatewayBody>, Infallible>>,
-        >,
+    S: Service<Request<B>, Response = Response<GatewayBody>, Error = Infallible>,
+    S::Future: Send + 'static,
 {
     type Response = Response<GatewayBody>;
     type Error = Infallible;
-    type Future = BoxFuture<Result<Response<GatewayBody>, Infallible>>;
+    type Future = Either<S::Future, BoxFuture<Result<Response<GatewayBody>, Infallible>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.0.poll_ready(cx)
@@ -214,10 +211,10 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let span = server_span(req.method(), req.uri().path(), req.headers());
         if span.is_disabled() {
-            return self.0.call(req);
+            return Either::Left(self.0.call(req));
         }
         let answer = span.in_scope(|| self.0.call(req));
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             let Ok(resp) = tracing::Instrument::instrument(answer, span.clone()).await;
             let status = resp.status();
             // As a signed integer: the exporter writes an unsigned one as a string.
@@ -227,7 +224,7 @@ where
                 span.record("otel.status_code", "ERROR");
             }
             Ok(resp.map(|inner| SpannedBody { inner, span }.boxed_unsync()))
-        })
+        }))
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::{Method, Request};
 
-use crate::phase::{BoxFuture, Phase, Step};
+use crate::phase::{Decision, Phase, Step};
 use crate::respond::Refusal;
 
 /// The admission phase.
@@ -37,9 +37,8 @@ impl Admit {
 impl<B: Send + 'static> Phase<B> for Admit {
     type Out = B;
 
-    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
-        let checked = self.check(&req).map(|()| Step::next(req));
-        Box::pin(std::future::ready(checked))
+    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<B> {
+        Decision::Now(self.check(&req).map(|()| Step::next(req)))
     }
 }
 

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use http::Request;
 
 use crate::auth::{Clients, Credentials};
-use crate::phase::{BoxFuture, Phase, Step};
-use crate::respond::Refusal;
+use crate::phase::{Decision, Phase, Step};
 
 /// The client-key phase.
 pub(crate) struct ClientAuth(pub(crate) Clients);
@@ -16,7 +15,7 @@ pub(crate) struct ClientAuth(pub(crate) Clients);
 impl<B: Send + 'static> Phase<B> for ClientAuth {
     type Out = B;
 
-    fn run(self: Arc<Self>, mut req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
+    fn run(self: &Arc<Self>, mut req: Request<B>) -> Decision<B> {
         let checked = if req.uri().path() == "/healthz" {
             Ok(Step::next(req))
         } else {
@@ -25,6 +24,6 @@ impl<B: Send + 'static> Phase<B> for ClientAuth {
                 Step::next(req)
             })
         };
-        Box::pin(std::future::ready(checked))
+        Decision::Now(checked)
     }
 }

@@ -11,7 +11,7 @@ use http::Request;
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use crate::phase::{BoxFuture, Phase, Step};
+use crate::phase::{Decision, Phase, Step};
 use crate::respond::Refusal;
 
 /// The limit phase.
@@ -23,7 +23,7 @@ pub(crate) struct Limit {
 impl<B: Send + 'static> Phase<B> for Limit {
     type Out = B;
 
-    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
+    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<B> {
         let step = if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
             Ok(Step::Next {
                 req,
@@ -33,6 +33,6 @@ impl<B: Send + 'static> Phase<B> for Limit {
             self.metrics.rejected();
             Err(Refusal::TooManyStreams)
         };
-        Box::pin(std::future::ready(step))
+        Decision::Now(step)
     }
 }

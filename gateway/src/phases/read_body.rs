@@ -16,7 +16,7 @@ use recovery_core::body_fields::ReadFields;
 use recovery_core::protocol::BodyForm;
 
 use crate::metrics::Metrics;
-use crate::phase::{BoxFuture, Phase, Step};
+use crate::phase::{Decision, Phase, Step};
 use crate::respond::Refusal;
 
 /// How long and how slowly a request body may arrive.
@@ -42,9 +42,10 @@ where
 {
     type Out = Bytes;
 
-    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<Bytes>, Refusal>> {
-        Box::pin(async move {
-            let max = self.limits.max_bytes;
+    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<Bytes> {
+        let this = Arc::clone(self);
+        Decision::Later(Box::pin(async move {
+            let max = this.limits.max_bytes;
             let declared = req
                 .headers()
                 .get(CONTENT_LENGTH)
@@ -56,9 +57,9 @@ where
                 return Err(Refusal::BodyTooLarge(max));
             }
             let (mut parts, body) = req.into_parts();
-            let bytes = read(body, declared, self.limits).await.inspect_err(|r| {
+            let bytes = read(body, declared, this.limits).await.inspect_err(|r| {
                 if *r == Refusal::BodyTooSlow {
-                    self.metrics.body_timeout();
+                    this.metrics.body_timeout();
                 }
             })?;
             if !bytes.is_empty() && must_be_json(parts.headers.get(CONTENT_TYPE)) {
@@ -71,7 +72,7 @@ where
                 parts.extensions.insert(read);
             }
             Ok(Step::next(Request::from_parts(parts, bytes)))
-        })
+        }))
     }
 }
 

@@ -19,7 +19,7 @@ use crate::identity::Keys;
 use crate::log::LogError;
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
-use crate::phase::{BoxFuture, Phase, Step};
+use crate::phase::{Decision, Phase, Step};
 use crate::respond::Refusal;
 
 /// The reserved-paths phase.
@@ -35,49 +35,64 @@ pub(crate) struct Reserved {
 impl<B: Send + 'static> Phase<B> for Reserved {
     type Out = B;
 
-    fn run(self: Arc<Self>, req: Request<B>) -> BoxFuture<Result<Step<B>, Refusal>> {
-        Box::pin(async move {
-            let path = req.uri().path();
-            if path == "/healthz" {
-                get_only(&req)?;
-                return Ok(Step::Answer(json(StatusCode::OK, r#"{"status":"ok"}"#)));
-            }
-            if path == "/metrics" {
-                get_only(&req)?;
+    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<B> {
+        let path = req.uri().path();
+        if path == "/healthz" {
+            return Decision::Now(
+                get_only(&req).map(|()| Step::Answer(json(StatusCode::OK, r#"{"status":"ok"}"#))),
+            );
+        }
+        if path == "/metrics" {
+            return Decision::Now(get_only(&req).map(|()| {
                 let mut resp = Response::new(full(self.metrics.render()));
                 resp.headers_mut().insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
                 );
-                return Ok(Step::Answer(resp));
+                Step::Answer(resp)
+            }));
+        }
+        if let Some(id) = path.strip_prefix("/streams/") {
+            if req.method() != Method::GET {
+                return Decision::Now(Err(Refusal::MethodNotAllowed("GET")));
             }
-            if let Some(id) = path.strip_prefix("/streams/") {
-                if req.method() != Method::GET {
-                    return Err(Refusal::MethodNotAllowed("GET"));
-                }
-                let after = after_param(req.uri().query())?;
-                let guess = ProtocolKind::guess(path);
-                let resp = self.reconnect(req.headers(), id, after, guess).await?;
-                return Ok(Step::Answer(resp));
-            }
-            let last_event_id = req
-                .headers()
-                .get("last-event-id")
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_last_event_id)
-                .map(|(id, seq)| (id.to_owned(), seq));
-            if let Some((id, seq)) = last_event_id {
-                let guess = ProtocolKind::guess(path);
-                let resp = self.reconnect(req.headers(), &id, seq, guess).await?;
-                return Ok(Step::Answer(resp));
-            }
-            Ok(Step::next(req))
-        })
+            let after = match after_param(req.uri().query()) {
+                Ok(after) => after,
+                Err(refusal) => return Decision::Now(Err(refusal)),
+            };
+            let id = id.to_owned();
+            return self.reconnect(req, id, after);
+        }
+        let last_event_id = req
+            .headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_last_event_id)
+            .map(|(id, seq)| (id.to_owned(), seq));
+        match last_event_id {
+            Some((id, seq)) => self.reconnect(req, id, seq),
+            None => Decision::Now(Ok(Step::next(req))),
+        }
     }
 }
 
 impl Reserved {
-    async fn reconnect(
+    /// The reconnect `req` asks for: stream `id` after event `after`.
+    fn reconnect<B: Send + 'static>(
+        self: &Arc<Self>,
+        req: Request<B>,
+        id: String,
+        after: u64,
+    ) -> Decision<B> {
+        let this = Arc::clone(self);
+        Decision::Later(Box::pin(async move {
+            let guess = ProtocolKind::guess(req.uri().path());
+            let resp = this.attach(req.headers(), &id, after, guess).await?;
+            Ok(Step::Answer(resp))
+        }))
+    }
+
+    async fn attach(
         &self,
         headers: &HeaderMap,
         id: &str,
