@@ -239,7 +239,7 @@ impl ResumeCursor {
 /// that answered, why each choice ended and what it counted
 /// (OpenTelemetry `gen_ai.response.model`,
 /// `gen_ai.response.finish_reasons`, `gen_ai.usage.*`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Generation {
     /// The model that answered, as the stream names it (of a safe shape).
@@ -253,6 +253,34 @@ pub struct Generation {
     /// The token use the provider reported.
     #[serde(skip_serializing_if = "Usage::is_empty", default)]
     pub usage: Usage,
+}
+
+/// `clone_from` keeps the target's buffers (see
+/// [`crate::report::RecoveryReport`]).
+impl Clone for Generation {
+    fn clone(&self) -> Self {
+        let Generation {
+            model,
+            finish_reasons,
+            usage,
+        } = self;
+        Generation {
+            model: model.clone(),
+            finish_reasons: finish_reasons.clone(),
+            usage: *usage,
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let Generation {
+            model,
+            finish_reasons,
+            usage,
+        } = source;
+        self.model.clone_from(model);
+        self.finish_reasons.clone_from(finish_reasons);
+        self.usage = *usage;
+    }
 }
 
 impl Generation {

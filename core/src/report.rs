@@ -91,7 +91,7 @@ pub struct HedgeCounts {
 }
 
 /// One physical send.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AttemptRecord {
     /// 1-based send number.
@@ -188,7 +188,11 @@ pub struct StreamMetrics {
 
 /// Everything known about one logical request, without body text, header
 /// values outside the allowlist, credentials or prompt text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its `clone_from` (and so `ToOwned::clone_into`) keeps the target's
+/// strings and vectors where they have room: a driver copies the report
+/// into the handle its caller reads after every step that changed it.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RecoveryReport {
     /// The logical request id.
@@ -223,6 +227,140 @@ pub struct RecoveryReport {
     /// said nothing or the request did not succeed.
     #[serde(default, skip_serializing_if = "Generation::is_empty")]
     pub generation: Generation,
+}
+
+// Each impl names every field, so a field added to the struct cannot be
+// left out of a copy.
+impl Clone for AttemptRecord {
+    fn clone(&self) -> Self {
+        let AttemptRecord {
+            wire_attempt,
+            resume,
+            started_ms,
+            ended_ms,
+            status,
+            result,
+            acceptance,
+            retry_after,
+            progress,
+            request_id,
+            rate_limits,
+            target,
+            role,
+        } = self;
+        AttemptRecord {
+            wire_attempt: *wire_attempt,
+            resume: *resume,
+            started_ms: *started_ms,
+            ended_ms: *ended_ms,
+            status: *status,
+            result: result.clone(),
+            acceptance: *acceptance,
+            retry_after: *retry_after,
+            progress: *progress,
+            request_id: request_id.clone(),
+            rate_limits: rate_limits.clone(),
+            target: target.clone(),
+            role: *role,
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let AttemptRecord {
+            wire_attempt,
+            resume,
+            started_ms,
+            ended_ms,
+            status,
+            result,
+            acceptance,
+            retry_after,
+            progress,
+            request_id,
+            rate_limits,
+            target,
+            role,
+        } = source;
+        self.wire_attempt = *wire_attempt;
+        self.resume = *resume;
+        self.started_ms = *started_ms;
+        self.ended_ms = *ended_ms;
+        self.status = *status;
+        self.result.clone_from(result);
+        self.acceptance = *acceptance;
+        self.retry_after = *retry_after;
+        self.progress = *progress;
+        self.request_id.clone_from(request_id);
+        self.rate_limits.clone_from(rate_limits);
+        self.target.clone_from(target);
+        self.role = *role;
+    }
+}
+
+impl Clone for RecoveryReport {
+    fn clone(&self) -> Self {
+        let RecoveryReport {
+            logical_id,
+            outcome,
+            attempts,
+            delays,
+            resend_count,
+            resumes,
+            committed_attempt,
+            replay_disabled,
+            metrics,
+            late_error,
+            seams,
+            served_by,
+            generation,
+        } = self;
+        RecoveryReport {
+            logical_id: logical_id.clone(),
+            outcome: outcome.clone(),
+            attempts: attempts.clone(),
+            delays: delays.clone(),
+            resend_count: *resend_count,
+            resumes: *resumes,
+            committed_attempt: *committed_attempt,
+            replay_disabled: *replay_disabled,
+            metrics: *metrics,
+            late_error: *late_error,
+            seams: seams.clone(),
+            served_by: served_by.clone(),
+            generation: generation.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let RecoveryReport {
+            logical_id,
+            outcome,
+            attempts,
+            delays,
+            resend_count,
+            resumes,
+            committed_attempt,
+            replay_disabled,
+            metrics,
+            late_error,
+            seams,
+            served_by,
+            generation,
+        } = source;
+        self.logical_id.clone_from(logical_id);
+        self.outcome.clone_from(outcome);
+        self.attempts.clone_from(attempts);
+        self.delays.clone_from(delays);
+        self.resend_count = *resend_count;
+        self.resumes = *resumes;
+        self.committed_attempt = *committed_attempt;
+        self.replay_disabled = *replay_disabled;
+        self.metrics = *metrics;
+        self.late_error = *late_error;
+        self.seams.clone_from(seams);
+        self.served_by.clone_from(served_by);
+        self.generation.clone_from(generation);
+    }
 }
 
 impl RecoveryReport {
@@ -295,5 +433,100 @@ impl RecoveryReport {
                 acc.delivered_bytes += p.delivered_bytes;
                 acc
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(n: u32, request_id: Option<&str>, target: Option<&str>) -> AttemptRecord {
+        AttemptRecord {
+            wire_attempt: n,
+            resume: n > 1,
+            started_ms: Duration::from_millis(u64::from(n) * 10),
+            ended_ms: Some(u64::from(n) * 10 + 5),
+            status: Some(200),
+            result: AttemptResult::InProgress,
+            acceptance: None,
+            retry_after: RetryAfter::Absent,
+            progress: Progress::default(),
+            request_id: request_id.and_then(SafeToken::new),
+            rate_limits: None,
+            target: target.map(str::to_owned),
+            role: None,
+        }
+    }
+
+    fn report(id: &str, attempts: Vec<AttemptRecord>, model: Option<&str>) -> RecoveryReport {
+        let mut r = RecoveryReport::new(id.to_owned());
+        r.attempts = attempts;
+        r.resend_count = r.attempts.len().saturating_sub(1) as u32;
+        r.served_by = Some("primary".to_owned());
+        if let Some(m) = model {
+            r.generation.note_model(m);
+            r.generation.note_finish("stop");
+        }
+        r
+    }
+
+    #[test]
+    fn a_copy_into_a_report_is_equal_to_its_source_whatever_their_shapes() {
+        let shapes = [
+            report("a", vec![], None),
+            report("bb", vec![attempt(1, Some("req_1"), None)], Some("gpt-x")),
+            report(
+                "ccc",
+                vec![
+                    attempt(1, Some("req_1"), Some("primary")),
+                    attempt(2, None, Some("alternate")),
+                    attempt(3, Some("req_3"), None),
+                ],
+                Some("m"),
+            ),
+        ];
+        for target in &shapes {
+            for source in &shapes {
+                let mut copy = target.clone();
+                copy.clone_from(source);
+                assert_eq!(&copy, source);
+                let mut owned = target.clone();
+                source.clone_into(&mut owned);
+                assert_eq!(&owned, source);
+            }
+            assert_eq!(&target.clone(), target);
+        }
+    }
+
+    #[test]
+    fn a_copy_into_a_report_keeps_the_buffers_that_have_room() {
+        let source = report(
+            "logical-1",
+            vec![attempt(1, Some("req_1"), Some("primary"))],
+            Some("gpt-x"),
+        );
+        let mut copy = source.clone();
+        let id = copy.logical_id.as_ptr();
+        let attempts = copy.attempts.as_ptr();
+        let request_id = copy.attempts[0]
+            .request_id
+            .as_ref()
+            .map(|t| t.as_str().as_ptr());
+        let model = copy.generation.model.as_ref().map(|m| m.as_ptr());
+        let mut changed = source.clone();
+        changed.attempts[0].ended_ms = Some(99);
+        changed.resend_count = 4;
+        copy.clone_from(&changed);
+        assert_eq!(copy, changed);
+        assert_eq!(copy.logical_id.as_ptr(), id);
+        assert_eq!(copy.attempts.as_ptr(), attempts);
+        assert_eq!(
+            copy.attempts[0]
+                .request_id
+                .as_ref()
+                .map(|t| t.as_str().as_ptr()),
+            request_id
+        );
+        assert_eq!(copy.generation.model.as_ref().map(|m| m.as_ptr()), model);
     }
 }

@@ -15,9 +15,20 @@ pub(crate) const MAX_TOKEN_LEN: usize = 64;
 /// A short identifier-like string (`[A-Za-z0-9_.:-]`, at most 64 bytes).
 ///
 /// Such a token cannot carry prose, so it cannot leak prompt or body text.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct SafeToken(String);
+
+/// `clone_from` keeps the target's buffer (see [`crate::report::RecoveryReport`]).
+impl Clone for SafeToken {
+    fn clone(&self) -> Self {
+        SafeToken(self.0.clone())
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl SafeToken {
     /// Accepts `raw` when it has the shape of a token, else `None`.
