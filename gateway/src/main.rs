@@ -20,6 +20,9 @@ use recovery_gateway::auth::{MIN_CLIENT_KEY_LEN, client_entry};
 use recovery_gateway::config::{self, Command, HELP, USAGE};
 use recovery_gateway::{Gateway, ShutdownHandle};
 
+/// How long the exit waits for queued log lines at most.
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// jemalloc's per-thread caches: a stream's many small, short allocations
 /// (heads, events, the recovery state), made and freed on both runtime
 /// workers, cost the gateway about a fifth of its CPU under glibc's
@@ -75,6 +78,8 @@ fn main() -> ExitCode {
         let gateway = match Gateway::bind(*config).await {
             Ok(g) => g,
             Err(e) => {
+                // What was logged on the way comes first.
+                recovery_gateway::logs::flush(LOG_FLUSH);
                 eprintln!("recovery-gateway: {e}");
                 return ExitCode::from(1);
             }
@@ -98,6 +103,9 @@ fn main() -> ExitCode {
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();
     }
+    // The log lines still queued (the shutdown's among them) are written
+    // before the process ends, unless standard error is not read.
+    recovery_gateway::logs::flush(LOG_FLUSH);
     code
 }
 

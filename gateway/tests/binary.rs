@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Stdio;
 
-use recovery_tests::fault::{FaultProvider, Script, Write};
+use recovery_tests::fault::FaultProvider;
 use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
@@ -57,13 +57,7 @@ async fn bad_usage_exits_2_with_one_line() {
 
 #[tokio::test]
 async fn serves_logs_safely_and_exits_0_on_sigterm() {
-    let provider = FaultProvider::start(vec![
-        Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/happy-usage.sse")),
-    ])
-    .await
-    .unwrap();
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
     let mut command = Command::new(BIN);
     command
         .args(["--listen", "127.0.0.1:0"])
@@ -115,4 +109,53 @@ async fn serves_logs_safely_and_exits_0_on_sigterm() {
     }
     assert!(err.contains("\"event\":\"shutdown_finished\""), "{err}");
     assert!(err.contains("\"event\":\"stream_finished\""), "{err}");
+}
+
+/// Standard error that nobody reads (a stalled log shipper) fills its pipe:
+/// the gateway goes on serving, drops the lines it cannot write and says
+/// how many once the pipe is read again.
+#[tokio::test]
+async fn a_stderr_nobody_reads_costs_lines_not_service() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["--listen", "127.0.0.1:0", "--log-level", "debug"])
+        .env("RECOVERY_GATEWAY_UPSTREAM", provider.base_url())
+        .stderr(Stdio::piped());
+    let (mut child, addr) = listening::listening(command, LIMIT).await.unwrap();
+    // Held, not read: the pipe (64 KiB on Linux) fills after a few hundred
+    // lines, the gateway's queue after 4,096 more; each request here logs
+    // six.
+    let mut stderr = child.stderr.take().unwrap();
+    for i in 0..1200 {
+        let answer =
+            tokio::time::timeout(LIMIT, send(post(format!("http://{addr}{CHAT}"), CHAT_BODY)))
+                .await
+                .unwrap_or_else(|_| panic!("request {i} answered while stderr was not read"));
+        assert_eq!(answer.status, 200, "request {i}");
+    }
+    let collect = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    // One more line after the reader is back carries the count.
+    let answer = send(post(format!("http://{addr}{CHAT}"), CHAT_BODY)).await;
+    assert_eq!(answer.status, 200);
+    let pid = child.id().expect("running").to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().await;
+    assert!(killed.unwrap().success());
+    let status = tokio::time::timeout(LIMIT, child.wait()).await.unwrap();
+    assert_eq!(status.unwrap().code(), Some(0));
+    let err = collect.await.unwrap();
+    let mut dropped = 0;
+    for l in err.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v["event"] == "log_lines_dropped" {
+            dropped += v["lines"].as_u64().unwrap();
+        }
+    }
+    assert!(dropped > 0, "{err}");
+    // Every line after the count was written, the shutdown's last.
+    assert!(err.contains("\"event\":\"shutdown_finished\""), "{err}");
 }

@@ -104,13 +104,7 @@ async fn connect_trace_and_foreign_absolute_targets_are_refused() {
 
 #[tokio::test]
 async fn a_trickled_body_frees_its_slot_at_its_deadline() {
-    let provider = FaultProvider::start(vec![
-        Script::ok()
-            .header("content-type", "text/event-stream")
-            .write(Write::fixture("openai-chat/happy-usage.sse")),
-    ])
-    .await
-    .unwrap();
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
     let (mut config, _) = config(&provider);
     config.max_streams = 1;
     config.body_read_timeout = Duration::from_millis(300);

@@ -13,12 +13,6 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn happy() -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(Write::fixture("openai-chat/happy-usage.sse"))
-}
-
 #[tokio::test]
 async fn healthz_and_metrics_move() {
     let provider = FaultProvider::start(vec![Script::status(503), happy()])

@@ -13,19 +13,12 @@ use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::Full;
 use recovery_gateway::auth::{Client, client_entry};
 use recovery_gateway::{Gateway, GatewayError, Route, RouteProtocol, StreamLogChoice};
-use recovery_tests::fault::{FaultProvider, Script, Write};
+use recovery_tests::fault::{FaultProvider, Script};
 use recovery_tests::redis::{RedisServer, TempDir};
 use support::*;
 use tokio::io::AsyncWriteExt;
 
-const NAME: &str = "openai-chat/happy-usage.sse";
 const OTHER: &str = "Bearer sk-someone-else-9999";
-
-fn happy() -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(Write::fixture(NAME))
-}
 
 fn post_as(url: String, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
     let mut b = Request::post(url).header("content-type", "application/json");

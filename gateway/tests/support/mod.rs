@@ -37,6 +37,13 @@ pub fn sse(write: impl Into<recovery_tests::fault::WriteSpec>) -> recovery_tests
         .write(write)
 }
 
+/// The whole answer of `openai-chat/happy-usage.sse`.
+pub fn happy() -> recovery_tests::fault::Script {
+    sse(recovery_tests::fault::Write::fixture(
+        "openai-chat/happy-usage.sse",
+    ))
+}
+
 pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
 }

@@ -6,14 +6,44 @@
 //! (a replay, a failover, a failed attempt) and what an operator acts on
 //! stay `info` and above.
 //!
+//! Lines reach standard error through a bounded queue and a thread of
+//! their own ([`writer`]): a reader of standard error that stops reading
+//! costs lines (counted in a `log_lines_dropped` line), never a stalled
+//! worker. [`flush`] waits for what is queued, as the binary does before
+//! it exits.
+//!
 //! Lines carry names, ids, counts and statuses only. Nothing here takes a
 //! header map, a body or a request: a field is a `&str` or a number the
 //! caller chose, so a credential or a prompt can only reach a log line if a
 //! call site names it, and none does.
 
+mod writer;
+
 use std::io::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use writer::Lines;
+
+/// The writer thread of standard error, started by the first line; `None`
+/// when no thread could be made (lines are then written where they are
+/// logged).
+static STDERR: OnceLock<Option<Lines>> = OnceLock::new();
+
+fn stderr_lines() -> Option<&'static Lines> {
+    STDERR
+        .get_or_init(|| Lines::spawn(Box::new(std::io::stderr()), writer::QUEUE).ok())
+        .as_ref()
+}
+
+/// Waits, at most `within`, until every line logged to standard error so
+/// far is written; whether it was.
+pub fn flush(within: Duration) -> bool {
+    STDERR
+        .get()
+        .and_then(Option::as_ref)
+        .is_none_or(|lines| lines.flush(within))
+}
 
 /// The severity of a line, the least first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -173,11 +203,14 @@ impl Logger {
         match &self.sink {
             Sink::Off => {}
             Sink::Stderr => {
-                let mut err = std::io::stderr().lock();
-                // A closed stderr must not take the gateway down.
-                let mut text = text;
-                text.push('\n');
-                let _ = err.write_all(text.as_bytes());
+                if let Some(lines) = stderr_lines() {
+                    lines.send(text);
+                } else {
+                    let mut text = text;
+                    text.push('\n');
+                    // A closed stderr must not take the gateway down.
+                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                }
             }
             Sink::Memory(lines) => lines
                 .lock()
