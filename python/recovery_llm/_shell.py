@@ -19,7 +19,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, List, Optional, Tuple
 
 import anyio
 
@@ -349,7 +349,7 @@ class Exchange:
         self.request = request
         self.url = str(request.url)
         self.method = request.method
-        self.headers = [(k, v) for k, v in request.headers.multi_items()]
+        self._headers: Optional[List[Tuple[str, str]]] = None
         self.body = body
         # The caller's headers describe ``body`` as it is sent (its length,
         # not chunked): a send of the request as it came copies them.
@@ -390,6 +390,14 @@ class Exchange:
         self.cancelled = False
         self.report = ReportView(self.m)
 
+    @property
+    def headers(self) -> List[Tuple[str, str]]:
+        """The caller's headers as pairs, made the first time a send is
+        built anew (most sends copy the caller's parsed headers instead)."""
+        if self._headers is None:
+            self._headers = [(k, v) for k, v in self.request.headers.multi_items()]
+        return self._headers
+
     # -- machine plumbing -------------------------------------------------
 
     def take(self, code: int) -> int:
@@ -418,6 +426,9 @@ class Exchange:
         return self.action != READ
 
     def flush(self) -> None:
+        if self.on_event is None and self.on_status is None:
+            self.m.skip_events()
+            return
         for event, status in self.m.events():
             if self.on_event is not None:
                 try:

@@ -1141,6 +1141,17 @@ impl Machine {
         Ok(out)
     }
 
+    /// Drops the lifecycle events since the last call, keeping the status
+    /// they lead to: a shell with no one listening builds no dict for them.
+    fn skip_events(&self) {
+        let mut m = self.lock();
+        let mut status = m.status;
+        for event in m.ex.drain_events() {
+            status = status.after(&event.kind);
+        }
+        m.status = status;
+    }
+
     /// The report so far, as a dict (the documented JSON form).
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         serde_py(py, self.lock().ex.ledger().report())
