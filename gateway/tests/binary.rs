@@ -7,7 +7,7 @@ use std::process::Stdio;
 
 use recovery_tests::fault::FaultProvider;
 use support::*;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_recovery-gateway");
@@ -134,20 +134,46 @@ async fn a_stderr_nobody_reads_costs_lines_not_service() {
                 .unwrap_or_else(|_| panic!("request {i} answered while stderr was not read"));
         assert_eq!(answer.status, 200, "request {i}");
     }
+    // The reader is back: lines are read as they come.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let collect = tokio::spawn(async move {
-        let mut all = String::new();
-        let _ = stderr.read_to_string(&mut all).await;
-        all
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            let _ = tx.send(l);
+        }
     });
-    // One more line after the reader is back carries the count.
-    let answer = send(post(format!("http://{addr}{CHAT}"), CHAT_BODY)).await;
-    assert_eq!(answer.status, 200);
+    // A request on a path of its own: its line shows that what was queued
+    // before it is written and that lines logged now are written too.
+    let mut err = Vec::new();
+    let marker = "\"path\":\"/after/v1/chat/completions\"";
+    for sent in 0.. {
+        if err.iter().any(|l: &String| l.contains(marker)) {
+            break;
+        }
+        assert!(
+            sent < 1000,
+            "no line of a request made after the reader came back"
+        );
+        let answer = send(post(format!("http://{addr}/after{CHAT}"), CHAT_BODY)).await;
+        assert_eq!(answer.status, 200);
+        while let Ok(Some(l)) = tokio::time::timeout(LIMIT, rx.recv()).await {
+            let seen = l.contains(marker);
+            err.push(l);
+            if seen || rx.is_empty() {
+                break;
+            }
+        }
+    }
     let pid = child.id().expect("running").to_string();
     let killed = Command::new("kill").args(["-TERM", &pid]).status().await;
     assert!(killed.unwrap().success());
     let status = tokio::time::timeout(LIMIT, child.wait()).await.unwrap();
     assert_eq!(status.unwrap().code(), Some(0));
-    let err = collect.await.unwrap();
+    collect.await.unwrap();
+    while let Some(l) = rx.recv().await {
+        err.push(l);
+    }
+    let err = err.join("\n");
     let mut dropped = 0;
     for l in err.lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
