@@ -126,7 +126,7 @@ async fn a_stderr_nobody_reads_costs_lines_not_service() {
     // Held, not read: the pipe (64 KiB on Linux) fills after a few hundred
     // lines, the gateway's queue after 4,096 more; each request here logs
     // six.
-    let mut stderr = child.stderr.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
     for i in 0..1200 {
         let answer =
             tokio::time::timeout(LIMIT, send(post(format!("http://{addr}{CHAT}"), CHAT_BODY)))
