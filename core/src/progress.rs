@@ -259,16 +259,9 @@ pub struct Generation {
 /// [`crate::report::RecoveryReport`]).
 impl Clone for Generation {
     fn clone(&self) -> Self {
-        let Generation {
-            model,
-            finish_reasons,
-            usage,
-        } = self;
-        Generation {
-            model: model.clone(),
-            finish_reasons: finish_reasons.clone(),
-            usage: *usage,
-        }
+        let mut copy = Generation::default();
+        copy.clone_from(self);
+        copy
     }
 
     fn clone_from(&mut self, source: &Self) {

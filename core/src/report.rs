@@ -229,106 +229,42 @@ pub struct RecoveryReport {
     pub generation: Generation,
 }
 
-// Each impl names every field, so a field added to the struct cannot be
-// left out of a copy.
+// A field that is not `Copy` has to be named in both methods (`..*source`
+// copies only `Copy` ones), so none added later is left out of a copy.
 impl Clone for AttemptRecord {
     fn clone(&self) -> Self {
-        let AttemptRecord {
-            wire_attempt,
-            resume,
-            started_ms,
-            ended_ms,
-            status,
-            result,
-            acceptance,
-            retry_after,
-            progress,
-            request_id,
-            rate_limits,
-            target,
-            role,
-        } = self;
         AttemptRecord {
-            wire_attempt: *wire_attempt,
-            resume: *resume,
-            started_ms: *started_ms,
-            ended_ms: *ended_ms,
-            status: *status,
-            result: result.clone(),
-            acceptance: *acceptance,
-            retry_after: *retry_after,
-            progress: *progress,
-            request_id: request_id.clone(),
-            rate_limits: rate_limits.clone(),
-            target: target.clone(),
-            role: *role,
+            result: self.result.clone(),
+            request_id: self.request_id.clone(),
+            rate_limits: self.rate_limits.clone(),
+            target: self.target.clone(),
+            ..*self
         }
     }
 
     fn clone_from(&mut self, source: &Self) {
-        let AttemptRecord {
-            wire_attempt,
-            resume,
-            started_ms,
-            ended_ms,
-            status,
-            result,
-            acceptance,
-            retry_after,
-            progress,
+        let mut request_id = self.request_id.take();
+        request_id.clone_from(&source.request_id);
+        let mut rate_limits = self.rate_limits.take();
+        rate_limits.clone_from(&source.rate_limits);
+        let mut target = self.target.take();
+        target.clone_from(&source.target);
+        *self = AttemptRecord {
+            result: source.result.clone(),
             request_id,
             rate_limits,
             target,
-            role,
-        } = source;
-        self.wire_attempt = *wire_attempt;
-        self.resume = *resume;
-        self.started_ms = *started_ms;
-        self.ended_ms = *ended_ms;
-        self.status = *status;
-        self.result.clone_from(result);
-        self.acceptance = *acceptance;
-        self.retry_after = *retry_after;
-        self.progress = *progress;
-        self.request_id.clone_from(request_id);
-        self.rate_limits.clone_from(rate_limits);
-        self.target.clone_from(target);
-        self.role = *role;
+            ..*source
+        };
     }
 }
 
+// Every field named, so a field added later cannot be left out of a copy.
 impl Clone for RecoveryReport {
     fn clone(&self) -> Self {
-        let RecoveryReport {
-            logical_id,
-            outcome,
-            attempts,
-            delays,
-            resend_count,
-            resumes,
-            committed_attempt,
-            replay_disabled,
-            metrics,
-            late_error,
-            seams,
-            served_by,
-            generation,
-        } = self;
-        RecoveryReport {
-            logical_id: logical_id.clone(),
-            outcome: outcome.clone(),
-            attempts: attempts.clone(),
-            delays: delays.clone(),
-            resend_count: *resend_count,
-            resumes: *resumes,
-            committed_attempt: *committed_attempt,
-            replay_disabled: *replay_disabled,
-            metrics: *metrics,
-            late_error: *late_error,
-            seams: seams.clone(),
-            served_by: served_by.clone(),
-            generation: generation.clone(),
-        }
+        let mut copy = RecoveryReport::new(String::new());
+        copy.clone_from(self);
+        copy
     }
 
     fn clone_from(&mut self, source: &Self) {
