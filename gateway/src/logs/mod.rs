@@ -7,7 +7,7 @@
 //! stay `info` and above.
 //!
 //! Lines reach standard error through a bounded queue and a thread of
-//! their own ([`writer`]): a reader of standard error that stops reading
+//! their own (`logs/writer.rs`): a reader of standard error that stops reading
 //! costs lines (counted in a `log_lines_dropped` line), never a stalled
 //! worker. [`flush`] waits for what is queued, as the binary does before
 //! it exits.
