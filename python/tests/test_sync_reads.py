@@ -305,3 +305,33 @@ def test_a_chunked_request_is_sent_with_the_length_of_its_body():
     assert sent.content == BODY
     assert sent.headers.get_list("content-length") == [str(len(BODY))]
     assert "transfer-encoding" not in sent.headers
+
+
+def test_events_skipped_where_nobody_listens_are_gone_and_the_rest_come_as_they_would():
+    client = recovery_llm._machine.Client({}, [], None)
+    stop = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+
+    def events_after(skipped):
+        m = client.start("POST", URL, BODY, 0.0, 0.0, 7)
+        steps = [
+            lambda: m.poll(0.0),
+            lambda: m.on_sent(0.001),
+            lambda: m.on_head(0.002, 200, [("content-type", "text/event-stream")]),
+            lambda: m.on_chunk(0.003, text),
+            lambda: m.on_chunk(0.004, stop),
+            lambda: m.on_end(0.005),
+        ]
+        seen = []
+        for i, step in enumerate(steps):
+            step()
+            if i < skipped:
+                m.skip_events()
+            else:
+                seen.append(m.events())
+        return seen
+
+    every = events_after(0)
+    assert [e["event"] for step in every for e, _ in step][:1] == ["attempt_started"]
+    for skipped in range(1, 6):
+        assert events_after(skipped) == every[skipped:], skipped

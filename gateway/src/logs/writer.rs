@@ -243,9 +243,17 @@ mod tests {
         // The writer takes what is queued and blocks in its write; the
         // queue fills behind it, and each send past that returns at once.
         let sent = 50;
-        for i in 0..sent {
-            lines.send(format!("line {i}"));
-        }
+        let lines = Arc::new(lines);
+        let sender = Arc::clone(&lines);
+        let (done, sending) = mpsc::channel();
+        std::thread::spawn(move || {
+            for i in 0..sent {
+                sender.send(format!("line {i}"));
+            }
+            let _ = done.send(());
+        });
+        // A send that waited for the writer would never get here.
+        assert!(sending.recv_timeout(Duration::from_secs(10)).is_ok());
         // The writer is blocked: a flush gives up at its bound.
         assert!(!lines.flush(Duration::ZERO));
         // The reader is back.
