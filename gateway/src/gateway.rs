@@ -4,9 +4,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::auth::{Clients, operator_credentials, operator_exposure};
 use crate::config::{Config, StreamLogChoice};
@@ -66,6 +66,9 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     streams: Arc<Streams>,
     task: tokio::task::JoinHandle<()>,
+    /// One per serving thread beside the caller's runtime: closed when
+    /// that thread's server stopped.
+    threads: Vec<oneshot::Receiver<()>>,
 }
 
 impl std::fmt::Debug for Streams {
@@ -115,18 +118,20 @@ fn shared_stores(config: &Config) -> Result<Shared, GatewayError> {
 }
 
 impl Gateway {
-    /// Binds `config.listen` and serves in the background (on the current
-    /// tokio runtime) until [`ShutdownHandle::shutdown`].
+    /// Binds `config.listen` and serves in the background until
+    /// [`ShutdownHandle::shutdown`]: on the current tokio runtime, and on
+    /// `config.threads - 1` threads of its own beside it.
     pub async fn bind(config: Config) -> Result<Gateway, GatewayError> {
         let clients = Clients::new(config.clients.clone());
         let operator = operator_credentials(&config);
         operator_exposure(config.listen, &clients, &operator).map_err(GatewayError::Unsafe)?;
         let log = open_log(&config).await?;
         let shared = shared_stores(&config)?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(GatewayError::Bind)?;
-        let addr = listener.local_addr().map_err(GatewayError::Bind)?;
+        let mut listeners = listeners(config.listen, config.threads.max(1))
+            .map_err(GatewayError::Bind)?
+            .into_iter();
+        let first = listeners.next().expect("at least one listener");
+        let addr = first.local_addr().map_err(GatewayError::Bind)?;
         let metrics = Arc::new(Metrics::default());
         let logger = config.logger.clone();
         let streams = Arc::new(Streams::new(
@@ -142,18 +147,25 @@ impl Gateway {
             logger.clone(),
         ));
         metrics.set_bounds(&config);
-        let phases = crate::stack::phases(&config, addr, clients, &shared, &metrics, &streams);
+        let common = crate::stack::Common::new(&config, addr, clients, shared, &metrics, &streams);
         let (tx, rx) = watch::channel(false);
-        let serve = Serve {
+        let open = Arc::new(AtomicUsize::new(0));
+        let serve = |listener, first| Serve {
             listener,
-            phases,
+            phases: crate::stack::phases(&config, &common),
             streams: Arc::clone(&streams),
-            shutdown: rx,
+            shutdown: rx.clone(),
             header_read_timeout: config.header_read_timeout,
             grace: config.shutdown_grace,
             logger: logger.clone(),
+            open: Arc::clone(&open),
+            first,
         };
-        let task = tokio::spawn(serve.run());
+        let mut threads = Vec::new();
+        for (n, own) in listeners.enumerate() {
+            threads.push(serve_on_thread(n + 1, serve(own, false))?);
+        }
+        let task = tokio::spawn(serve(first, true).run());
         if !operator.is_empty() && config.clients.is_empty() {
             logger.info(
                 "operator_credentials",
@@ -188,6 +200,7 @@ impl Gateway {
             metrics,
             streams,
             task,
+            threads,
         })
     }
 
@@ -225,5 +238,78 @@ impl Gateway {
     /// Waits until the gateway stopped (after a shutdown was started).
     pub async fn wait(self) {
         let _ = self.task.await;
+        for stopped in self.threads {
+            let _ = stopped.await;
+        }
     }
+}
+
+/// `n` listening sockets on `addr` (nonblocking), one per serving thread.
+///
+/// Where the system has `SO_REUSEPORT` (Linux, the BSDs, macOS), each is
+/// a socket of its own on the one port, and the kernel spreads the
+/// incoming connections over them, so the connections of clients that
+/// connect all at once (an SDK's pool) are not all accepted by the thread
+/// that woke first; `0` as the port picks one free port for all. Elsewhere
+/// they are clones of one socket.
+fn listeners(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    #[cfg(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+    ))]
+    {
+        /// Connections waiting to be accepted, per socket.
+        const BACKLOG: u32 = 1024;
+        let mut addr = addr;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let socket = if addr.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            socket.set_reuseaddr(true)?;
+            if n > 1 {
+                socket.set_reuseport(true)?;
+            }
+            socket.bind(addr)?;
+            let listener = socket.listen(BACKLOG)?;
+            addr = listener.local_addr()?;
+            out.push(listener.into_std()?);
+        }
+        Ok(out)
+    }
+    #[cfg(not(all(
+        unix,
+        not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+    )))]
+    {
+        let first = std::net::TcpListener::bind(addr)?;
+        first.set_nonblocking(true)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 1..n {
+            out.push(first.try_clone()?);
+        }
+        out.insert(0, first);
+        Ok(out)
+    }
+}
+
+/// Starts serving thread `n`: a single-threaded runtime that runs `serve`
+/// (its listener, a clone of the one socket, is registered there). The
+/// receiver closes when it stopped.
+fn serve_on_thread(n: usize, serve: Serve) -> Result<oneshot::Receiver<()>, GatewayError> {
+    let (stopped, on_stop) = oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(GatewayError::Bind)?;
+    std::thread::Builder::new()
+        .name(format!("recovery-gateway-{n}"))
+        .spawn(move || {
+            runtime.block_on(serve.run());
+            drop(stopped);
+        })
+        .map_err(GatewayError::Bind)?;
+    Ok(on_stop)
 }

@@ -49,7 +49,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // The gateway's first serving thread is this one; `Gateway::bind`
+    // starts the others (`threads`), each with a runtime like this.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -75,38 +77,44 @@ fn main() -> ExitCode {
         None => None,
     };
     let code = runtime.block_on(async move {
-        let gateway = match Gateway::bind(*config).await {
-            Ok(g) => g,
-            Err(e) => {
-                // What was logged on the way comes first.
-                recovery_gateway::logs::flush(LOG_FLUSH);
-                eprintln!("recovery-gateway: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "listening http://{}", gateway.local_addr());
-            let _ = out.flush();
+        let code = serve(*config).await;
+        // What the exporters still hold goes out before the process ends:
+        // their last exports run on this runtime while it waits.
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = telemetry {
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
-        if let Err(e) = on_signals(gateway.shutdown_handle()) {
-            eprintln!("recovery-gateway: cannot listen for signals: {e}");
-            gateway.shutdown().await;
-            return ExitCode::from(1);
-        }
-        gateway.wait().await;
-        ExitCode::SUCCESS
+        code
     });
-    // What the exporters still hold goes out before the process ends (the
-    // runtime's workers carry the last exports).
-    #[cfg(feature = "otel")]
-    if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
-    }
     // The log lines still queued (the shutdown's among them) are written
     // before the process ends, unless standard error is not read.
     recovery_gateway::logs::flush(LOG_FLUSH);
     code
+}
+
+/// Serves until a signal's graceful shutdown ended.
+async fn serve(config: recovery_gateway::Config) -> ExitCode {
+    let gateway = match Gateway::bind(config).await {
+        Ok(g) => g,
+        Err(e) => {
+            // What was logged on the way comes first.
+            recovery_gateway::logs::flush(LOG_FLUSH);
+            eprintln!("recovery-gateway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening http://{}", gateway.local_addr());
+        let _ = out.flush();
+    }
+    if let Err(e) = on_signals(gateway.shutdown_handle()) {
+        eprintln!("recovery-gateway: cannot listen for signals: {e}");
+        gateway.shutdown().await;
+        return ExitCode::from(1);
+    }
+    gateway.wait().await;
+    ExitCode::SUCCESS
 }
 
 /// `hash-key`: one client key on stdin (its line end dropped), its

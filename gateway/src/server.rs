@@ -7,8 +7,13 @@
 //! close, and streams still generating for a client that left get the
 //! rest of the grace period; when it runs out they end with their error
 //! event and the remaining connections are closed.
+//!
+//! With more than one serving thread, each runs a [`Serve`] of its own on
+//! the one listening socket; the first writes the shutdown's log lines,
+//! counting the connections of all.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -28,13 +33,19 @@ use crate::stack::Phases;
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 pub(crate) struct Serve {
-    pub(crate) listener: TcpListener,
+    /// The listening socket (nonblocking), registered with the runtime
+    /// `run` runs on.
+    pub(crate) listener: std::net::TcpListener,
     pub(crate) phases: Phases,
     pub(crate) streams: Arc<Streams>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) header_read_timeout: Duration,
     pub(crate) grace: Duration,
     pub(crate) logger: Logger,
+    /// Connections open on every serving thread.
+    pub(crate) open: Arc<AtomicUsize>,
+    /// Whether this one writes the shutdown's log lines (the first does).
+    pub(crate) first: bool,
 }
 
 impl Serve {
@@ -47,7 +58,21 @@ impl Serve {
             header_read_timeout,
             grace,
             logger,
+            open,
+            first,
         } = self;
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                logger.log(
+                    crate::logs::Level::Error,
+                    "listener_failed",
+                    "cannot serve on the listening socket",
+                    &[("error", Field::Str(&e.to_string()))],
+                );
+                return;
+            }
+        };
         let service = crate::stack::server::<Incoming>(phases);
         let graceful = GracefulShutdown::new();
         let mut conns = JoinSet::new();
@@ -75,8 +100,11 @@ impl Serve {
                             .header_read_timeout(header_read_timeout)
                             .serve_connection(TokioIo::new(stream), hyper_service);
                         let conn = graceful.watch(conn);
+                        let open = Arc::clone(&open);
+                        open.fetch_add(1, Ordering::Relaxed);
                         conns.spawn(async move {
                             let _ = conn.await;
+                            open.fetch_sub(1, Ordering::Relaxed);
                         });
                     }
                     Err(e) => {
@@ -91,14 +119,19 @@ impl Serve {
             }
         }
         drop(listener);
-        logger.info(
-            "shutdown_started",
-            "no longer accepting; waiting for streams in flight",
-            &[
-                ("connections", Field::U64(conns.len() as u64)),
-                ("streams", Field::U64(streams.active() as u64)),
-            ],
-        );
+        if first {
+            logger.info(
+                "shutdown_started",
+                "no longer accepting; waiting for streams in flight",
+                &[
+                    (
+                        "connections",
+                        Field::U64(open.load(Ordering::Relaxed) as u64),
+                    ),
+                    ("streams", Field::U64(streams.active() as u64)),
+                ],
+            );
+        }
         let deadline = tokio::time::Instant::now() + grace;
         let drained = tokio::time::timeout_at(deadline, async {
             graceful.shutdown().await;
@@ -117,10 +150,12 @@ impl Serve {
             .await;
         }
         conns.abort_all();
-        logger.info(
-            "shutdown_finished",
-            "gateway stopped",
-            &[("graceful", Field::Bool(drained))],
-        );
+        if first {
+            logger.info(
+                "shutdown_finished",
+                "gateway stopped",
+                &[("graceful", Field::Bool(drained))],
+            );
+        }
     }
 }

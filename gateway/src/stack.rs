@@ -41,16 +41,55 @@ pub(crate) struct Phases {
     pub(crate) proxy: Proxy,
 }
 
-/// The phases and the proxy of `config`, on the listener `addr`.
-pub(crate) fn phases(
-    config: &Config,
+/// What the phases of every serving thread share: the upstream stacks
+/// (and their connection pools) are each thread's own, everything a
+/// stream or a bound is counted in is one.
+pub(crate) struct Common {
     addr: SocketAddr,
     clients: Clients,
-    shared: &Shared,
-    metrics: &Arc<Metrics>,
-    streams: &Arc<Streams>,
-) -> Phases {
+    shared: Shared,
+    metrics: Arc<Metrics>,
+    streams: Arc<Streams>,
+    keys: Arc<Keys>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Common {
+    /// The shared parts of `config`'s phases, on the listener `addr`.
+    pub(crate) fn new(
+        config: &Config,
+        addr: SocketAddr,
+        clients: Clients,
+        shared: Shared,
+        metrics: &Arc<Metrics>,
+        streams: &Arc<Streams>,
+    ) -> Self {
+        Common {
+            addr,
+            clients,
+            shared,
+            metrics: Arc::clone(metrics),
+            streams: Arc::clone(streams),
+            keys: Arc::new(Keys::new(
+                config.stream_secret.as_ref().map(|s| s.0.as_slice()),
+            )),
+            slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+        }
+    }
+}
+
+/// The phases and the proxy of `config` for one serving thread.
+pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
     let logger = &config.logger;
+    let Common {
+        addr,
+        clients,
+        shared,
+        metrics,
+        streams,
+        keys,
+        slots,
+    } = common;
     let router = Router::new(
         config.routes.clone(),
         config.upstream.clone(),
@@ -58,23 +97,20 @@ pub(crate) fn phases(
         config.upstream_http2,
         config.upstream_declared,
     );
-    let keys = Arc::new(Keys::new(
-        config.stream_secret.as_ref().map(|s| s.0.as_slice()),
-    ));
     Phases {
         admit: Admit {
-            own_authorities: own_authorities(addr),
+            own_authorities: own_authorities(*addr),
         },
-        client_auth: ClientAuth(clients),
+        client_auth: ClientAuth(clients.clone()),
         reserved: Reserved {
             metrics: Arc::clone(metrics),
             streams: Arc::clone(streams),
-            keys: Arc::clone(&keys),
+            keys: Arc::clone(keys),
             credential_headers: router.credential_header().to_vec(),
             logger: logger.clone(),
         },
         limit: Limit {
-            slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+            slots: Arc::clone(slots),
             metrics: Arc::clone(metrics),
         },
         read_body: ReadBody {
@@ -89,7 +125,7 @@ pub(crate) fn phases(
             upstream: Upstream::new(&config.policy, shared, &config.alternates, metrics, logger),
             router,
             streams: Arc::clone(streams),
-            keys,
+            keys: Arc::clone(keys),
             metrics: Arc::clone(metrics),
             logger: logger.clone(),
             comments: config.sse_comments,

@@ -6,21 +6,10 @@ mod support;
 
 use std::time::Duration;
 
-use recovery_tests::fault::{FaultProvider, Script, Write};
+use recovery_tests::fault::FaultProvider;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// A chat stream that stalls after its first content event.
-fn stalled() -> Script {
-    Script::ok()
-        .header("content-type", "text/event-stream")
-        .write(Write::text(
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
-        ))
-        .write(Write::stall())
-        .write(Write::text("data: [DONE]\n\n"))
-}
 
 /// Writes `head` on a new connection and reads the answer to its end.
 async fn raw(addr: std::net::SocketAddr, head: &str) -> String {

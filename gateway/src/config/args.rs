@@ -59,7 +59,8 @@ File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
 (or RECOVERY_GATEWAY_STREAM_SECRET; the same on every instance of one Redis log),
 sse_comments (pass|drop), header_read_timeout_ms, body_read_timeout_ms,
 body_min_bytes_per_sec, max_kept_streams, max_readers, max_readers_per_stream,
-shutdown_grace_ms; [[routes]] take resumable, headers, credential_header.
+shutdown_grace_ms, threads (that serve connections; one per core); [[routes]] take
+resumable, headers, credential_header.
 Header values \"$NAME\" are read from the environment.
 
 Bounds (defaults; each breach is an HTTP error in the provider's shape, and
@@ -186,6 +187,25 @@ mod tests {
         assert_eq!(c.keep_generating, Duration::from_mins(1));
         assert_eq!(c.max_streams, 1024);
         assert_eq!(c.max_body_bytes, 8 << 20);
+        assert_eq!(
+            c.threads,
+            std::thread::available_parallelism().unwrap().get(),
+            "the command line serves on a thread per core"
+        );
+        assert_eq!(
+            crate::Config::default().threads,
+            1,
+            "a library, on its caller's runtime"
+        );
+    }
+
+    #[test]
+    fn threads_come_from_the_file() {
+        assert_eq!(from_toml("threads = 3\n").unwrap().threads, 3);
+        assert_eq!(
+            from_toml("threads = 0\n").unwrap_err().0,
+            "threads must be at least 1"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub(super) struct File {
     pub(super) max_readers_per_stream: Option<usize>,
     pub(super) max_readers: Option<usize>,
     pub(super) shutdown_grace_ms: Option<u64>,
+    pub(super) threads: Option<usize>,
     pub(super) stream_secret: Option<String>,
     pub(super) sse_comments: Option<String>,
     #[serde(default)]

@@ -18,7 +18,12 @@ pub(super) fn build(
     file: File,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let mut c = Config::default();
+    let mut c = Config {
+        // The command line serves on a thread per core unless told
+        // otherwise.
+        threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        ..Config::default()
+    };
     addresses(&mut c, layer, &file)?;
     bounds(&mut c, layer, &file)?;
     c.policy = policy(&file.policy)?;
@@ -128,6 +133,7 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
             &mut c.max_readers_per_stream,
         ),
         ("max_readers", file.max_readers, &mut c.max_readers),
+        ("threads", file.threads, &mut c.threads),
     ] {
         if let Some(n) = value {
             if n == 0 {

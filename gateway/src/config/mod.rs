@@ -246,6 +246,14 @@ pub struct Config {
     pub sse_comments: Comments,
     /// How long a graceful shutdown waits for streams in flight.
     pub shutdown_grace: Duration,
+    /// Threads that accept and serve connections: 1, the caller's runtime
+    /// alone; N, the caller's runtime and N - 1 threads beside it, each
+    /// with a single-threaded runtime and upstream connection pools of
+    /// its own, so a stream's tasks (its connection, its upstream
+    /// connection, its pump) wake one another on one thread. The streams,
+    /// their log, the bounds, the retry budget and the cooldowns are
+    /// shared by all. The command line's default is one per core.
+    pub threads: usize,
     /// The recovery policy of the upstream leg.
     pub policy: RecoveryPolicy,
     /// The retry budget every request of the gateway (or of the fleet,
@@ -282,6 +290,7 @@ impl Default for Config {
             stream_secret: None,
             sse_comments: Comments::Pass,
             shutdown_grace: Duration::from_secs(30),
+            threads: 1,
             policy: RecoveryPolicy::default(),
             retry_budget: RetryBudgetConfig::default(),
             logger: Logger::stderr(),

@@ -44,6 +44,15 @@ pub fn happy() -> recovery_tests::fault::Script {
     ))
 }
 
+/// A chat stream that stalls after its first content event.
+pub fn stalled() -> recovery_tests::fault::Script {
+    sse(recovery_tests::fault::Write::text(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+    ))
+    .write(recovery_tests::fault::Write::stall())
+    .write(recovery_tests::fault::Write::text("data: [DONE]\n\n"))
+}
+
 pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(recovery_tests::fault::default_fixtures_dir().join(name)).unwrap()
 }
