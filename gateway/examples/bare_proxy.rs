@@ -8,8 +8,10 @@
 //! It prints `listening http://ADDR` and forwards every request, head and
 //! body as they come, to the same path on the upstream, through one pooled
 //! HTTP/1.1 client, and the answer back as it comes: no recovery, no
-//! reframing, no log, no authentication, no bounds. The runtime is the
-//! gateway's (tokio's multi-thread runtime, a worker per core). The `load`
+//! reframing, no log, no authentication, no bounds. It is served as the
+//! gateway's binary serves: a thread per core, each with a single-threaded
+//! runtime, a listening socket of its own on the one port (`SO_REUSEPORT`)
+//! and a client (a connection pool) of its own. The `load`
 //! example drives it beside the gateway, so that what a stream costs through
 //! the gateway splits into what any hyper proxy pays on the machine (two
 //! connections, two HTTP/1.1 exchanges, the kernel's wake-ups between three
@@ -31,7 +33,6 @@ use hyper::{Request, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -59,27 +60,33 @@ fn main() -> std::process::ExitCode {
         eprintln!("bare_proxy: --listen takes an address, e.g. 127.0.0.1:0");
         return std::process::ExitCode::from(2);
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(serve(listen, upstream))
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    runtime().block_on(serve(listen, upstream, threads))
 }
 
-async fn serve(listen: SocketAddr, upstream: Uri) -> std::process::ExitCode {
-    let listener = match TcpListener::bind(listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("bare_proxy: bind {listen}: {e}");
-            return std::process::ExitCode::from(1);
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn serve(listen: SocketAddr, upstream: Uri, threads: usize) -> std::process::ExitCode {
+    let mut addr = listen;
+    let mut listeners = Vec::new();
+    for _ in 0..threads {
+        match reuse_port(addr) {
+            Ok(l) => {
+                addr = l.local_addr().expect("local address");
+                listeners.push(l);
+            }
+            Err(e) => {
+                eprintln!("bare_proxy: bind {addr}: {e}");
+                return std::process::ExitCode::from(1);
+            }
         }
-    };
-    let addr = listener.local_addr().expect("local address");
+    }
     println!("listening http://{addr}");
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client: Client<HttpConnector, Incoming> =
-        Client::builder(TokioExecutor::new()).build(connector);
     let mut terminate =
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,
@@ -88,13 +95,40 @@ async fn serve(listen: SocketAddr, upstream: Uri) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
+    let first = listeners.remove(0);
+    for listener in listeners {
+        let upstream = upstream.clone();
+        std::thread::spawn(move || runtime().block_on(accept(listener, upstream)));
+    }
+    tokio::select! {
+        _ = terminate.recv() => std::process::ExitCode::SUCCESS,
+        () = accept(first, upstream) => std::process::ExitCode::SUCCESS,
+    }
+}
+
+/// A listening socket on `addr` that shares its port with the others.
+fn reuse_port(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)?.into_std()
+}
+
+/// Serves the connections of `listener` on this thread's runtime, through
+/// a pool of its own.
+async fn accept(listener: std::net::TcpListener, upstream: Uri) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Incoming> =
+        Client::builder(TokioExecutor::new()).build(connector);
     loop {
-        let socket = tokio::select! {
-            _ = terminate.recv() => return std::process::ExitCode::SUCCESS,
-            accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => socket,
-                Err(_) => continue,
-            },
+        let Ok((socket, _)) = listener.accept().await else {
+            continue;
         };
         let _ = socket.set_nodelay(true);
         let client = client.clone();
