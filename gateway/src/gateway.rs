@@ -188,6 +188,7 @@ impl Gateway {
             &[
                 ("addr", Field::Str(&addr_text)),
                 ("routes", Field::U64(config.routes.len() as u64)),
+                ("threads", Field::U64(config.threads.max(1) as u64)),
                 (
                     "stream_log",
                     Field::Str(&format!("{:?}", config.stream_log)),

@@ -107,8 +107,21 @@ async fn serves_logs_safely_and_exits_0_on_sigterm() {
         assert!(v["ts"].is_string() && v["level"].is_string() && v["msg"].is_string());
         assert!(!l.contains("SECRET") && !l.contains("secret"), "{l}");
     }
-    assert!(err.contains("\"event\":\"shutdown_finished\""), "{err}");
     assert!(err.contains("\"event\":\"stream_finished\""), "{err}");
+    // A thread per core, and the shutdown told once, not by each thread.
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert!(
+        err.contains(&format!("\"event\":\"listening\""))
+            && err.contains(&format!("\"threads\":{cores}")),
+        "{err}"
+    );
+    for event in ["shutdown_started", "shutdown_finished"] {
+        assert_eq!(
+            err.matches(&format!("\"event\":\"{event}\"")).count(),
+            1,
+            "{event}: {err}"
+        );
+    }
 }
 
 /// Standard error that nobody reads (a stalled log shipper) fills its pipe:
