@@ -111,8 +111,7 @@ async fn serves_logs_safely_and_exits_0_on_sigterm() {
     // A thread per core, and the shutdown told once, not by each thread.
     let cores = std::thread::available_parallelism().unwrap().get();
     assert!(
-        err.contains(&format!("\"event\":\"listening\""))
-            && err.contains(&format!("\"threads\":{cores}")),
+        err.contains("\"event\":\"listening\"") && err.contains(&format!("\"threads\":{cores}")),
         "{err}"
     );
     for event in ["shutdown_started", "shutdown_finished"] {
