@@ -59,6 +59,36 @@ async fn a_stream_made_on_one_thread_is_read_again_on_any() {
 }
 
 #[tokio::test]
+async fn readers_on_other_threads_follow_a_live_stream() {
+    let (provider, gw) = threaded(stalled(), |_| {}).await;
+    let mut first = Live::open(post(gw.url(CHAT), CHAT_BODY)).await;
+    assert_eq!(first.status, 200);
+    let sid = first.stream_id();
+    first.events(1).await;
+    // Reconnects, each on a connection of its own (so on any thread),
+    // while the generation is still going on the thread that started it.
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let mut req = post(gw.url(CHAT), CHAT_BODY);
+        req.headers_mut()
+            .insert("last-event-id", format!("{sid}:1").parse().unwrap());
+        let reader = Live::open(req).await;
+        assert_eq!(reader.status, 200);
+        assert_eq!(reader.stream_id(), sid);
+        readers.push(reader);
+    }
+    provider.wait_for_stalls(1).await;
+    provider.release(1);
+    for mut live in readers.into_iter().chain([first]) {
+        let rest = live.events(1).await;
+        assert_eq!(event_id(&rest[0]), Some(format!("{sid}:2")));
+        assert!(rest[0].contains("data: [DONE]"), "{rest:?}");
+    }
+    assert_eq!(provider.count(), 1, "one generation for all readers");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_bound_on_streams_counts_every_thread() {
     let (provider, gw) = threaded(stalled(), |c| {
         c.max_streams = 2;
