@@ -31,6 +31,9 @@ pub enum GatewayError {
     /// The configuration would be unsafe on this listener (the text names
     /// the fix).
     Unsafe(String),
+    /// A serving thread (`Config::threads`) or its runtime could not be
+    /// started.
+    Thread(std::io::Error),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -40,6 +43,7 @@ impl std::fmt::Display for GatewayError {
             GatewayError::StreamLog(e) => write!(f, "cannot open the stream log: {e}"),
             GatewayError::Fleet(e) => write!(f, "cannot set up the fleet's shared stores: {e}"),
             GatewayError::Unsafe(e) => write!(f, "refusing to start: {e}"),
+            GatewayError::Thread(e) => write!(f, "cannot start a serving thread: {e}"),
         }
     }
 }
@@ -304,13 +308,13 @@ fn serve_on_thread(n: usize, serve: Serve) -> Result<oneshot::Receiver<()>, Gate
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(GatewayError::Bind)?;
+        .map_err(GatewayError::Thread)?;
     std::thread::Builder::new()
         .name(format!("recovery-gateway-{n}"))
         .spawn(move || {
             runtime.block_on(serve.run());
             drop(stopped);
         })
-        .map_err(GatewayError::Bind)?;
+        .map_err(GatewayError::Thread)?;
     Ok(on_stop)
 }

@@ -202,10 +202,13 @@ mod tests {
     #[test]
     fn threads_come_from_the_file() {
         assert_eq!(from_toml("threads = 3\n").unwrap().threads, 3);
-        assert_eq!(
-            from_toml("threads = 0\n").unwrap_err().0,
-            "threads must be at least 1"
-        );
+        for bad in ["threads = 0\n", "threads = 1025\n"] {
+            assert_eq!(
+                from_toml(bad).unwrap_err().0,
+                "threads must be from 1 to 1024",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

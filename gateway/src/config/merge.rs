@@ -13,6 +13,10 @@ use super::{
 use crate::auth::Client;
 use crate::downstream::numbering::Comments;
 
+/// Serving threads at most: each is a runtime and connection pools of its
+/// own, so a number far past the cores costs without serving faster.
+const MAX_THREADS: usize = 1024;
+
 pub(super) fn build(
     layer: &Layer,
     file: File,
@@ -121,6 +125,12 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
     if let Some(n) = file.body_min_bytes_per_sec {
         c.body_min_bytes_per_sec = n;
     }
+    if let Some(n) = file.threads {
+        if !(1..=MAX_THREADS).contains(&n) {
+            return err(format!("threads must be from 1 to {MAX_THREADS}"));
+        }
+        c.threads = n;
+    }
     for (key, value, slot) in [
         (
             "max_kept_streams",
@@ -133,7 +143,6 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
             &mut c.max_readers_per_stream,
         ),
         ("max_readers", file.max_readers, &mut c.max_readers),
-        ("threads", file.threads, &mut c.threads),
     ] {
         if let Some(n) = value {
             if n == 0 {
