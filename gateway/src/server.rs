@@ -8,9 +8,9 @@
 //! rest of the grace period; when it runs out they end with their error
 //! event and the remaining connections are closed.
 //!
-//! With more than one serving thread, each runs a [`Serve`] of its own on
-//! the one listening socket; the first writes the shutdown's log lines,
-//! counting the connections of all.
+//! With more than one serving thread, each runs a [`Serve`] of its own,
+//! with a listening socket of its own on the one port; the first writes
+//! the shutdown's log lines, counting the connections of all.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
