@@ -45,7 +45,7 @@ async fn a_stream_made_on_one_thread_is_read_again_on_any() {
             &[("authorization", "Bearer sk-someone-else-4567")],
         ))
         .await;
-        assert_eq!(other.status, 404, "and with no other credentials");
+        assert_eq!(other.status, 404, "and not with any other credentials");
     }
     // Sequential requests on one thread share its pooled upstream
     // connection; the threads have a pool each.
