@@ -23,14 +23,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::body::{BoxError, GatewayBody};
+use crate::body::GatewayBody;
 use crate::respond::Refusal;
 pub(crate) use future::{PhaseFuture, RescueFuture};
 
@@ -151,37 +149,18 @@ where
     }
 }
 
-/// `resp`, keeping `hold` until its body ends.
+/// `resp`, keeping `hold` until its body ends: the hold lives in the
+/// body's frame mapping, dropped with the body.
 fn with_hold(resp: Response<GatewayBody>, hold: Option<Hold>) -> Response<GatewayBody> {
     match hold {
         None => resp,
-        Some(hold) => resp.map(|body| Holding { body, _hold: hold }.boxed_unsync()),
-    }
-}
-
-/// A response body that keeps what a phase holds until it ends.
-struct Holding {
-    body: GatewayBody,
-    _hold: Hold,
-}
-
-impl Body for Holding {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        Some(hold) => resp.map(|body| {
+            body.map_frame(move |frame| {
+                let _held = &hold;
+                frame
+            })
+            .boxed_unsync()
+        }),
     }
 }
 
@@ -225,6 +204,7 @@ impl<S> Layer<S> for RescueLayer {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use futures_util::FutureExt as _;
