@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
 use recovery_core::call::RecoveryCall;
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
@@ -24,6 +23,7 @@ use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::timing::AlwaysOnline;
 use tower_layer::Layer as _;
+use tower_recovery::https::ResponseBody;
 use tower_recovery::observe::{Observe, ObservedBody};
 use tower_recovery::recovery::Recover;
 use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, TokioTiming};
@@ -38,7 +38,7 @@ pub(crate) type HttpsClient = tower_recovery::https::HttpsClient;
 pub(crate) type Stack = Recover<Observe<HttpsClient>, TokioTiming, AlwaysOnline>;
 
 /// The body of an upstream answer as the stack hands it out.
-pub(crate) type UpstreamBody = RecoveryBody<ObservedBody<Incoming>>;
+pub(crate) type UpstreamBody = RecoveryBody<ObservedBody<ResponseBody>>;
 
 /// What the requests of every stack share: the retry budget and the
 /// cooldown store, of this process or of the fleet.
@@ -96,11 +96,13 @@ impl Upstream {
     /// The stack with `policy`, counting into `metrics` and logging
     /// lifecycle events (names, ids and statuses only) to `logger`, with
     /// one retry budget and one cooldown store: this process's, or the
-    /// fleet's (`shared`).
+    /// fleet's (`shared`); its HTTP/2 connections carry
+    /// `http2_streams_per_connection` streams each.
     pub(crate) fn new(
         policy: &RecoveryPolicy,
         shared: &Shared,
         alternates: &[AlternateRoute],
+        http2_streams_per_connection: usize,
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
@@ -119,7 +121,9 @@ impl Upstream {
             });
         let observe = ObserveLayer::new(ProtocolKind::OpenAiChat);
         Upstream {
-            stack: layer.layer(observe.layer(tower_recovery::https::client())),
+            stack: layer.layer(observe.layer(tower_recovery::https::client_with(
+                http2_streams_per_connection,
+            ))),
         }
     }
 

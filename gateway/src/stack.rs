@@ -122,7 +122,14 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
             metrics: Arc::clone(metrics),
         },
         proxy: Proxy {
-            upstream: Upstream::new(&config.policy, shared, &config.alternates, metrics, logger),
+            upstream: Upstream::new(
+                &config.policy,
+                shared,
+                &config.alternates,
+                config.http2_streams_per_connection,
+                metrics,
+                logger,
+            ),
             router,
             streams: Arc::clone(streams),
             keys: Arc::clone(keys),

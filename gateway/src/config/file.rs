@@ -37,6 +37,7 @@ pub(super) struct File {
     pub(super) sse_comments: Option<String>,
     #[serde(default)]
     pub(super) http2: Option<Http2File>,
+    pub(super) http2_streams_per_connection: Option<usize>,
     #[serde(default)]
     pub(super) context_window: Option<u64>,
     #[serde(default)]

@@ -17,6 +17,11 @@ use crate::downstream::numbering::Comments;
 /// own, so a number far past the cores costs without serving faster.
 const MAX_THREADS: usize = 1024;
 
+/// Streams per upstream HTTP/2 connection at most: the largest
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` servers commonly advertise is far
+/// below it.
+const MAX_HTTP2_STREAMS: usize = 65_536;
+
 pub(super) fn build(
     layer: &Layer,
     file: File,
@@ -183,6 +188,14 @@ fn credentials(
     c.upstream_headers = header_map("upstream_headers", file.upstream_headers.clone(), env)?;
     if let Some(mode) = &file.http2 {
         c.upstream_http2 = mode.mode("")?;
+    }
+    if let Some(n) = file.http2_streams_per_connection {
+        if !(1..=MAX_HTTP2_STREAMS).contains(&n) {
+            return err(format!(
+                "http2_streams_per_connection must be from 1 to {MAX_HTTP2_STREAMS}"
+            ));
+        }
+        c.http2_streams_per_connection = n;
     }
     c.upstream_declared = declared(
         "",

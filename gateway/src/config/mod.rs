@@ -235,6 +235,12 @@ pub struct Config {
     pub upstream_headers: HeaderMap,
     /// The HTTP version sends to the default upstream may use.
     pub upstream_http2: Http2,
+    /// Streams one upstream HTTP/2 connection carries at once; past it the
+    /// gateway opens another to the same upstream, instead of leaving the
+    /// next stream queued behind the server's concurrent-stream limit. At
+    /// most the lowest `SETTINGS_MAX_CONCURRENT_STREAMS` of the HTTP/2
+    /// upstreams (100 by default).
+    pub http2_streams_per_connection: usize,
     /// What the default upstream declares about its model.
     pub upstream_declared: Declared,
     /// Known clients; empty: requests spend their own credentials.
@@ -285,6 +291,7 @@ impl Default for Config {
             max_readers: 1024,
             upstream_headers: HeaderMap::new(),
             upstream_http2: Http2::Off,
+            http2_streams_per_connection: tower_recovery::https::HTTP2_STREAMS_PER_CONNECTION,
             upstream_declared: Declared::default(),
             clients: Vec::new(),
             stream_secret: None,
