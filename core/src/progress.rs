@@ -271,7 +271,7 @@ impl Clone for Generation {
             usage,
         } = source;
         self.model.clone_from(model);
-        self.finish_reasons.clone_from(finish_reasons);
+        crate::report::copy_exact(&mut self.finish_reasons, finish_reasons);
         self.usage = *usage;
     }
 }

@@ -260,6 +260,18 @@ impl Clone for AttemptRecord {
 }
 
 // Every field named, so a field added later cannot be left out of a copy.
+/// `into` made a copy of `from`, keeping its buffer where it has room, and
+/// growing it to exactly `from`'s length where not. (`Vec::clone_from`
+/// grows as a push does: room for four records where a request has one,
+/// in every copy a report handle keeps.)
+pub(crate) fn copy_exact<T: Clone>(into: &mut Vec<T>, from: &[T]) {
+    into.truncate(from.len());
+    into.reserve_exact(from.len() - into.len());
+    let (kept, added) = from.split_at(into.len());
+    into.clone_from_slice(kept);
+    into.extend_from_slice(added);
+}
+
 impl Clone for RecoveryReport {
     fn clone(&self) -> Self {
         let mut copy = RecoveryReport::new(String::new());
@@ -285,15 +297,15 @@ impl Clone for RecoveryReport {
         } = source;
         self.logical_id.clone_from(logical_id);
         self.outcome.clone_from(outcome);
-        self.attempts.clone_from(attempts);
-        self.delays.clone_from(delays);
+        copy_exact(&mut self.attempts, attempts);
+        copy_exact(&mut self.delays, delays);
         self.resend_count = *resend_count;
         self.resumes = *resumes;
         self.committed_attempt = *committed_attempt;
         self.replay_disabled = *replay_disabled;
         self.metrics = *metrics;
         self.late_error = *late_error;
-        self.seams.clone_from(seams);
+        copy_exact(&mut self.seams, seams);
         self.served_by.clone_from(served_by);
         self.generation.clone_from(generation);
     }
@@ -464,5 +476,31 @@ mod tests {
             request_id
         );
         assert_eq!(copy.generation.model.as_ref().map(|m| m.as_ptr()), model);
+    }
+
+    #[test]
+    fn a_copy_has_room_for_what_it_holds_not_for_later_pushes() {
+        let source = report(
+            "logical-1",
+            vec![attempt(1, Some("req_1"), Some("primary"))],
+            Some("gpt-x"),
+        );
+        let mut copy = source.clone();
+        assert_eq!(copy.attempts.capacity(), 1);
+        assert_eq!(copy.generation.finish_reasons.capacity(), 1);
+        let mut grown = source.clone();
+        grown.attempts.push(attempt(2, None, None));
+        grown.seams.push(Seam {
+            attempt: 2,
+            strategy: SeamStrategy::LastEventId,
+            delivered_bytes: 10,
+        });
+        copy.clone_from(&grown);
+        assert_eq!(copy, grown);
+        assert_eq!((copy.attempts.capacity(), copy.seams.capacity()), (2, 1));
+        // Fewer records fit in the room there is.
+        copy.clone_from(&source);
+        assert_eq!(copy, source);
+        assert_eq!(copy.attempts.capacity(), 2);
     }
 }
