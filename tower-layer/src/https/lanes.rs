@@ -41,7 +41,16 @@ struct State<P> {
     pools: Vec<P>,
     /// Per origin, the streams open on each lane (index = lane).
     open: HashMap<Origin, Vec<Arc<AtomicUsize>>>,
+    /// Origins counted at which those with no stream open are forgotten:
+    /// twice as many as were left the last time (at least
+    /// [`PRUNE_AT_LEAST`]), so a client that meets ever new origins keeps
+    /// the ones it is streaming from only, at a cost spread over its
+    /// requests.
+    prune_at: usize,
 }
+
+/// The fewest origins counted before any is forgotten.
+const PRUNE_AT_LEAST: usize = 64;
 
 /// One open stream on a lane; dropped when the stream ends, freeing its
 /// place.
@@ -63,6 +72,7 @@ impl<P: Clone> Lanes<P> {
             state: Mutex::new(State {
                 pools: Vec::new(),
                 open: HashMap::new(),
+                prune_at: PRUNE_AT_LEAST,
             }),
         }
     }
@@ -79,7 +89,15 @@ impl<P: Clone> Lanes<P> {
             return (state.pools[0].clone(), None);
         };
         let origin = (scheme.clone(), authority.clone());
-        let State { pools, open } = &mut *state;
+        let State {
+            pools,
+            open,
+            prune_at,
+        } = &mut *state;
+        if open.len() >= *prune_at && !open.contains_key(&origin) {
+            open.retain(|_, lanes| lanes.iter().any(|n| n.load(Ordering::Acquire) > 0));
+            *prune_at = (open.len() * 2).max(PRUNE_AT_LEAST);
+        }
         let lanes = open.entry(origin).or_default();
         let free = lanes
             .iter()
@@ -164,6 +182,21 @@ mod tests {
         let fourth = lanes.pick("https://A.EXAMPLE/");
         assert_eq!(fourth.0, 1);
         assert_eq!(lanes.pick("https://a.example/").0, 2);
+    }
+
+    #[test]
+    fn origins_without_streams_are_forgotten_as_new_ones_come() {
+        let lanes = Numbered::new();
+        let streaming = lanes.pick("https://kept.example/");
+        for n in 0..1000 {
+            lanes.pick(&format!("https://o{n}.example/"));
+        }
+        let open = |lanes: &Numbered| lanes.lanes.state.lock().unwrap().open.len();
+        assert!(open(&lanes) <= PRUNE_AT_LEAST, "{} origins", open(&lanes));
+        // The origin with a stream open kept its count.
+        let second = lanes.pick("https://kept.example/");
+        assert_eq!(lanes.pick("https://kept.example/").0, 1);
+        drop((streaming, second));
     }
 
     #[test]
