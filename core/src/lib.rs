@@ -235,6 +235,7 @@ pub mod wire;
 pub mod conformance;
 
 mod backoff;
+mod copy;
 mod decision;
 mod http_date;
 pub(crate) mod json;

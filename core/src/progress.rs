@@ -271,7 +271,7 @@ impl Clone for Generation {
             usage,
         } = source;
         self.model.clone_from(model);
-        crate::report::copy_exact(&mut self.finish_reasons, finish_reasons);
+        crate::copy::exact(&mut self.finish_reasons, finish_reasons);
         self.usage = *usage;
     }
 }

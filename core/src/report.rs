@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::copy;
 use crate::decision::DelayCause;
 use crate::failure::{Acceptance, Category, Phase};
 use crate::outcome::{FailureReason, Outcome, ReplayDisabled};
@@ -260,18 +261,6 @@ impl Clone for AttemptRecord {
 }
 
 // Every field named, so a field added later cannot be left out of a copy.
-/// `into` made a copy of `from`, keeping its buffer where it has room, and
-/// growing it to exactly `from`'s length where not. (`Vec::clone_from`
-/// grows as a push does: room for four records where a request has one,
-/// in every copy a report handle keeps.)
-pub(crate) fn copy_exact<T: Clone>(into: &mut Vec<T>, from: &[T]) {
-    into.truncate(from.len());
-    into.reserve_exact(from.len() - into.len());
-    let (kept, added) = from.split_at(into.len());
-    into.clone_from_slice(kept);
-    into.extend_from_slice(added);
-}
-
 impl Clone for RecoveryReport {
     fn clone(&self) -> Self {
         let mut copy = RecoveryReport::new(String::new());
@@ -297,15 +286,15 @@ impl Clone for RecoveryReport {
         } = source;
         self.logical_id.clone_from(logical_id);
         self.outcome.clone_from(outcome);
-        copy_exact(&mut self.attempts, attempts);
-        copy_exact(&mut self.delays, delays);
+        copy::exact(&mut self.attempts, attempts);
+        copy::exact(&mut self.delays, delays);
         self.resend_count = *resend_count;
         self.resumes = *resumes;
         self.committed_attempt = *committed_attempt;
         self.replay_disabled = *replay_disabled;
         self.metrics = *metrics;
         self.late_error = *late_error;
-        copy_exact(&mut self.seams, seams);
+        copy::exact(&mut self.seams, seams);
         self.served_by.clone_from(served_by);
         self.generation.clone_from(generation);
     }
