@@ -67,11 +67,14 @@ impl ProtocolKind {
         let path = url.split(['?', '#']).next().unwrap_or(url);
         let path = path.trim_end_matches('/');
         // A window scan: `str::contains` would link the two-way searcher
-        // into the wasm module.
+        // into the wasm module. Windows are compared only where the first
+        // byte matches (a slice comparison is a call), so a path costs
+        // about a byte comparison per byte.
         let has = |needle: &str| {
+            let needle = needle.as_bytes();
             path.as_bytes()
                 .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
+                .any(|w| w[0] == needle[0] && w == needle)
         };
         if path.ends_with("/messages") {
             ProtocolKind::Anthropic
