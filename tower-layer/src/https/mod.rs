@@ -73,8 +73,8 @@ pub enum Http2 {
 type Connector = HttpsConnector<HttpConnector>;
 type Pool = Client<Connector, ReplayBody>;
 
-/// The client [`client`] builds: one pool per [`Http2`] mode. Clones share
-/// the pools.
+/// The client [`client`] builds: a pool for HTTP/1.1 and lanes of pools
+/// for each mode that may speak HTTP/2. Clones share them.
 ///
 /// Behind one `Arc`: a layer above clones its service for every request,
 /// and a hyper-util `Client` is a dozen fields and reference counts.
@@ -84,10 +84,38 @@ pub struct HttpsClient(Arc<Pools>);
 #[derive(Debug)]
 struct Pools {
     http1: Pool,
-    /// `auto`'s lanes and the connector their pools are built on.
-    auto: (Lanes<Arc<Pool>>, Connector),
-    /// `always`'s.
-    http2: (Lanes<Arc<Pool>>, Connector),
+    auto: Laned,
+    http2: Laned,
+}
+
+/// The lanes of a mode that may speak HTTP/2, and how a lane's pool is
+/// built.
+#[derive(Debug)]
+struct Laned {
+    lanes: Lanes<Arc<Pool>>,
+    connector: Connector,
+    http2_only: bool,
+}
+
+impl Laned {
+    fn new(streams_per_connection: usize, connector: Connector, http2_only: bool) -> Self {
+        Laned {
+            lanes: Lanes::new(streams_per_connection),
+            connector,
+            http2_only,
+        }
+    }
+
+    fn call(&self, req: Request<ReplayBody>) -> ResponseFuture {
+        let (pool, slot) = self.lanes.pick(req.uri(), || {
+            Arc::new(
+                Client::builder(TokioExecutor::new())
+                    .http2_only(self.http2_only)
+                    .build(self.connector.clone()),
+            )
+        });
+        ResponseFuture::new(pool.request(req), slot)
+    }
 }
 
 /// A new client, [`HTTP2_STREAMS_PER_CONNECTION`] streams per HTTP/2
@@ -119,13 +147,15 @@ pub fn client_with(streams_per_connection: usize) -> HttpsClient {
     HttpsClient(Arc::new(Pools {
         http1: Client::builder(TokioExecutor::new())
             .build(builder().enable_http1().wrap_connector(tcp())),
-        auto: (
-            Lanes::new(streams_per_connection),
+        auto: Laned::new(
+            streams_per_connection,
             builder().enable_all_versions().wrap_connector(tcp()),
+            false,
         ),
-        http2: (
-            Lanes::new(streams_per_connection),
+        http2: Laned::new(
+            streams_per_connection,
             builder().enable_http2().wrap_connector(tcp()),
+            true,
         ),
     }))
 }
@@ -142,26 +172,10 @@ impl tower_service::Service<Request<ReplayBody>> for HttpsClient {
     }
 
     fn call(&mut self, req: Request<ReplayBody>) -> Self::Future {
-        let mode = req.extensions().get::<Http2>().copied().unwrap_or_default();
-        let (pool, slot) = match mode {
-            Http2::Off => return ResponseFuture::new(self.0.http1.request(req), None),
-            Http2::Auto => {
-                let (lanes, connector) = &self.0.auto;
-                lanes.pick(req.uri(), || {
-                    Arc::new(Client::builder(TokioExecutor::new()).build(connector.clone()))
-                })
-            }
-            Http2::Always => {
-                let (lanes, connector) = &self.0.http2;
-                lanes.pick(req.uri(), || {
-                    Arc::new(
-                        Client::builder(TokioExecutor::new())
-                            .http2_only(true)
-                            .build(connector.clone()),
-                    )
-                })
-            }
-        };
-        ResponseFuture::new(pool.request(req), slot)
+        match req.extensions().get::<Http2>().copied().unwrap_or_default() {
+            Http2::Off => ResponseFuture::new(self.0.http1.request(req), None),
+            Http2::Auto => self.0.auto.call(req),
+            Http2::Always => self.0.http2.call(req),
+        }
     }
 }
