@@ -237,9 +237,9 @@ pub struct Config {
     pub upstream_http2: Http2,
     /// Streams one upstream HTTP/2 connection carries at once; past it the
     /// gateway opens another to the same upstream, instead of leaving the
-    /// next stream queued behind the server's concurrent-stream limit. At
-    /// most the lowest `SETTINGS_MAX_CONCURRENT_STREAMS` of the HTTP/2
-    /// upstreams (100 by default).
+    /// next stream queued behind the server's concurrent-stream limit.
+    /// 100 by default; set it no higher than the lowest
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` of the HTTP/2 upstreams.
     pub http2_streams_per_connection: usize,
     /// What the default upstream declares about its model.
     pub upstream_declared: Declared,
