@@ -34,12 +34,12 @@
 mod body;
 mod future;
 mod lanes;
+mod stream;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, Error};
 use hyper_util::rt::TokioExecutor;
@@ -49,6 +49,7 @@ pub use future::ResponseFuture;
 
 use crate::ReplayBody;
 use lanes::Lanes;
+use stream::Connector;
 
 /// Streams one HTTP/2 connection carries at once before the client opens
 /// another to the same origin, unless [`client_with`] says otherwise: the
@@ -70,7 +71,6 @@ pub enum Http2 {
     Always,
 }
 
-type Connector = HttpsConnector<HttpConnector>;
 type Pool = Client<Connector, ReplayBody>;
 
 /// The client [`client`] builds: a pool for HTTP/1.1 and lanes of pools
@@ -145,16 +145,17 @@ pub fn client_with(streams_per_connection: usize) -> HttpsClient {
         http
     };
     HttpsClient(Arc::new(Pools {
-        http1: Client::builder(TokioExecutor::new())
-            .build(builder().enable_http1().wrap_connector(tcp())),
+        http1: Client::builder(TokioExecutor::new()).build(Connector::new(
+            builder().enable_http1().wrap_connector(tcp()),
+        )),
         auto: Laned::new(
             streams_per_connection,
-            builder().enable_all_versions().wrap_connector(tcp()),
+            Connector::new(builder().enable_all_versions().wrap_connector(tcp())),
             false,
         ),
         http2: Laned::new(
             streams_per_connection,
-            builder().enable_http2().wrap_connector(tcp()),
+            Connector::new(builder().enable_http2().wrap_connector(tcp())),
             true,
         ),
     }))
