@@ -23,7 +23,7 @@ use recovery_core::policy::RecoveryPolicy;
 use recovery_core::protocol::ProtocolKind;
 use recovery_core::timing::AlwaysOnline;
 use tower_layer::Layer as _;
-use tower_recovery::https::ResponseBody;
+use tower_recovery::https::{Http2Settings, ResponseBody};
 use tower_recovery::observe::{Observe, ObservedBody};
 use tower_recovery::recovery::Recover;
 use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, TokioTiming};
@@ -96,13 +96,13 @@ impl Upstream {
     /// The stack with `policy`, counting into `metrics` and logging
     /// lifecycle events (names, ids and statuses only) to `logger`, with
     /// one retry budget and one cooldown store: this process's, or the
-    /// fleet's (`shared`); its HTTP/2 connections carry
-    /// `http2_streams_per_connection` streams each.
+    /// fleet's (`shared`); its HTTP/2 connections are used and watched as
+    /// `http2` says.
     pub(crate) fn new(
         policy: &RecoveryPolicy,
         shared: &Shared,
         alternates: &[AlternateRoute],
-        http2_streams_per_connection: usize,
+        http2: Http2Settings,
         metrics: &Arc<Metrics>,
         logger: &Logger,
     ) -> Self {
@@ -121,9 +121,7 @@ impl Upstream {
             });
         let observe = ObserveLayer::new(ProtocolKind::OpenAiChat);
         Upstream {
-            stack: layer.layer(observe.layer(tower_recovery::https::client_with(
-                http2_streams_per_connection,
-            ))),
+            stack: layer.layer(observe.layer(tower_recovery::https::client_with(http2))),
         }
     }
 

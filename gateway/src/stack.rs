@@ -13,6 +13,7 @@ use http::{Request, Response};
 use tower::ServiceBuilder;
 #[cfg(feature = "otel")]
 use tower_layer::Layer as _;
+use tower_recovery::https::{HTTP2_KEEP_ALIVE_TIMEOUT, Http2Settings};
 use tower_service::Service;
 
 use crate::auth::Clients;
@@ -126,7 +127,17 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
                 &config.policy,
                 shared,
                 &config.alternates,
-                config.http2_streams_per_connection,
+                Http2Settings {
+                    streams_per_connection: config.http2_streams_per_connection,
+                    keep_alive_interval: config.http2_keep_alive,
+                    // A ping may go unanswered as long as the silence
+                    // before it, and 20 s at most.
+                    keep_alive_timeout: config
+                        .http2_keep_alive
+                        .map_or(HTTP2_KEEP_ALIVE_TIMEOUT, |i| {
+                            i.min(HTTP2_KEEP_ALIVE_TIMEOUT)
+                        }),
+                },
                 metrics,
                 logger,
             ),

@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use recovery_gateway::config::{Http2, Route, RouteProtocol};
 use recovery_tests::fault::FaultProvider;
+use recovery_tests::relay::SilentRelay;
 use support::*;
 
 const HAPPY: &str = "openai-chat/happy-usage.sse";
@@ -132,6 +133,30 @@ fn http2_is_read_from_the_config_file() {
     }
 }
 
+#[test]
+fn http2_keep_alive_ms_sets_the_ping_after_silence_or_turns_it_off() {
+    let c = recovery_gateway::config::from_toml("").unwrap();
+    assert_eq!(c.http2_keep_alive, Some(std::time::Duration::from_secs(30)));
+    let c = recovery_gateway::config::from_toml("http2_keep_alive_ms = 5000\n").unwrap();
+    assert_eq!(c.http2_keep_alive, Some(std::time::Duration::from_secs(5)));
+    let c = recovery_gateway::config::from_toml("http2_keep_alive_ms = \"off\"\n").unwrap();
+    assert_eq!(c.http2_keep_alive, None);
+    for (bad, says) in [
+        (
+            "0",
+            "http2_keep_alive_ms: 0 is not a duration; use \"off\" to turn it off",
+        ),
+        (
+            "\"soon\"",
+            "http2_keep_alive_ms: \"soon\" is not a number of milliseconds or \"off\"",
+        ),
+    ] {
+        let err = recovery_gateway::config::from_toml(&format!("http2_keep_alive_ms = {bad}\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
 /// An answer of one text event, then held until `release` moves past the
 /// value it had when the request came, then the finish and `[DONE]`.
 fn held_answer(
@@ -204,5 +229,40 @@ async fn streams_past_a_connections_bound_open_another_connection() {
     release.send_replace(2);
     drop(again);
     assert_eq!(provider.count(), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_silent_upstream_connection_is_found_by_its_ping_and_its_stream_ends_typed() {
+    let (release, held) = tokio::sync::watch::channel(0);
+    let (h2_url, _) = h2_server(100, move || held_answer(&held)).await;
+    let relay = SilentRelay::start(h2_url.trim_start_matches("http://").to_owned())
+        .await
+        .unwrap();
+    let provider = FaultProvider::start(vec![]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    config.http2_keep_alive = Some(std::time::Duration::from_millis(100));
+    config.routes = vec![h2_route(relay.url())];
+    let gw = gateway(config).await;
+    let url = gw.url(&format!("/h2{CHAT}"));
+
+    let mut live = Live::open(post(url.clone(), CHAT_BODY)).await;
+    assert_eq!(live.status, 200);
+    assert!(live.events(1).await[0].contains("Hello"));
+    relay.go_silent();
+    // The idle timeout is 5 min: within `LIMIT`, only the unanswered ping
+    // ends the stream.
+    let end = live.events(1).await;
+    assert!(
+        end[0].contains("interrupted after commit"),
+        "a typed interruption: {end:?}"
+    );
+
+    // The next stream does not go to the silent connection.
+    let mut next = Live::open(post(url, CHAT_BODY)).await;
+    assert!(next.events(1).await[0].contains("Hello"));
+    assert_eq!(relay.connections(), 2);
+    release.send_replace(1);
+    assert!(next.events(2).await[1].contains("[DONE]"));
     gw.shutdown().await;
 }

@@ -5,5 +5,6 @@ pub mod fault;
 pub mod policy;
 pub mod process;
 pub mod redis;
+pub mod relay;
 #[cfg(feature = "spans")]
 pub mod spans;

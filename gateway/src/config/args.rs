@@ -60,8 +60,8 @@ File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
 sse_comments (pass|drop), header_read_timeout_ms, body_read_timeout_ms,
 body_min_bytes_per_sec, max_kept_streams, max_readers, max_readers_per_stream,
 shutdown_grace_ms, threads (that serve connections; one per core),
-http2_streams_per_connection (100); [[routes]] take
-resumable, headers, credential_header.
+http2_streams_per_connection (100), http2_keep_alive_ms (30000, or \"off\");
+[[routes]] take resumable, headers, credential_header.
 Header values \"$NAME\" are read from the environment.
 
 Bounds (defaults; each breach is an HTTP error in the provider's shape, and

@@ -39,6 +39,8 @@ pub(super) struct File {
     pub(super) http2: Option<Http2File>,
     pub(super) http2_streams_per_connection: Option<usize>,
     #[serde(default)]
+    pub(super) http2_keep_alive_ms: Option<MsOrOff>,
+    #[serde(default)]
     pub(super) context_window: Option<u64>,
     #[serde(default)]
     pub(super) continuation: Option<String>,
@@ -138,6 +140,31 @@ pub(super) struct RouteFile {
     pub(super) continuation: Option<String>,
     #[serde(default)]
     pub(super) prefill_template: Option<String>,
+}
+
+/// A time in milliseconds, or `"off"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum MsOrOff {
+    Ms(u64),
+    Named(String),
+}
+
+impl MsOrOff {
+    /// The time, `None` for `"off"`; 0 and other names are refused,
+    /// naming `key`.
+    pub(super) fn duration(&self, key: &str) -> Result<Option<std::time::Duration>, ConfigError> {
+        match self {
+            MsOrOff::Ms(0) => Err(ConfigError(format!(
+                "{key}: 0 is not a duration; use \"off\" to turn it off"
+            ))),
+            MsOrOff::Ms(ms) => Ok(Some(std::time::Duration::from_millis(*ms))),
+            MsOrOff::Named(s) if s == "off" => Ok(None),
+            MsOrOff::Named(s) => Err(ConfigError(format!(
+                "{key}: {s:?} is not a number of milliseconds or \"off\""
+            ))),
+        }
+    }
 }
 
 /// `http2 = true | false | "auto"`.

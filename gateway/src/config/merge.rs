@@ -197,6 +197,9 @@ fn credentials(
         }
         c.http2_streams_per_connection = n;
     }
+    if let Some(v) = &file.http2_keep_alive_ms {
+        c.http2_keep_alive = v.duration("http2_keep_alive_ms")?;
+    }
     c.upstream_declared = declared(
         "",
         file.context_window,

@@ -241,6 +241,13 @@ pub struct Config {
     /// 100 by default; set it no higher than the lowest
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` of the HTTP/2 upstreams.
     pub http2_streams_per_connection: usize,
+    /// How long an upstream HTTP/2 connection with streams open may
+    /// receive nothing before it is pinged (and closed when the ping goes
+    /// unanswered as long, 20 s at most, its streams failing as a broken
+    /// connection does): a connection that died without a word is found
+    /// within seconds instead of when TCP gives up. 30 s by default;
+    /// `None` (`"off"`) never pings.
+    pub http2_keep_alive: Option<Duration>,
     /// What the default upstream declares about its model.
     pub upstream_declared: Declared,
     /// Known clients; empty: requests spend their own credentials.
@@ -292,6 +299,7 @@ impl Default for Config {
             upstream_headers: HeaderMap::new(),
             upstream_http2: Http2::Off,
             http2_streams_per_connection: tower_recovery::https::HTTP2_STREAMS_PER_CONNECTION,
+            http2_keep_alive: Some(tower_recovery::https::HTTP2_KEEP_ALIVE_INTERVAL),
             upstream_declared: Declared::default(),
             clients: Vec::new(),
             stream_secret: None,

@@ -26,6 +26,21 @@
 //! all are full. A stream holds its place until its body ends, fails or is
 //! dropped.
 //!
+//! # Keep-alive
+//!
+//! A connection can die without a word (a NAT or a load balancer forgets
+//! the flow): no FIN, no RST, and every stream on it waits for bytes that
+//! never come, while the pool still hands the connection to new requests.
+//! On HTTP/1.1 that costs the one stream on it; on HTTP/2 it costs every
+//! stream the connection carries, and each replay sent to it. So an
+//! HTTP/2 connection with streams open that has received nothing for
+//! [`HTTP2_KEEP_ALIVE_INTERVAL`] is pinged, and closed when the ping is not
+//! answered within [`HTTP2_KEEP_ALIVE_TIMEOUT`]: its streams fail as the
+//! broken connection they are (the recovery layer replays or resumes them
+//! on a new one). A connection that streams bytes is never pinged, and an
+//! idle pooled one neither (the first stream sent on it is, at once, when
+//! it has been quiet for longer than the interval).
+//!
 //! Its own re-send of a request hyper handed back unwritten (a pooled
 //! connection found closed) stays on: nothing was sent, so there is
 //! nothing for recovery to decide, and turned off that request would be
@@ -38,11 +53,12 @@ mod stream;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, Error};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
@@ -55,6 +71,43 @@ use stream::Connector;
 /// another to the same origin, unless [`client_with`] says otherwise: the
 /// least RFC 9113 recommends a server allow.
 pub const HTTP2_STREAMS_PER_CONNECTION: usize = 100;
+
+/// How long an HTTP/2 connection with streams open may receive nothing
+/// before it is pinged, unless [`Http2Settings`] says otherwise (see
+/// [keep-alive](self#keep-alive)). Kubernetes' client pings after 30 s too;
+/// a stream that sends anything, even a comment, within it is never
+/// pinged.
+pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long a ping may go unanswered before its connection is closed.
+pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How the client uses and watches its HTTP/2 connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Settings {
+    /// Streams one connection carries at once before another opens to the
+    /// same origin (at least 1; set it to the upstream's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` where that is lower than the
+    /// default, [`HTTP2_STREAMS_PER_CONNECTION`]).
+    pub streams_per_connection: usize,
+    /// How long a connection with streams open may receive nothing before
+    /// it is pinged ([`HTTP2_KEEP_ALIVE_INTERVAL`] by default); `None`
+    /// never pings, and leaves a silently dead connection to TCP.
+    pub keep_alive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed
+    /// ([`HTTP2_KEEP_ALIVE_TIMEOUT`] by default).
+    pub keep_alive_timeout: Duration,
+}
+
+impl Default for Http2Settings {
+    fn default() -> Self {
+        Http2Settings {
+            streams_per_connection: HTTP2_STREAMS_PER_CONNECTION,
+            keep_alive_interval: Some(HTTP2_KEEP_ALIVE_INTERVAL),
+            keep_alive_timeout: HTTP2_KEEP_ALIVE_TIMEOUT,
+        }
+    }
+}
 
 /// Which HTTP version a request may use: a request extension read by
 /// [`HttpsClient`].
@@ -95,39 +148,42 @@ struct Laned {
     lanes: Lanes<Arc<Pool>>,
     connector: Connector,
     http2_only: bool,
+    settings: Http2Settings,
 }
 
 impl Laned {
-    fn new(streams_per_connection: usize, connector: Connector, http2_only: bool) -> Self {
+    fn new(settings: Http2Settings, connector: Connector, http2_only: bool) -> Self {
         Laned {
-            lanes: Lanes::new(streams_per_connection),
+            lanes: Lanes::new(settings.streams_per_connection),
             connector,
             http2_only,
+            settings,
         }
     }
 
     fn call(&self, req: Request<ReplayBody>) -> ResponseFuture {
         let (pool, slot) = self.lanes.pick(req.uri(), || {
-            Arc::new(
-                Client::builder(TokioExecutor::new())
-                    .http2_only(self.http2_only)
-                    .build(self.connector.clone()),
-            )
+            let mut builder = Client::builder(TokioExecutor::new());
+            builder
+                .http2_only(self.http2_only)
+                .timer(TokioTimer::new())
+                .http2_keep_alive_interval(self.settings.keep_alive_interval)
+                .http2_keep_alive_timeout(self.settings.keep_alive_timeout)
+                .http2_keep_alive_while_idle(false);
+            Arc::new(builder.build(self.connector.clone()))
         });
         ResponseFuture::new(pool.request(req), slot)
     }
 }
 
-/// A new client, [`HTTP2_STREAMS_PER_CONNECTION`] streams per HTTP/2
-/// connection.
+/// A new client with the default [`Http2Settings`].
 pub fn client() -> HttpsClient {
-    client_with(HTTP2_STREAMS_PER_CONNECTION)
+    client_with(Http2Settings::default())
 }
 
-/// A new client whose HTTP/2 connections carry `streams_per_connection`
-/// streams each at once (at least 1; set it to the upstream's
-/// `SETTINGS_MAX_CONCURRENT_STREAMS` where that is lower than the default).
-pub fn client_with(streams_per_connection: usize) -> HttpsClient {
+/// A new client whose HTTP/2 connections are used and watched as
+/// `settings` says.
+pub fn client_with(settings: Http2Settings) -> HttpsClient {
     let builder = || {
         hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
@@ -149,12 +205,12 @@ pub fn client_with(streams_per_connection: usize) -> HttpsClient {
             builder().enable_http1().wrap_connector(tcp()),
         )),
         auto: Laned::new(
-            streams_per_connection,
+            settings,
             Connector::new(builder().enable_all_versions().wrap_connector(tcp())),
             false,
         ),
         http2: Laned::new(
-            streams_per_connection,
+            settings,
             Connector::new(builder().enable_http2().wrap_connector(tcp())),
             true,
         ),

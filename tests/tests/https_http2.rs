@@ -1,8 +1,13 @@
-//! `tower_recovery::https`'s lanes against a loopback h2c server that takes
-//! one stream at a time on a connection: a stream past a connection's bound
-//! goes over a new connection instead of waiting for the first to end, and
-//! a stream's place is freed when its body ends, even while the body is
-//! still held.
+//! `tower_recovery::https`'s HTTP/2 connections against a loopback h2c
+//! server that takes one stream at a time on a connection:
+//!
+//! - lanes: a stream past a connection's bound goes over a new connection
+//!   instead of waiting for the first to end, and a stream's place is freed
+//!   when its body ends, even while the body is still held;
+//! - keep-alive: behind a relay that goes silent (no FIN, no RST, as when a
+//!   NAT forgets the flow), the held stream fails at the unanswered ping
+//!   instead of waiting for bytes that never come, and the next stream
+//!   goes over a new connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,10 +16,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
+use recovery_tests::relay::SilentRelay;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_recovery::ReplayBody;
-use tower_recovery::https::{Http2, HttpsClient, client_with};
+use tower_recovery::https::{Http2, Http2Settings, HttpsClient, client_with};
 use tower_service::Service;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -83,7 +89,10 @@ async fn send(
 async fn a_stream_past_the_bound_opens_another_connection() {
     let (release, held) = watch::channel(false);
     let (url, connections) = server(held).await;
-    let mut client = client_with(1);
+    let mut client = client_with(Http2Settings {
+        streams_per_connection: 1,
+        ..Http2Settings::default()
+    });
     let mut first = send(&mut client, get(&url, "/hold")).await;
     let chunk = first.body_mut().frame().await.unwrap().unwrap();
     assert_eq!(chunk.into_data().unwrap(), "first\n");
@@ -108,7 +117,10 @@ async fn a_stream_past_the_bound_opens_another_connection() {
 async fn a_body_at_its_end_frees_its_place_while_it_is_still_held() {
     let (_release, held) = watch::channel(false);
     let (url, connections) = server(held).await;
-    let mut client = client_with(1);
+    let mut client = client_with(Http2Settings {
+        streams_per_connection: 1,
+        ..Http2Settings::default()
+    });
     let mut first = send(&mut client, get(&url, "/quick")).await;
     while let Some(frame) = first.body_mut().frame().await {
         frame.unwrap();
@@ -122,4 +134,50 @@ async fn a_body_at_its_end_frees_its_place_while_it_is_still_held() {
         .unwrap();
     assert_eq!(connections.load(Ordering::SeqCst), 1);
     drop(first);
+}
+
+#[tokio::test]
+async fn a_connection_gone_silent_fails_its_stream_at_the_unanswered_ping_and_the_next_opens_another()
+ {
+    let (_release, held) = watch::channel(false);
+    let (addr, _) = server(held).await;
+    let relay = SilentRelay::start(addr.trim_start_matches("http://").to_owned())
+        .await
+        .unwrap();
+    let mut client = client_with(Http2Settings {
+        keep_alive_interval: Some(Duration::from_millis(100)),
+        keep_alive_timeout: Duration::from_millis(100),
+        ..Http2Settings::default()
+    });
+
+    let held = send(&mut client, get(relay.url(), "/hold")).await;
+    let mut body = held.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, Bytes::from_static(b"first\n"));
+
+    relay.go_silent();
+    // Far past the ping's interval and timeout: reached only when nothing
+    // finds the silent connection.
+    let next = tokio::time::timeout(LIMIT, body.frame())
+        .await
+        .expect("a stream on a silent connection waited for bytes that never come");
+    // hyper closes the connection at the unanswered ping: its streams
+    // fail as a broken pipe.
+    assert!(
+        matches!(next, Some(Err(_))),
+        "the stream must fail as a broken connection, got {next:?}"
+    );
+
+    let answer = send(&mut client, get(relay.url(), "/once")).await;
+    let text = tokio::time::timeout(LIMIT, answer.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    assert_eq!(text, Bytes::from_static(b"first\n"));
+    assert_eq!(
+        relay.connections(),
+        2,
+        "the next stream opens a connection of its own"
+    );
 }
