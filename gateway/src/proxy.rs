@@ -157,17 +157,23 @@ impl Proxy {
             .get::<ReportHandle>()
             .map(|h| h.inspect(|r| r.logical_id.clone()))
             .unwrap_or_default();
-        Delivery {
-            streams: &self.streams,
-            keys: &self.keys,
-            logger: &self.logger,
-            comments: self.comments,
-            protocol,
-            resumable,
-            owner,
-            logical_id,
-        }
-        .answer(resp)
+        // Boxed: this future waits for the upstream's head with all of its
+        // states' room, and the delivery's (the stream log's opening, the
+        // first event) is ten times the call's. Apart, a request waiting
+        // for its head holds the call's room only.
+        Box::pin(
+            Delivery {
+                streams: &self.streams,
+                keys: &self.keys,
+                logger: &self.logger,
+                comments: self.comments,
+                protocol,
+                resumable,
+                owner,
+                logical_id,
+            }
+            .answer(resp),
+        )
         .await
     }
 }
