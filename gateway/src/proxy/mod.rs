@@ -2,6 +2,8 @@
 //! route's upstream, with the credentials it may spend, through the
 //! recovery stack of its protocol, and its answer goes downstream.
 
+mod future;
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -10,21 +12,21 @@ use http::{HeaderName, Request, Response};
 use http_body_util::Full;
 use recovery_core::body_fields::ReadFields;
 use recovery_core::protocol::ProtocolKind;
-use recovery_core::protocol::error_event::StreamFailure;
-use tower_recovery::ReportHandle;
 use tower_service::Service;
 
 use crate::auth::Credentials;
 use crate::body::GatewayBody;
 use crate::downstream::numbering::Comments;
-use crate::downstream::{Delivery, RESUMABLE_HEADER, Streams};
+use crate::downstream::{RESUMABLE_HEADER, Streams};
 use crate::forward::{Stack, Upstream, upstream_request};
 use crate::identity::{Keys, Owner};
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
-use crate::phase::BoxFuture;
 use crate::respond::Refusal;
 use crate::routes::Router;
+use future::Then;
+
+pub(crate) use future::AnswerFuture;
 
 /// What the proxy needs.
 pub(crate) struct Proxy {
@@ -44,7 +46,7 @@ pub(crate) struct ProxyService(pub(crate) Arc<Proxy>);
 impl Service<Request<Bytes>> for ProxyService {
     type Response = Response<GatewayBody>;
     type Error = Refusal;
-    type Future = BoxFuture<Result<Response<GatewayBody>, Refusal>>;
+    type Future = AnswerFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Refusal>> {
         Poll::Ready(Ok(()))
@@ -52,8 +54,21 @@ impl Service<Request<Bytes>> for ProxyService {
 
     fn call(&mut self, req: Request<Bytes>) -> Self::Future {
         match self.0.send(req) {
-            Ok(sent) => Box::pin(Arc::clone(&self.0).answer(sent)),
-            Err(refusal) => Box::pin(std::future::ready(Err(refusal))),
+            Ok(Sent {
+                call,
+                protocol,
+                resumable,
+                owner,
+            }) => AnswerFuture::calling(
+                call,
+                Then {
+                    proxy: Arc::clone(&self.0),
+                    protocol,
+                    resumable,
+                    owner,
+                },
+            ),
+            Err(refusal) => AnswerFuture::refused(refusal),
         }
     }
 }
@@ -125,55 +140,5 @@ impl Proxy {
             resumable,
             owner,
         })
-    }
-
-    /// The client's response: the upstream's answer to `sent`, delivered.
-    async fn answer(self: Arc<Self>, sent: Sent) -> Result<Response<GatewayBody>, Refusal> {
-        let Sent {
-            call,
-            protocol,
-            resumable,
-            owner,
-        } = sent;
-        let resp = match call.await {
-            Ok(resp) => resp,
-            Err(e) => {
-                self.logger.warn(
-                    "upstream_failed",
-                    "no upstream response; answering with the provider's error shape",
-                    &[
-                        ("logical_id", Field::Str(&e.report().logical_id)),
-                        ("outcome", Field::Str(e.outcome().name())),
-                    ],
-                );
-                return Err(Refusal::Upstream(StreamFailure::of_outcome(
-                    e.outcome(),
-                    e.report().last_status(),
-                )));
-            }
-        };
-        let logical_id = resp
-            .extensions()
-            .get::<ReportHandle>()
-            .map(|h| h.inspect(|r| r.logical_id.clone()))
-            .unwrap_or_default();
-        // Boxed: this future waits for the upstream's head with all of its
-        // states' room, and the delivery's (the stream log's opening, the
-        // first event) is ten times the call's. Apart, a request waiting
-        // for its head holds the call's room only.
-        Box::pin(
-            Delivery {
-                streams: &self.streams,
-                keys: &self.keys,
-                logger: &self.logger,
-                comments: self.comments,
-                protocol,
-                resumable,
-                owner,
-                logical_id,
-            }
-            .answer(resp),
-        )
-        .await
     }
 }
