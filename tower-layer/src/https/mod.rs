@@ -41,6 +41,14 @@
 //! idle pooled one neither (the first stream sent on it is, at once, when
 //! it has been quiet for longer than the interval).
 //!
+//! # Idle connections
+//!
+//! A connection back in its pool is closed once it has been idle for
+//! [`POOL_IDLE_TIMEOUT`], checked by a timer (hyper-util checks only at the
+//! next send to the same origin without one): after a burst, the
+//! connections it opened do not outlive it by more than twice that, sent
+//! to or not.
+//!
 //! Its own re-send of a request hyper handed back unwritten (a pooled
 //! connection found closed) stays on: nothing was sent, so there is
 //! nothing for recovery to decide, and turned off that request would be
@@ -81,6 +89,21 @@ pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How long a ping may go unanswered before its connection is closed.
 pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a pooled connection may stay idle before it is closed (see
+/// [idle connections](self#idle-connections)): hyper-util's default, kept
+/// by a timer.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A pool's builder: its connections closed after [`POOL_IDLE_TIMEOUT`]
+/// idle.
+fn pool_builder() -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT);
+    builder
+}
 
 /// How the client uses and watches its HTTP/2 connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +186,7 @@ impl Laned {
 
     fn call(&self, req: Request<ReplayBody>) -> ResponseFuture {
         let (pool, slot) = self.lanes.pick(req.uri(), || {
-            let mut builder = Client::builder(TokioExecutor::new());
+            let mut builder = pool_builder();
             builder
                 .http2_only(self.http2_only)
                 .timer(TokioTimer::new())
@@ -201,7 +224,7 @@ pub fn client_with(settings: Http2Settings) -> HttpsClient {
         http
     };
     HttpsClient(Arc::new(Pools {
-        http1: Client::builder(TokioExecutor::new()).build(Connector::new(
+        http1: pool_builder().build(Connector::new(
             builder().enable_http1().wrap_connector(tcp()),
         )),
         auto: Laned::new(
