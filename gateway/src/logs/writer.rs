@@ -5,7 +5,10 @@
 //! The thread is not woken for each line (a wake is a system call on the
 //! logging side, and a context switch): it looks at the queue every
 //! [`BUSY`] while lines come, less often while none do, and at once when
-//! a flush asks.
+//! a flush asks. Once its looks have found nothing for a while (about
+//! 0.3 s), it sleeps until the next line wakes it: an idle gateway's log
+//! thread wakes once per [`SLEEP`] instead of four times a second, and
+//! only the first line after a quiet spell pays a wake.
 //!
 //! A write to standard error blocks for as long as its reader does not
 //! read (a full pipe: a stalled log shipper, a terminal on hold). Made
@@ -16,7 +19,7 @@
 //! gathers many lines into one write.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,12 +36,22 @@ const BATCH: usize = 64 * 1024;
 /// come: the queue holds [`QUEUE`] lines for that long.
 const BUSY: Duration = Duration::from_millis(10);
 
-/// The longest wait between looks while none come.
+/// The longest wait between timed looks while none come; past it, the
+/// thread sleeps until a line wakes it.
 const IDLE: Duration = Duration::from_millis(250);
+
+/// How long the thread sleeps when no line wakes it: it notices within
+/// this that its sending side is gone.
+const SLEEP: Duration = Duration::from_secs(10);
 
 /// What the sending side and the thread share.
 #[derive(Default)]
 struct Counts {
+    /// Lines queued so far.
+    queued: AtomicU64,
+    /// The thread sleeps until a line wakes it (set by the thread, taken
+    /// by the send that wakes it).
+    asleep: AtomicBool,
     /// Lines dropped since the last count was written.
     dropped: AtomicU64,
     /// Lines written so far.
@@ -50,10 +63,9 @@ struct Counts {
 /// The sending side; the thread ends when it is dropped.
 pub(crate) struct Lines {
     tx: SyncSender<String>,
-    /// Lines queued so far.
-    queued: AtomicU64,
     counts: Arc<Counts>,
-    /// The writer thread, unparked by a flush.
+    /// The writer thread, unparked by a flush and by the first line after
+    /// it fell asleep.
     thread: std::thread::Thread,
 }
 
@@ -68,19 +80,21 @@ impl Lines {
             .spawn(move || run(&rx, out, &shared))?
             .thread()
             .clone();
-        Ok(Lines {
-            tx,
-            queued: AtomicU64::new(0),
-            counts,
-            thread,
-        })
+        Ok(Lines { tx, counts, thread })
     }
 
     /// Queues `text` (one line, without its end); never waits.
     pub(crate) fn send(&self, text: String) {
         match self.tx.try_send(text) {
             Ok(()) => {
-                self.queued.fetch_add(1, Ordering::SeqCst);
+                self.counts.queued.fetch_add(1, Ordering::SeqCst);
+                // After the count: a thread falling asleep either sees this
+                // line counted or is seen asleep here (both SeqCst).
+                if self.counts.asleep.load(Ordering::SeqCst)
+                    && self.counts.asleep.swap(false, Ordering::SeqCst)
+                {
+                    self.thread.unpark();
+                }
             }
             Err(TrySendError::Full(_)) => {
                 self.counts.dropped.fetch_add(1, Ordering::SeqCst);
@@ -93,7 +107,7 @@ impl Lines {
     /// Waits, at most `within`, until every line queued so far is
     /// written, and the count of those dropped; whether they were.
     pub(crate) fn flush(&self, within: Duration) -> bool {
-        let target = self.queued.load(Ordering::SeqCst);
+        let target = self.counts.queued.load(Ordering::SeqCst);
         self.thread.unpark();
         let pending =
             |written: &mut u64| *written < target || self.counts.dropped.load(Ordering::SeqCst) > 0;
@@ -114,8 +128,21 @@ impl Lines {
 fn run(rx: &Receiver<String>, mut out: Box<dyn Write + Send>, counts: &Counts) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut pause = BUSY;
+    // Lines taken off the queue so far.
+    let mut received = 0u64;
     loop {
-        std::thread::park_timeout(pause);
+        if pause < IDLE {
+            std::thread::park_timeout(pause);
+        } else {
+            // Nothing came for a while: asleep until a send or a flush
+            // wakes it (or SLEEP passes), unless a line came since the
+            // last look.
+            counts.asleep.store(true, Ordering::SeqCst);
+            if counts.queued.load(Ordering::SeqCst) <= received {
+                std::thread::park_timeout(SLEEP);
+            }
+            counts.asleep.store(false, Ordering::SeqCst);
+        }
         let mut wrote = false;
         let mut open = true;
         // Everything queued, in writes of at most BATCH bytes.
@@ -127,6 +154,7 @@ fn run(rx: &Receiver<String>, mut out: Box<dyn Write + Send>, counts: &Counts) {
                         batch.extend_from_slice(text.as_bytes());
                         batch.push(b'\n');
                         lines += 1;
+                        received += 1;
                     }
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
@@ -228,6 +256,38 @@ mod tests {
             lines_of(&bytes),
             (0..5).map(|i| format!("line {i}")).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_line_sent_while_the_thread_sleeps_wakes_it() {
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let out = Kept {
+            bytes: Arc::clone(&bytes),
+            gate: None,
+        };
+        let lines = Lines::spawn(Box::new(out), 8).unwrap();
+        lines.send("first".into());
+        assert!(lines.flush(Duration::from_secs(10)));
+        // Quiet for a while, the thread falls asleep.
+        let since = std::time::Instant::now();
+        while !lines.counts.asleep.load(Ordering::SeqCst) {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "never fell asleep"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // No flush here (a flush wakes it too): the line itself must.
+        lines.send("second".into());
+        let written = lines.counts.written.lock().unwrap();
+        let (written, _) = lines
+            .counts
+            .wrote
+            .wait_timeout_while(written, SLEEP / 2, |w| *w < 2)
+            .unwrap();
+        assert_eq!(*written, 2, "the line waited for the thread's sleep to end");
+        drop(written);
+        assert_eq!(lines_of(&bytes), ["first", "second"]);
     }
 
     #[test]
