@@ -151,13 +151,22 @@ impl Gateway {
             logger.clone(),
         ));
         metrics.set_bounds(&config);
-        let common = crate::stack::Common::new(&config, addr, clients, shared, &metrics, &streams);
         let (tx, rx) = watch::channel(false);
+        let common = crate::stack::Common::new(
+            &config,
+            addr,
+            clients,
+            shared,
+            &metrics,
+            &streams,
+            rx.clone(),
+        );
         let open = Arc::new(AtomicUsize::new(0));
         let serve = |listener, first| Serve {
             listener,
             phases: crate::stack::phases(&config, &common),
             streams: Arc::clone(&streams),
+            tunnels: Arc::clone(common.tunnels()),
             shutdown: rx.clone(),
             header_read_timeout: config.header_read_timeout,
             grace: config.shutdown_grace,

@@ -64,6 +64,7 @@ mod server;
 mod stack;
 #[cfg(feature = "otel")]
 pub mod telemetry;
+mod tunnel;
 
 pub use config::{
     AlternateRoute, Config, ConfigError, Route, RouteProtocol, Secret, StreamLogChoice,

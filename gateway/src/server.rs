@@ -2,11 +2,11 @@
 //!
 //! HTTP/1.1 from hyper with a header read timeout (a client that trickles
 //! its head, slow-loris, is closed); each connection serves the one stack
-//! (`stack`). On shutdown the listener closes first, hyper-util's graceful
-//! shutdown tells each connection to finish its response in flight and
-//! close, and streams still generating for a client that left get the
-//! rest of the grace period; when it runs out they end with their error
-//! event and the remaining connections are closed.
+//! (`stack`). On shutdown the listener closes first, each connection is
+//! told to finish its response in flight and close, and streams still
+//! generating for a client that left and tunnels (`tunnel`) get the rest
+//! of the grace period; when it runs out streams end with their error
+//! event, tunnels close, and the remaining connections are closed.
 //!
 //! With more than one serving thread, each runs a [`Serve`] of its own,
 //! with a listening socket of its own on the one port; the first writes
@@ -20,7 +20,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -28,6 +27,7 @@ use tokio::task::JoinSet;
 use crate::downstream::{Streams, raised};
 use crate::logs::{Field, Logger};
 use crate::stack::Phases;
+use crate::tunnel::Tunnels;
 
 /// How far off the runtime's next timer wake may be (see [`Serve::run`]).
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -38,6 +38,7 @@ pub(crate) struct Serve {
     pub(crate) listener: std::net::TcpListener,
     pub(crate) phases: Phases,
     pub(crate) streams: Arc<Streams>,
+    pub(crate) tunnels: Arc<Tunnels>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) header_read_timeout: Duration,
     pub(crate) grace: Duration,
@@ -54,6 +55,7 @@ impl Serve {
             listener,
             phases,
             streams,
+            tunnels,
             mut shutdown,
             header_read_timeout,
             grace,
@@ -74,7 +76,6 @@ impl Serve {
             }
         };
         let service = crate::stack::server::<Incoming>(phases);
-        let graceful = GracefulShutdown::new();
         let mut conns = JoinSet::new();
         // A timer that falls before the runtime's next timer wake has to
         // wake the worker parked on the driver (a system call and a
@@ -98,12 +99,24 @@ impl Serve {
                         let conn = http1::Builder::new()
                             .timer(TokioTimer::new())
                             .header_read_timeout(header_read_timeout)
-                            .serve_connection(TokioIo::new(stream), hyper_service);
-                        let conn = graceful.watch(conn);
+                            .serve_connection(TokioIo::new(stream), hyper_service)
+                            // A request that switches protocols leaves hyper
+                            // for a tunnel (`tunnel`).
+                            .with_upgrades();
                         let open = Arc::clone(&open);
+                        let mut stop = shutdown.clone();
                         open.fetch_add(1, Ordering::Relaxed);
                         conns.spawn(async move {
-                            let _ = conn.await;
+                            tokio::pin!(conn);
+                            tokio::select! {
+                                _ = conn.as_mut() => {}
+                                // Its response in flight finishes, then it
+                                // closes.
+                                () = raised(&mut stop) => {
+                                    conn.as_mut().graceful_shutdown();
+                                    let _ = conn.await;
+                                }
+                            }
                             open.fetch_sub(1, Ordering::Relaxed);
                         });
                     }
@@ -134,8 +147,9 @@ impl Serve {
         }
         let deadline = tokio::time::Instant::now() + grace;
         let drained = tokio::time::timeout_at(deadline, async {
-            graceful.shutdown().await;
+            while conns.join_next().await.is_some() {}
             streams.wait_idle().await;
+            tunnels.wait_idle().await;
         })
         .await
         .is_ok();

@@ -31,6 +31,8 @@ use crate::phases::read_body::{BodyLimits, ReadBody};
 use crate::phases::reserved::Reserved;
 use crate::proxy::{Proxy, ProxyService};
 use crate::routes::Router;
+use crate::tunnel::{Carrier, Tunnels};
+use tokio::sync::watch;
 
 /// Every phase and the proxy, as `Gateway::bind` builds them.
 pub(crate) struct Phases {
@@ -53,6 +55,8 @@ pub(crate) struct Common {
     streams: Arc<Streams>,
     keys: Arc<Keys>,
     slots: Arc<tokio::sync::Semaphore>,
+    tunnels: Arc<Tunnels>,
+    shutdown: watch::Receiver<bool>,
 }
 
 impl Common {
@@ -64,6 +68,7 @@ impl Common {
         shared: Shared,
         metrics: &Arc<Metrics>,
         streams: &Arc<Streams>,
+        shutdown: watch::Receiver<bool>,
     ) -> Self {
         Common {
             addr,
@@ -75,7 +80,14 @@ impl Common {
                 config.stream_secret.as_ref().map(|s| s.0.as_slice()),
             )),
             slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+            tunnels: Arc::new(Tunnels::new()),
+            shutdown,
         }
+    }
+
+    /// The tunnels open on every serving thread.
+    pub(crate) fn tunnels(&self) -> &Arc<Tunnels> {
+        &self.tunnels
     }
 }
 
@@ -90,6 +102,8 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
         streams,
         keys,
         slots,
+        tunnels,
+        shutdown,
     } = common;
     let router = Router::new(
         config.routes.clone(),
@@ -147,6 +161,15 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
             metrics: Arc::clone(metrics),
             logger: logger.clone(),
             comments: config.sse_comments,
+            carrier: Carrier {
+                client: tower_recovery::https::client(),
+                tunnels: Arc::clone(tunnels),
+                idle: config.policy.idle_timeout(),
+                head_timeout: config.policy.head_timeout(),
+                shutdown: shutdown.clone(),
+                grace: config.shutdown_grace,
+                logger: logger.clone(),
+            },
         },
     }
 }

@@ -30,7 +30,8 @@ pin_project! {
     /// head it holds the call and what the delivery needs, inline in the
     /// phases' future; the delivery (the stream log's opening, the first
     /// event) is several times that size and lasts until the head goes
-    /// out, so it is boxed when the head comes.
+    /// out, so it is boxed when the head comes. A tunnel's answer is
+    /// boxed from the start (`tunnel`).
     #[project = Projected]
     pub(crate) enum AnswerFuture {
         Calling {
@@ -63,6 +64,11 @@ impl AnswerFuture {
             call,
             then: Some(then),
         }
+    }
+
+    /// An answer made whole elsewhere (a tunnel's).
+    pub(super) fn boxed(answer: BoxFuture<Result<Response<GatewayBody>, Refusal>>) -> Self {
+        AnswerFuture::Delivering { delivery: answer }
     }
 
     pub(super) fn refused(refusal: Refusal) -> Self {

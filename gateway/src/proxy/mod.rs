@@ -22,8 +22,10 @@ use crate::forward::{Stack, Upstream, upstream_request};
 use crate::identity::{Keys, Owner};
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
+use crate::phase::BoxFuture;
 use crate::respond::Refusal;
-use crate::routes::Router;
+use crate::routes::{Router, Target};
+use crate::tunnel::{self, Carrier, TunnelSlot};
 use future::Then;
 
 pub(crate) use future::AnswerFuture;
@@ -37,6 +39,7 @@ pub(crate) struct Proxy {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) logger: Logger,
     pub(crate) comments: Comments,
+    pub(crate) carrier: Carrier,
 }
 
 /// [`Proxy`] as a service (clones share it).
@@ -53,6 +56,12 @@ impl Service<Request<Bytes>> for ProxyService {
     }
 
     fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        if let Some(upgrade) = tunnel::wanted(req.headers()).cloned() {
+            return match self.0.tunnel(req, upgrade) {
+                Ok(answer) => AnswerFuture::boxed(answer),
+                Err(refusal) => AnswerFuture::refused(refusal),
+            };
+        }
         match self.0.send(req) {
             Ok(Sent {
                 call,
@@ -91,16 +100,8 @@ impl Proxy {
     /// Routes `req` and makes its upstream request, with the call that
     /// sends it when polled.
     fn send(&self, req: Request<Bytes>) -> Result<Sent, Refusal> {
-        let target = self
-            .router
-            .target(req.uri().path(), req.uri().query())
-            .ok_or(Refusal::NoRoute)?;
+        let target = self.route(&req)?;
         let (mut parts, bytes) = req.into_parts();
-        let credentials = parts
-            .extensions
-            .get::<Credentials>()
-            .cloned()
-            .unwrap_or(Credentials::Own);
         let resumable = target.resumable
             && !parts
                 .headers
@@ -108,9 +109,7 @@ impl Proxy {
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off"));
         let owner = self.keys.owner(&parts.headers, self.credential_headers());
         let protocol = target.protocol.clone();
-        let mut upstream_req =
-            upstream_request(&parts, target.uri, bytes).map_err(|_| Refusal::Unforwardable)?;
-        upstream_req.headers_mut().remove(RESUMABLE_HEADER);
+        let mut upstream_req = rewrite(&parts, target.uri, &target.headers, bytes)?;
         // Kept on every send of the request, to an alternate too.
         upstream_req.extensions_mut().insert(target.http2);
         // What the body phase read of these bytes: the recovery layer does
@@ -118,17 +117,7 @@ impl Proxy {
         if let Some(read) = parts.extensions.remove::<ReadFields>() {
             upstream_req.extensions_mut().insert(read);
         }
-        credentials.apply(upstream_req.headers_mut(), &target.headers);
-        self.metrics.request();
-        self.logger.debug(
-            "request",
-            "forwarding upstream",
-            &[
-                ("method", Field::Str(parts.method.as_str())),
-                ("path", Field::Str(parts.uri.path())),
-                ("protocol", Field::Str(protocol.name())),
-            ],
-        );
+        self.log_forward(&parts, &protocol);
         let call = self.upstream.call(upstream_req, &protocol, target.declared);
         // The client's head (`parts`) ends here: it is a slice of its
         // connection's read buffer, and held while the upstream answers it
@@ -141,4 +130,67 @@ impl Proxy {
             owner,
         })
     }
+
+    /// A request that switches protocols, carried to its route's upstream
+    /// with the credentials it may spend (`tunnel`).
+    fn tunnel(
+        self: &Arc<Self>,
+        mut req: Request<Bytes>,
+        upgrade: http::HeaderValue,
+    ) -> Result<BoxFuture<Result<Response<GatewayBody>, Refusal>>, Refusal> {
+        let target = self.route(&req)?;
+        let client_side = hyper::upgrade::on(&mut req);
+        let (mut parts, bytes) = req.into_parts();
+        let slot = parts.extensions.remove::<TunnelSlot>();
+        let upstream_req = rewrite(&parts, target.uri, &target.headers, Bytes::new())?;
+        self.log_forward(&parts, &target.protocol);
+        let upstream_req = upstream_req.map(|_| tower_recovery::ReplayBody::full(bytes));
+        let proxy = Arc::clone(self);
+        Ok(Box::pin(async move {
+            proxy
+                .carrier
+                .open(upstream_req, upgrade, client_side, slot)
+                .await
+        }))
+    }
+
+    fn route(&self, req: &Request<Bytes>) -> Result<Target, Refusal> {
+        self.router
+            .target(req.uri().path(), req.uri().query())
+            .ok_or(Refusal::NoRoute)
+    }
+
+    fn log_forward(&self, parts: &http::request::Parts, protocol: &ProtocolKind) {
+        self.metrics.request();
+        self.logger.debug(
+            "request",
+            "forwarding upstream",
+            &[
+                ("method", Field::Str(parts.method.as_str())),
+                ("path", Field::Str(parts.uri.path())),
+                ("protocol", Field::Str(protocol.name())),
+            ],
+        );
+    }
+}
+
+/// The upstream request of the client's `parts` to `uri`: its headers
+/// filtered, with the credentials it may spend (`operator`'s, for a
+/// known client).
+fn rewrite(
+    parts: &http::request::Parts,
+    uri: http::Uri,
+    operator: &http::HeaderMap,
+    bytes: Bytes,
+) -> Result<Request<Full<Bytes>>, Refusal> {
+    let credentials = parts
+        .extensions
+        .get::<Credentials>()
+        .cloned()
+        .unwrap_or(Credentials::Own);
+    let mut upstream_req =
+        upstream_request(parts, uri, bytes).map_err(|_| Refusal::Unforwardable)?;
+    upstream_req.headers_mut().remove(RESUMABLE_HEADER);
+    credentials.apply(upstream_req.headers_mut(), operator);
+    Ok(upstream_req)
 }
