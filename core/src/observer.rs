@@ -123,6 +123,9 @@ enum Framing {
     Ndjson(NdjsonDecoder),
     /// A non-streamed JSON body, kept whole (capped) until EOF.
     Body(Vec<u8>),
+    /// The answer to a request that is not a generation: nothing decoded,
+    /// every byte output, the clean end its proof.
+    Opaque,
 }
 
 #[derive(Debug, Clone)]
@@ -586,6 +589,7 @@ impl StreamObserver {
         match form {
             BodyForm::Stream => Self::with_config(kind.clone(), config),
             BodyForm::WholeJson => Self::non_streaming(kind.clone(), config),
+            BodyForm::Opaque => Self::build(kind.clone(), config, Framing::Opaque),
         }
     }
 
@@ -717,6 +721,16 @@ impl StreamObserver {
                     Ok(())
                 }
             }
+            Framing::Opaque => {
+                // Every read is output: it commits the answer, and each one
+                // is progress for the watchdogs.
+                if !chunk.is_empty() {
+                    ev.progress.observe(SemanticKind::Content);
+                    let end_offset = ev.progress.raw_bytes;
+                    feed.committed_at.get_or_insert(end_offset);
+                }
+                Ok(())
+            }
         };
         if let Framing::Sse(dec) = &self.framing {
             // Copied when it changed at any dispatch of this read (even back
@@ -799,6 +813,12 @@ impl StreamObserver {
                 }
             }
             Framing::Sse(_) => self.unfinished(),
+            Framing::Opaque => {
+                self.ev.terminal = Some(Terminal::Success {
+                    proof: Proof::Strong,
+                });
+                None
+            }
         };
         self.ev.pending_at_eof = pending;
         if self.ev.terminal.is_none()
@@ -924,6 +944,7 @@ impl StreamObserver {
                 bytes: buf.len() as u64,
                 may_be_semantic: partial_body_may_be_semantic(buf),
             }),
+            Framing::Opaque => None,
         }
     }
 
@@ -943,6 +964,7 @@ impl StreamObserver {
             Framing::Sse(d) => d.buffered(),
             Framing::Ndjson(d) => d.buffered(),
             Framing::Body(b) => b.len(),
+            Framing::Opaque => 0,
         }
     }
 }

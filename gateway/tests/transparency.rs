@@ -170,3 +170,168 @@ async fn a_stream_error_before_the_first_token_is_the_providers_own() {
     );
     gw.shutdown().await;
 }
+
+/// A loopback upstream answering the endpoints of an API that are not
+/// generations: each path its own body and content type;
+/// `/v1/files/cut/content` declares 100 bytes, sends 10 and fails.
+async fn api_upstream() -> std::net::SocketAddr {
+    use http::Response;
+    use http_body_util::BodyExt as _;
+    use hyper::body::{Frame, Incoming};
+    type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let whole = |b: &'static [u8]| -> Body {
+                        Full::new(Bytes::from_static(b))
+                            .map_err(|e| match e {})
+                            .boxed()
+                    };
+                    let (status, ct, body): (u16, &str, Body) =
+                        match (req.method().as_str(), req.uri().path()) {
+                            ("GET", "/v1/models") => (200, "application/json", whole(MODELS)),
+                            ("POST", "/v1/embeddings") => {
+                                (200, "application/json", whole(EMBEDDING))
+                            }
+                            ("GET", "/v1/files/file-1/content") => {
+                                (200, "application/octet-stream", whole(FILE))
+                            }
+                            ("POST", "/v1/audio/speech") => (200, "audio/mpeg", whole(AUDIO)),
+                            ("DELETE", "/v1/files/file-1") => {
+                                (200, "application/json", whole(DELETED))
+                            }
+                            ("GET", "/v1/files/cut/content") => {
+                                // The first part leaves before the failure.
+                                let parts = futures_util::stream::unfold(0, |n| async move {
+                                    match n {
+                                        0 => Some((
+                                            Ok(Frame::data(Bytes::from_static(b"first part"))),
+                                            1,
+                                        )),
+                                        1 => {
+                                            tokio::time::sleep(std::time::Duration::from_millis(
+                                                100,
+                                            ))
+                                            .await;
+                                            Some((Err(std::io::Error::other("cut")), 2))
+                                        }
+                                        _ => None,
+                                    }
+                                });
+                                let body = http_body_util::StreamBody::new(parts);
+                                (200, "application/octet-stream", body.boxed())
+                            }
+                            _ => (
+                                404,
+                                "application/json",
+                                whole(br#"{"error":{"message":"no"}}"#),
+                            ),
+                        };
+                    let mut resp = Response::new(body);
+                    *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                    resp.headers_mut()
+                        .insert("content-type", ct.parse().unwrap());
+                    if req.uri().path() == "/v1/files/cut/content" {
+                        resp.headers_mut()
+                            .insert("content-length", "100".parse().unwrap());
+                    }
+                    Ok::<_, hyper::Error>(resp)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+const MODELS: &[u8] = br#"{"object":"list","data":[{"id":"gpt-5","object":"model","created":0,"owned_by":"system"}]}"#;
+const EMBEDDING: &[u8] = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25]}],"model":"e","usage":{"prompt_tokens":1,"total_tokens":1}}"#;
+const FILE: &[u8] = b"line one\nline two\n\x00\xff raw bytes";
+const AUDIO: &[u8] = b"ID3\x04\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x64 mp3 frames";
+const DELETED: &[u8] = br#"{"id":"file-1","object":"file","deleted":true}"#;
+
+#[tokio::test]
+async fn what_is_not_a_generation_passes_through_as_the_upstream_sent_it() {
+    let upstream = api_upstream().await;
+    let (logger, _) = recovery_gateway::logs::Logger::memory();
+    let gw = gateway(recovery_gateway::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: Some(format!("http://{upstream}").parse().unwrap()),
+        policy: policy(),
+        logger,
+        ..recovery_gateway::Config::default()
+    })
+    .await;
+    let send_as = |method: &str, path: &str, body: &'static str| {
+        Request::builder()
+            .method(method)
+            .uri(gw.url(path))
+            .header("authorization", AUTH)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap()
+    };
+    for (method, path, body, want, ct) in [
+        ("GET", "/v1/models", "", MODELS, "application/json"),
+        (
+            "POST",
+            "/v1/embeddings",
+            r#"{"model":"e","input":"hi"}"#,
+            EMBEDDING,
+            "application/json",
+        ),
+        (
+            "GET",
+            "/v1/files/file-1/content",
+            "",
+            FILE,
+            "application/octet-stream",
+        ),
+        (
+            "POST",
+            "/v1/audio/speech",
+            r#"{"model":"t","voice":"alloy","input":"hi"}"#,
+            AUDIO,
+            "audio/mpeg",
+        ),
+        (
+            "DELETE",
+            "/v1/files/file-1",
+            "",
+            DELETED,
+            "application/json",
+        ),
+    ] {
+        let answer = send(send_as(method, path, body)).await;
+        assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text());
+        assert_eq!(&answer.body[..], want, "{method} {path}");
+        assert_eq!(answer.headers["content-type"], ct, "{method} {path}");
+        assert!(
+            answer.headers.get("x-recovery-stream-id").is_none(),
+            "{method} {path} is no stream"
+        );
+    }
+    // A download cut after its first bytes ends broken, as it did
+    // upstream: no stream error event is written into a file.
+    let resp = tokio::time::timeout(
+        LIMIT,
+        client().request(send_as("GET", "/v1/files/cut/content", "")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let read = tokio::time::timeout(LIMIT, http_body_util::BodyExt::collect(resp.into_body()))
+        .await
+        .expect("the body ends");
+    assert!(read.is_err(), "a cut download is not a clean end");
+    gw.shutdown().await;
+}

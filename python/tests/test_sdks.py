@@ -367,3 +367,48 @@ def test_legacy_httpx_reset_before_the_first_token_is_the_whole_answer(fault_pro
     assert sends(path) == 2
     assert r.extensions["recovery_report"]["outcome"]["outcome"] == "completed"
     assert isinstance(legacy.RecoveryError("x"), httpx.ReadError)
+
+
+# ------------------------------------------------- what is not a generation
+
+MODELS_JSON = '{"object":"list","data":[{"id":"gpt-5","object":"model","created":0,"owned_by":"system"}]}'
+EMBEDDING_JSON = (
+    '{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25,-0.5]}],'
+    '"model":"text-embedding-3-small","usage":{"prompt_tokens":2,"total_tokens":2}}'
+)
+SPEECH = "ID3 not a stream of events"
+
+
+def load_api(p):
+    json_head = {"content-type": "application/json"}
+    load(
+        {
+            f"{p}/v1/models": [{"headers": json_head, "body": [MODELS_JSON]}],
+            f"{p}/v1/embeddings": [{"headers": json_head, "body": [EMBEDDING_JSON]}],
+            f"{p}/v1/audio/speech": [{"headers": {"content-type": "audio/mpeg"}, "body": [SPEECH]}],
+        }
+    )
+
+
+def test_a_model_list_an_embedding_and_speech_pass_through_the_transport(fault_provider):
+    p = prefix()
+    load_api(p)
+    client, transport = openai_client(p)
+    assert [m.id for m in client.models.list().data] == ["gpt-5"]
+    assert client.embeddings.create(model="text-embedding-3-small", input="hi").data[0].embedding == [0.25, -0.5]
+    assert client.audio.speech.create(model="tts-1", voice="alloy", input="hi").content == SPEECH.encode()
+    assert transport.last_report["outcome"]["outcome"] == "completed"
+    for path in ("/v1/models", "/v1/embeddings", "/v1/audio/speech"):
+        assert sends(f"{p}{path}") == 1, path
+
+
+@pytest.mark.anyio
+async def test_a_model_list_an_embedding_and_speech_pass_through_async(fault_provider, anyio_backend):
+    p = prefix()
+    load_api(p)
+    client, _ = openai_client(p, asynchronous=True)
+    assert [m.id async for m in client.models.list()] == ["gpt-5"]
+    embedding = await client.embeddings.create(model="text-embedding-3-small", input="hi")
+    assert embedding.data[0].embedding == [0.25, -0.5]
+    speech = await client.audio.speech.create(model="tts-1", voice="alloy", input="hi")
+    assert speech.content == SPEECH.encode()

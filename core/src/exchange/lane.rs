@@ -22,7 +22,7 @@ use super::timers::{Timer, Timers};
 use crate::failure::{Failure, FailureKind, Phase, Violation};
 use crate::lifecycle::CommitTrigger;
 use crate::progress::{Progress, Proof};
-use crate::protocol::ProtocolKind;
+use crate::protocol::{BodyForm, ProtocolKind};
 use crate::timing::Instant;
 
 /// One attempt's own state. See the module docs.
@@ -117,6 +117,13 @@ impl<C: AsRef<[u8]>, D: Decoded> Lane<C, D> {
                 return None;
             }
             Verdict::Answer(form) => form,
+        };
+        // Not a generation: the machine's own pass-through reads it, not a
+        // decoder of the protocol (`BodyForm::Opaque`).
+        let (form, decoded) = if route.generation {
+            (form, decoded)
+        } else {
+            (BodyForm::Opaque, None)
         };
         if let Some(kind) = decoded.as_ref().and_then(Decoded::protocol)
             && *kind != self.protocol

@@ -9,7 +9,7 @@ use super::io::RequestFacts;
 use crate::body_fields::BodyFields;
 use crate::cooldown::CooldownStore;
 use crate::failover::{PRIMARY, Target};
-use crate::protocol::{ProtocolChoice, ProtocolKind};
+use crate::protocol::{ProtocolChoice, ProtocolKind, is_generation};
 use crate::timing::Instant;
 
 /// The request's route. See the module docs.
@@ -24,6 +24,9 @@ pub(super) struct Route {
     pub(super) background: bool,
     /// The endpoint was declared an SSE server that honours `Last-Event-ID`.
     pub(super) sse_resumable: bool,
+    /// The request asks for a generation ([`is_generation`]); its answer is
+    /// passed through as it comes when not.
+    pub(super) generation: bool,
     /// The cooldown store shared with other requests, and this one's key.
     cooldown: Option<Shared>,
     /// Where each target sends (the request's own first); empty when the
@@ -71,6 +74,7 @@ impl Route {
             url: request.url.to_owned(),
             background: request.fields().background_stream(),
             sse_resumable: false,
+            generation: is_generation(request.method, request.url),
             cooldown: None,
             targets: Vec::new(),
             at: 0,

@@ -128,6 +128,11 @@ pub enum BodyForm {
     Stream,
     /// One whole JSON answer (`stream: false`), judged at its end.
     WholeJson,
+    /// The answer to a request that is not a generation ([`is_generation`]:
+    /// a model list, an embedding, a file, audio): its bytes reach the
+    /// caller as they come, the first of them commit it, and its clean end
+    /// is its proof.
+    Opaque,
 }
 
 impl BodyForm {
@@ -161,6 +166,132 @@ impl BodyForm {
         content_type.is_some_and(|v| media_type(v).eq_ignore_ascii_case("text/event-stream"))
     }
 }
+
+/// Whether a request asks for a generation, the answer a protocol's
+/// decoder reads, judged from its method and URL (absolute, or a path with
+/// its query) by one rule for every driver. Everything else the supported
+/// APIs answer is passed through as it comes ([`BodyForm::Opaque`]), so a
+/// client pointed at a recovering driver lists models, embeds, uploads
+/// and downloads as it does without one.
+///
+/// Not a generation:
+/// - a method other than `POST` and `GET` (`DELETE`, ...);
+/// - a model list or one model (`…/models`, `…/models/{id}`);
+/// - a path with a segment naming another resource: `embeddings`, `embed`,
+///   `files`, `audio`, `images`, `moderations`, `batches`, `uploads`,
+///   `fine_tuning`, `vector_stores`, `count_tokens`, `input_tokens`,
+///   `input_items`, `conversations`, `containers`, `evals`, `videos`,
+///   `realtime`, `rerank`, `tokenize`, `detokenize`, `cachedContents`,
+///   `tunedModels`, `operations`;
+/// - a Gemini method other than `generateContent` and
+///   `streamGenerateContent` (`:countTokens`, `:embedContent`, ...);
+/// - Ollama's `/api/…` other than `/api/chat` and `/api/generate`;
+/// - anything below a created answer: `…/chat/completions/{id}` and
+///   `…/responses/{id}/…`, and `GET …/responses/{id}` unless its query asks
+///   for `stream=true` (a background answer's stream, resumed).
+///
+/// Every other request is a generation of its protocol, as before: a
+/// server's own path for one (a protocol named for it) keeps its recovery.
+pub fn is_generation(method: &str, url: &str) -> bool {
+    let post = method.eq_ignore_ascii_case("POST");
+    if !post && !method.eq_ignore_ascii_case("GET") {
+        return false;
+    }
+    let (path, query) = match url.split_once('?') {
+        Some((p, q)) => (p, q.split('#').next().unwrap_or(q)),
+        None => (url.split('#').next().unwrap_or(url), ""),
+    };
+    // The path of an absolute URL: after its authority. A window scan, as
+    // in `ProtocolKind::guess` (`str::find` of a string would link the
+    // two-way searcher into the wasm module).
+    let path = match path.as_bytes().windows(3).position(|w| w == b"://") {
+        Some(i) => path[i + 3..].find('/').map_or("", |j| &path[i + 3 + j..]),
+        None => path,
+    };
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let gemini_method = segments
+        .last()
+        .and_then(|last| last.split_once(':'))
+        .map(|(_, m)| m);
+    if let Some(m) = gemini_method {
+        return m == "generateContent" || m == "streamGenerateContent";
+    }
+    if segments.iter().any(|s| OTHER_RESOURCES.contains(s)) {
+        return false;
+    }
+    // A model list or one model; a path below them is a server's own
+    // (Azure AI's `/models/chat/completions`).
+    if let Some(i) = segments.iter().position(|s| *s == "models")
+        && segments.len() - i <= 2
+    {
+        return false;
+    }
+    if let Some(i) = segments.iter().position(|s| *s == "api")
+        && let Some(next) = segments.get(i + 1)
+        && i + 2 == segments.len()
+        && matches!(
+            *next,
+            "tags"
+                | "show"
+                | "ps"
+                | "version"
+                | "pull"
+                | "push"
+                | "create"
+                | "copy"
+                | "delete"
+                | "blobs"
+        )
+    {
+        return false;
+    }
+    if let Some(i) = segments
+        .windows(2)
+        .position(|w| w == ["chat", "completions"])
+        && i + 2 < segments.len()
+    {
+        return false;
+    }
+    if let Some(i) = segments.iter().rposition(|s| *s == "responses")
+        && i + 1 < segments.len()
+    {
+        let below_one = i + 2 < segments.len();
+        let streamed = query
+            .split('&')
+            .any(|pair| pair.eq_ignore_ascii_case("stream=true"));
+        return !below_one && !post && streamed;
+    }
+    true
+}
+
+/// Path segments that name a resource other than a generation
+/// ([`is_generation`]).
+const OTHER_RESOURCES: [&str; 24] = [
+    "embeddings",
+    "embed",
+    "files",
+    "audio",
+    "images",
+    "moderations",
+    "batches",
+    "uploads",
+    "fine_tuning",
+    "vector_stores",
+    "count_tokens",
+    "input_tokens",
+    "input_items",
+    "conversations",
+    "containers",
+    "evals",
+    "videos",
+    "realtime",
+    "rerank",
+    "tokenize",
+    "detokenize",
+    "cachedContents",
+    "tunedModels",
+    "operations",
+];
 
 /// The media type of a `Content-Type` value: before any `;`, trimmed.
 fn media_type(value: &str) -> &str {
@@ -244,6 +375,66 @@ mod tests {
             assert!(!BodyForm::is_event_stream(Some(ct)), "{ct}");
         }
         assert!(!BodyForm::is_event_stream(None));
+    }
+
+    #[test]
+    fn generations_are_told_from_everything_else_an_api_answers() {
+        for (method, url) in [
+            ("POST", "/v1/chat/completions"),
+            ("POST", "https://api.openai.com/v1/chat/completions"),
+            (
+                "POST",
+                "/openai/deployments/d/chat/completions?api-version=1",
+            ),
+            ("POST", "/v1/completions"),
+            ("POST", "/v1/responses"),
+            ("GET", "/v1/responses/resp_1?stream=true&starting_after=4"),
+            ("POST", "/v1/messages"),
+            (
+                "POST",
+                "/v1beta/models/gemini-2.5:streamGenerateContent?alt=sse",
+            ),
+            ("POST", "/v1beta/models/gemini-2.5:generateContent"),
+            ("POST", "/api/chat"),
+            ("POST", "/api/generate"),
+            ("POST", "/v2/chat"),
+            ("POST", "/models/chat/completions?api-version=2024-05-01-preview"),
+            ("GET", "/custom/sse"),
+        ] {
+            assert!(is_generation(method, url), "{method} {url}");
+        }
+        for (method, url) in [
+            ("GET", "/v1/models"),
+            ("GET", "/v1/models/gpt-5"),
+            ("GET", "https://api.openai.com/v1/models"),
+            ("POST", "/v1/embeddings"),
+            ("GET", "/v1/files/file-1/content"),
+            ("POST", "/v1/files"),
+            ("POST", "/v1/audio/speech"),
+            ("POST", "/v1/audio/transcriptions"),
+            ("POST", "/v1/images/generations"),
+            ("POST", "/v1/moderations"),
+            ("POST", "/v1/batches"),
+            ("GET", "/v1/chat/completions/chatcmpl-1"),
+            ("GET", "/v1/chat/completions/chatcmpl-1/messages"),
+            ("GET", "/v1/responses/resp_1"),
+            ("GET", "/v1/responses/resp_1/input_items"),
+            ("POST", "/v1/responses/resp_1/cancel"),
+            ("POST", "/v1/responses/input_tokens"),
+            ("DELETE", "/v1/responses/resp_1"),
+            ("POST", "/v1/messages/count_tokens"),
+            ("POST", "/v1/messages/batches"),
+            ("POST", "/v1beta/models/gemini-2.5:countTokens"),
+            ("POST", "/v1beta/models/text-embedding:embedContent"),
+            ("GET", "/v1beta/models"),
+            ("GET", "/api/tags"),
+            ("POST", "/api/show"),
+            ("POST", "/api/embed"),
+            ("POST", "/api/pull"),
+            ("POST", "/v1/rerank"),
+        ] {
+            assert!(!is_generation(method, url), "{method} {url}");
+        }
     }
 
     #[test]

@@ -35,7 +35,9 @@ pub(crate) use errors::classify_error_body;
 #[cfg(feature = "gemini")]
 pub(crate) use gemini::Gemini;
 pub(crate) use generic::GenericSse;
-pub use kind::{BodyForm, ProtocolChoice, ProtocolKind, SseTerminal, UnknownProtocol};
+pub use kind::{
+    BodyForm, ProtocolChoice, ProtocolKind, SseTerminal, UnknownProtocol, is_generation,
+};
 #[cfg(feature = "ollama")]
 pub(crate) use ollama::Ollama;
 #[cfg(feature = "openai-chat")]

@@ -64,6 +64,9 @@ pub(crate) struct Delivery<'a> {
     pub(crate) protocol: ProtocolKind,
     /// Whether a streamed SSE answer becomes resumable.
     pub(crate) resumable: bool,
+    /// Whether the request asked for a generation: the answer to any other
+    /// is passed through as it came, never framed as a stream.
+    pub(crate) generation: bool,
     /// Whose stream it becomes.
     pub(crate) owner: Owner,
     pub(crate) logical_id: String,
@@ -137,9 +140,9 @@ impl Delivery<'_> {
             .get(CONTENT_TYPE)
             .map(|v| HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone()));
         let media = content_type.as_ref().and_then(|v| v.to_str().ok());
-        let streamed = status.is_success() && BodyForm::of(media) == BodyForm::Stream;
-        let sse =
-            status.is_success() && BodyForm::is_event_stream(media) && !self.protocol.is_ndjson();
+        let answer = status.is_success() && self.generation;
+        let streamed = answer && BodyForm::of(media) == BodyForm::Stream;
+        let sse = answer && BodyForm::is_event_stream(media) && !self.protocol.is_ndjson();
         if !(sse && self.resumable) {
             let report = parts
                 .extensions

@@ -55,6 +55,7 @@ pub(super) struct Then {
     pub(super) proxy: Arc<Proxy>,
     pub(super) protocol: ProtocolKind,
     pub(super) resumable: bool,
+    pub(super) generation: bool,
     pub(super) owner: Owner,
 }
 
@@ -122,6 +123,7 @@ impl Then {
                 proxy,
                 protocol,
                 resumable,
+                generation,
                 owner,
             } = self;
             Delivery {
@@ -131,6 +133,7 @@ impl Then {
                 comments: proxy.comments,
                 protocol,
                 resumable,
+                generation,
                 owner,
                 logical_id,
             }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response};
 use http_body_util::Full;
 use recovery_core::body_fields::ReadFields;
-use recovery_core::protocol::ProtocolKind;
+use recovery_core::protocol::{ProtocolKind, is_generation};
 use tower_service::Service;
 
 use crate::auth::Credentials;
@@ -67,6 +67,7 @@ impl Service<Request<Bytes>> for ProxyService {
                 call,
                 protocol,
                 resumable,
+                generation,
                 owner,
             }) => AnswerFuture::calling(
                 call,
@@ -74,6 +75,7 @@ impl Service<Request<Bytes>> for ProxyService {
                     proxy: Arc::clone(&self.0),
                     protocol,
                     resumable,
+                    generation,
                     owner,
                 },
             ),
@@ -89,6 +91,7 @@ struct Sent {
     call: tower::util::Oneshot<Stack, Request<Full<Bytes>>>,
     protocol: ProtocolKind,
     resumable: bool,
+    generation: bool,
     owner: Owner,
 }
 
@@ -110,6 +113,14 @@ impl Proxy {
         let owner = self.keys.owner(&parts.headers, self.credential_headers());
         let protocol = target.protocol.clone();
         let mut upstream_req = rewrite(&parts, target.uri, &target.headers, bytes)?;
+        // The rule the recovery layer applies to the same request.
+        let generation = is_generation(
+            parts.method.as_str(),
+            upstream_req
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str()),
+        );
         // Kept on every send of the request, to an alternate too.
         upstream_req.extensions_mut().insert(target.http2);
         // What the body phase read of these bytes: the recovery layer does
@@ -127,6 +138,7 @@ impl Proxy {
             call,
             protocol,
             resumable,
+            generation,
             owner,
         })
     }

@@ -4,7 +4,7 @@ use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
 use http_body::Body;
-use recovery_core::protocol::{BodyForm, ProtocolKind};
+use recovery_core::protocol::{BodyForm, ProtocolKind, is_generation};
 use recovery_core::wire::Limits;
 use tower_service::Service;
 
@@ -58,10 +58,15 @@ where
             Some(p) => p.0.clone(),
             None => self.protocol.clone(),
         };
+        let generation = is_generation(
+            req.method().as_str(),
+            req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        );
         ObserveFuture {
             inner: self.inner.call(req),
             protocol: Some(protocol),
             limits: self.limits,
+            generation,
         }
     }
 }
@@ -74,6 +79,9 @@ pin_project_lite::pin_project! {
         inner: F,
         protocol: Option<ProtocolKind>,
         limits: Limits,
+        // Whether the request asks for a generation: an answer to any
+        // other is passed through, not decoded (`BodyForm::Opaque`).
+        generation: bool,
     }
 }
 
@@ -93,13 +101,18 @@ where
         // passed through untouched for the recovery layer to classify.
         let body = if parts.status.is_success() {
             // One rule for every driver: a JSON answer is a whole
-            // (non-streamed) body, judged at its end.
-            let form = BodyForm::of(
-                parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok()),
-            );
+            // (non-streamed) body, judged at its end; the answer to a
+            // request that is not a generation is not judged at all.
+            let form = if *this.generation {
+                BodyForm::of(
+                    parts
+                        .headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok()),
+                )
+            } else {
+                BodyForm::Opaque
+            };
             let observer = StreamObserver::for_form(&protocol, *this.limits, form);
             let handle = ObserveHandle::new(protocol);
             parts.extensions.insert(handle.clone());
