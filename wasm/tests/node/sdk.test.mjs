@@ -3,7 +3,8 @@
 // each with its own retries off, against the fault provider: a reset before
 // the first token and an overloaded in-stream error are both recovered and
 // the stream completes with the full text exactly once; an overloaded
-// primary fails over to an alternate before the first token.
+// primary fails over to an alternate before the first token; a model list,
+// an embedding and speech, which are not generations, pass through.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -166,4 +167,34 @@ test('bad alternates are typed option errors', () => {
   ]) {
     assert.throws(() => createRecoveringFetch({ alternates }), (e) => e.code === 'invalid_option' && e.message.includes(field), field);
   }
+});
+
+test('openai SDK: a model list, an embedding and speech pass through as they came', async () => {
+  const base = prefix('openai-api');
+  const json = { 'content-type': 'application/json' };
+  const models = '{"object":"list","data":[{"id":"gpt-5","object":"model","created":0,"owned_by":"system"}]}';
+  const embedding =
+    '{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25,-0.5]}],"model":"e","usage":{"prompt_tokens":2,"total_tokens":2}}';
+  const speech = 'ID3 not a stream of events';
+  await load({
+    [`${base}/v1/models`]: [{ headers: json, body: [models] }],
+    [`${base}/v1/embeddings`]: [{ headers: json, body: [embedding] }],
+    [`${base}/v1/audio/speech`]: [{ headers: { 'content-type': 'audio/mpeg' }, body: [speech] }],
+  });
+  const events = [];
+  const client = new OpenAI({
+    apiKey: 'test-key',
+    baseURL: `${FAULT}${base}/v1`,
+    maxRetries: 0,
+    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
+  });
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  assert.deepEqual(ids, ['gpt-5']);
+  const e = await client.embeddings.create({ model: 'e', input: 'hi', encoding_format: 'float' });
+  assert.deepEqual(e.data[0].embedding, [0.25, -0.5]);
+  const audio = await client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: 'hi' });
+  assert.equal(Buffer.from(await audio.arrayBuffer()).toString(), speech);
+  for (const p of ['/v1/models', '/v1/embeddings', '/v1/audio/speech']) assert.equal(await count(`${base}${p}`), 1, p);
+  assert.deepEqual(terminals(events).map((t) => t.event), ['completed', 'completed', 'completed']);
 });
