@@ -213,3 +213,36 @@ class ResponsesResume(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
+
+
+class NotAGeneration(unittest.TestCase):
+    """What the SDK asks besides generations passes through the gateway
+    as the provider answered it."""
+
+    def test_a_model_list_an_embedding_and_speech(self):
+        prefix = "/not-a-generation"
+        json_head = {"content-type": "application/json"}
+        models = '{"object":"list","data":[{"id":"gpt-5","object":"model","created":0,"owned_by":"system"}]}'
+        embedding = (
+            '{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25,-0.5]}],'
+            '"model":"e","usage":{"prompt_tokens":2,"total_tokens":2}}'
+        )
+        speech = "ID3 not a stream of events"
+        load(
+            {
+                f"{prefix}/v1/models": [{"headers": json_head, "body": [models]}],
+                f"{prefix}/v1/embeddings": [{"headers": json_head, "body": [embedding]}],
+                f"{prefix}/v1/audio/speech": [{"headers": {"content-type": "audio/mpeg"}, "body": [speech]}],
+            }
+        )
+        c = client(prefix)
+        self.assertEqual([m.id for m in c.models.list().data], ["gpt-5"])
+        self.assertEqual(
+            c.embeddings.create(model="e", input="hi", encoding_format="float").data[0].embedding,
+            [0.25, -0.5],
+        )
+        self.assertEqual(
+            c.audio.speech.create(model="tts-1", voice="alloy", input="hi").content, speech.encode()
+        )
+        for path in ("/v1/models", "/v1/embeddings", "/v1/audio/speech"):
+            self.assertEqual(sends(f"{prefix}{path}"), 1, path)
