@@ -41,6 +41,7 @@ pub struct Metrics {
     outcomes: [AtomicU64; 4],
     reconnects: AtomicU64,
     streams_active: AtomicU64,
+    tunnels_active: AtomicU64,
     rejected: AtomicU64,
     body_timeouts: AtomicU64,
     /// Request durations, one histogram per terminal outcome.
@@ -86,6 +87,8 @@ pub struct Snapshot {
     pub downstream_reconnects: u64,
     /// Streams running now (upstream generations the gateway reads).
     pub streams_active: u64,
+    /// Tunnels open now (switched protocols, a WebSocket's).
+    pub tunnels_active: u64,
     /// Requests refused at the stream limit.
     pub rejected: u64,
     /// Request bodies that missed their read deadline.
@@ -107,6 +110,7 @@ impl Default for Metrics {
             outcomes: Default::default(),
             reconnects: zero(),
             streams_active: zero(),
+            tunnels_active: zero(),
             rejected: zero(),
             body_timeouts: zero(),
             durations: std::array::from_fn(|_| Histogram::seconds(SECONDS)),
@@ -235,6 +239,16 @@ impl Metrics {
         self.streams_active.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// A tunnel opened (`+1`) or closed (`-1`).
+    pub(crate) fn tunnel_opened(&self) {
+        self.tunnels_active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// See [`Metrics::tunnel_opened`].
+    pub(crate) fn tunnel_closed(&self) {
+        self.tunnels_active.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> Snapshot {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -253,6 +267,7 @@ impl Metrics {
             cancelled: get(&self.outcomes[3]),
             downstream_reconnects: get(&self.reconnects),
             streams_active: get(&self.streams_active),
+            tunnels_active: get(&self.tunnels_active),
             rejected: get(&self.rejected),
             body_timeouts: get(&self.body_timeouts),
         }
@@ -268,8 +283,11 @@ impl Metrics {
             out,
             "# HELP recovery_gateway_streams_active Upstream generations running now.\n\
              # TYPE recovery_gateway_streams_active gauge\n\
-             recovery_gateway_streams_active {}\n",
-            s.streams_active
+             recovery_gateway_streams_active {}\n\
+             # HELP recovery_gateway_tunnels_active Switched connections (WebSockets) carried now.\n\
+             # TYPE recovery_gateway_tunnels_active gauge\n\
+             recovery_gateway_tunnels_active {}\n",
+            s.streams_active, s.tunnels_active
         );
         self.render_histograms(&mut out);
         self.render_bounds(&mut out);
@@ -541,6 +559,7 @@ mod tests {
             "recovery_gateway_outcomes_total{outcome=\"completed\"} 0",
             "recovery_gateway_downstream_reconnects_total 0",
             "recovery_gateway_streams_active 0",
+            "recovery_gateway_tunnels_active 0",
         ] {
             assert_eq!(text.lines().filter(|l| *l == name).count(), 1, "{name}");
         }

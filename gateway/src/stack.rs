@@ -80,7 +80,7 @@ impl Common {
                 config.stream_secret.as_ref().map(|s| s.0.as_slice()),
             )),
             slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
-            tunnels: Arc::new(Tunnels::new()),
+            tunnels: Arc::new(Tunnels::new(Arc::clone(metrics))),
             shutdown,
         }
     }

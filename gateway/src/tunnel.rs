@@ -43,6 +43,7 @@ use crate::body::{BoxError, GatewayBody, full};
 use crate::downstream::raised;
 use crate::forward::{HttpsClient, response_headers};
 use crate::logs::{Field, Level, Logger};
+use crate::metrics::Metrics;
 use crate::respond::Refusal;
 
 /// The protocol a request asks to switch to, when the gateway carries the
@@ -84,12 +85,14 @@ impl TunnelSlot {
 #[derive(Debug)]
 pub(crate) struct Tunnels {
     open: watch::Sender<usize>,
+    metrics: Arc<Metrics>,
 }
 
 impl Tunnels {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         Tunnels {
             open: watch::channel(0).0,
+            metrics,
         }
     }
 
@@ -101,6 +104,7 @@ impl Tunnels {
 
     fn opened(self: &Arc<Self>) -> Opened {
         self.open.send_modify(|n| *n += 1);
+        self.metrics.tunnel_opened();
         Opened(Arc::clone(self))
     }
 }
@@ -110,6 +114,7 @@ struct Opened(Arc<Tunnels>);
 
 impl Drop for Opened {
     fn drop(&mut self) {
+        self.0.metrics.tunnel_closed();
         self.0.open.send_modify(|n| *n -= 1);
     }
 }

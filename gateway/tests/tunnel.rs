@@ -311,6 +311,12 @@ async fn a_tunnel_keeps_its_stream_slot_until_it_closes() {
 
     let plain = || support::send(support::post(gw.url(support::CHAT), "{}"));
     assert_eq!(plain().await.status, 503, "the tunnel holds the one slot");
+    assert_eq!(gw.metrics().tunnels_active, 1);
+    let exposed = support::send(support::get(gw.url("/metrics"))).await.text();
+    assert!(
+        exposed.contains("\nrecovery_gateway_tunnels_active 1\n"),
+        "{exposed}"
+    );
     drop(s);
     let freed = tokio::time::timeout(LIMIT, async {
         loop {
@@ -325,6 +331,7 @@ async fn a_tunnel_keeps_its_stream_slot_until_it_closes() {
     .expect("the slot is free once the tunnel closed");
     assert_eq!(freed.status, 200);
     assert!(freed.text().contains("plain"), "{}", freed.text());
+    assert_eq!(gw.metrics().tunnels_active, 0);
     gw.shutdown().await;
 }
 

@@ -398,7 +398,10 @@ mod tests {
             ("POST", "/api/chat"),
             ("POST", "/api/generate"),
             ("POST", "/v2/chat"),
-            ("POST", "/models/chat/completions?api-version=2024-05-01-preview"),
+            (
+                "POST",
+                "/models/chat/completions?api-version=2024-05-01-preview",
+            ),
             ("GET", "/custom/sse"),
         ] {
             assert!(is_generation(method, url), "{method} {url}");
