@@ -174,7 +174,12 @@ impl<C: AsRef<[u8]>, D: Decoded> Lane<C, D> {
         self.outbox.new_attempt();
         let head_timeout = course.policy().head_timeout();
         self.attempt.send(now, head_timeout, &mut self.timers);
-        if let Some(after) = course.hedge_delay(resumed) {
+        // A hedge races for a first token; a request that is not a
+        // generation has none, and sending it twice could do its work
+        // twice (an upload).
+        if route.generation
+            && let Some(after) = course.hedge_delay(resumed)
+        {
             self.timers.set(Timer::Hedge, Some(now + after));
         }
         if !resumed {
