@@ -247,6 +247,14 @@ pub(crate) fn response_headers(src: &HeaderMap) -> HeaderMap {
     strip(src, &[header::CONTENT_LENGTH])
 }
 
+/// The headers of an answer whose bytes pass on exactly as they came (one
+/// that is not a generation): the upstream's, less hop-by-hop ones, its
+/// length kept (a download's progress is read from it; a body cut short
+/// of it ends broken, as upstream).
+pub(crate) fn exact_response_headers(src: &HeaderMap) -> HeaderMap {
+    strip(src, &[])
+}
+
 /// The upstream request: `method`, `uri`, the filtered headers and the
 /// buffered body.
 pub(crate) fn upstream_request(

@@ -41,7 +41,7 @@ use tower_recovery::https::Http2;
 
 use crate::body::{BoxError, GatewayBody, full};
 use crate::downstream::raised;
-use crate::forward::{HttpsClient, response_headers};
+use crate::forward::{HttpsClient, exact_response_headers, response_headers};
 use crate::logs::{Field, Level, Logger};
 use crate::metrics::Metrics;
 use crate::respond::Refusal;
@@ -204,7 +204,7 @@ impl Carrier {
             let (parts, body) = answer.into_parts();
             let mut out = Response::new(body.map_err(BoxError::from).boxed_unsync());
             *out.status_mut() = parts.status;
-            *out.headers_mut() = response_headers(&parts.headers);
+            *out.headers_mut() = exact_response_headers(&parts.headers);
             return Ok(out);
         }
         let upstream_side = hyper::upgrade::on(&mut answer);

@@ -314,6 +314,11 @@ async fn what_is_not_a_generation_passes_through_as_the_upstream_sent_it() {
         assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text());
         assert_eq!(&answer.body[..], want, "{method} {path}");
         assert_eq!(answer.headers["content-type"], ct, "{method} {path}");
+        assert_eq!(
+            answer.headers["content-length"],
+            want.len().to_string().as_str(),
+            "{method} {path}: the length passes on"
+        );
         assert!(
             answer.headers.get("x-recovery-stream-id").is_none(),
             "{method} {path} is no stream"

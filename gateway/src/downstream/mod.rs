@@ -132,7 +132,11 @@ impl Delivery<'_> {
                 return Err(Refusal::Upstream(failure));
             }
         };
-        let headers = crate::forward::response_headers(&parts.headers);
+        let headers = if self.generation {
+            crate::forward::response_headers(&parts.headers)
+        } else {
+            crate::forward::exact_response_headers(&parts.headers)
+        };
         // A copy: a clone would be a slice of the upstream connection's
         // read buffer, held with the stream (for reconnects) for its life.
         let content_type = parts
