@@ -406,3 +406,118 @@ async fn an_h2c_upgrade_is_declined_and_the_request_goes_on_as_http_1_1() {
     drop(s);
     gw.shutdown().await;
 }
+
+/// A WebSocket server (tungstenite): greets with a text message, answers
+/// each text message in upper case and each binary one reversed, and
+/// closes when asked; what the handshake carried as `authorization`.
+async fn websocket_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::handshake::server::{
+        Request as WsRequest, Response as WsResponse,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&keys);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                // The callback's type is tungstenite's.
+                #[allow(clippy::result_large_err)]
+                let record = |req: &WsRequest, resp: WsResponse| {
+                    let key = req
+                        .headers()
+                        .get("authorization")
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default();
+                    seen.lock().unwrap().push(key);
+                    Ok(resp)
+                };
+                let mut ws = tokio_tungstenite::accept_hdr_async(stream, record)
+                    .await
+                    .unwrap();
+                ws.send(Message::text(r#"{"type":"session.created"}"#))
+                    .await
+                    .unwrap();
+                while let Some(Ok(message)) = ws.next().await {
+                    let answer = match message {
+                        Message::Text(t) => Message::text(t.as_str().to_uppercase()),
+                        Message::Binary(b) => {
+                            Message::binary(b.iter().rev().copied().collect::<Vec<u8>>())
+                        }
+                        Message::Close(_) => break,
+                        _ => continue,
+                    };
+                    if ws.send(answer).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = ws.close(None).await;
+            });
+        }
+    });
+    (addr, keys)
+}
+
+#[tokio::test]
+async fn a_websocket_client_and_server_speak_through_the_gateway() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let (up, keys) = websocket_upstream().await;
+    let gw = gateway(config(up)).await;
+    let mut request = format!("ws://{}/v1/realtime?model=gpt-realtime", gw.local_addr())
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "authorization",
+        HeaderValue::from_static("Bearer sk-own-key"),
+    );
+    let tcp = TcpStream::connect(gw.local_addr()).await.unwrap();
+    let (mut ws, answer) =
+        tokio::time::timeout(LIMIT, tokio_tungstenite::client_async(request, tcp))
+            .await
+            .expect("the handshake is answered")
+            .expect("the switch is accepted");
+    assert_eq!(answer.status(), StatusCode::SWITCHING_PROTOCOLS);
+    let greeting = tokio::time::timeout(LIMIT, ws.next())
+        .await
+        .expect("a message crosses")
+        .expect("the socket is open")
+        .unwrap();
+    assert_eq!(greeting, Message::text(r#"{"type":"session.created"}"#));
+    ws.send(Message::text("response.create")).await.unwrap();
+    let reply = tokio::time::timeout(LIMIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply, Message::text("RESPONSE.CREATE"));
+    ws.send(Message::binary(vec![1u8, 2, 3, 255]))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(LIMIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply, Message::binary(vec![255u8, 3, 2, 1]));
+    // The closing handshake crosses too: the server's close frame comes
+    // back, then the end.
+    ws.close(None).await.unwrap();
+    let rest = tokio::time::timeout(LIMIT, async {
+        let mut rest = Vec::new();
+        while let Some(Ok(m)) = ws.next().await {
+            rest.push(m);
+        }
+        rest
+    })
+    .await
+    .expect("the socket closes");
+    assert!(rest.iter().all(Message::is_close), "{rest:?}");
+    assert_eq!(keys.lock().unwrap().as_slice(), ["Bearer sk-own-key"]);
+    drop(ws);
+    gw.shutdown().await;
+}
