@@ -182,7 +182,8 @@ impl BodyForm {
 ///   `fine_tuning`, `vector_stores`, `count_tokens`, `input_tokens`,
 ///   `input_items`, `conversations`, `containers`, `evals`, `videos`,
 ///   `realtime`, `rerank`, `tokenize`, `detokenize`, `cachedContents`,
-///   `tunedModels`, `operations`;
+///   `tunedModels`, `operations`, `fileSearchStores`, `assistants`,
+///   `threads`, `organization(s)`, `skills`, `chatkit`, `graders`, `ocr`;
 /// - a Gemini method other than `generateContent` and
 ///   `streamGenerateContent` (`:countTokens`, `:embedContent`, ...);
 /// - Ollama's `/api/…` other than `/api/chat` and `/api/generate`;
@@ -266,7 +267,7 @@ pub fn is_generation(method: &str, url: &str) -> bool {
 
 /// Path segments that name a resource other than a generation
 /// ([`is_generation`]).
-const OTHER_RESOURCES: [&str; 24] = [
+const OTHER_RESOURCES: [&str; 33] = [
     "embeddings",
     "embed",
     "files",
@@ -291,6 +292,15 @@ const OTHER_RESOURCES: [&str; 24] = [
     "cachedContents",
     "tunedModels",
     "operations",
+    "fileSearchStores",
+    "assistants",
+    "threads",
+    "organization",
+    "organizations",
+    "skills",
+    "chatkit",
+    "graders",
+    "ocr",
 ];
 
 /// The media type of a `Content-Type` value: before any `;`, trimmed.
@@ -398,6 +408,7 @@ mod tests {
             ("POST", "/api/chat"),
             ("POST", "/api/generate"),
             ("POST", "/v2/chat"),
+            ("POST", "/v1/agents/completions"),
             (
                 "POST",
                 "/models/chat/completions?api-version=2024-05-01-preview",
@@ -435,6 +446,9 @@ mod tests {
             ("POST", "/api/embed"),
             ("POST", "/api/pull"),
             ("POST", "/v1/rerank"),
+            ("GET", "/v1/organizations/usage_report/messages"),
+            ("POST", "/v1/skills"),
+            ("POST", "/v1/threads/thread_1/runs"),
         ] {
             assert!(!is_generation(method, url), "{method} {url}");
         }
