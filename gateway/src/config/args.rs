@@ -81,6 +81,9 @@ that is not loopback. `recovery-gateway hash-key --name team < key` prints an en
 Reserved paths: GET /healthz, GET /metrics, GET /streams/<id>?after=<seq>.
 Streams are readable only with the credentials that created them; a request
 with `x-recovery-resumable: off` gets the upstream's bytes as they came.
+Requests that are not generations (model lists, embeddings, files, audio)
+pass through as they came; a WebSocket handshake (Upgrade) becomes a tunnel
+that holds a max_streams slot and closes after the policy's idle_timeout_ms.
 Exit status: 0 after a graceful shutdown (SIGTERM, SIGINT), 2 on bad usage or configuration.
 
 Example:
