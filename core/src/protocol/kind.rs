@@ -183,7 +183,8 @@ impl BodyForm {
 ///   `input_items`, `conversations`, `containers`, `evals`, `videos`,
 ///   `realtime`, `rerank`, `tokenize`, `detokenize`, `cachedContents`,
 ///   `tunedModels`, `operations`, `fileSearchStores`, `assistants`,
-///   `threads`, `organization(s)`, `skills`, `chatkit`, `graders`, `ocr`;
+///   `threads`, `organization(s)`, `skills`, `chatkit`, `graders`, `ocr`,
+///   `score`, `classify`, `pooling`;
 /// - a Gemini method other than `generateContent` and
 ///   `streamGenerateContent` (`:countTokens`, `:embedContent`, ...);
 /// - Ollama's `/api/…` other than `/api/chat` and `/api/generate`;
@@ -267,7 +268,7 @@ pub fn is_generation(method: &str, url: &str) -> bool {
 
 /// Path segments that name a resource other than a generation
 /// ([`is_generation`]).
-const OTHER_RESOURCES: [&str; 33] = [
+const OTHER_RESOURCES: [&str; 36] = [
     "embeddings",
     "embed",
     "files",
@@ -301,6 +302,9 @@ const OTHER_RESOURCES: [&str; 33] = [
     "chatkit",
     "graders",
     "ocr",
+    "score",
+    "classify",
+    "pooling",
 ];
 
 /// The media type of a `Content-Type` value: before any `;`, trimmed.
@@ -446,6 +450,7 @@ mod tests {
             ("POST", "/api/embed"),
             ("POST", "/api/pull"),
             ("POST", "/v1/rerank"),
+            ("POST", "/v1/score"),
             ("GET", "/v1/organizations/usage_report/messages"),
             ("POST", "/v1/skills"),
             ("POST", "/v1/threads/thread_1/runs"),
