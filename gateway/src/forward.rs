@@ -11,10 +11,8 @@
 use crate::config::{AlternateRoute, Declared};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri};
-use http_body_util::Full;
 use recovery_core::budget::{RetryBudget, RetryBudgetConfig};
 use recovery_core::call::RecoveryCall;
 use recovery_core::cooldown::{CooldownStore, Cooldowns};
@@ -30,6 +28,7 @@ use tower_recovery::{ObserveLayer, RecoveryBody, RecoveryLayer, TokioTiming};
 
 use crate::logs::{Field, Level, Logger};
 use crate::metrics::Metrics;
+use crate::request_body::RequestBody;
 
 /// The HTTP client under the stacks (`tower_recovery::https`).
 pub(crate) type HttpsClient = tower_recovery::https::HttpsClient;
@@ -129,11 +128,15 @@ impl Upstream {
     /// that declares `declared` of its model.
     pub(crate) fn call(
         &self,
-        mut req: Request<Full<Bytes>>,
+        mut req: Request<RequestBody>,
         protocol: &ProtocolKind,
         declared: Declared,
-    ) -> tower::util::Oneshot<Stack, Request<Full<Bytes>>> {
+    ) -> tower::util::Oneshot<Stack, Request<RequestBody>> {
         let mut call = RecoveryCall::new().with_protocol(protocol.clone());
+        if req.body().is_upload() {
+            // Sent once as it arrives, never held (`request_body`).
+            call = call.streaming_body();
+        }
         if let Some(tokens) = declared.context_window {
             call = call.with_context_window(tokens);
         }
@@ -256,16 +259,16 @@ pub(crate) fn exact_response_headers(src: &HeaderMap) -> HeaderMap {
 }
 
 /// The upstream request: `method`, `uri`, the filtered headers and the
-/// buffered body.
+/// body.
 pub(crate) fn upstream_request(
     parts: &http::request::Parts,
     uri: Uri,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: RequestBody,
+) -> Result<Request<RequestBody>, http::Error> {
     let mut req = Request::builder()
         .method(parts.method.clone())
         .uri(uri)
-        .body(Full::new(body))?;
+        .body(body)?;
     *req.headers_mut() = request_headers(&parts.headers);
     Ok(req)
 }

@@ -58,6 +58,7 @@ pub mod metrics;
 mod phase;
 mod phases;
 mod proxy;
+mod request_body;
 mod respond;
 mod routes;
 mod server;

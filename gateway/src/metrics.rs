@@ -208,6 +208,7 @@ impl Metrics {
                 config.max_readers_per_stream as u64,
             ),
             ("max_body_bytes", config.max_body_bytes as u64),
+            ("max_upload_bytes", config.max_upload_bytes as u64),
             (
                 "body_read_timeout_ms",
                 config.body_read_timeout.as_millis() as u64,

@@ -131,6 +131,7 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
         read_body: ReadBody {
             limits: BodyLimits {
                 max_bytes: config.max_body_bytes,
+                max_upload_bytes: config.max_upload_bytes,
                 timeout: config.body_read_timeout,
                 min_bytes_per_sec: config.body_min_bytes_per_sec,
             },
@@ -186,7 +187,8 @@ pub(crate) fn server<B>(
 + Send
 + 'static
 where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
 {
     let stack = ServiceBuilder::new()
         .layer(RescueLayer)

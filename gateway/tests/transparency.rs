@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
@@ -338,5 +340,142 @@ async fn what_is_not_a_generation_passes_through_as_the_upstream_sent_it() {
         .await
         .expect("the body ends");
     assert!(read.is_err(), "a cut download is not a clean end");
+    gw.shutdown().await;
+}
+
+/// A loopback upstream that counts the bytes of each request body as they
+/// arrive and answers, at the body's end, with their number and a sum.
+async fn counting_upstream() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use http::Response;
+    use http_body_util::BodyExt as _;
+    use hyper::body::Incoming;
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&arrived);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        let mut body = req.into_body();
+                        let (mut n, mut sum) = (0usize, 0u64);
+                        while let Some(Ok(frame)) = body.frame().await {
+                            if let Ok(data) = frame.into_data() {
+                                n += data.len();
+                                sum += data.iter().map(|b| u64::from(*b)).sum::<u64>();
+                                seen.store(n, Ordering::SeqCst);
+                            }
+                        }
+                        let mut resp = Response::new(Full::new(Bytes::from(format!(
+                            r#"{{"id":"file-1","object":"file","bytes":{n},"sum":{sum}}}"#
+                        ))));
+                        resp.headers_mut()
+                            .insert("content-type", "application/json".parse().unwrap());
+                        Ok::<_, hyper::Error>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, arrived)
+}
+
+#[tokio::test]
+async fn an_upload_streams_upstream_as_it_arrives_past_the_body_cap() {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (upstream, arrived) = counting_upstream().await;
+    let (logger, _) = recovery_gateway::logs::Logger::memory();
+    let gw = gateway(recovery_gateway::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: Some(format!("http://{upstream}").parse().unwrap()),
+        policy: policy(),
+        logger,
+        max_body_bytes: 1 << 20,
+        max_upload_bytes: 16 << 20,
+        ..recovery_gateway::Config::default()
+    })
+    .await;
+    // 12 MiB, over the 1 MiB body cap: the first half is written, and
+    // reaches the upstream before the second is sent.
+    let body: Vec<u8> = (0..12 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
+    let mut s = tokio::net::TcpStream::connect(gw.local_addr())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nhost: gw\r\nauthorization: {AUTH}\r\n\
+         content-type: multipart/form-data; boundary=x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let half = body.len() / 2;
+    s.write_all(&body[..half]).await.unwrap();
+    tokio::time::timeout(LIMIT, async {
+        while arrived.load(Ordering::SeqCst) < half - (64 << 10) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the upload's first half reaches the upstream before its end is sent");
+    s.write_all(&body[half..]).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        let mut buf = [0u8; 4096];
+        while !answer.ends_with(b"}") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the upstream's answer comes back");
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.ends_with(&format!(r#""bytes":{},"sum":{sum}}}"#, body.len())),
+        "{answer}"
+    );
+
+    // A generation over the body cap is still refused whole, and an
+    // upload declared over its own cap too; neither goes upstream.
+    let before = arrived.load(Ordering::SeqCst);
+    let big_chat = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(2 << 20)
+    );
+    let refused = send(post(gw.url(CHAT), &big_chat)).await;
+    assert_eq!(refused.status, 413);
+    let mut raw = tokio::net::TcpStream::connect(gw.local_addr())
+        .await
+        .unwrap();
+    raw.write_all(
+        format!(
+            "POST /v1/files HTTP/1.1\r\nhost: gw\r\nauthorization: {AUTH}\r\n\
+             content-type: application/octet-stream\r\ncontent-length: {}\r\n\r\n",
+            17u64 << 20
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut refused = vec![0u8; 64];
+    let n = tokio::time::timeout(LIMIT, raw.read(&mut refused))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        refused[..n].starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&refused[..n])
+    );
+    assert_eq!(arrived.load(Ordering::SeqCst), before);
     gw.shutdown().await;
 }

@@ -58,9 +58,9 @@ environment, the environment over the file):
 File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
 (or RECOVERY_GATEWAY_STREAM_SECRET; the same on every instance of one Redis log),
 sse_comments (pass|drop), header_read_timeout_ms, body_read_timeout_ms,
-body_min_bytes_per_sec, max_kept_streams, max_readers, max_readers_per_stream,
-shutdown_grace_ms, threads (that serve connections; one per core),
-http2_streams_per_connection (100), http2_keep_alive_ms (30000, or \"off\");
+body_min_bytes_per_sec, max_upload_bytes, max_kept_streams, max_readers,
+max_readers_per_stream, shutdown_grace_ms, threads (that serve connections; one
+per core), http2_streams_per_connection (100), http2_keep_alive_ms (30000, or \"off\");
 [[routes]] take resumable, headers, credential_header.
 Header values \"$NAME\" are read from the environment.
 
@@ -70,7 +70,8 @@ each is a gauge recovery_gateway_bound{name=...} in /metrics):
   (generations kept for clients that left), max_readers 1024 and
   max_readers_per_stream 4 (reconnects), header_read_timeout_ms 10000,
   body_read_timeout_ms 10000 plus 1 s per body_min_bytes_per_sec 65536 bytes,
-  max_body_bytes 8388608, [log] max_total_bytes 268435456 (finished streams
+  max_body_bytes 8388608, max_upload_bytes 536870912 (streamed, not held),
+  [log] max_total_bytes 268435456 (finished streams
   evicted first), max_bytes 16777216 per stream, max_streams 10000, ttl_ms 300000.
 
 Client keys: with [[clients]], every request but GET /healthz needs a known key
@@ -191,6 +192,7 @@ mod tests {
         assert_eq!(c.keep_generating, Duration::from_mins(1));
         assert_eq!(c.max_streams, 1024);
         assert_eq!(c.max_body_bytes, 8 << 20);
+        assert_eq!(c.max_upload_bytes, 512 << 20);
         assert_eq!(
             c.threads,
             std::thread::available_parallelism().unwrap().get(),
@@ -238,7 +240,7 @@ mod tests {
         let path = dir.join("g.toml");
         std::fs::write(
             &path,
-            "max_streams = 5\nmax_body_bytes = 10\nkeep_generating_ms = 7\n\
+            "max_streams = 5\nmax_body_bytes = 10\nmax_upload_bytes = 11\nkeep_generating_ms = 7\n\
              [policy]\nmax_attempts = 4\nattempts_per_target = 2\nidle_timeout_ms = \"off\"\n\
              first_token_timeout_ms = 10000\n\
              [[routes]]\nprefix = \"/a/\"\nupstream = \"https://api.anthropic.com\"\nstrip_prefix = true\nprotocol = \"anthropic\"\n",
@@ -251,6 +253,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.max_streams, 9);
         assert_eq!(c.max_body_bytes, 10);
+        assert_eq!(c.max_upload_bytes, 11);
         assert_eq!(c.keep_generating, Duration::from_millis(7));
         assert_eq!(c.policy.max_attempts().get(), 4);
         assert_eq!(c.policy.attempts_per_target().get(), 2);

@@ -112,6 +112,9 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
     } else if let Some(n) = file.max_body_bytes {
         c.max_body_bytes = n;
     }
+    if let Some(n) = file.max_upload_bytes {
+        c.max_upload_bytes = n;
+    }
     if let Some(n) = file.header_read_timeout_ms {
         if n == 0 {
             return err("header_read_timeout_ms must be at least 1");

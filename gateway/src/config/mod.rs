@@ -217,6 +217,10 @@ pub struct Config {
     pub max_streams: usize,
     /// The largest request body forwarded; past it, a 413.
     pub max_body_bytes: usize,
+    /// The largest upload forwarded (the body of a request that is not a
+    /// generation and not JSON: a file, audio), streamed upstream as it
+    /// arrives, never held; past it, a 413 (declared) or a cut body.
+    pub max_upload_bytes: usize,
     /// How long a client may take to send a request head.
     pub header_read_timeout: Duration,
     /// How long a request body may take, at the least.
@@ -290,6 +294,7 @@ impl Default for Config {
             keep_generating: Duration::from_mins(1),
             max_streams: 1024,
             max_body_bytes: 8 << 20,
+            max_upload_bytes: 512 << 20,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             body_min_bytes_per_sec: 64 << 10,

@@ -4,6 +4,10 @@
 //! `min_bytes_per_sec` bytes, so a large body on a slow link arrives and a
 //! trickle does not), and valid JSON when its content type says JSON (or
 //! it has none, as LLM APIs take): UTF-8, nested at most 127 deep, as `serde_json` reads a value.
+//!
+//! An upload (the body of a request that is not a generation and not
+//! JSON: a file, audio) is not read here: it goes on as a bounded stream,
+//! at most `max_upload_bytes` (`request_body`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +16,13 @@ use bytes::Bytes;
 use http::Request;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http_body_util::BodyExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
 use recovery_core::body_fields::ReadFields;
-use recovery_core::protocol::BodyForm;
+use recovery_core::protocol::{BodyForm, is_generation};
 
 use crate::metrics::Metrics;
 use crate::phase::{Decision, Phase, Step};
+use crate::request_body::{Bounded, RequestBody};
 use crate::respond::Refusal;
 
 /// How long and how slowly a request body may arrive.
@@ -24,6 +30,8 @@ use crate::respond::Refusal;
 pub(crate) struct BodyLimits {
     /// The largest body forwarded.
     pub(crate) max_bytes: usize,
+    /// The largest upload forwarded (streamed, never held).
+    pub(crate) max_upload_bytes: usize,
     /// The time any body gets.
     pub(crate) timeout: Duration,
     /// Each byte received earns this much more time.
@@ -38,19 +46,39 @@ pub(crate) struct ReadBody {
 
 impl<B> Phase<B> for ReadBody
 where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
 {
-    type Out = Bytes;
+    type Out = RequestBody;
 
-    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<Bytes> {
+    fn run(self: &Arc<Self>, req: Request<B>) -> Decision<RequestBody> {
+        let declared = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if is_upload(&req) {
+            let max = self.limits.max_upload_bytes;
+            if declared.is_some_and(|n| n > max as u64) {
+                return Decision::Now(Err(Refusal::BodyTooLarge(max)));
+            }
+            let metrics = Arc::clone(&self.metrics);
+            let limits = self.limits;
+            let req = req.map(move |body| {
+                let bounded = Bounded::new(
+                    body,
+                    max,
+                    limits.timeout,
+                    limits.min_bytes_per_sec,
+                    Box::new(move || metrics.body_timeout()),
+                );
+                RequestBody::Upload(UnsyncBoxBody::new(bounded))
+            });
+            return Decision::Now(Ok(Step::next(req)));
+        }
         let this = Arc::clone(self);
         Decision::Later(Box::pin(async move {
             let max = this.limits.max_bytes;
-            let declared = req
-                .headers()
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
             if declared.is_some_and(|n| n > max as u64)
                 || req.body().size_hint().lower() > max as u64
             {
@@ -71,9 +99,24 @@ where
                 }
                 parts.extensions.insert(read);
             }
-            Ok(Step::next(Request::from_parts(parts, bytes)))
+            Ok(Step::next(Request::from_parts(
+                parts,
+                RequestBody::whole(bytes),
+            )))
         }))
     }
+}
+
+/// Whether `req`'s body is an upload: a request that is not a generation
+/// (`is_generation`, the rule the recovery layer applies), nor a protocol
+/// switch, whose body is not JSON.
+fn is_upload<B>(req: &Request<B>) -> bool {
+    !must_be_json(req.headers().get(CONTENT_TYPE))
+        && crate::tunnel::wanted(req.headers()).is_none()
+        && !is_generation(
+            req.method().as_str(),
+            req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        )
 }
 
 /// Whether a body with this content type must be JSON: JSON media types,

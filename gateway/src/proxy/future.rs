@@ -6,9 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Full;
 use pin_project_lite::pin_project;
 use recovery_core::error::RecoveryError;
 use recovery_core::protocol::ProtocolKind;
@@ -23,6 +21,7 @@ use crate::forward::{Stack, UpstreamBody};
 use crate::identity::Owner;
 use crate::logs::Field;
 use crate::phase::BoxFuture;
+use crate::request_body::RequestBody;
 use crate::respond::Refusal;
 
 pin_project! {
@@ -36,7 +35,7 @@ pin_project! {
     pub(crate) enum AnswerFuture {
         Calling {
             #[pin]
-            call: Oneshot<Stack, Request<Full<Bytes>>>,
+            call: Oneshot<Stack, Request<RequestBody>>,
             // Taken when the call answers.
             then: Option<Then>,
         },
@@ -60,7 +59,7 @@ pub(super) struct Then {
 }
 
 impl AnswerFuture {
-    pub(super) fn calling(call: Oneshot<Stack, Request<Full<Bytes>>>, then: Then) -> Self {
+    pub(super) fn calling(call: Oneshot<Stack, Request<RequestBody>>, then: Then) -> Self {
         AnswerFuture::Calling {
             call,
             then: Some(then),

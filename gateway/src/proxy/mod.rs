@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response};
-use http_body_util::Full;
 use recovery_core::body_fields::ReadFields;
 use recovery_core::protocol::{ProtocolKind, is_generation};
 use tower_service::Service;
@@ -23,6 +22,7 @@ use crate::identity::{Keys, Owner};
 use crate::logs::{Field, Logger};
 use crate::metrics::Metrics;
 use crate::phase::BoxFuture;
+use crate::request_body::RequestBody;
 use crate::respond::Refusal;
 use crate::routes::{Router, Target};
 use crate::tunnel::{self, Carrier, TunnelSlot};
@@ -46,7 +46,7 @@ pub(crate) struct Proxy {
 #[derive(Clone)]
 pub(crate) struct ProxyService(pub(crate) Arc<Proxy>);
 
-impl Service<Request<Bytes>> for ProxyService {
+impl Service<Request<RequestBody>> for ProxyService {
     type Response = Response<GatewayBody>;
     type Error = Refusal;
     type Future = AnswerFuture;
@@ -55,7 +55,7 @@ impl Service<Request<Bytes>> for ProxyService {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
         if let Some(upgrade) = tunnel::wanted(req.headers()).cloned() {
             return match self.0.tunnel(req, upgrade) {
                 Ok(answer) => AnswerFuture::boxed(answer),
@@ -88,7 +88,7 @@ impl Service<Request<Bytes>> for ProxyService {
 /// routing and rewriting happen before the future of its answer is made,
 /// so that future keeps none of them.
 struct Sent {
-    call: tower::util::Oneshot<Stack, Request<Full<Bytes>>>,
+    call: tower::util::Oneshot<Stack, Request<RequestBody>>,
     protocol: ProtocolKind,
     resumable: bool,
     generation: bool,
@@ -102,7 +102,7 @@ impl Proxy {
 
     /// Routes `req` and makes its upstream request, with the call that
     /// sends it when polled.
-    fn send(&self, req: Request<Bytes>) -> Result<Sent, Refusal> {
+    fn send(&self, req: Request<RequestBody>) -> Result<Sent, Refusal> {
         let target = self.route(&req)?;
         let (mut parts, bytes) = req.into_parts();
         let resumable = target.resumable
@@ -147,15 +147,25 @@ impl Proxy {
     /// with the credentials it may spend (`tunnel`).
     fn tunnel(
         self: &Arc<Self>,
-        mut req: Request<Bytes>,
+        mut req: Request<RequestBody>,
         upgrade: http::HeaderValue,
     ) -> Result<BoxFuture<Result<Response<GatewayBody>, Refusal>>, Refusal> {
         let target = self.route(&req)?;
         let client_side = hyper::upgrade::on(&mut req);
-        let (mut parts, bytes) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let slot = parts.extensions.remove::<TunnelSlot>();
-        let upstream_req = rewrite(&parts, target.uri, &target.headers, Bytes::new())?;
+        let upstream_req = rewrite(
+            &parts,
+            target.uri,
+            &target.headers,
+            RequestBody::whole(Bytes::new()),
+        )?;
         self.log_forward(&parts, &target.protocol);
+        // The body phase reads a switch's body whole (`is_upload`).
+        let bytes = match body {
+            RequestBody::Whole(bytes) => bytes.unwrap_or_default(),
+            RequestBody::Upload(_) => Bytes::new(),
+        };
         let upstream_req = upstream_req.map(|_| tower_recovery::ReplayBody::full(bytes));
         let proxy = Arc::clone(self);
         Ok(Box::pin(async move {
@@ -166,7 +176,7 @@ impl Proxy {
         }))
     }
 
-    fn route(&self, req: &Request<Bytes>) -> Result<Target, Refusal> {
+    fn route(&self, req: &Request<RequestBody>) -> Result<Target, Refusal> {
         self.router
             .target(req.uri().path(), req.uri().query())
             .ok_or(Refusal::NoRoute)
@@ -193,15 +203,15 @@ fn rewrite(
     parts: &http::request::Parts,
     uri: http::Uri,
     operator: &http::HeaderMap,
-    bytes: Bytes,
-) -> Result<Request<Full<Bytes>>, Refusal> {
+    body: RequestBody,
+) -> Result<Request<RequestBody>, Refusal> {
     let credentials = parts
         .extensions
         .get::<Credentials>()
         .cloned()
         .unwrap_or(Credentials::Own);
     let mut upstream_req =
-        upstream_request(parts, uri, bytes).map_err(|_| Refusal::Unforwardable)?;
+        upstream_request(parts, uri, body).map_err(|_| Refusal::Unforwardable)?;
     upstream_req.headers_mut().remove(RESUMABLE_HEADER);
     credentials.apply(upstream_req.headers_mut(), operator);
     Ok(upstream_req)
