@@ -209,28 +209,21 @@ mod tests {
         StreamBody::new(futures_util::stream::iter(frames))
     }
 
+    /// `body` under a 4,000-byte bound and a 10 s deadline.
+    fn bounded<B>(body: B) -> Bounded<B> {
+        Bounded::new(body, 4000, Duration::from_secs(10), 0, Box::new(|| {}))
+    }
+
     #[tokio::test]
     async fn an_upload_within_its_bound_arrives_whole() {
-        let body = Bounded::new(
-            chunks(4, 1000),
-            4000,
-            Duration::from_secs(10),
-            0,
-            Box::new(|| {}),
-        );
+        let body = bounded(chunks(4, 1000));
         let got = body.collect().await.unwrap().to_bytes();
         assert_eq!(got.len(), 4000);
     }
 
     #[tokio::test]
     async fn an_upload_over_its_bound_ends_with_an_error() {
-        let body = Bounded::new(
-            chunks(5, 1000),
-            4000,
-            Duration::from_secs(10),
-            0,
-            Box::new(|| {}),
-        );
+        let body = bounded(chunks(5, 1000));
         let err = body.collect().await.unwrap_err();
         assert_eq!(err.downcast_ref::<Cut>(), Some(&Cut::TooLarge(4000)));
     }

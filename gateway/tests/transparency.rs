@@ -173,6 +173,35 @@ async fn a_stream_error_before_the_first_token_is_the_providers_own() {
     gw.shutdown().await;
 }
 
+/// Serves `service` on a loopback port, a connection at a time each on a
+/// task of its own; its address.
+async fn serve<S, B>(service: S) -> std::net::SocketAddr
+where
+    S: hyper::service::Service<Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
 /// A loopback upstream answering the endpoints of an API that are not
 /// generations: each path its own body and content type;
 /// `/v1/files/cut/content` declares 100 bytes, sends 10 and fails.
@@ -181,77 +210,55 @@ async fn api_upstream() -> std::net::SocketAddr {
     use http_body_util::BodyExt as _;
     use hyper::body::{Frame, Incoming};
     type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
+    serve(hyper::service::service_fn(
+        |req: Request<Incoming>| async move {
+            let whole = |b: &'static [u8]| -> Body {
+                Full::new(Bytes::from_static(b))
+                    .map_err(|e| match e {})
+                    .boxed()
             };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let whole = |b: &'static [u8]| -> Body {
-                        Full::new(Bytes::from_static(b))
-                            .map_err(|e| match e {})
-                            .boxed()
-                    };
-                    let (status, ct, body): (u16, &str, Body) =
-                        match (req.method().as_str(), req.uri().path()) {
-                            ("GET", "/v1/models") => (200, "application/json", whole(MODELS)),
-                            ("POST", "/v1/embeddings") => {
-                                (200, "application/json", whole(EMBEDDING))
-                            }
-                            ("GET", "/v1/files/file-1/content") => {
-                                (200, "application/octet-stream", whole(FILE))
-                            }
-                            ("POST", "/v1/audio/speech") => (200, "audio/mpeg", whole(AUDIO)),
-                            ("DELETE", "/v1/files/file-1") => {
-                                (200, "application/json", whole(DELETED))
-                            }
-                            ("GET", "/v1/files/cut/content") => {
-                                // The first part leaves before the failure.
-                                let parts = futures_util::stream::unfold(0, |n| async move {
-                                    match n {
-                                        0 => Some((
-                                            Ok(Frame::data(Bytes::from_static(b"first part"))),
-                                            1,
-                                        )),
-                                        1 => {
-                                            tokio::time::sleep(std::time::Duration::from_millis(
-                                                100,
-                                            ))
-                                            .await;
-                                            Some((Err(std::io::Error::other("cut")), 2))
-                                        }
-                                        _ => None,
-                                    }
-                                });
-                                let body = http_body_util::StreamBody::new(parts);
-                                (200, "application/octet-stream", body.boxed())
-                            }
-                            _ => (
-                                404,
-                                "application/json",
-                                whole(br#"{"error":{"message":"no"}}"#),
-                            ),
-                        };
-                    let mut resp = Response::new(body);
-                    *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
-                    resp.headers_mut()
-                        .insert("content-type", ct.parse().unwrap());
-                    if req.uri().path() == "/v1/files/cut/content" {
-                        resp.headers_mut()
-                            .insert("content-length", "100".parse().unwrap());
+            let (status, ct, body): (u16, &str, Body) =
+                match (req.method().as_str(), req.uri().path()) {
+                    ("GET", "/v1/models") => (200, "application/json", whole(MODELS)),
+                    ("POST", "/v1/embeddings") => (200, "application/json", whole(EMBEDDING)),
+                    ("GET", "/v1/files/file-1/content") => {
+                        (200, "application/octet-stream", whole(FILE))
                     }
-                    Ok::<_, hyper::Error>(resp)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+                    ("POST", "/v1/audio/speech") => (200, "audio/mpeg", whole(AUDIO)),
+                    ("DELETE", "/v1/files/file-1") => (200, "application/json", whole(DELETED)),
+                    ("GET", "/v1/files/cut/content") => {
+                        // The first part leaves before the failure.
+                        let parts = futures_util::stream::unfold(0, |n| async move {
+                            match n {
+                                0 => Some((Ok(Frame::data(Bytes::from_static(b"first part"))), 1)),
+                                1 => {
+                                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                                    Some((Err(std::io::Error::other("cut")), 2))
+                                }
+                                _ => None,
+                            }
+                        });
+                        let body = http_body_util::StreamBody::new(parts);
+                        (200, "application/octet-stream", body.boxed())
+                    }
+                    _ => (
+                        404,
+                        "application/json",
+                        whole(br#"{"error":{"message":"no"}}"#),
+                    ),
+                };
+            let mut resp = Response::new(body);
+            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            resp.headers_mut()
+                .insert("content-type", ct.parse().unwrap());
+            if req.uri().path() == "/v1/files/cut/content" {
+                resp.headers_mut()
+                    .insert("content-length", "100".parse().unwrap());
+            }
+            Ok::<_, hyper::Error>(resp)
+        },
+    ))
+    .await
 }
 
 const MODELS: &[u8] = br#"{"object":"list","data":[{"id":"gpt-5","object":"model","created":0,"owned_by":"system"}]}"#;
@@ -350,40 +357,29 @@ async fn counting_upstream() -> (std::net::SocketAddr, Arc<std::sync::atomic::At
     use http_body_util::BodyExt as _;
     use hyper::body::Incoming;
     use std::sync::atomic::Ordering;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = Arc::clone(&arrived);
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let seen = Arc::clone(&seen);
-                    async move {
-                        let mut body = req.into_body();
-                        let (mut n, mut sum) = (0usize, 0u64);
-                        while let Some(Ok(frame)) = body.frame().await {
-                            if let Ok(data) = frame.into_data() {
-                                n += data.len();
-                                sum += data.iter().map(|b| u64::from(*b)).sum::<u64>();
-                                seen.store(n, Ordering::SeqCst);
-                            }
-                        }
-                        let mut resp = Response::new(Full::new(Bytes::from(format!(
-                            r#"{{"id":"file-1","object":"file","bytes":{n},"sum":{sum}}}"#
-                        ))));
-                        resp.headers_mut()
-                            .insert("content-type", "application/json".parse().unwrap());
-                        Ok::<_, hyper::Error>(resp)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
+    let addr = serve(hyper::service::service_fn(move |req: Request<Incoming>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let mut body = req.into_body();
+            let (mut n, mut sum) = (0usize, 0u64);
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(data) = frame.into_data() {
+                    n += data.len();
+                    sum += data.iter().map(|b| u64::from(*b)).sum::<u64>();
+                    seen.store(n, Ordering::SeqCst);
+                }
+            }
+            let mut resp = Response::new(Full::new(Bytes::from(format!(
+                r#"{{"id":"file-1","object":"file","bytes":{n},"sum":{sum}}}"#
+            ))));
+            resp.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            Ok::<_, hyper::Error>(resp)
         }
-    });
+    }))
+    .await;
     (addr, arrived)
 }
 
