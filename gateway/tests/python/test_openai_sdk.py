@@ -246,3 +246,24 @@ class NotAGeneration(unittest.TestCase):
         )
         for path in ("/v1/models", "/v1/embeddings", "/v1/audio/speech"):
             self.assertEqual(sends(f"{prefix}{path}"), 1, path)
+
+
+class Uploads(unittest.TestCase):
+    """A file above the gateway's body cap (8 MiB) uploads through it: an
+    upload streams upstream, never held."""
+
+    def test_a_nine_mib_file_uploads_through_the_gateway(self):
+        prefix = "/uploads"
+        file_object = (
+            '{"id":"file-abc","object":"file","bytes":9437184,"created_at":0,'
+            '"filename":"data.jsonl","purpose":"batch","status":"processed"}'
+        )
+        load({f"{prefix}/v1/files": [{"headers": {"content-type": "application/json"}, "body": [file_object]}]})
+        data = b"x" * (9 << 20)
+        uploaded = client(prefix).files.create(file=("data.jsonl", data), purpose="batch")
+        self.assertEqual(uploaded.id, "file-abc")
+        got = received(f"{prefix}/v1/files")
+        self.assertEqual(len(got), 1)
+        headers = {name.lower(): value for name, value in got[0]["headers"]}
+        self.assertTrue(headers["content-type"].startswith("multipart/form-data"), headers)
+        self.assertGreaterEqual(got[0]["body"].count("x"), 9 << 20)
