@@ -173,7 +173,7 @@ impl Carrier {
     ) -> Result<Response<GatewayBody>, Refusal> {
         let headers = upstream.headers_mut();
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        headers.insert(UPGRADE, upgrade);
+        headers.insert(UPGRADE, upgrade.clone());
         // What `request_headers` sets for a body the gateway reads: this
         // one it does not.
         headers.remove(http::header::ACCEPT_ENCODING);
@@ -211,11 +211,9 @@ impl Carrier {
         let mut out = Response::new(full(Bytes::new()));
         *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *out.headers_mut() = response_headers(answer.headers());
-        let switched = answer
-            .headers()
-            .get(UPGRADE)
-            .cloned()
-            .unwrap_or_else(|| HeaderValue::from_static("websocket"));
+        // The protocol it switched to, or the one asked for when its
+        // answer does not name it.
+        let switched = answer.headers().get(UPGRADE).cloned().unwrap_or(upgrade);
         out.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("upgrade"));
         out.headers_mut().insert(UPGRADE, switched);
