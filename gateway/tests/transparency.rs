@@ -270,15 +270,7 @@ const DELETED: &[u8] = br#"{"id":"file-1","object":"file","deleted":true}"#;
 #[tokio::test]
 async fn what_is_not_a_generation_passes_through_as_the_upstream_sent_it() {
     let upstream = api_upstream().await;
-    let (logger, _) = recovery_gateway::logs::Logger::memory();
-    let gw = gateway(recovery_gateway::Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        upstream: Some(format!("http://{upstream}").parse().unwrap()),
-        policy: policy(),
-        logger,
-        ..recovery_gateway::Config::default()
-    })
-    .await;
+    let gw = gateway(config_at(upstream)).await;
     let send_as = |method: &str, path: &str, body: &'static str| {
         Request::builder()
             .method(method)
@@ -388,15 +380,10 @@ async fn an_upload_streams_upstream_as_it_arrives_past_the_body_cap() {
     use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (upstream, arrived) = counting_upstream().await;
-    let (logger, _) = recovery_gateway::logs::Logger::memory();
     let gw = gateway(recovery_gateway::Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        upstream: Some(format!("http://{upstream}").parse().unwrap()),
-        policy: policy(),
-        logger,
         max_body_bytes: 1 << 20,
         max_upload_bytes: 16 << 20,
-        ..recovery_gateway::Config::default()
+        ..config_at(upstream)
     })
     .await;
     // 12 MiB, over the 1 MiB body cap: the first half is written, and

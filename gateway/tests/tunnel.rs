@@ -17,9 +17,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use recovery_core::policy::RecoveryPolicy;
-use recovery_gateway::Config;
 use recovery_gateway::auth::{Client, client_entry};
-use recovery_gateway::logs::Logger;
 use support::{LIMIT, gateway};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -117,17 +115,6 @@ async fn upstream() -> (SocketAddr, Asked) {
     (addr, asked)
 }
 
-fn config(upstream: SocketAddr) -> Config {
-    let (logger, _) = Logger::memory();
-    Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        upstream: Some(format!("http://{upstream}").parse().unwrap()),
-        policy: support::policy(),
-        logger,
-        ..Config::default()
-    }
-}
-
 /// A client's opening handshake to `path` with `extra` header lines: the
 /// connection, the answer's head, and what followed the head in the same
 /// reads.
@@ -195,7 +182,7 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn a_websocket_handshake_is_switched_and_bytes_cross_both_ways() {
     let (up, asked) = upstream().await;
-    let gw = gateway(config(up)).await;
+    let gw = gateway(support::config_at(up)).await;
     let (mut s, head, rest) = handshake(
         gw.local_addr(),
         "/v1/realtime?model=gpt-realtime",
@@ -245,7 +232,7 @@ fn known(name: &str, key: &str) -> Client {
 #[tokio::test]
 async fn a_known_clients_tunnel_spends_the_operators_key_and_a_stranger_gets_none() {
     let (up, asked) = upstream().await;
-    let mut config = config(up);
+    let mut config = support::config_at(up);
     let mut operator = HeaderValue::from_static("Bearer sk-operator-key");
     operator.set_sensitive(true);
     config.upstream_headers.insert("authorization", operator);
@@ -291,7 +278,7 @@ async fn a_known_clients_tunnel_spends_the_operators_key_and_a_stranger_gets_non
 #[tokio::test]
 async fn a_refused_switch_is_answered_as_the_upstream_answered() {
     let (up, _) = upstream().await;
-    let gw = gateway(config(up)).await;
+    let gw = gateway(support::config_at(up)).await;
     let (mut s, head, rest) = handshake(gw.local_addr(), "/v1/refuse", "").await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     let body = read_until(&mut s, rest, b"}}").await;
@@ -302,7 +289,7 @@ async fn a_refused_switch_is_answered_as_the_upstream_answered() {
 #[tokio::test]
 async fn a_tunnel_keeps_its_stream_slot_until_it_closes() {
     let (up, _) = upstream().await;
-    let mut config = config(up);
+    let mut config = support::config_at(up);
     config.max_streams = 1;
     let gw = gateway(config).await;
     let (mut s, head, rest) = handshake(gw.local_addr(), "/v1/realtime", "").await;
@@ -338,7 +325,7 @@ async fn a_tunnel_keeps_its_stream_slot_until_it_closes() {
 #[tokio::test]
 async fn a_silent_tunnel_is_closed_after_the_idle_timeout() {
     let (up, _) = upstream().await;
-    let mut config = config(up);
+    let mut config = support::config_at(up);
     config.policy = RecoveryPolicy::builder()
         .idle_timeout(Some(Duration::from_millis(300)))
         .build()
@@ -364,7 +351,7 @@ async fn a_silent_tunnel_is_closed_after_the_idle_timeout() {
 #[tokio::test]
 async fn a_shutdown_closes_an_open_tunnel_at_the_end_of_its_grace() {
     let (up, _) = upstream().await;
-    let mut config = config(up);
+    let mut config = support::config_at(up);
     config.shutdown_grace = Duration::from_millis(300);
     let gw = gateway(config).await;
     let (mut s, head, rest) = handshake(gw.local_addr(), "/v1/realtime", "").await;
@@ -386,7 +373,7 @@ async fn a_shutdown_closes_an_open_tunnel_at_the_end_of_its_grace() {
 #[tokio::test]
 async fn an_h2c_upgrade_is_declined_and_the_request_goes_on_as_http_1_1() {
     let (up, asked) = upstream().await;
-    let gw = gateway(config(up)).await;
+    let gw = gateway(support::config_at(up)).await;
     let mut s = TcpStream::connect(gw.local_addr()).await.unwrap();
     s.write_all(
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nconnection: Upgrade, HTTP2-Settings\r\n\
@@ -467,7 +454,7 @@ async fn a_websocket_client_and_server_speak_through_the_gateway() {
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let (up, keys) = websocket_upstream().await;
-    let gw = gateway(config(up)).await;
+    let gw = gateway(support::config_at(up)).await;
     let mut request = format!("ws://{}/v1/realtime?model=gpt-realtime", gw.local_addr())
         .into_client_request()
         .unwrap();

@@ -79,6 +79,19 @@ pub fn config(provider: &FaultProvider) -> (Config, Arc<Mutex<Vec<String>>>) {
     (c, lines)
 }
 
+/// A gateway config in front of the upstream at `addr`, logging into
+/// memory.
+pub fn config_at(addr: std::net::SocketAddr) -> Config {
+    let (logger, _) = Logger::memory();
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: Some(format!("http://{addr}").parse().unwrap()),
+        policy: policy(),
+        logger,
+        ..Config::default()
+    }
+}
+
 pub async fn gateway(config: Config) -> Gateway {
     Gateway::bind(config).await.expect("gateway binds")
 }

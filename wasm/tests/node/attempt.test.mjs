@@ -4,10 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import OpenAI from 'openai';
 import { Ollama } from 'ollama';
 import { createRecoveringFetch } from '../../pkg/all/node.mjs';
-import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
+import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText, openaiClient } from './helpers.mjs';
 
 const fixtures = new URL('../../../tests/fixtures/', import.meta.url);
 const read = (name) => readFileSync(new URL(name, fixtures), 'utf8');
@@ -89,12 +88,7 @@ test('AT10: the openai SDK gets a Responses background stream whole, resumed aft
     [`${base}/v1/responses/resp_1`]: [fixture('openai-responses/happy.sse')],
   });
   const events = [];
-  const client = new OpenAI({
-    apiKey: 'test-key',
-    baseURL: `${FAULT}${base}/v1`,
-    maxRetries: 0,
-    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
-  });
+  const client = openaiClient(base, events);
   const stream = await client.responses.create({ model: 'm', input: 'hi', stream: true, background: true });
   let text = '';
   let completed = 0;

@@ -29,16 +29,21 @@ export function terminals(events) {
   return events.filter((e) => ['completed', 'exhausted', 'interrupted', 'cancelled'].includes(e.event));
 }
 
-// Streams one OpenAI Chat answer with the official SDK (its own retries
-// off) over createRecoveringFetch against `${FAULT}${base}/v1`, pushing
-// every lifecycle event to `events`; returns the text the SDK yielded.
-export async function openaiChatText(base, events) {
-  const client = new OpenAI({
+// The official OpenAI SDK (its own retries off) over createRecoveringFetch
+// against `${FAULT}${base}/v1`, pushing every lifecycle event to `events`.
+export function openaiClient(base, events) {
+  return new OpenAI({
     apiKey: 'test-key',
     baseURL: `${FAULT}${base}/v1`,
     maxRetries: 0,
     fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
   });
+}
+
+// Streams one OpenAI Chat answer with openaiClient; returns the text the
+// SDK yielded.
+export async function openaiChatText(base, events) {
+  const client = openaiClient(base, events);
   const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
   let text = '';
   for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';

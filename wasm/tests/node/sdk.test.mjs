@@ -12,7 +12,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createRecoveringFetch } from '../../pkg/all/node.mjs';
-import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText } from './helpers.mjs';
+import { FAULT, prefix, load, count, fixture, fast, terminals, openaiChatText, openaiClient } from './helpers.mjs';
 
 const openaiFaults = (path) => ({
   [path]: [
@@ -182,12 +182,7 @@ test('openai SDK: a model list, an embedding and speech pass through as they cam
     [`${base}/v1/audio/speech`]: [{ headers: { 'content-type': 'audio/mpeg' }, body: [speech] }],
   });
   const events = [];
-  const client = new OpenAI({
-    apiKey: 'test-key',
-    baseURL: `${FAULT}${base}/v1`,
-    maxRetries: 0,
-    fetch: createRecoveringFetch({ ...fast, onEvent: (e) => events.push(e) }),
-  });
+  const client = openaiClient(base, events);
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);
   assert.deepEqual(ids, ['gpt-5']);
