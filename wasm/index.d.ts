@@ -187,6 +187,8 @@ export interface RecoveringFetchOptions {
   replayBodyCap?: number;
   holdbackCap?: number;
   evidenceCap?: number;
+  /** Largest line, event or whole JSON answer read (default 33554432: an image arrives as one event of several MiB). */
+  maxEventBytes?: number;
   maxResumes?: number;
   endpoint?: 'remote' | 'local';
   /** Bound on a silence with no byte at all; `'off'` for none (default 300000). */
@@ -353,6 +355,7 @@ export interface PolicyInForce {
   readonly replayBodyCap: number;
   readonly holdbackCap: number;
   readonly evidenceCap: number;
+  readonly maxEventBytes: number;
   readonly idempotencyKey: boolean;
   readonly retryProtocolViolations: boolean;
 }

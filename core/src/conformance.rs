@@ -286,8 +286,9 @@ pub struct WireSpec {
     /// No head: `never` (the server stalls inside the head) or `reset`.
     #[serde(default)]
     pub head: Option<HeadFault>,
-    /// Body chunks, each sent as one write.
-    #[serde(default)]
+    /// Body chunks, each sent as one write (each written as [`text`] takes
+    /// it).
+    #[serde(default, deserialize_with = "text::chunks")]
     pub chunks: Vec<String>,
     /// After the chunks, a keepalive comment every this many ms, forever.
     #[serde(default)]
@@ -375,6 +376,66 @@ pub enum PlayedHead {
     },
     /// No head ever comes.
     Never,
+}
+
+/// A vector's text: one string, or pieces joined, each a string or
+/// `{"repeat": "…", "times": n}`, so that an event of several MiB (an
+/// image as base64) is one line of a vector.
+pub mod text {
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    /// The most text one value may spell out.
+    const MAX: usize = 64 << 20;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        One(String),
+        Pieces(Vec<Piece>),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Piece {
+        Text(String),
+        Repeat { repeat: String, times: usize },
+    }
+
+    impl Form {
+        fn spelled(self) -> Result<String, String> {
+            let pieces = match self {
+                Form::One(s) => return Ok(s),
+                Form::Pieces(p) => p,
+            };
+            let mut out = String::new();
+            for piece in pieces {
+                let (s, times) = match piece {
+                    Piece::Text(s) => (s, 1),
+                    Piece::Repeat { repeat, times } => (repeat, times),
+                };
+                match s.len().checked_mul(times) {
+                    Some(n) if out.len() + n <= MAX => out.push_str(&s.repeat(times)),
+                    _ => return Err(format!("a text longer than {MAX} bytes")),
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    /// Chunks, each a text.
+    pub fn chunks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        Vec::<Form>::deserialize(d)?
+            .into_iter()
+            .map(|f| f.spelled().map_err(D::Error::custom))
+            .collect()
+    }
+
+    /// A text, if given.
+    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Option::<Form>::deserialize(d)?
+            .map(|f| f.spelled().map_err(D::Error::custom))
+            .transpose()
+    }
 }
 
 /// The OpenAI Chat events the abstract attempt forms are played with.
@@ -528,8 +589,9 @@ pub struct Expected {
     pub sends: usize,
     /// Every wait scheduled, in ms, in order.
     pub delays_ms: Vec<u64>,
-    /// The bytes the consumer received, exactly.
-    #[serde(default)]
+    /// The bytes the consumer received, exactly (written as [`text`]
+    /// takes it).
+    #[serde(default, deserialize_with = "text::optional")]
     pub delivered: Option<String>,
     /// The interruption's cause (`partial_frame`, `stall`, ...).
     #[serde(default)]

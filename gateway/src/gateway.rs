@@ -146,6 +146,7 @@ impl Gateway {
                 max_kept: config.max_kept_streams,
                 max_readers_per_stream: config.max_readers_per_stream,
                 max_readers: config.max_readers,
+                max_event: config.policy.max_event_bytes(),
             },
             Arc::clone(&metrics),
             logger.clone(),

@@ -462,3 +462,95 @@ async fn an_upload_streams_upstream_as_it_arrives_past_the_body_cap() {
     assert_eq!(arrived.load(Ordering::SeqCst), before);
     gw.shutdown().await;
 }
+
+/// A Responses stream of an image generation: its partial image, and then
+/// the completed response carrying the image, each one event of `size`
+/// bytes of base64.
+fn image_stream(size: usize) -> String {
+    let b64 = "iVBO".repeat(size / 4);
+    format!(
+        "event: response.created\ndata: {{\"type\":\"response.created\",\"sequence_number\":0,\"response\":{{\"id\":\"resp_1\",\"status\":\"in_progress\",\"output\":[]}}}}\n\n\
+         event: response.image_generation_call.partial_image\ndata: {{\"type\":\"response.image_generation_call.partial_image\",\"sequence_number\":1,\"output_index\":0,\"item_id\":\"ig_1\",\"partial_image_index\":0,\"partial_image_b64\":\"{b64}\"}}\n\n\
+         event: response.completed\ndata: {{\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{{\"id\":\"resp_1\",\"status\":\"completed\",\"output\":[{{\"id\":\"ig_1\",\"type\":\"image_generation_call\",\"status\":\"completed\",\"result\":\"{b64}\"}}]}}}}\n\n"
+    )
+}
+
+const IMAGE_BODY: &str = r#"{"model":"m","stream":true,"input":"Draw a cat","tools":[{"type":"image_generation","partial_images":1}]}"#;
+
+#[tokio::test]
+async fn an_image_of_several_mib_streams_whole_and_is_read_again_from_the_log() {
+    // 6 MB events: above the 1 MiB that decoders commonly cap a line at,
+    // and above the 4 MiB this gateway once cut an event at.
+    let stream = image_stream(6 << 20);
+    let gemini_image = format!(
+        "{{\"candidates\":[{{\"content\":{{\"role\":\"model\",\"parts\":[{{\"inlineData\":{{\"mimeType\":\"image/png\",\"data\":\"{}\"}}}}]}},\"finishReason\":\"STOP\",\"index\":0}}]}}",
+        "iVBO".repeat(2 << 20)
+    );
+    let provider = FaultProvider::start(vec![
+        sse(Write::text(stream.clone())),
+        recovery_tests::fault::Script::ok()
+            .header("content-type", "application/json")
+            .write(Write::text(gemini_image.clone())),
+    ])
+    .await
+    .unwrap();
+    let (config, _) = config(&provider);
+    let gw = gateway(config).await;
+    let a = send(post(gw.url("/v1/responses"), IMAGE_BODY)).await;
+    assert_eq!(a.status, 200);
+    assert!(
+        without_ids(&a.text()) == stream,
+        "the image stream as it came ({} of {} bytes)",
+        a.body.len(),
+        stream.len()
+    );
+    // Both events were logged whole: a reconnect reads them again.
+    let sid = a.stream_id();
+    let rest = send(get(gw.url(&format!("/streams/{sid}?after=1")))).await;
+    assert_eq!(rest.status, 200);
+    assert!(
+        without_ids(&rest.text()).as_bytes()
+            == &stream.as_bytes()[after_event(stream.as_bytes(), 1)..],
+        "events 2 and 3 of the log"
+    );
+    // One whole JSON answer of 8 MiB (a Gemini image, not streamed).
+    let g = send(post(
+        gw.url("/v1beta/models/m:generateContent"),
+        r#"{"contents":[{"role":"user","parts":[{"text":"Draw a cat"}]}]}"#,
+    ))
+    .await;
+    assert_eq!(g.status, 200);
+    assert!(
+        g.body == gemini_image.as_bytes(),
+        "the JSON answer as it came"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_policys_event_cap_bounds_what_the_gateway_reads() {
+    let stream = image_stream(2 << 20);
+    let provider = FaultProvider::start(vec![sse(Write::text(stream.clone()))])
+        .await
+        .unwrap();
+    let (mut config, _) = config(&provider);
+    config.policy = policy()
+        .to_builder()
+        .max_event_bytes(1 << 20)
+        .build()
+        .unwrap();
+    let gw = gateway(config).await;
+    let a = send(post(gw.url("/v1/responses"), IMAGE_BODY)).await;
+    let text = a.text();
+    assert!(
+        !text.contains("response.completed") && text.len() < 1 << 20,
+        "nothing past a line over the cap is read ({} bytes)",
+        text.len()
+    );
+    assert_eq!(
+        provider.requests().len(),
+        1,
+        "a broken protocol is not replayed"
+    );
+    gw.shutdown().await;
+}

@@ -50,8 +50,9 @@ class Configured:
     ``retryable_categories``, ``endpoint``
     (``"remote"``, or ``"local"``: an ambiguous resend then needs
     ``admission``), ``replay_body_cap``, ``holdback_cap``, ``evidence_cap``
-    (bytes), ``idempotency_key`` (False), ``retry_protocol_violations``
-    (False).
+    (bytes), ``max_event_bytes`` (33554432: the largest line, event or
+    whole JSON answer read; an image arrives as one event of several MiB),
+    ``idempotency_key`` (False), ``retry_protocol_violations`` (False).
 
     What the requests of this transport share: ``retry_budget`` (the default
     budget, 20 % of requests plus 1 retry/s over 10 s; ``None`` for none, or
@@ -125,6 +126,7 @@ class Configured:
         replay_body_cap: int = DEFAULT,
         holdback_cap: int = DEFAULT,
         evidence_cap: int = DEFAULT,
+        max_event_bytes: int = DEFAULT,
         idempotency_key: bool = DEFAULT,
         retry_protocol_violations: bool = DEFAULT,
         retry_budget: Union[None, bool, Mapping[str, Any]] = DEFAULT,
@@ -164,6 +166,7 @@ class Configured:
             "replay_body_cap": replay_body_cap,
             "holdback_cap": holdback_cap,
             "evidence_cap": evidence_cap,
+            "max_event_bytes": max_event_bytes,
             "idempotency_key": idempotency_key,
             "retry_protocol_violations": retry_protocol_violations,
             "retry_budget": retry_budget,

@@ -257,6 +257,54 @@ async def test_responses_background_stream_cut_is_resumed_async(fault_provider, 
     assert (sends(post), sends(get)) == (1, 1)
 
 
+# An image generation: its partial image and the completed response carry
+# the image as base64, one event each, of several MiB (3 MB here).
+IMAGE_B64 = "iVBO" * (3 << 18)
+IMAGE_EVENTS = [
+    ("response.created", {"response": {"id": "resp_2", "object": "response", "status": "in_progress", "output": []}}),
+    ("response.output_item.added", {"output_index": 0, "item": {"id": "ig_1", "type": "image_generation_call", "status": "in_progress"}}),
+    ("response.image_generation_call.partial_image", {"output_index": 0, "item_id": "ig_1", "partial_image_index": 0, "partial_image_b64": IMAGE_B64}),
+    ("response.completed", {"response": {"id": "resp_2", "object": "response", "status": "completed", "output": [{"id": "ig_1", "type": "image_generation_call", "status": "completed", "result": IMAGE_B64}]}}),
+]
+IMAGE_ARGS = {"model": "m", "input": "Draw a cat", "stream": True, "tools": [{"type": "image_generation", "partial_images": 1}]}
+
+
+def load_image(p):
+    body = "".join(
+        f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': seq, **fields}, separators=(',', ':'))}\n\n"
+        for seq, (kind, fields) in enumerate(IMAGE_EVENTS)
+    )
+    post = f"{p}/v1/responses"
+    load({post: [{"headers": SSE, "body": [body]}]})
+    return post
+
+
+def image_of(events):
+    partial = [e.partial_image_b64 for e in events if e.type == "response.image_generation_call.partial_image"]
+    done = [e.response.output[0].result for e in events if e.type == "response.completed"]
+    return partial, done
+
+
+def test_an_image_generation_of_several_mib_is_read_as_the_sdk_reads_it(fault_provider):
+    p = prefix()
+    post = load_image(p)
+    client, transport = openai_client(p)
+    events = list(client.responses.create(**IMAGE_ARGS))
+    assert image_of(events) == ([IMAGE_B64], [IMAGE_B64])
+    assert transport.last_report["outcome"]["outcome"] == "completed"
+    assert sends(post) == 1
+
+
+@pytest.mark.anyio
+async def test_an_image_generation_of_several_mib_async(fault_provider, anyio_backend):
+    p = prefix()
+    post = load_image(p)
+    client, _ = openai_client(p, asynchronous=True)
+    stream = await client.responses.create(**IMAGE_ARGS)
+    assert image_of([e async for e in stream]) == ([IMAGE_B64], [IMAGE_B64])
+    assert sends(post) == 1
+
+
 # -------------------------------------------------------------- anthropic
 
 

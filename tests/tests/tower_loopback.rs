@@ -687,8 +687,11 @@ async fn bd6_bd7_hostile_streams_end_in_typed_protocol_failures_not_retried() {
                 .await
                 .unwrap();
         let events: Events = Arc::default();
+        // The policy's event cap reaches the observer inside: a 2 MiB
+        // line is over 1 MiB.
+        let capped = policy().to_builder().max_event_bytes(1 << 20);
         let mut svc = stack(
-            RecoveryLayer::new(policy()),
+            RecoveryLayer::new(capped.build().unwrap()),
             ProtocolKind::OpenAiChat,
             &events,
         );

@@ -71,7 +71,8 @@ const POLICY = {
   backoffBaseMs: 'ms', backoffCeilingMs: 'ms', retryAfterCeilingMs: 'ms', overCeiling: 'choice',
   headTimeoutMs: 'ms', idleTimeoutMs: 'ms', progressTimeoutMs: 'ms', firstTokenTimeoutMs: 'ms', hedgeAfterMs: 'ms',
   maxHedges: 'count', retryableStatuses: 'list', retryableCategories: 'list', endpoint: 'choice', replayBodyCap: 'bytes',
-  holdbackCap: 'bytes', evidenceCap: 'bytes', idempotencyKey: 'bool', retryProtocolViolations: 'bool',
+  holdbackCap: 'bytes', evidenceCap: 'bytes', maxEventBytes: 'bytes', idempotencyKey: 'bool',
+  retryProtocolViolations: 'bool',
 };
 // The other options the module reads as numbers, by index (wasm/src/machine.rs, `mod slot`).
 const NUMBER_SLOTS = [

@@ -60,6 +60,17 @@ pub(super) enum Step<C> {
     Unfit(CommitTrigger),
 }
 
+/// How an answer's body is read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reading {
+    /// As a stream of the protocol, one JSON body, or bytes passed on.
+    pub(super) form: BodyForm,
+    /// The caps its decoder holds it to (the policy's `max_event_bytes`).
+    pub(super) limits: Limits,
+    /// When its first token is due, before commit.
+    pub(super) first_token: Option<Duration>,
+}
+
 /// The attempt. See the module docs.
 #[derive(Debug)]
 pub(super) struct Attempt<D> {
@@ -142,30 +153,29 @@ impl<D: Decoded> Attempt<D> {
         self.restart_watch(now, timers);
     }
 
-    /// A streamed answer's head came at `now`: its body is read as `form`
-    /// of the protocol, by the machine's own decoder unless `decoded` (a
-    /// layer decodes it first), through a gate when a resume may apply.
-    /// Its first token is due by `first_token` (none once committed).
+    /// A streamed answer's head came at `now`: its body is read as
+    /// `read` says, by the machine's own decoder unless `decoded` (a layer
+    /// decodes it first), through a gate when a resume may apply.
     pub(super) fn read_answer<C>(
         &mut self,
         now: Instant,
-        form: BodyForm,
+        read: Reading,
         decoded: Option<D>,
         gate: Option<(Option<u64>, Option<Box<Splice>>)>,
-        first_token: Option<Duration>,
         cx: &mut Ctx<'_, C>,
     ) {
         let (protocol, timers) = (cx.protocol, &mut *cx.timers);
+        let Reading {
+            form,
+            limits,
+            first_token,
+        } = read;
         self.source = Some(match decoded {
             Some(d) => Source::Elsewhere(d),
-            None => Source::Own(Box::new(StreamObserver::for_form(
-                protocol,
-                Limits::default(),
-                form,
-            ))),
+            None => Source::Own(Box::new(StreamObserver::for_form(protocol, limits, form))),
         });
         self.gate = gate.map(|(after, splice)| {
-            let gate = Gate::new(protocol, Limits::default(), after);
+            let gate = Gate::new(protocol, limits, after);
             Box::new(match splice {
                 Some(splice) => gate.splicing(*splice),
                 None => gate,

@@ -471,6 +471,11 @@ impl Course {
         self.state.first_failure_at.get_or_insert(now);
     }
 
+    /// The caps the answer about to be read is decoded under.
+    pub(crate) fn limits(&self) -> crate::wire::Limits {
+        crate::wire::Limits::uniform(self.policy.max_event_bytes())
+    }
+
     /// The first-token timeout of the answer about to be read: none once
     /// committed (a resume continues an answer whose first token came).
     pub(crate) fn first_token_timeout(&self) -> Option<std::time::Duration> {

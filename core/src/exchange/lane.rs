@@ -8,7 +8,7 @@
 
 use std::time::SystemTime;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Reading};
 use super::course::Course;
 use super::ctx::Ctx;
 use super::decoded::Decoded;
@@ -132,9 +132,14 @@ impl<C: AsRef<[u8]>, D: Decoded> Lane<C, D> {
             self.adopt(route, kind);
         }
         let next_gate = self.resumption.as_mut().and_then(|r| r.next_gate.take());
-        let first_token = course.first_token_timeout();
+        let (first_token, limits) = (course.first_token_timeout(), course.limits());
         let (attempt, mut cx) = self.split(course, racing);
-        attempt.read_answer(now, form, decoded, next_gate, first_token, &mut cx);
+        let read = Reading {
+            form,
+            limits,
+            first_token,
+        };
+        attempt.read_answer(now, read, decoded, next_gate, &mut cx);
         None
     }
 

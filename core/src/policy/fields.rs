@@ -168,6 +168,8 @@ knobs! {
         => "largest prefix held back before the first token commits the answer",
     row("evidence_cap",              Unit::Bytes, "16384",    false, false)
         => "largest evidence kept for inspection; 0: none",
+    row("max_event_bytes",           Unit::Bytes, "33554432", false, true)
+        => "largest line, event or whole JSON answer read; past it the answer breaks its protocol",
     row("idempotency_key",           Unit::Bool,  "false",    false, false)
         => "one Idempotency-Key on every send, replay and resume of a request",
     row("retry_protocol_violations", Unit::Bool,  "false",    false, false)

@@ -209,6 +209,8 @@ pub struct RecoveryPolicy {
     pub(crate) replay_body_cap: usize,
     pub(crate) holdback_cap: usize,
     pub(crate) evidence_cap: usize,
+    #[serde(default = "default_max_event_bytes")]
+    pub(crate) max_event_bytes: usize,
     pub(crate) max_resumes: u32,
     pub(crate) attempts_per_target: NonZeroU32,
     pub(crate) retry_protocol_violations: bool,
@@ -230,6 +232,12 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(5);
 /// reset it).
 pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_mins(10);
 
+/// Default bound on one line, one event or one whole JSON answer read: the
+/// decoders' own ([`Limits::default`](crate::wire::Limits)).
+fn default_max_event_bytes() -> usize {
+    crate::wire::Limits::default().max_event
+}
+
 impl Default for RecoveryPolicy {
     fn default() -> Self {
         RecoveryPolicy {
@@ -245,6 +253,7 @@ impl Default for RecoveryPolicy {
             replay_body_cap: 8 << 20,
             holdback_cap: 64 << 10,
             evidence_cap: 16 << 10,
+            max_event_bytes: default_max_event_bytes(),
             max_resumes: 1,
             attempts_per_target: NonZeroU32::MIN,
             retry_protocol_violations: false,
@@ -324,6 +333,11 @@ impl RecoveryPolicy {
     /// Largest sensitive evidence kept for `inspect_*`.
     pub fn evidence_cap(&self) -> usize {
         self.evidence_cap
+    }
+    /// Largest line, event or whole JSON answer the decoders read (the
+    /// answer breaks its protocol past it).
+    pub fn max_event_bytes(&self) -> usize {
+        self.max_event_bytes
     }
     /// Resumes allowed (each is also a physical send).
     pub fn max_resumes(&self) -> u32 {
@@ -506,6 +520,18 @@ impl PolicyBuilder {
         self
     }
 
+    /// Largest line, event or whole JSON answer read before the answer is
+    /// judged broken (a typed protocol failure, never an unbounded
+    /// buffer). Real events are large: an image generation's partial image
+    /// or a Gemini 4K image arrives as one base64 event of several MiB.
+    pub fn max_event_bytes(mut self, bytes: usize) -> Self {
+        if bytes == 0 {
+            return self.fail(PolicyError::ZeroCap("event cap"));
+        }
+        self.policy.max_event_bytes = bytes;
+        self
+    }
+
     /// Replays a stream that breaks its protocol (malformed or spliced
     /// SSE, invalid JSON, a bad sequence) before any output, as a reset
     /// would be: a proxy or a load balancer that garbles the first bytes is
@@ -675,6 +701,12 @@ mod tests {
             Err(PolicyError::UnsupportedCategory(Category::Protocol))
         );
         assert!(RecoveryPolicy::builder().holdback_cap(0).build().is_err());
+        assert!(
+            RecoveryPolicy::builder()
+                .max_event_bytes(0)
+                .build()
+                .is_err()
+        );
     }
 
     #[test]

@@ -141,6 +141,7 @@ impl PolicySpec {
             .replay_body_cap(self.bytes(knob!("replay_body_cap"))?)
             .holdback_cap(self.bytes(knob!("holdback_cap"))?)
             .evidence_cap(self.bytes(knob!("evidence_cap"))?)
+            .max_event_bytes(self.bytes(knob!("max_event_bytes"))?)
             .idempotency_key(self.on(knob!("idempotency_key")))
             .retry_protocol_violations(self.on(knob!("retry_protocol_violations")))
             .build()
@@ -232,6 +233,7 @@ impl PolicySpec {
             (knob!("replay_body_cap"), bytes(p.replay_body_cap())),
             (knob!("holdback_cap"), bytes(p.holdback_cap())),
             (knob!("evidence_cap"), bytes(p.evidence_cap())),
+            (knob!("max_event_bytes"), bytes(p.max_event_bytes())),
             (knob!("idempotency_key"), Value::Bool(p.idempotency_key())),
             (
                 knob!("retry_protocol_violations"),
@@ -510,6 +512,10 @@ mod tests {
         assert_eq!(
             zero("holdback_cap"),
             "holdback_cap: must be at least 1 byte"
+        );
+        assert_eq!(
+            zero("max_event_bytes"),
+            "max_event_bytes: must be at least 1 byte"
         );
     }
 

@@ -2,8 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Default cap on one line and on one event: 1 MiB.
-pub(super) const DEFAULT_CAP: usize = 1 << 20;
+/// Default cap on one line and on one event: 32 MiB. One event may carry a
+/// whole image as base64 (a Responses `partial_image` of 1.3 to 4 MB, a
+/// Gemini 4K image of up to 10 MB), so a cap of a few MiB would fail real
+/// answers; the cap is met only by an event that large, never reserved.
+pub(super) const DEFAULT_CAP: usize = 32 << 20;
 
 /// Caps on buffered bytes per stream.
 ///

@@ -21,9 +21,7 @@ use super::direct::{DirectTx, direct};
 use super::first_client::{FirstClient, Pumping};
 use super::numbering::{Comments, comment_lines, number};
 use super::raised;
-use super::registry::{
-    DIRECT_CAPACITY, Handed, Live, MAX_EVENT_BYTES, NewStream, REMOTE_RECHECK, Streams, lock,
-};
+use super::registry::{DIRECT_CAPACITY, Handed, Live, NewStream, REMOTE_RECHECK, Streams, lock};
 use crate::forward::UpstreamBody;
 use crate::identity::StreamKey;
 use crate::log::Entry;
@@ -70,7 +68,7 @@ impl Streams {
         // head leaves with them. Nothing is registered yet, so a client
         // that leaves meanwhile leaves nothing behind but the log's entry,
         // which expires.
-        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
+        let mut framer = SseBlocks::new(self.max_event);
         let mut body = new.body;
         let end = pump.forward(&mut framer, new.first, &mut body).await;
         lock(&self.live).insert(pump.key.clone(), live);
@@ -591,7 +589,7 @@ mod tests {
     fn numbered(read: &[u8], id: &str) -> (usize, usize, usize) {
         let mut batch = Batch::for_read(read, Some((id.len(), 0)));
         let before = batch.out.capacity();
-        let mut framer = SseBlocks::new(MAX_EVENT_BYTES);
+        let mut framer = SseBlocks::new(1 << 20);
         framer.push(read);
         let mut seq = 0;
         while let Some(block) = framer.next_block().unwrap() {

@@ -55,8 +55,6 @@ use crate::log::{LogError, StreamLog};
 use crate::logs::Logger;
 use crate::metrics::Metrics;
 
-/// The longest one event may be before the stream is failed.
-pub(super) const MAX_EVENT_BYTES: usize = 4 << 20;
 /// Reads (each one message of its events) buffered between the pump and
 /// the first client.
 pub(super) const DIRECT_CAPACITY: usize = 32;
@@ -94,6 +92,9 @@ pub(crate) struct Bounds {
     pub(crate) max_readers_per_stream: usize,
     /// Reconnected readers in all.
     pub(crate) max_readers: usize,
+    /// The longest one event may be before the stream is failed: the
+    /// policy's `max_event_bytes`, the bound its decoder holds it to.
+    pub(crate) max_event: usize,
 }
 
 /// Why a reconnect was not served.
@@ -129,6 +130,8 @@ pub(crate) struct Streams {
     pub(super) keep_generating: Duration,
     pub(super) ttl: Duration,
     pub(super) max_readers_per_stream: usize,
+    /// The longest one event may be ([`Bounds::max_event`]).
+    pub(super) max_event: usize,
     /// Places of generations going on with no reader.
     pub(super) kept: Arc<Semaphore>,
     /// Places of reconnected readers.
@@ -184,6 +187,7 @@ impl Streams {
             keep_generating: bounds.keep_generating,
             ttl: bounds.ttl,
             max_readers_per_stream: bounds.max_readers_per_stream,
+            max_event: bounds.max_event,
             kept: Arc::new(Semaphore::new(bounds.max_kept)),
             readers: Arc::new(Semaphore::new(bounds.max_readers)),
             live: Mutex::new(HashMap::new()),

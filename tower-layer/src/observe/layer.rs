@@ -13,7 +13,8 @@ pub struct ObserveLayer {
 }
 
 impl ObserveLayer {
-    /// Observes bodies of `protocol` with the default limits (1 MiB lines).
+    /// Observes bodies of `protocol` with the default limits (32 MiB per
+    /// line and per event, the policy's default `max_event_bytes`).
     pub fn new(protocol: ProtocolKind) -> Self {
         ObserveLayer {
             protocol,
@@ -21,7 +22,8 @@ impl ObserveLayer {
         }
     }
 
-    /// Uses `limits` for line and event sizes.
+    /// Uses `limits` for line and event sizes. Under a `RecoveryLayer`, each
+    /// send is read under its policy's `max_event_bytes` instead.
     #[must_use]
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;

@@ -53,10 +53,15 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // A send to an alternate that speaks another protocol says so.
-        let protocol = match req.extensions().get::<crate::recovery::SendProtocol>() {
-            Some(p) => p.0.clone(),
-            None => self.protocol.clone(),
+        // Under a recovery layer, the send says how its machine reads it:
+        // its caps, and its protocol when not this layer's (an alternate
+        // that speaks another).
+        let (protocol, limits) = match req.extensions().get::<crate::recovery::SendReading>() {
+            Some(r) => (
+                r.protocol.clone().unwrap_or_else(|| self.protocol.clone()),
+                r.limits,
+            ),
+            None => (self.protocol.clone(), self.limits),
         };
         let generation = is_generation(
             req.method().as_str(),
@@ -65,7 +70,7 @@ where
         ObserveFuture {
             inner: self.inner.call(req),
             protocol: Some(protocol),
-            limits: self.limits,
+            limits,
             generation,
         }
     }

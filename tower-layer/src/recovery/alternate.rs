@@ -204,12 +204,6 @@ impl Alternate {
     }
 }
 
-/// Marks a send to an alternate that names its own protocol: an
-/// [`ObserveLayer`](crate::ObserveLayer) inside decodes that send's answer
-/// as this protocol rather than its own.
-#[derive(Debug, Clone)]
-pub(crate) struct SendProtocol(pub(crate) ProtocolKind);
-
 /// Names only: header values are credentials.
 impl fmt::Debug for Alternate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

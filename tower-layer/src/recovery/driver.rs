@@ -20,6 +20,7 @@ use recovery_core::exchange::{Chunk, Exchange, Io, Role, Send as SendKind};
 use recovery_core::failure::{Failure, FailureKind, Phase};
 use recovery_core::outcome::Outcome;
 use recovery_core::timing::Instant;
+use recovery_core::wire::Limits;
 
 use super::classify;
 use super::continuation::ContinuationContext;
@@ -524,14 +525,16 @@ where
         }
         req.extensions_mut().insert(self.origin.call.clone());
         req.extensions_mut().insert(SendCredit);
-        // The observer inside decodes this send as the machine's protocol
-        // when it is not the layer's: an alternate's own, or the call's.
-        if alternate.is_some_and(|alt| alt.target.protocol().is_some())
-            || self.origin.call.protocol().is_some()
-        {
-            req.extensions_mut()
-                .insert(super::SendProtocol(self.ex.protocol_of(self.role).clone()));
-        }
+        // The observer inside reads this send as the machine does: under
+        // the policy's caps, and as the machine's protocol when it is not
+        // the layer's (an alternate's own, or the call's).
+        let protocol = (alternate.is_some_and(|alt| alt.target.protocol().is_some())
+            || self.origin.call.protocol().is_some())
+        .then(|| self.ex.protocol_of(self.role).clone());
+        req.extensions_mut().insert(super::SendReading {
+            protocol,
+            limits: Limits::uniform(self.ex.policy().max_event_bytes()),
+        });
         self.head = None;
         self.inner = None;
         self.activity = Activity::Readying(self.sender.fresh(), Some(Box::new(req)));
