@@ -209,6 +209,7 @@ impl Metrics {
             ),
             ("max_body_bytes", config.max_body_bytes as u64),
             ("max_upload_bytes", config.max_upload_bytes as u64),
+            ("max_held_body_bytes", config.max_held_body_bytes as u64),
             (
                 "body_read_timeout_ms",
                 config.body_read_timeout.as_millis() as u64,

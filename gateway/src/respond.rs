@@ -42,6 +42,8 @@ pub(crate) enum Refusal {
     TooManyReaders,
     /// The request body is over the limit.
     BodyTooLarge(usize),
+    /// The request bodies held at once fill their budget.
+    BodiesFull,
     /// The request body did not arrive within its deadline or rate.
     BodyTooSlow,
     /// The request body could not be read.
@@ -66,9 +68,10 @@ impl Refusal {
             | Refusal::InvalidJson
             | Refusal::Unforwardable => StatusCode::BAD_REQUEST,
             Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
-            Refusal::StreamLogUnavailable | Refusal::TooManyStreams | Refusal::TooManyReaders => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Refusal::StreamLogUnavailable
+            | Refusal::TooManyStreams
+            | Refusal::TooManyReaders
+            | Refusal::BodiesFull => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::BodyTooSlow => StatusCode::REQUEST_TIMEOUT,
             // Anthropic's own word for overloaded is 529, which its SDK
@@ -123,6 +126,10 @@ impl Refusal {
                 "too_many_streams",
                 "the gateway is at its concurrent stream limit; retry later",
             ),
+            Refusal::BodiesFull => (
+                "too_many_request_bytes",
+                "the gateway holds as many request bytes as it may at once; retry later",
+            ),
             Refusal::TooManyReaders => (
                 "too_many_readers",
                 "this stream has as many readers as the gateway allows; retry later",
@@ -170,7 +177,10 @@ impl Refusal {
             Refusal::MethodNotAllowed(allow) => {
                 h.insert(ALLOW, HeaderValue::from_static(allow));
             }
-            Refusal::TooManyStreams | Refusal::TooManyReaders | Refusal::StreamLogUnavailable => {
+            Refusal::TooManyStreams
+            | Refusal::TooManyReaders
+            | Refusal::StreamLogUnavailable
+            | Refusal::BodiesFull => {
                 h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

@@ -55,6 +55,8 @@ pub(crate) struct Common {
     streams: Arc<Streams>,
     keys: Arc<Keys>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// Request body bytes held at once (`max_held_body_bytes`).
+    held: Arc<tokio::sync::Semaphore>,
     tunnels: Arc<Tunnels>,
     shutdown: watch::Receiver<bool>,
 }
@@ -80,6 +82,11 @@ impl Common {
                 config.stream_secret.as_ref().map(|s| s.0.as_slice()),
             )),
             slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
+            held: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_held_body_bytes
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             tunnels: Arc::new(Tunnels::new(Arc::clone(metrics))),
             shutdown,
         }
@@ -102,6 +109,7 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
         streams,
         keys,
         slots,
+        held,
         tunnels,
         shutdown,
     } = common;
@@ -135,6 +143,7 @@ pub(crate) fn phases(config: &Config, common: &Common) -> Phases {
                 timeout: config.body_read_timeout,
                 min_bytes_per_sec: config.body_min_bytes_per_sec,
             },
+            held: Arc::clone(held),
             metrics: Arc::clone(metrics),
         },
         proxy: Proxy {

@@ -102,6 +102,104 @@ async fn oversized_and_invalid_bodies_are_refused_before_the_upstream() {
     gw.shutdown().await;
 }
 
+/// A chat request of `mib` MiB: a conversation carrying screenshots.
+fn vision_body(mib: usize) -> String {
+    format!(
+        r#"{{"model":"m","stream":true,"messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{}"}}}}]}}]}}"#,
+        "iVBO".repeat(mib << 18)
+    )
+}
+
+#[tokio::test]
+async fn a_request_as_large_as_providers_take_is_forwarded_by_default() {
+    // 24 MiB: over the 8 MiB this gateway once refused, under the 32 MB
+    // Anthropic's Messages API takes and the 50 MB of OpenAI's images.
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    let defaults = recovery_gateway::Config::default();
+    config.max_body_bytes = defaults.max_body_bytes;
+    config.max_held_body_bytes = defaults.max_held_body_bytes;
+    let gw = gateway(config).await;
+    let body = vision_body(24);
+    let r = send(post(gw.url(CHAT), &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        provider.requests()[0].body == body.as_bytes(),
+        "the body as sent"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn request_bodies_held_at_once_share_one_budget() {
+    let provider = FaultProvider::start(vec![stalled(), happy()])
+        .await
+        .unwrap();
+    let (mut config, _) = config(&provider);
+    config.max_body_bytes = 3 << 20;
+    config.max_held_body_bytes = 4 << 20;
+    let gw = gateway(config).await;
+    let body = vision_body(2);
+    // The first request's body is held while its answer streams (for a
+    // replay): 2 of the 4 MiB.
+    let mut first = Live::open(post(gw.url(CHAT), &body)).await;
+    assert_eq!(first.status, 200);
+    first.events(1).await;
+    provider.wait_for_stalls(1).await;
+    // A second as large does not fit: shed at once, nothing forwarded.
+    let shed = send(post(gw.url(CHAT), &body)).await;
+    assert_eq!(shed.status, 503);
+    assert_eq!(shed.headers["retry-after"], "1");
+    assert_eq!(shed.json()["error"]["type"], "too_many_request_bytes");
+    assert_eq!(provider.count(), 1);
+    let metrics = send(get(gw.url("/metrics"))).await.text();
+    assert!(
+        metrics.contains("recovery_gateway_bound{name=\"max_held_body_bytes\"} 4194304"),
+        "{metrics}"
+    );
+    provider.release(1);
+    first.events(2).await;
+    drop(first);
+    tokio::time::timeout(LIMIT, gw.wait_streams_idle())
+        .await
+        .unwrap();
+    // The first request's end gave its share back.
+    let r = send(post(gw.url(CHAT), &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_batch_declared_over_the_body_cap_streams_as_an_upload() {
+    let provider = FaultProvider::start(vec![
+        Script::ok()
+            .header("content-type", "application/json")
+            .write(Write::text(r#"{"id":"msgbatch_1","type":"message_batch"}"#)),
+    ])
+    .await
+    .unwrap();
+    let (mut config, _) = config(&provider);
+    config.max_body_bytes = 1 << 20;
+    let gw = gateway(config).await;
+    // A batch of requests in one JSON body (Anthropic takes 256 MB): not a
+    // generation, so it is sent once as it arrives, under the upload cap.
+    let batch = format!(
+        r#"{{"requests":[{{"custom_id":"a","params":{{"model":"m","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}}}]}}"#,
+        "x".repeat(3 << 20)
+    );
+    let r = send(post(gw.url("/v1/messages/batches"), &batch)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], "msgbatch_1");
+    assert!(
+        provider.requests()[0].body == batch.as_bytes(),
+        "the batch as sent"
+    );
+    // A generation as large is still refused whole.
+    let refused = send(post(gw.url(CHAT), &vision_body(3))).await;
+    assert_eq!(refused.status, 413);
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn no_route_without_an_upstream_is_a_json_404() {
     let provider = FaultProvider::start(vec![happy()]).await.unwrap();

@@ -45,7 +45,7 @@ environment, the environment over the file):
   --stream-log LOG         memory, or redis://HOST/ or redis+unix:///path (RECOVERY_GATEWAY_STREAM_LOG)
   --keep-generating-ms N   generation kept after the client left, ms (RECOVERY_GATEWAY_KEEP_GENERATING_MS; 60000)
   --max-streams N          concurrent forwarded requests (RECOVERY_GATEWAY_MAX_STREAMS; 1024)
-  --max-body-bytes N       largest request body (RECOVERY_GATEWAY_MAX_BODY_BYTES; 8388608)
+  --max-body-bytes N       largest request body (RECOVERY_GATEWAY_MAX_BODY_BYTES; 67108864)
   --fleet-redis URL        share upstream cooldowns and the retry budget with the other instances
                            through this Redis (RECOVERY_GATEWAY_FLEET_REDIS; default: this process's)
   --otlp-endpoint URL      export spans and GenAI metrics over OTLP/HTTP to this base URL, e.g.
@@ -58,7 +58,7 @@ environment, the environment over the file):
 File-only keys: [[clients]] (name, key_hash), upstream_headers, stream_secret
 (or RECOVERY_GATEWAY_STREAM_SECRET; the same on every instance of one Redis log),
 sse_comments (pass|drop), header_read_timeout_ms, body_read_timeout_ms,
-body_min_bytes_per_sec, max_upload_bytes, max_kept_streams, max_readers,
+body_min_bytes_per_sec, max_upload_bytes, max_held_body_bytes, max_kept_streams, max_readers,
 max_readers_per_stream, shutdown_grace_ms, threads (that serve connections; one
 per core), http2_streams_per_connection (100), http2_keep_alive_ms (30000, or \"off\");
 [[routes]] take resumable, headers, credential_header.
@@ -70,7 +70,8 @@ each is a gauge recovery_gateway_bound{name=...} in /metrics):
   (generations kept for clients that left), max_readers 1024 and
   max_readers_per_stream 4 (reconnects), header_read_timeout_ms 10000,
   body_read_timeout_ms 10000 plus 1 s per body_min_bytes_per_sec 65536 bytes,
-  max_body_bytes 8388608, max_upload_bytes 536870912 (streamed, not held),
+  max_body_bytes 67108864, max_held_body_bytes 536870912 (bodies held at once, in
+  all), max_upload_bytes 536870912 (streamed, not held),
   [log] max_total_bytes 268435456 (finished streams
   evicted first), max_bytes 16777216 per stream, max_streams 10000, ttl_ms 300000.
 
@@ -191,7 +192,8 @@ mod tests {
         assert!(matches!(c.stream_log, StreamLogChoice::Memory));
         assert_eq!(c.keep_generating, Duration::from_mins(1));
         assert_eq!(c.max_streams, 1024);
-        assert_eq!(c.max_body_bytes, 8 << 20);
+        assert_eq!(c.max_body_bytes, 64 << 20);
+        assert_eq!(c.max_held_body_bytes, 512 << 20);
         assert_eq!(c.max_upload_bytes, 512 << 20);
         assert_eq!(
             c.threads,
@@ -202,6 +204,18 @@ mod tests {
             crate::Config::default().threads,
             1,
             "a library, on its caller's runtime"
+        );
+    }
+
+    #[test]
+    fn the_body_budget_holds_a_body_of_the_largest_size() {
+        let c = from_toml("max_body_bytes = 100\nmax_held_body_bytes = 100\n").unwrap();
+        assert_eq!((c.max_body_bytes, c.max_held_body_bytes), (100, 100));
+        assert_eq!(
+            from_toml("max_body_bytes = 100\nmax_held_body_bytes = 99\n")
+                .unwrap_err()
+                .0,
+            "max_held_body_bytes must be at least max_body_bytes: a body of the largest size must fit"
         );
     }
 
@@ -240,7 +254,8 @@ mod tests {
         let path = dir.join("g.toml");
         std::fs::write(
             &path,
-            "max_streams = 5\nmax_body_bytes = 10\nmax_upload_bytes = 11\nkeep_generating_ms = 7\n\
+            "max_streams = 5\nmax_body_bytes = 10\nmax_upload_bytes = 11\nmax_held_body_bytes = 12\n\
+             keep_generating_ms = 7\n\
              [policy]\nmax_attempts = 4\nattempts_per_target = 2\nidle_timeout_ms = \"off\"\n\
              first_token_timeout_ms = 10000\n\
              [[routes]]\nprefix = \"/a/\"\nupstream = \"https://api.anthropic.com\"\nstrip_prefix = true\nprotocol = \"anthropic\"\n",
@@ -254,6 +269,7 @@ mod tests {
         assert_eq!(c.max_streams, 9);
         assert_eq!(c.max_body_bytes, 10);
         assert_eq!(c.max_upload_bytes, 11);
+        assert_eq!(c.max_held_body_bytes, 12);
         assert_eq!(c.keep_generating, Duration::from_millis(7));
         assert_eq!(c.policy.max_attempts().get(), 4);
         assert_eq!(c.policy.attempts_per_target().get(), 2);

@@ -23,6 +23,7 @@ pub(super) struct File {
     pub(super) max_streams: Option<usize>,
     pub(super) max_body_bytes: Option<usize>,
     pub(super) max_upload_bytes: Option<usize>,
+    pub(super) max_held_body_bytes: Option<usize>,
     pub(super) fleet_redis: Option<String>,
     pub(super) otlp_endpoint: Option<String>,
     pub(super) log_level: Option<String>,

@@ -115,6 +115,14 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
     if let Some(n) = file.max_upload_bytes {
         c.max_upload_bytes = n;
     }
+    if let Some(n) = file.max_held_body_bytes {
+        c.max_held_body_bytes = n;
+    }
+    if c.max_held_body_bytes < c.max_body_bytes {
+        return err(
+            "max_held_body_bytes must be at least max_body_bytes: a body of the largest size must fit",
+        );
+    }
     if let Some(n) = file.header_read_timeout_ms {
         if n == 0 {
             return err("header_read_timeout_ms must be at least 1");

@@ -215,8 +215,12 @@ pub struct Config {
     /// Requests forwarded at once (streams included until they end); past
     /// it a request gets a 503 with `retry-after`.
     pub max_streams: usize,
-    /// The largest request body forwarded; past it, a 413.
+    /// The largest request body forwarded; past it, a 413. A body is read
+    /// whole and held for replays until its request ends.
     pub max_body_bytes: usize,
+    /// Request body bytes held at once, in all; a body that does not fit
+    /// gets a 503 with `retry-after` (load is shed, never queued).
+    pub max_held_body_bytes: usize,
     /// The largest upload forwarded (the body of a request that is not a
     /// generation and not JSON: a file, audio), streamed upstream as it
     /// arrives, never held; past it, a 413 (declared) or a cut body.
@@ -293,7 +297,8 @@ impl Default for Config {
             otlp_endpoint: None,
             keep_generating: Duration::from_mins(1),
             max_streams: 1024,
-            max_body_bytes: 8 << 20,
+            max_body_bytes: 64 << 20,
+            max_held_body_bytes: 512 << 20,
             max_upload_bytes: 512 << 20,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
