@@ -1,6 +1,7 @@
 //! Bounded against whoever connects: paths and methods that are never
-//! forwarded, a trickled body that loses its slot at its deadline,
-//! reconnecting readers and generations kept for absent clients capped.
+//! forwarded, a trickled body that loses its slot at its deadline, the
+//! request bodies held at once under one budget, reconnecting readers and
+//! generations kept for absent clients capped.
 
 mod support;
 
@@ -179,5 +180,44 @@ async fn generations_kept_for_absent_clients_have_their_own_bounded_pool() {
     tokio::time::timeout(LIMIT, gw.wait_streams_idle())
         .await
         .expect("the kept one finished");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn request_bodies_held_at_once_share_one_budget() {
+    let provider = FaultProvider::start(vec![stalled(), happy()])
+        .await
+        .unwrap();
+    let (mut config, _) = config(&provider);
+    config.max_body_bytes = 3 << 20;
+    config.max_held_body_bytes = 4 << 20;
+    let gw = gateway(config).await;
+    let body = vision_body(2);
+    // The first request's body is held while its answer streams (for a
+    // replay): 2 of the 4 MiB.
+    let mut first = Live::open(post(gw.url(CHAT), &body)).await;
+    assert_eq!(first.status, 200);
+    first.events(1).await;
+    provider.wait_for_stalls(1).await;
+    // A second as large does not fit: shed at once, nothing forwarded.
+    let shed = send(post(gw.url(CHAT), &body)).await;
+    assert_eq!(shed.status, 503);
+    assert_eq!(shed.headers["retry-after"], "1");
+    assert_eq!(shed.json()["error"]["type"], "too_many_request_bytes");
+    assert_eq!(provider.count(), 1);
+    let metrics = send(get(gw.url("/metrics"))).await.text();
+    assert!(
+        metrics.contains("recovery_gateway_bound{name=\"max_held_body_bytes\"} 4194304"),
+        "{metrics}"
+    );
+    provider.release(1);
+    first.events(2).await;
+    drop(first);
+    tokio::time::timeout(LIMIT, gw.wait_streams_idle())
+        .await
+        .unwrap();
+    // The first request's end gave its share back.
+    let r = send(post(gw.url(CHAT), &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
     gw.shutdown().await;
 }

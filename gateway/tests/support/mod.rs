@@ -282,3 +282,11 @@ impl Live {
         out
     }
 }
+
+/// A chat request of `mib` MiB: a conversation carrying screenshots.
+pub fn vision_body(mib: usize) -> String {
+    format!(
+        r#"{{"model":"m","stream":true,"messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{}"}}}}]}}]}}"#,
+        "iVBO".repeat(mib << 18)
+    )
+}
