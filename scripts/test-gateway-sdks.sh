@@ -57,7 +57,9 @@ provider_url="$(first_url "$work/provider.out" "$provider_pid")" || {
 
 # Every SDK case that recovers spends a retry: the suite runs them back to
 # back, so the shared retry budget gets a larger reserve than the default.
+# The body cap is 8 MiB, so that a file of 9 MiB shows an upload streams.
 cat >"$work/gateway.toml" <<'TOML'
+max_body_bytes = 8388608
 [retry_budget]
 min_retries_per_sec = 100
 TOML

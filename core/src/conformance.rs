@@ -161,8 +161,8 @@ pub struct RequestSpec {
     pub method: String,
     /// The path and query (runners put their own origin before it).
     pub path: String,
-    /// The body text.
-    #[serde(default)]
+    /// The body text (written as [`text`] takes it).
+    #[serde(default, deserialize_with = "text::one")]
     pub body: String,
 }
 
@@ -204,7 +204,7 @@ impl Vector {
         self.request.clone().unwrap_or_else(|| RequestSpec {
             method: "POST".into(),
             path: "/v1/chat/completions".into(),
-            body: "{}".into(),
+            body: r#"{"stream":true}"#.into(),
         })
     }
 }
@@ -428,6 +428,11 @@ pub mod text {
             .into_iter()
             .map(|f| f.spelled().map_err(D::Error::custom))
             .collect()
+    }
+
+    /// A text.
+    pub fn one<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Form::deserialize(d)?.spelled().map_err(D::Error::custom)
     }
 
     /// A text, if given.

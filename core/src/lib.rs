@@ -39,9 +39,10 @@
 //! | never retryable, whatever is selected | 400, 401, 403, 404, 413, 422 | — |
 //! | retryable categories | transport, http, client_timeout, provider_response | `retryable_categories` |
 //! | `Retry-After` ceiling / above it | 60 s / refuse (never shortened) | `retry_after_ceiling` |
-//! | replay body cap | 8 MiB | `replay_body_cap` |
+//! | replay body cap | 64 MiB | `replay_body_cap` |
 //! | hold-back cap (pre-commit prefix) | 64 KiB | `holdback_cap` |
 //! | evidence cap (`inspect_*`) | 16 KiB | `evidence_cap` |
+//! | event cap (a line, an event, a whole JSON answer) | 32 MiB | `max_event_bytes` |
 //! | resumes | 1 | `max_resumes` |
 //! | endpoint | remote (ambiguous resends allowed) | `endpoint` |
 //! | head / idle / progress timeouts | 300 s / 300 s / 600 s | `head_timeout`, `idle_timeout`, `progress_timeout` |

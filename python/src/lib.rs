@@ -639,11 +639,7 @@ impl Client {
         key: Option<&str>,
     ) -> Machine {
         let policy = self.policy.clone();
-        let replay = match body {
-            None => Some(ReplayDisabled::NotReplayable),
-            Some(b) if b.len() > policy.replay_body_cap() => Some(ReplayDisabled::BodyTooLarge),
-            Some(_) => None,
-        };
+        let replay = body.is_none().then_some(ReplayDisabled::NotReplayable);
         let body = body.unwrap_or_default();
         let allowance = AttemptAllowance::new(policy.max_attempts().get());
         let start = instant(now);

@@ -56,7 +56,6 @@ use recovery_core::exchange::{
 };
 use recovery_core::failover::Target;
 use recovery_core::failure::{Failure, Phase, TransportKind};
-use recovery_core::outcome::ReplayDisabled;
 use recovery_core::policy::{PolicyError, PolicySpec, field_by_camel_case};
 use recovery_core::protocol::{ProtocolChoice, ProtocolKind, SseTerminal};
 use recovery_core::timing::{Fraction, Instant, JitterSource};
@@ -410,7 +409,6 @@ impl Client {
         pinned_jitter: f64,
     ) -> Machine {
         let policy = self.policy.clone().unwrap_or_default();
-        let too_large = body.len() > policy.replay_body_cap();
         let allowance = AttemptAllowance::new(policy.max_attempts().get());
         let id = u64::from(id_hi) << 32 | u64::from(id_lo);
         let mut targets = self.alternates.clone();
@@ -438,9 +436,6 @@ impl Client {
         if let Some(cooldowns) = &self.cooldowns {
             let store: Arc<dyn CooldownStore> = cooldowns.clone();
             setup = setup.cooldown(store, key_of(key, url, &request.fields()));
-        }
-        if too_large {
-            setup = setup.without_replay(ReplayDisabled::BodyTooLarge);
         }
         if (0.0..=1.0).contains(&pinned_jitter) {
             setup = setup.jitter(JitterSource::pinned(Fraction::new(pinned_jitter)));

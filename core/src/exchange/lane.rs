@@ -177,7 +177,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Lane<C, D> {
         route: &Route,
     ) -> Result<Send, Option<Box<Failure>>> {
         self.outbox.new_attempt();
-        let head_timeout = course.policy().head_timeout();
+        let head_timeout = course.policy().head_bound(route.whole);
         self.attempt.send(now, head_timeout, &mut self.timers);
         // A hedge races for a first token; a request that is not a
         // generation has none, and sending it twice could do its work

@@ -94,7 +94,7 @@ impl<C: AsRef<[u8]>, D: Decoded> Race<C, D> {
         let protocol = lane.protocol.clone();
         Resumption::adopt(&mut lane.resumption, route, &protocol, &protocol);
         course.open_hedge(now, &race.seat);
-        let head_timeout = course.policy().head_timeout();
+        let head_timeout = course.policy().head_bound(route.whole);
         lane.attempt.send(now, head_timeout, &mut lane.timers);
         race.swap(lane, course, route);
         Some(race)

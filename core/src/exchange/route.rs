@@ -24,6 +24,9 @@ pub(super) struct Route {
     pub(super) background: bool,
     /// The endpoint was declared an SSE server that honours `Last-Event-ID`.
     pub(super) sse_resumable: bool,
+    /// The request asks the target for a whole answer, not a stream
+    /// ([`ProtocolKind::asks_whole_answer`]): its head is its end.
+    pub(super) whole: bool,
     /// The request asks for a generation ([`is_generation`]); its answer is
     /// passed through as it comes when not.
     pub(super) generation: bool,
@@ -42,6 +45,7 @@ struct TargetFacts {
     url: String,
     protocol: ProtocolKind,
     background: bool,
+    whole: bool,
     cooldown_key: String,
 }
 
@@ -68,12 +72,17 @@ pub(super) struct Declared {
 }
 
 impl Route {
-    pub(super) fn new(request: RequestFacts<'_>) -> Self {
+    pub(super) fn new(request: RequestFacts<'_>, protocol: &ProtocolKind) -> Self {
         Route {
             method: request.method.to_owned(),
             url: request.url.to_owned(),
             background: request.fields().background_stream(),
             sse_resumable: false,
+            whole: protocol.asks_whole_answer(
+                request.method,
+                request.url,
+                request.fields().stream(),
+            ),
             generation: is_generation(request.method, request.url),
             cooldown: None,
             targets: Vec::new(),
@@ -94,6 +103,7 @@ impl Route {
             url: self.url.clone(),
             protocol: own.clone(),
             background: self.background,
+            whole: self.whole,
             cooldown_key: self.cooldown.as_ref().map_or_else(
                 || crate::cooldown::key_of(request.url, &request.fields()),
                 |c| c.key.clone(),
@@ -107,8 +117,10 @@ impl Route {
             let url = t.rewrite_url(request.url).into_owned();
             let body = t.rewrite_body(request.body);
             let fields = BodyFields::read(&body);
+            let protocol = t.protocol().unwrap_or(protocol).resolve(&url);
             self.targets.push(TargetFacts {
-                protocol: t.protocol().unwrap_or(protocol).resolve(&url),
+                whole: protocol.asks_whole_answer(&self.method, &url, fields.stream()),
+                protocol,
                 background: fields.background_stream(),
                 cooldown_key: crate::cooldown::key_of(&url, &fields),
                 url,
@@ -136,6 +148,7 @@ impl Route {
         self.at = i;
         self.url.clone_from(&facts.url);
         self.background = facts.background;
+        self.whole = facts.whole;
         if let Some(c) = self.cooldown.as_mut() {
             c.key.clone_from(&facts.cooldown_key);
         }

@@ -133,8 +133,9 @@ impl<'a> Setup<'a> {
         self
     }
 
-    /// Turns replay off (the request body could not be buffered, or was
-    /// over the replay cap).
+    /// Turns replay off (the request body could not be buffered, or a
+    /// driver stopped buffering it at the replay cap). A body given whole
+    /// in the request's facts is held to the cap here, for every driver.
     pub fn without_replay(mut self, reason: ReplayDisabled) -> Self {
         self.replay = Some(reason);
         self
@@ -183,7 +184,7 @@ impl<'a> Setup<'a> {
             ..
         } = self;
         let protocol = choice.resolve(request.url);
-        let mut route = Route::new(request);
+        let mut route = Route::new(request, &protocol);
         route.sse_resumable = self.resumable_sse;
         if let Some((store, key)) = self.cooldown {
             route.share_cooldown(store, key);
@@ -191,13 +192,11 @@ impl<'a> Setup<'a> {
         let jitter = self
             .jitter
             .unwrap_or_else(|| JitterSource::seeded(logical_id));
+        let replay = self.replay.or_else(|| {
+            (request.body.len() > policy.replay_body_cap()).then_some(ReplayDisabled::BodyTooLarge)
+        });
         let mut course = super::course::Course::new(policy, allowance, logical_id, jitter, now);
-        course.declare(
-            self.admission_hook,
-            self.prepaid,
-            self.deadline,
-            self.replay,
-        );
+        course.declare(self.admission_hook, self.prepaid, self.deadline, replay);
         if let Some(budget) = self.retry_budget {
             course = course.with_retry_budget(budget);
         }

@@ -143,7 +143,7 @@ knobs! {
     choice("over_ceiling",           Unit::Choice, "refuse",  &["refuse", "backoff"])
         => "above that ceiling: refuse (fail with the wait asked) or backoff (ignore it)",
     row("head_timeout_ms",           Unit::Ms,    "300000",   true,  true)
-        => "from a send to its response head",
+        => "from a send to its response head (a whole answer's: the longer of this and progress_timeout_ms)",
     row("idle_timeout_ms",           Unit::Ms,    "300000",   true,  true)
         => "a body silent this long has stalled",
     row("progress_timeout_ms",       Unit::Ms,    "600000",   true,  true)
@@ -162,7 +162,7 @@ knobs! {
         => "failure categories a retry is allowed for",
     choice("endpoint",               Unit::Choice, "remote",  &["remote", "local"])
         => "local: a resend that may overlap inference needs the admission hook",
-    row("replay_body_cap",           Unit::Bytes, "8388608",  false, false)
+    row("replay_body_cap",           Unit::Bytes, "67108864", false, false)
         => "largest request body kept for a replay; 0: no body is replayed",
     row("holdback_cap",              Unit::Bytes, "65536",    false, true)
         => "largest prefix held back before the first token commits the answer",

@@ -178,9 +178,10 @@ impl std::error::Error for PolicyError {}
 /// | retryable statuses | 408, 429, 500, 502, 503, 504, 529 |
 /// | retryable categories | transport, http, client_timeout, provider_response |
 /// | `Retry-After` ceiling / above it | 60 s / refuse |
-/// | replay body cap | 8 MiB |
+/// | replay body cap | 64 MiB |
 /// | hold-back cap | 64 KiB |
 /// | evidence cap | 16 KiB |
+/// | event cap (a line, an event, a whole JSON answer) | 32 MiB |
 /// | max resumes | 1 |
 /// | endpoint | remote (ambiguous resends allowed) |
 /// | head timeout (send to response head) | 300 s |
@@ -250,7 +251,10 @@ impl Default for RecoveryPolicy {
             categories: Categories::default(),
             retry_after_ceiling: Duration::from_mins(1),
             over_ceiling: OverCeiling::Refuse,
-            replay_body_cap: 8 << 20,
+            // Providers take requests of 32 MB (Anthropic's Messages) to
+            // 50 MB (OpenAI's images): the largest, costliest requests are
+            // replayed too. Most drivers hold the body whole anyway.
+            replay_body_cap: 64 << 20,
             holdback_cap: 64 << 10,
             evidence_cap: 16 << 10,
             max_event_bytes: default_max_event_bytes(),
@@ -388,6 +392,18 @@ impl RecoveryPolicy {
     /// Longest wait for a response head.
     pub fn head_timeout(&self) -> Option<Duration> {
         self.head_timeout
+    }
+    /// The bound from a send to its head: the head timeout for a streamed
+    /// answer; for a whole answer (`whole`), whose head comes only when it
+    /// is done, the longer of the head and progress timeouts (none when
+    /// either is off), so that a reasoning model's minutes of work are not
+    /// cut, and paid for again, where its own SDKs wait 600 s.
+    pub fn head_bound(&self, whole: bool) -> Option<Duration> {
+        if whole {
+            Some(self.head_timeout?.max(self.progress_timeout?))
+        } else {
+            self.head_timeout
+        }
     }
     /// Whether `status` is retryable under this policy (never for the
     /// permanent set).

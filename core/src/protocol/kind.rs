@@ -53,6 +53,33 @@ impl ProtocolKind {
         }
     }
 
+    /// Whether a request (`method` to `url`, its body's `stream` field)
+    /// asks this protocol for a whole answer rather than a stream: its
+    /// head then comes only once the answer is done. OpenAI and Anthropic
+    /// stream only when `stream` is true, Ollama unless it is false,
+    /// Gemini by its method (`generateContent`, not
+    /// `streamGenerateContent`); a GET (a background stream, resumed) and
+    /// any other SSE server stream.
+    pub fn asks_whole_answer(&self, method: &str, url: &str, stream: Option<bool>) -> bool {
+        if !method.eq_ignore_ascii_case("POST") {
+            return false;
+        }
+        match self {
+            ProtocolKind::OpenAiChat | ProtocolKind::OpenAiResponses | ProtocolKind::Anthropic => {
+                stream != Some(true)
+            }
+            ProtocolKind::Ollama => stream == Some(false),
+            ProtocolKind::Gemini => {
+                let path = url.split(['?', '#']).next().unwrap_or(url);
+                path.rsplit('/')
+                    .next()
+                    .and_then(|last| last.split_once(':'))
+                    .is_some_and(|(_, m)| m == "generateContent")
+            }
+            ProtocolKind::Sse { .. } => false,
+        }
+    }
+
     /// Whether the body is NDJSON rather than SSE.
     pub fn is_ndjson(&self) -> bool {
         matches!(self, ProtocolKind::Ollama)

@@ -1088,7 +1088,7 @@ pub(super) fn run(script: Script) -> Run {
             ProtocolKind::OpenAiChat,
             "POST".into(),
             "/v1/chat/completions".into(),
-            "{}".into(),
+            r#"{"stream":true}"#.into(),
             &CHAT,
         ),
     };

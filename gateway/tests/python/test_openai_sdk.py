@@ -249,8 +249,8 @@ class NotAGeneration(unittest.TestCase):
 
 
 class Uploads(unittest.TestCase):
-    """A file above the gateway's body cap (8 MiB) uploads through it: an
-    upload streams upstream, never held."""
+    """A file above the gateway's body cap (8 MiB in this suite's config)
+    uploads through it: an upload streams upstream, never held."""
 
     def test_a_nine_mib_file_uploads_through_the_gateway(self):
         prefix = "/uploads"
