@@ -225,6 +225,15 @@ pub struct RecoveryPolicy {
     pub(crate) head_timeout: Option<Duration>,
 }
 
+/// The longer of two bounds, of those on (`None`: off): off only when both
+/// are.
+pub(crate) fn longer(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Default bound from a send to its response head (undici's `headersTimeout`).
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_mins(5);
 /// Default bound on a silence with no byte at all (undici's `bodyTimeout`).
@@ -395,12 +404,12 @@ impl RecoveryPolicy {
     }
     /// The bound from a send to its head: the head timeout for a streamed
     /// answer; for a whole answer (`whole`), whose head comes only when it
-    /// is done, the longer of the head and progress timeouts (none when
-    /// either is off), so that a reasoning model's minutes of work are not
-    /// cut, and paid for again, where its own SDKs wait 600 s.
+    /// is done, the longer of the head and progress timeouts (of those
+    /// on), so that a reasoning model's minutes of work are not cut, and
+    /// paid for again, where its own SDKs wait 600 s.
     pub fn head_bound(&self, whole: bool) -> Option<Duration> {
         if whole {
-            Some(self.head_timeout?.max(self.progress_timeout?))
+            longer(self.head_timeout, self.progress_timeout)
         } else {
             self.head_timeout
         }
@@ -683,6 +692,29 @@ mod tests {
         assert_eq!(p.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
         assert_eq!(p.retry_after_ceiling(), Duration::from_mins(1));
         assert_eq!(p.over_ceiling(), OverCeiling::Refuse);
+    }
+
+    #[test]
+    fn a_whole_answers_head_gets_the_longer_of_the_bounds_on() {
+        let secs = Duration::from_secs;
+        let p = |head, progress| {
+            RecoveryPolicy::builder()
+                .head_timeout(head)
+                .progress_timeout(progress)
+                .build()
+                .unwrap()
+        };
+        let default = RecoveryPolicy::default();
+        assert_eq!(default.head_bound(false), Some(secs(300)));
+        assert_eq!(default.head_bound(true), Some(secs(600)));
+        assert_eq!(
+            p(Some(secs(900)), Some(secs(600))).head_bound(true),
+            Some(secs(900))
+        );
+        assert_eq!(p(None, Some(secs(600))).head_bound(true), Some(secs(600)));
+        assert_eq!(p(Some(secs(30)), None).head_bound(true), Some(secs(30)));
+        assert_eq!(p(None, None).head_bound(true), None);
+        assert_eq!(p(None, Some(secs(600))).head_bound(false), None);
     }
 
     #[test]
