@@ -45,7 +45,7 @@
 //! | event cap (a line, an event, a whole JSON answer) | 32 MiB | `max_event_bytes` |
 //! | resumes | 1 | `max_resumes` |
 //! | endpoint | remote (ambiguous resends allowed) | `endpoint` |
-//! | head / idle / progress timeouts | 300 s / 300 s / 600 s | `head_timeout`, `idle_timeout`, `progress_timeout` |
+//! | head / idle / progress timeouts | 300 s (a whole answer's: 600 s) / 600 s / 600 s | `head_timeout`, `idle_timeout`, `progress_timeout` |
 //!
 //! Each driver also shares, between the requests of one client (a layer and
 //! its clones, one recovering fetch), a [`RetryBudget`] (20 % of requests
@@ -66,9 +66,11 @@
 //! assert_eq!(defaults.retryable_statuses(), DEFAULT_RETRYABLE_STATUSES);
 //! assert_eq!(defaults.retry_after_ceiling(), Duration::from_secs(60));
 //! // Nothing hangs by default: a stalled head, a silent body and an endless
-//! // run of keepalives are all bounded (undici's 300 s anchor).
+//! // run of keepalives are all bounded (undici's 300 s for a head, the
+//! // SDKs' 600 s read timeout for a body: a model may think in silence).
 //! assert_eq!(defaults.head_timeout(), Some(Duration::from_secs(300)));
-//! assert_eq!(defaults.idle_timeout(), Some(Duration::from_secs(300)));
+//! assert_eq!(defaults.head_bound(true), Some(Duration::from_secs(600)));
+//! assert_eq!(defaults.idle_timeout(), Some(Duration::from_secs(600)));
 //! assert_eq!(defaults.progress_timeout(), Some(Duration::from_secs(600)));
 //!
 //! let policy = RecoveryPolicy::builder()

@@ -82,11 +82,7 @@ impl Common {
                 config.stream_secret.as_ref().map(|s| s.0.as_slice()),
             )),
             slots: Arc::new(tokio::sync::Semaphore::new(config.max_streams)),
-            held: Arc::new(tokio::sync::Semaphore::new(
-                config
-                    .max_held_body_bytes
-                    .min(tokio::sync::Semaphore::MAX_PERMITS),
-            )),
+            held: Arc::new(tokio::sync::Semaphore::new(config.max_held_body_bytes)),
             tunnels: Arc::new(Tunnels::new(Arc::clone(metrics))),
             shutdown,
         }

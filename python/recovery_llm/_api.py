@@ -39,7 +39,7 @@ class Configured:
     ``backoff_ceiling_ms`` (8000), ``retry_after_ceiling_ms`` (60000; a
     ``Retry-After`` above it is refused, never shortened, unless
     ``over_ceiling="backoff"``), ``head_timeout_ms`` (300000),
-    ``idle_timeout_ms`` (300000), ``progress_timeout_ms`` (600000),
+    ``idle_timeout_ms`` (600000), ``progress_timeout_ms`` (600000),
     ``first_token_timeout_ms`` (off), ``hedge_after_ms`` (off: with no
     token this long after a send, before any output, a second send of the
     original request races it and the first semantic fragment wins;

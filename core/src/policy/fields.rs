@@ -144,7 +144,7 @@ knobs! {
         => "above that ceiling: refuse (fail with the wait asked) or backoff (ignore it)",
     row("head_timeout_ms",           Unit::Ms,    "300000",   true,  true)
         => "from a send to its response head (a whole answer's: the longer of this and progress_timeout_ms)",
-    row("idle_timeout_ms",           Unit::Ms,    "300000",   true,  true)
+    row("idle_timeout_ms",           Unit::Ms,    "600000",   true,  true)
         => "a body silent this long has stalled",
     row("progress_timeout_ms",       Unit::Ms,    "600000",   true,  true)
         => "no output this long, keepalives aside, has stalled",

@@ -185,16 +185,19 @@ impl std::error::Error for PolicyError {}
 /// | max resumes | 1 |
 /// | endpoint | remote (ambiguous resends allowed) |
 /// | head timeout (send to response head) | 300 s |
-/// | idle timeout (no byte at all) | 300 s |
+/// | idle timeout (no byte at all) | 600 s |
 /// | progress timeout (no semantic fragment; keepalives do not count) | 600 s |
 ///
 /// The three timeouts make the default safe: a stalled head, a stalled body
-/// or an endless run of keepalives cannot hang a request. Head and idle
-/// follow undici's `headersTimeout` / `bodyTimeout` (300 s each), which
-/// Node's `fetch` and the OpenAI JS SDK already run under; progress is
-/// twice that, the 600 s the OpenAI and Anthropic SDKs give a whole
-/// request, because reasoning models may think for minutes behind
-/// keepalives. Set any of them to `None` to turn it off, or lower for
+/// or an endless run of keepalives cannot hang a request. The head timeout
+/// follows undici's `headersTimeout` (300 s), which Node's `fetch` and the
+/// OpenAI JS SDK run under (a whole answer's head, which comes only when
+/// the answer is done, gets the longer of it and the progress timeout).
+/// Idle and progress are the 600 s the OpenAI and Anthropic SDKs give a
+/// request (their Python read timeout), because a reasoning model may
+/// think for minutes, some sending nothing at all until their first token:
+/// a shorter idle timeout cut such a stream and paid for it again, each
+/// time. Set any of them to `None` to turn it off, or lower for
 /// interactive use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecoveryPolicy {
@@ -236,8 +239,10 @@ pub(crate) fn longer(a: Option<Duration>, b: Option<Duration>) -> Option<Duratio
 
 /// Default bound from a send to its response head (undici's `headersTimeout`).
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_mins(5);
-/// Default bound on a silence with no byte at all (undici's `bodyTimeout`).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(5);
+/// Default bound on a silence with no byte at all: the OpenAI and Anthropic
+/// Python SDKs' read timeout (undici's `bodyTimeout` is 300 s), since a
+/// reasoning model may send nothing for minutes before its first token.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_mins(10);
 /// Default bound on a time without a semantic fragment (keepalives do not
 /// reset it).
 pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_mins(10);

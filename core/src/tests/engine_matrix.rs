@@ -721,8 +721,8 @@ fn bd7_malformed_event_is_a_protocol_failure() {
 fn bd8_idle_watchdog_fires_at_its_value() {
     assert_eq!(
         test_policy().idle_timeout(),
-        Some(secs(300)),
-        "bounded by default (undici's bodyTimeout)"
+        Some(secs(600)),
+        "bounded by default (the SDKs' read timeout)"
     );
     let policy = test_builder().idle_timeout(Some(secs(20))).build().unwrap();
     // Uncommitted: replay.

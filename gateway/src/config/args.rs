@@ -220,6 +220,24 @@ mod tests {
     }
 
     #[test]
+    fn counts_beyond_any_machine_are_refused_not_a_panic() {
+        let e = run(&["--max-streams", "18446744073709551615"], &[]).unwrap_err();
+        assert_eq!(e.0, "--max-streams must be at most 1099511627776");
+        assert_eq!(
+            from_toml("max_readers = 18446744073709551615\n")
+                .unwrap_err()
+                .0,
+            "max_readers must be at most 1099511627776"
+        );
+        assert_eq!(
+            from_toml("max_held_body_bytes = 18446744073709551615\n")
+                .unwrap_err()
+                .0,
+            "max_held_body_bytes must be at most 2305843009213693951"
+        );
+    }
+
+    #[test]
     fn threads_come_from_the_file() {
         assert_eq!(from_toml("threads = 3\n").unwrap().threads, 3);
         for bad in ["threads = 0\n", "threads = 1025\n"] {

@@ -43,6 +43,10 @@ pub(super) fn build(
     Ok(c)
 }
 
+/// The most slots a count bound may hold (streams, kept generations,
+/// readers): far beyond any machine, and within what a semaphore counts.
+const MAX_COUNT: usize = 1 << 40;
+
 /// Where it listens, its default upstream, its stores.
 fn addresses(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError> {
     let pick = |flag: &Option<String>, from_file: &Option<String>| {
@@ -107,6 +111,9 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
     if c.max_streams == 0 {
         return err("--max-streams must be at least 1");
     }
+    if c.max_streams > MAX_COUNT {
+        return err(format!("--max-streams must be at most {MAX_COUNT}"));
+    }
     if let Some(n) = &layer.max_body_bytes {
         c.max_body_bytes = number("--max-body-bytes", n)?;
     } else if let Some(n) = file.max_body_bytes {
@@ -117,6 +124,12 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
     }
     if let Some(n) = file.max_held_body_bytes {
         c.max_held_body_bytes = n;
+    }
+    if c.max_held_body_bytes > tokio::sync::Semaphore::MAX_PERMITS {
+        return err(format!(
+            "max_held_body_bytes must be at most {}",
+            tokio::sync::Semaphore::MAX_PERMITS
+        ));
     }
     if c.max_held_body_bytes < c.max_body_bytes {
         return err(
@@ -163,6 +176,9 @@ fn bounds(c: &mut Config, layer: &Layer, file: &File) -> Result<(), ConfigError>
         if let Some(n) = value {
             if n == 0 {
                 return err(format!("{key} must be at least 1"));
+            }
+            if n > MAX_COUNT {
+                return err(format!("{key} must be at most {MAX_COUNT}"));
             }
             *slot = n;
         }
