@@ -40,7 +40,7 @@
 //! | retryable categories | transport, http, client_timeout, provider_response | `retryable_categories` |
 //! | `Retry-After` ceiling / above it | 60 s / refuse (never shortened) | `retry_after_ceiling` |
 //! | replay body cap | 64 MiB | `replay_body_cap` |
-//! | hold-back cap (pre-commit prefix) | 64 KiB | `holdback_cap` |
+//! | hold-back cap (pre-commit prefix) | 1 MiB | `holdback_cap` |
 //! | evidence cap (`inspect_*`) | 16 KiB | `evidence_cap` |
 //! | event cap (a line, an event, a whole JSON answer) | 32 MiB | `max_event_bytes` |
 //! | resumes | 1 | `max_resumes` |

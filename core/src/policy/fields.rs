@@ -164,7 +164,7 @@ knobs! {
         => "local: a resend that may overlap inference needs the admission hook",
     row("replay_body_cap",           Unit::Bytes, "67108864", false, false)
         => "largest request body kept for a replay; 0: no body is replayed",
-    row("holdback_cap",              Unit::Bytes, "65536",    false, true)
+    row("holdback_cap",              Unit::Bytes, "1048576",  false, true)
         => "largest prefix held back before the first token commits the answer",
     row("evidence_cap",              Unit::Bytes, "16384",    false, false)
         => "largest evidence kept for inspection; 0: none",

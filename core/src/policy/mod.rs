@@ -179,7 +179,7 @@ impl std::error::Error for PolicyError {}
 /// | retryable categories | transport, http, client_timeout, provider_response |
 /// | `Retry-After` ceiling / above it | 60 s / refuse |
 /// | replay body cap | 64 MiB |
-/// | hold-back cap | 64 KiB |
+/// | hold-back cap | 1 MiB |
 /// | evidence cap | 16 KiB |
 /// | event cap (a line, an event, a whole JSON answer) | 32 MiB |
 /// | max resumes | 1 |
@@ -269,7 +269,11 @@ impl Default for RecoveryPolicy {
             // 50 MB (OpenAI's images): the largest, costliest requests are
             // replayed too. Most drivers hold the body whole anyway.
             replay_body_cap: 64 << 20,
-            holdback_cap: 64 << 10,
+            // A Responses stream echoes the request's instructions and
+            // tools twice before its first token (an agent's come to a
+            // hundred KiB and more): held back whole, its replay stays
+            // invisible. Held only until the first token.
+            holdback_cap: 1 << 20,
             evidence_cap: 16 << 10,
             max_event_bytes: default_max_event_bytes(),
             max_resumes: 1,
