@@ -479,9 +479,10 @@ const IMAGE_BODY: &str = r#"{"model":"m","stream":true,"input":"Draw a cat","too
 
 #[tokio::test]
 async fn an_image_of_several_mib_streams_whole_and_is_read_again_from_the_log() {
-    // 6 MB events: above the 1 MiB that decoders commonly cap a line at,
-    // and above the 4 MiB this gateway once cut an event at.
-    let stream = image_stream(6 << 20);
+    // 9 MB events: above the 1 MiB that decoders commonly cap a line at,
+    // and above the 4 MiB this gateway once cut an event at; 18 MB in all,
+    // above the 16 MiB its log once kept of a stream.
+    let stream = image_stream(9 << 20);
     let gemini_image = format!(
         "{{\"candidates\":[{{\"content\":{{\"role\":\"model\",\"parts\":[{{\"inlineData\":{{\"mimeType\":\"image/png\",\"data\":\"{}\"}}}}]}},\"finishReason\":\"STOP\",\"index\":0}}]}}",
         "iVBO".repeat(2 << 20)

@@ -73,7 +73,7 @@ each is a gauge recovery_gateway_bound{name=...} in /metrics):
   max_body_bytes 67108864, max_held_body_bytes 536870912 (bodies held at once, in
   all), max_upload_bytes 536870912 (streamed, not held),
   [log] max_total_bytes 268435456 (finished streams
-  evicted first), max_bytes 16777216 per stream, max_streams 10000, ttl_ms 300000.
+  evicted first), max_bytes 67108864 per stream, max_streams 10000, ttl_ms 300000.
 
 Client keys: with [[clients]], every request but GET /healthz needs a known key
 in its SDK's API-key header and is sent with the operator's headers; without,

@@ -130,7 +130,9 @@ impl Default for StreamBounds {
     fn default() -> Self {
         StreamBounds {
             max_entries: 100_000,
-            max_bytes: 16 << 20,
+            // An image generation's stream carries each partial image and
+            // the final one as base64 events of several MiB.
+            max_bytes: 64 << 20,
             ttl: Duration::from_mins(5),
         }
     }
