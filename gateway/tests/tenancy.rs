@@ -211,6 +211,57 @@ async fn without_a_known_client_key_no_operator_key_is_spent() {
 }
 
 #[tokio::test]
+async fn a_browsers_preflight_is_answered_and_its_keyed_request_checked() {
+    let provider = FaultProvider::start(vec![happy()]).await.unwrap();
+    let (mut config, _) = config(&provider);
+    config.upstream_headers = operator("authorization", "Bearer sk-operator-primary");
+    config.clients = vec![known("team-a", "ck-team-a-0123456789")];
+    let gw = gateway(config).await;
+    // A CORS preflight carries no credentials: answered here, nothing
+    // upstream.
+    let preflight = Request::options(gw.url(CHAT))
+        .header("origin", "https://chat.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type, x-stainless-os",
+        )
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let r = send(preflight).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        r.headers["access-control-allow-origin"],
+        "https://chat.example"
+    );
+    assert_eq!(r.headers["access-control-allow-methods"], "POST");
+    assert_eq!(
+        r.headers["access-control-allow-headers"],
+        "authorization, content-type, x-stainless-os"
+    );
+    assert!(r.headers.contains_key("access-control-max-age"));
+    // Any other OPTIONS still needs a key, and so does the request itself.
+    let bare = Request::options(gw.url(CHAT))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(send(bare).await.status, 401);
+    let stranger = send(post_as(gw.url(CHAT), &[("origin", "https://chat.example")])).await;
+    assert_eq!(stranger.status, 401);
+    assert_eq!(provider.count(), 0, "nothing went upstream");
+    let ok = send(post_as(
+        gw.url(CHAT),
+        &[
+            ("origin", "https://chat.example"),
+            ("authorization", "Bearer ck-team-a-0123456789"),
+        ],
+    ))
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(provider.count(), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_known_client_on_a_route_sends_the_routes_operator_key() {
     let provider = FaultProvider::start(vec![happy()]).await.unwrap();
     let (mut config, _) = config(&provider);

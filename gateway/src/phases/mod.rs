@@ -5,7 +5,7 @@
 //!    targets naming another authority, paths that could leave a route's
 //!    base;
 //! 2. [`client_auth`]: with `[[clients]]`, a known client key (all but
-//!    `GET /healthz`);
+//!    `GET /healthz`; a browser's CORS preflight is answered here);
 //! 3. [`reserved`]: the gateway's own paths and reconnects, answered here;
 //! 4. [`limit`]: a stream slot, held from the head to the end of the
 //!    client's read, or a `503` at once (load shed, never a queue);
